@@ -1,0 +1,135 @@
+// blobpipe/index.hpp — reading blobs: footer, index, and typed entry views.
+//
+// Every reader validates before it uses a number from the bytes, in a fixed
+// order: footer inside the blob; index range inside the blob and before the
+// footer; msgpack well formed with sizes bounded by the bytes present; each
+// row six fields of the right types; each entry inside the data region
+// (overflow-checked) with prod(shape) x itemsize == len; known kind and
+// dtype. Nothing is allocated in proportion to a number read from the blob
+// before that number is checked against the bytes actually present.
+//
+//   auto idx = blobpipe::read_index(blob);              // footer + index
+//   auto v = blobpipe::decode_entry(blob, idx->entries[0]);  // zero copy
+//   float first = v->at<float>(0);
+//
+// Source: read_index, read_index_file, decode_entry (Python reference).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blobpipe/dtype.hpp"
+#include "blobpipe/entry.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/footer.hpp"
+#include "blobpipe/layout.hpp"
+
+namespace blobpipe {
+
+/// A blob's parsed footer and index.
+struct blob_index {
+  footer foot;                 ///< version, index_off, index_len, tag
+  std::vector<Entry> entries;  ///< rows in index order
+  std::uint64_t nbytes = 0;    ///< whole blob, bytes
+
+  /// Data region end = index_off (entries must end at or before it).
+  std::uint64_t data_end() const noexcept { return foot.index_off; }
+};
+
+/// Parses an index (the msgpack bytes alone) into entries and validates
+/// each against the data region [0, data_end).
+/// Errors: malformed_index, entry_out_of_range, shape_mismatch,
+/// unknown_kind, unknown_dtype.
+[[nodiscard]] result<std::vector<Entry>> parse_index(std::span<const std::byte> index,
+                                                     std::uint64_t data_end);
+
+/// Reads the footer and index of a whole in-memory blob. Does not touch
+/// entry bytes. Errors: too_small, bad_footer, index_out_of_range, and
+/// those of parse_index. Source: read_index (Python reference).
+[[nodiscard]] result<blob_index> read_index(std::span<const std::byte> blob);
+
+/// Reads the blob stored at byte `off` of a file, `nbytes` long: the
+/// footer first, then the index — two reads, never the entry bytes.
+/// `nbytes` = 0 means "to the end of the file". Errors: as read_index, and
+/// too_small when the file is shorter than off + nbytes (the error names
+/// the OS error when a read fails). Source: read_index_file (Python reference).
+[[nodiscard]] result<blob_index> read_index_file(const std::string& path,
+                                                 std::uint64_t off = 0,
+                                                 std::uint64_t nbytes = 0);
+[[nodiscard]] result<blob_index> read_index_file(std::FILE* file,
+                                                 std::uint64_t off,
+                                                 std::uint64_t nbytes);
+
+/// A zero-copy, typed view of one entry's bytes. Valid as long as the
+/// bytes it views.
+struct entry_view {
+  const Entry* entry = nullptr;      ///< the row this view decodes
+  std::span<const std::byte> bytes;  ///< exactly entry->len bytes
+  /// Parsed dtype; for 'p' entries, a 1-byte placeholder (type uint8).
+  dtype type;
+  shape_t shape;                     ///< elements; {len} for 'p'
+
+  /// Number of elements (prod(shape)); bytes for 'p'.
+  std::uint64_t numel() const noexcept;
+
+  /// Element `i` (flat, C order) read as T with the entry's byte order
+  /// honoured. REQUIRES: sizeof(T) == type.itemsize and i < numel().
+  /// Works on unaligned bytes.
+  template <class T>
+  T at(std::uint64_t i) const;
+
+  /// Element `i` converted to double: bool, ints, float16, bfloat16,
+  /// float32/64 and the four float8 formats. For complex types, the real
+  /// part at 2*i and the imaginary at 2*i+1 (i < 2*numel()).
+  /// Errors: invalid_argument (index past the end, or a string, datetime
+  /// or void dtype).
+  [[nodiscard]] result<double> as_double(std::uint64_t i) const;
+};
+
+/// Decodes one entry of a blob: checks its range against the blob and
+/// its dtype/shape against its length, then returns a view (no copy).
+/// Errors: entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype.
+/// Source: decode_entry (Python reference).
+[[nodiscard]] result<entry_view> decode_entry(std::span<const std::byte> blob,
+                                              const Entry& e);
+
+/// A view of one entry whose bytes are held on their own (`entry_bytes` is
+/// exactly the entry's `len` bytes, not the whole blob), as a streaming
+/// consumer holds them. Errors: entry_out_of_range (size differs from
+/// e.len), shape_mismatch, unknown_kind, unknown_dtype.
+[[nodiscard]] result<entry_view> view_entry(const Entry& e,
+                                            std::span<const std::byte> entry_bytes);
+
+/// An owning copy of a decoded entry (bytes copied, 64-byte aligned).
+struct materialized {
+  Entry entry;
+  dtype type;
+  shape_t shape;
+  std::shared_ptr<std::byte[]> storage;  ///< entry.len bytes, ALIGN-aligned
+  std::span<const std::byte> bytes() const noexcept {
+    return {storage.get(), static_cast<std::size_t>(entry.len)};
+  }
+  /// A `value` over this copy (keeps `storage` alive), to re-encode it.
+  value as_value() const;
+};
+
+/// Copies a view's bytes into memory it owns. Source: materialize
+/// (Python reference).
+materialized materialize(const entry_view& v);
+
+// ---- implementation of the template ----
+namespace detail {
+void load_element(const entry_view& v, std::uint64_t i, void* out, std::size_t size);
+}
+template <class T>
+T entry_view::at(std::uint64_t i) const {
+  T out{};
+  detail::load_element(*this, i, &out, sizeof(T));
+  return out;
+}
+
+}  // namespace blobpipe

@@ -1,0 +1,193 @@
+#include "blobpipe/dtype.hpp"
+
+#include <array>
+#include <bit>
+#include <charconv>
+#include <string>
+
+namespace blobpipe {
+namespace {
+
+struct torch_row {
+  std::string_view name;
+  scalar_type type;
+  std::size_t itemsize;
+};
+
+// The dtypes the reference writes, canonical names first.
+constexpr std::array<torch_row, 19> torch_dtypes{{
+    {"float32", scalar_type::float32, 4},
+    {"float64", scalar_type::float64, 8},
+    {"float16", scalar_type::float16, 2},
+    {"bfloat16", scalar_type::bfloat16, 2},
+    {"int8", scalar_type::int8, 1},
+    {"uint8", scalar_type::uint8, 1},
+    {"int16", scalar_type::int16, 2},
+    {"int32", scalar_type::int32, 4},
+    {"int64", scalar_type::int64, 8},
+    {"bool", scalar_type::bool_, 1},
+    {"complex64", scalar_type::complex64, 8},
+    {"complex128", scalar_type::complex128, 16},
+    {"float8_e4m3fn", scalar_type::float8_e4m3fn, 1},
+    {"float8_e5m2", scalar_type::float8_e5m2, 1},
+    {"float8_e4m3fnuz", scalar_type::float8_e4m3fnuz, 1},
+    {"float8_e5m2fnuz", scalar_type::float8_e5m2fnuz, 1},
+    {"uint16", scalar_type::uint16, 2},
+    {"uint32", scalar_type::uint32, 4},
+    {"uint64", scalar_type::uint64, 8},
+}};
+
+// Aliases torch accepts on read (torch.float is torch.float32, ...).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 8> torch_aliases{{
+    {"float", "float32"},
+    {"double", "float64"},
+    {"half", "float16"},
+    {"long", "int64"},
+    {"int", "int32"},
+    {"short", "int16"},
+    {"cfloat", "complex64"},
+    {"cdouble", "complex128"},
+}};
+
+error unknown(std::string_view what, std::string_view name) {
+  // Names come from untrusted bytes: cap what goes into the message.
+  std::string shown(name.substr(0, 64));
+  return make_error(errc::unknown_dtype, std::string(what) + " '" + shown + "'");
+}
+
+bool is_datetime_unit(std::string_view u) {
+  static constexpr std::array<std::string_view, 13> units{
+      "Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as"};
+  // numpy allows a multiplier before the unit ("10ms").
+  std::size_t i = 0;
+  while (i < u.size() && u[i] >= '0' && u[i] <= '9') ++i;
+  if (i > 9) return false;
+  std::string_view base = u.substr(i);
+  for (auto x : units)
+    if (x == base) return true;
+  return false;
+}
+
+}  // namespace
+
+bool dtype::is_native_order() const noexcept {
+  if (order == byte_order::not_applicable || itemsize <= 1) return true;
+  return (order == byte_order::little) == (std::endian::native == std::endian::little);
+}
+
+std::string_view torch_name(scalar_type t) noexcept {
+  for (const auto& r : torch_dtypes)
+    if (r.type == t) return r.name;
+  return {};
+}
+
+result<dtype> parse_torch_dtype(std::string_view name) {
+  std::string_view n = name;
+  if (n.starts_with("torch.")) n.remove_prefix(6);
+  for (const auto& [alias, canonical] : torch_aliases)
+    if (n == alias) n = canonical;
+  for (const auto& r : torch_dtypes) {
+    if (r.name == n) {
+      dtype d;
+      d.kind = KIND_TENSOR;
+      d.name = std::string(r.name);
+      d.type = r.type;
+      d.itemsize = r.itemsize;
+      d.order = std::endian::native == std::endian::little ? byte_order::little
+                                                           : byte_order::big;
+      if (r.itemsize == 1) d.order = byte_order::not_applicable;
+      return d;
+    }
+  }
+  return unknown("unknown torch dtype", name);
+}
+
+result<dtype> parse_numpy_dtype(std::string_view str) {
+  // dtype.str is  <order><kind><size>[<unit>]  e.g. "<f4", "|S4", "<M8[ns]".
+  if (str.size() < 3) return unknown("unknown numpy dtype", str);
+  dtype d;
+  d.kind = KIND_NDARRAY;
+  d.name = std::string(str);
+  switch (str[0]) {
+    case '<': d.order = byte_order::little; break;
+    case '>': d.order = byte_order::big; break;
+    case '|': d.order = byte_order::not_applicable; break;
+    case '=':
+      d.order = std::endian::native == std::endian::little ? byte_order::little
+                                                           : byte_order::big;
+      break;
+    default: return unknown("unknown numpy byte order in dtype", str);
+  }
+  const char kind = str[1];
+  std::string_view rest = str.substr(2);
+  std::string_view digits = rest;
+  std::string_view unit;
+  if (auto br = rest.find('['); br != std::string_view::npos) {
+    if (kind != 'M' && kind != 'm') return unknown("unit on a non-datetime numpy dtype", str);
+    if (rest.back() != ']') return unknown("unterminated unit in numpy dtype", str);
+    digits = rest.substr(0, br);
+    unit = rest.substr(br + 1, rest.size() - br - 2);
+    if (!is_datetime_unit(unit)) return unknown("unknown datetime unit in numpy dtype", str);
+  }
+  std::uint64_t n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc{} || end != digits.data() + digits.size() || digits.empty())
+    return unknown("bad item size in numpy dtype", str);
+  // Item sizes beyond 2^31 bytes are not real arrays; refuse before any
+  // arithmetic multiplies them.
+  constexpr std::uint64_t max_itemsize = std::uint64_t{1} << 31;
+  if (n > max_itemsize) return unknown("item size too large in numpy dtype", str);
+
+  auto fixed = [&](std::initializer_list<std::pair<std::uint64_t, scalar_type>> sizes)
+      -> result<dtype> {
+    for (auto [size, type] : sizes) {
+      if (n == size) {
+        d.type = type;
+        d.itemsize = size;
+        return d;
+      }
+    }
+    return unknown("unsupported item size in numpy dtype", str);
+  };
+  switch (kind) {
+    case 'b': return fixed({{1, scalar_type::bool_}});
+    case 'i':
+      return fixed({{1, scalar_type::int8}, {2, scalar_type::int16},
+                    {4, scalar_type::int32}, {8, scalar_type::int64}});
+    case 'u':
+      return fixed({{1, scalar_type::uint8}, {2, scalar_type::uint16},
+                    {4, scalar_type::uint32}, {8, scalar_type::uint64}});
+    case 'f':
+      return fixed({{2, scalar_type::float16}, {4, scalar_type::float32},
+                    {8, scalar_type::float64}});
+    case 'c': return fixed({{8, scalar_type::complex64}, {16, scalar_type::complex128}});
+    case 'M':
+    case 'm':
+      d.unit = std::string(unit);
+      return fixed({{8, kind == 'M' ? scalar_type::datetime : scalar_type::timedelta}});
+    case 'S':
+      d.type = scalar_type::bytes;
+      d.itemsize = n;
+      return d;
+    case 'V':
+      d.type = scalar_type::void_;
+      d.itemsize = n;
+      return d;
+    case 'U':
+      // numpy counts characters in 'U' (UCS-4): 4 bytes each.
+      d.type = scalar_type::unicode;
+      d.itemsize = n * 4;
+      return d;
+    default:
+      return unknown("unknown numpy dtype kind in", str);
+  }
+}
+
+result<dtype> parse_dtype(char kind, std::string_view name) {
+  if (kind == KIND_TENSOR) return parse_torch_dtype(name);
+  if (kind == KIND_NDARRAY) return parse_numpy_dtype(name);
+  return make_error(errc::unknown_kind,
+                    std::string("no dtype for entry kind '") + kind + "'");
+}
+
+}  // namespace blobpipe

@@ -1,0 +1,320 @@
+#include "blobpipe/index.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <memory>
+
+#include "checked.hpp"
+#include "entry_codec.hpp"
+#include "le.hpp"
+#include "msgpack_bounded.hpp"
+
+namespace blobpipe {
+namespace {
+
+// Index depth: the array of rows, each row, each row's shape.
+constexpr std::size_t index_depth = 3;
+
+result<Entry> parse_row(const msgpack::object& row, std::size_t i) {
+  const std::string where = "index row " + std::to_string(i);
+  if (row.type != msgpack::type::ARRAY)
+    return make_error(errc::malformed_index, where + " is not an array");
+  if (row.via.array.size != 6)
+    return make_error(errc::malformed_index, where + " has " +
+                                                 std::to_string(row.via.array.size) +
+                                                 " fields, expected 6");
+  const msgpack::object* f = row.via.array.ptr;
+  Entry e;
+  auto key = detail::as_str(f[0]);
+  auto off = detail::as_uint(f[1]);
+  auto len = detail::as_uint(f[2]);
+  if (!key || !off || !len)
+    return make_error(errc::malformed_index,
+                      where + ": key must be a str, off and len non-negative integers");
+  e.key = std::string(*key);
+  e.off = *off;
+  e.len = *len;
+  if (auto r = detail::read_kind_dtype_shape(f[3], f[4], f[5], e, where); !r) return r.err();
+  return e;
+}
+
+// Checks that [index_off, index_off + index_len) lies inside the blob and
+// before its footer: the one rule every reader applies.
+result<void> check_index_range(const footer& f, std::uint64_t nbytes) {
+  const std::uint64_t footer_start = nbytes - f.size();  // nbytes >= f.size()
+  auto end = detail::checked_add(f.index_off, f.index_len);
+  if (!end || *end > footer_start)
+    return make_error(errc::index_out_of_range,
+                      "index [" + std::to_string(f.index_off) + ", +" +
+                          std::to_string(f.index_len) + ") does not end before the footer at " +
+                          std::to_string(footer_start));
+  return {};
+}
+
+// Loads one element of `v` into `out` (size bytes), swapping to native
+// order when the entry is stored in the other one. Complex elements swap
+// each component.
+void load_swapped(const entry_view& v, std::uint64_t byte_off, void* out, std::size_t size) {
+  std::memcpy(out, v.bytes.data() + byte_off, size);
+  if (v.type.is_native_order() || size == 1) return;
+  auto* b = static_cast<unsigned char*>(out);
+  const bool complex = v.type.type == scalar_type::complex64 ||
+                       v.type.type == scalar_type::complex128;
+  const std::size_t part = complex ? size / 2 : size;
+  for (std::size_t base = 0; base < size; base += part)
+    for (std::size_t k = 0; k < part / 2; ++k) std::swap(b[base + k], b[base + part - 1 - k]);
+}
+
+// Decodes a minifloat (float8 formats) with `e` exponent and `m` mantissa
+// bits. fnuz formats have no negative zero and one NaN (0x80).
+double minifloat(std::uint8_t x, int e, int m, int bias, bool fnuz, bool ieee_inf) {
+  if (fnuz && x == 0x80) return std::numeric_limits<double>::quiet_NaN();
+  const bool neg = (x >> 7) & 1;
+  const int exp = (x >> m) & ((1 << e) - 1);
+  const int man = x & ((1 << m) - 1);
+  const int max_exp = (1 << e) - 1;
+  double r;
+  if (ieee_inf && exp == max_exp) {
+    r = man == 0 ? std::numeric_limits<double>::infinity()
+                 : std::numeric_limits<double>::quiet_NaN();
+  } else if (!ieee_inf && !fnuz && exp == max_exp && man == (1 << m) - 1) {
+    r = std::numeric_limits<double>::quiet_NaN();  // e4m3fn: S.1111.111
+  } else if (exp == 0) {
+    r = std::ldexp(static_cast<double>(man), 1 - bias - m);
+  } else {
+    r = std::ldexp(static_cast<double>(man + (1 << m)), exp - bias - m);
+  }
+  return neg ? -r : r;
+}
+
+double half_to_double(std::uint16_t h) {
+  const bool neg = h >> 15;
+  const int exp = (h >> 10) & 0x1F;
+  const int man = h & 0x3FF;
+  double r;
+  if (exp == 0x1F)
+    r = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    r = std::ldexp(man, -24);
+  else
+    r = std::ldexp(man + 1024, exp - 25);
+  return neg ? -r : r;
+}
+
+}  // namespace
+
+result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end) {
+  auto oh = detail::unpack_bounded(index, index_depth, "index");
+  if (!oh) return oh.err();
+  const msgpack::object& root = oh->get();
+  if (root.type != msgpack::type::ARRAY)
+    return make_error(errc::malformed_index, "index is not a msgpack array");
+  std::vector<Entry> entries;
+  entries.reserve(root.via.array.size);  // bounded by index.size() via unpack_bounded
+  for (std::uint32_t i = 0; i < root.via.array.size; ++i) {
+    auto e = parse_row(root.via.array.ptr[i], i);
+    if (!e) return e.err();
+    if (auto r = validate_entry(*e, data_end); !r) return r.err();
+    entries.push_back(std::move(*e));
+  }
+  return entries;
+}
+
+result<blob_index> read_index(std::span<const std::byte> blob) {
+  auto f = read_footer(blob);
+  if (!f) return f.err();
+  if (auto r = check_index_range(*f, blob.size()); !r) return r.err();
+  auto entries = parse_index(blob.subspan(f->index_off, f->index_len), f->index_off);
+  if (!entries) return entries.err();
+  return blob_index{*f, std::move(*entries), blob.size()};
+}
+
+result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint64_t nbytes) {
+  auto os_error = [](errc c, const std::string& what) {
+    return make_error(c, what + ": " + std::strerror(errno));
+  };
+  if (file == nullptr) return make_error(errc::invalid_argument, "read_index_file: null file");
+  if (fseeko(file, 0, SEEK_END) != 0) return os_error(errc::too_small, "cannot seek");
+  const off_t size = ftello(file);
+  if (size < 0) return os_error(errc::too_small, "cannot tell file size");
+  const auto file_size = static_cast<std::uint64_t>(size);
+  if (off > file_size)
+    return make_error(errc::too_small, "offset " + std::to_string(off) + " is past the end (" +
+                                           std::to_string(file_size) + " bytes)");
+  if (nbytes == 0) nbytes = file_size - off;
+  auto end = detail::checked_add(off, nbytes);
+  if (!end || *end > file_size)
+    return make_error(errc::too_small, "file of " + std::to_string(file_size) +
+                                           " bytes is shorter than offset + nbytes");
+  auto read_at = [&](std::uint64_t pos, std::span<std::byte> out) -> result<void> {
+    if (fseeko(file, static_cast<off_t>(pos), SEEK_SET) != 0)
+      return os_error(errc::too_small, "cannot seek");
+    if (std::fread(out.data(), 1, out.size(), file) != out.size())
+      return os_error(errc::too_small, "short read");
+    return {};
+  };
+  // Read 1: the footer (at most 32 bytes from the blob's end).
+  std::byte tail[FOOTER_SIZE];
+  const std::size_t tail_len = static_cast<std::size_t>(std::min<std::uint64_t>(nbytes, FOOTER_SIZE));
+  if (auto r = read_at(off + nbytes - tail_len, {tail, tail_len}); !r) return r.err();
+  auto f = read_footer({tail, tail_len});
+  if (!f) return f.err();
+  if (auto r = check_index_range(*f, nbytes); !r) return r.err();
+  // Read 2: the index, whose length is now bounded by the blob's size.
+  std::vector<std::byte> index(f->index_len);
+  if (auto r = read_at(off + f->index_off, index); !r) return r.err();
+  auto entries = parse_index(index, f->index_off);
+  if (!entries) return entries.err();
+  return blob_index{*f, std::move(*entries), nbytes};
+}
+
+result<blob_index> read_index_file(const std::string& path, std::uint64_t off,
+                                   std::uint64_t nbytes) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (!file)
+    return make_error(errc::too_small,
+                      "cannot open '" + path + "': " + std::strerror(errno));
+  return read_index_file(file.get(), off, nbytes);
+}
+
+result<entry_view> view_entry(const Entry& e, std::span<const std::byte> entry_bytes) {
+  if (entry_bytes.size() != e.len)
+    return make_error(errc::entry_out_of_range,
+                      "entry '" + e.key.substr(0, 64) + "' has " +
+                          std::to_string(entry_bytes.size()) + " bytes, index says " +
+                          std::to_string(e.len));
+  // Validate as if the entry sat at offset 0 of a region exactly its size.
+  Entry at_zero = e;
+  at_zero.off = 0;
+  if (auto r = validate_entry(at_zero, e.len); !r) return r.err();
+  entry_view v;
+  v.entry = &e;
+  v.bytes = entry_bytes;
+  if (e.kind == KIND_PICKLE) {
+    v.type = *parse_torch_dtype("uint8");
+    v.type.kind = KIND_PICKLE;
+    v.type.name.clear();
+    v.shape = {static_cast<std::int64_t>(e.len)};
+    return v;
+  }
+  v.type = *parse_dtype(e.kind, e.dtype.value_or("float32"));  // validated above
+  v.shape = e.shape ? *e.shape
+                    : shape_t{static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0)};
+  return v;
+}
+
+result<entry_view> decode_entry(std::span<const std::byte> blob, const Entry& e) {
+  auto end = detail::checked_add(e.off, e.len);
+  if (!end || *end > blob.size())
+    return make_error(errc::entry_out_of_range,
+                      "entry '" + e.key.substr(0, 64) + "' [" + std::to_string(e.off) + ", +" +
+                          std::to_string(e.len) + ") runs past the blob's " +
+                          std::to_string(blob.size()) + " bytes");
+  return view_entry(e, blob.subspan(e.off, e.len));
+}
+
+std::uint64_t entry_view::numel() const noexcept {
+  std::uint64_t n = 1;
+  for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+namespace detail {
+void load_element(const entry_view& v, std::uint64_t i, void* out, std::size_t size) {
+  // REQUIRES (documented on at<T>): size == itemsize and i < numel().
+  load_swapped(v, i * v.type.itemsize, out, size);
+}
+}  // namespace detail
+
+result<double> entry_view::as_double(std::uint64_t i) const {
+  const bool complex = type.type == scalar_type::complex64 || type.type == scalar_type::complex128;
+  const std::uint64_t count = complex ? 2 * numel() : numel();
+  if (i >= count)
+    return make_error(errc::invalid_argument, "element " + std::to_string(i) + " of " +
+                                                  std::to_string(count));
+  auto load = [&]<class T>(T* /*tag*/, std::uint64_t byte_off) {
+    T x;
+    load_swapped(*this, byte_off, &x, sizeof(T));
+    return x;
+  };
+  const std::uint64_t at = i * type.itemsize;
+  switch (type.type) {
+    case scalar_type::bool_: return static_cast<double>(load((std::uint8_t*)nullptr, at) != 0);
+    case scalar_type::int8: return static_cast<double>(load((std::int8_t*)nullptr, at));
+    case scalar_type::int16: return static_cast<double>(load((std::int16_t*)nullptr, at));
+    case scalar_type::int32: return static_cast<double>(load((std::int32_t*)nullptr, at));
+    case scalar_type::int64: return static_cast<double>(load((std::int64_t*)nullptr, at));
+    case scalar_type::uint8: return static_cast<double>(load((std::uint8_t*)nullptr, at));
+    case scalar_type::uint16: return static_cast<double>(load((std::uint16_t*)nullptr, at));
+    case scalar_type::uint32: return static_cast<double>(load((std::uint32_t*)nullptr, at));
+    case scalar_type::uint64: return static_cast<double>(load((std::uint64_t*)nullptr, at));
+    case scalar_type::float16: return half_to_double(load((std::uint16_t*)nullptr, at));
+    case scalar_type::bfloat16: {
+      std::uint32_t bits = std::uint32_t{load((std::uint16_t*)nullptr, at)} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case scalar_type::float32: return load((float*)nullptr, at);
+    case scalar_type::float64: return load((double*)nullptr, at);
+    case scalar_type::float8_e4m3fn: return minifloat(load((std::uint8_t*)nullptr, at), 4, 3, 7, false, false);
+    case scalar_type::float8_e5m2: return minifloat(load((std::uint8_t*)nullptr, at), 5, 2, 15, false, true);
+    case scalar_type::float8_e4m3fnuz: return minifloat(load((std::uint8_t*)nullptr, at), 4, 3, 8, true, false);
+    case scalar_type::float8_e5m2fnuz: return minifloat(load((std::uint8_t*)nullptr, at), 5, 2, 16, true, false);
+    case scalar_type::complex64: {
+      // Component i: element i/2, part i%2; each part swaps on its own.
+      std::uint64_t part = (i / 2) * 8 + (i % 2) * 4;
+      entry_view part_view = *this;
+      part_view.type.type = scalar_type::float32;
+      float x;
+      load_swapped(part_view, part, &x, 4);
+      return x;
+    }
+    case scalar_type::complex128: {
+      std::uint64_t part = (i / 2) * 16 + (i % 2) * 8;
+      entry_view part_view = *this;
+      part_view.type.type = scalar_type::float64;
+      double x;
+      load_swapped(part_view, part, &x, 8);
+      return x;
+    }
+    default:
+      return make_error(errc::invalid_argument,
+                        "dtype '" + type.name + "' has no numeric value");
+  }
+}
+
+value materialized::as_value() const {
+  value v;
+  v.kind = entry.kind;
+  v.data = storage.get();
+  v.owner = storage;
+  if (entry.kind == KIND_PICKLE) {
+    v.nbytes = entry.len;
+  } else {
+    v.dtype = type.name;
+    v.shape = shape;
+  }
+  return v;
+}
+
+materialized materialize(const entry_view& v) {
+  materialized m;
+  m.entry = *v.entry;
+  m.type = v.type;
+  m.shape = v.shape;
+  // Over-allocate and alias an ALIGN-aligned pointer into the block, so the
+  // copy suits vectorised readers; the aliasing shared_ptr owns the block.
+  const std::size_t n = v.bytes.size();
+  std::shared_ptr<std::byte[]> block = std::make_shared<std::byte[]>(n + ALIGN);
+  auto addr = reinterpret_cast<std::uintptr_t>(block.get());
+  std::byte* aligned = block.get() + (align_up(addr) - addr);
+  if (n) std::memcpy(aligned, v.bytes.data(), n);
+  m.storage = std::shared_ptr<std::byte[]>(block, aligned);
+  return m;
+}
+
+}  // namespace blobpipe
