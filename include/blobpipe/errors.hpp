@@ -95,7 +95,11 @@ class [[nodiscard]] result {
   std::error_code code() const noexcept {
     return has_value() ? std::error_code{} : std::get<1>(v_).code;
   }
-  const std::string& message() const { return std::get<1>(v_).message; }
+  /// The error's one-line message; "" when this holds a value.
+  const std::string& message() const {
+    static const std::string none;
+    return has_value() ? none : std::get<1>(v_).message;
+  }
 
  private:
   void check() const {
@@ -116,7 +120,10 @@ class [[nodiscard]] result<void> {
   void value() const { if (e_) throw exception(*e_); }
   const error& err() const& { return *e_; }
   std::error_code code() const noexcept { return e_ ? e_->code : std::error_code{}; }
-  const std::string& message() const { return e_->message; }
+  const std::string& message() const {
+    static const std::string none;
+    return e_ ? e_->message : none;
+  }
 
  private:
   std::optional<error> e_;
