@@ -1,0 +1,353 @@
+// Behaviour of the codec beyond the golden cases: every format errc is
+// produced, readers survive truncation and corruption, dtypes parse as
+// torch and numpy spell them, and the incremental planner matches plan().
+#define BOOST_TEST_MODULE format
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "blobpipe/format.hpp"
+
+namespace bp = blobpipe;
+
+namespace {
+
+std::vector<std::byte> sample_blob(const bp::tag_t& tag = bp::NO_TAG) {
+  static const std::vector<float> x = {0, 1, 2, 3, 4, 5};
+  static const std::vector<std::int64_t> ids = {7, 8, 9};
+  static const std::string pickled = "\x80\x05K\x07.";
+  auto p = bp::plan({"x", "ids", "meta"},
+                    {bp::value::tensor(x, {2, 3}), bp::value::tensor(ids),
+                     bp::value::pickle(std::as_bytes(std::span(pickled)))},
+                    tag);
+  std::vector<std::byte> out(p.value().nbytes);
+  bp::write(*p, out).value();
+  return out;
+}
+
+// Patches the u32 at `pos` (little-endian), as a corrupt writer would.
+void put_u32(std::vector<std::byte>& b, std::size_t pos, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[pos + i] = std::byte(v >> (8 * i));
+}
+
+// A one-row blob around a hand-made index (for rows plan() never writes).
+std::vector<std::byte> blob_with_index(std::vector<std::uint8_t> index, std::size_t data = 64) {
+  std::vector<std::byte> b(data + index.size() + bp::FOOTER_SIZE);
+  std::memcpy(b.data() + data, index.data(), index.size());
+  bp::footer f;
+  f.index_off = static_cast<std::uint32_t>(data);
+  f.index_len = static_cast<std::uint32_t>(index.size());
+  bp::encode_footer(f, std::span(b).subspan(data + index.size()));
+  return b;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(footer_tests)
+
+BOOST_AUTO_TEST_CASE(read_footer_rejects_fewer_than_16_bytes_as_too_small) {
+  std::vector<std::byte> b(15);
+  BOOST_TEST((bp::read_footer(b).code() == bp::errc::too_small));
+}
+
+BOOST_AUTO_TEST_CASE(footer_roundtrips_index_range_and_tag) {
+  auto tag = bp::make_tag("abc").value();
+  auto blob = sample_blob(tag);
+  auto f = bp::read_footer(blob);
+  BOOST_TEST_REQUIRE(f.has_value());
+  BOOST_TEST(f->version == bp::VERSION);
+  BOOST_TEST((f->tag == tag));
+  BOOST_TEST(bp::tag_hex(tag) == "61626300000000000000000000000000");
+  BOOST_TEST(bp::footer_tag(blob).has_value());
+  BOOST_TEST(!bp::footer_tag(sample_blob()).has_value(), "NO_TAG reads as no tag");
+}
+
+BOOST_AUTO_TEST_CASE(make_tag_refuses_more_than_16_bytes) {
+  BOOST_TEST((bp::make_tag("0123456789abcdefX").code() == bp::errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(random_tag_is_a_version_4_uuid_and_differs_each_call) {
+  auto a = bp::random_tag();
+  auto b = bp::random_tag();
+  BOOST_TEST((a != b));
+  BOOST_TEST(std::to_integer<int>(a[6] >> 4) == 4);
+  BOOST_TEST(std::to_integer<int>(a[8] >> 6) == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(dtype_tests)
+
+BOOST_AUTO_TEST_CASE(torch_aliases_resolve_to_canonical_names) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"float", "float32"}, {"double", "float64"}, {"half", "float16"},
+      {"long", "int64"},    {"int", "int32"},      {"short", "int16"},
+      {"cfloat", "complex64"}, {"cdouble", "complex128"}, {"torch.bfloat16", "bfloat16"}};
+  for (auto [alias, name] : cases) {
+    auto d = bp::parse_torch_dtype(alias);
+    BOOST_TEST_REQUIRE(d.has_value(), alias);
+    BOOST_TEST(d->name == name);
+  }
+  BOOST_TEST(bp::parse_torch_dtype("float8_e5m2fnuz")->itemsize == 1u);
+  BOOST_TEST(bp::parse_torch_dtype("uint64")->itemsize == 8u);
+}
+
+BOOST_AUTO_TEST_CASE(numpy_dtype_str_gives_order_kind_and_item_size) {
+  BOOST_TEST(bp::parse_numpy_dtype("<U3")->itemsize == 12u);
+  BOOST_TEST(bp::parse_numpy_dtype("|S4")->itemsize == 4u);
+  BOOST_TEST(bp::parse_numpy_dtype("|V8")->itemsize == 8u);
+  auto m = bp::parse_numpy_dtype("<M8[ns]");
+  BOOST_TEST_REQUIRE(m.has_value());
+  BOOST_TEST(m->unit == "ns");
+  BOOST_TEST((m->type == bp::scalar_type::datetime));
+  auto be = bp::parse_numpy_dtype(">i8");
+  BOOST_TEST_REQUIRE(be.has_value());
+  BOOST_TEST((be->order == bp::byte_order::big));
+  BOOST_TEST(!be->is_native_order());
+}
+
+BOOST_AUTO_TEST_CASE(unknown_dtypes_fail_with_unknown_dtype) {
+  for (const char* s : {"float33", "", "torch.", "Float32"})
+    BOOST_TEST((bp::parse_torch_dtype(s).code() == bp::errc::unknown_dtype), s);
+  for (const char* s : {"<f3", "|O8", "<i", "f4", "<M8[parsec]", "<f4[s]", "<U99999999999999",
+                        "<i4x", "<c32"})
+    BOOST_TEST((bp::parse_numpy_dtype(s).code() == bp::errc::unknown_dtype), s);
+  BOOST_TEST((bp::parse_dtype('p', "float32").code() == bp::errc::unknown_kind));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(layout_tests)
+
+BOOST_AUTO_TEST_CASE(entries_are_64_byte_aligned_and_zero_length_entries_do_not_advance) {
+  std::vector<float> three(3, 1.0f), none;
+  auto p = bp::plan({"a", "e", "b"}, {bp::value::tensor(three), bp::value::tensor(none),
+                                      bp::value::tensor(three)});
+  BOOST_TEST_REQUIRE(p.has_value());
+  BOOST_TEST(p->entries[0].entry.off == 0u);
+  BOOST_TEST(p->entries[1].entry.off == 64u);
+  BOOST_TEST(p->entries[2].entry.off == 64u);
+  BOOST_TEST(p->index_off() == 128u);
+}
+
+BOOST_AUTO_TEST_CASE(layout_builder_matches_plan_entry_by_entry) {
+  std::vector<double> a(10, 2.0);
+  std::vector<std::uint8_t> b(100, 3);
+  bp::layout_builder lb;
+  auto e0 = lb.add("a", bp::value::tensor(a));
+  BOOST_TEST_REQUIRE(e0.has_value());
+  BOOST_TEST((*e0)->entry.off == 0u);
+  BOOST_TEST(lb.data_end() == 128u);  // 80 bytes, aligned up
+  auto e1 = lb.add("b", bp::value::tensor(b));
+  BOOST_TEST((*e1)->entry.off == 128u);
+  auto built = lb.finish(bp::NO_TAG);
+  auto planned = bp::plan({"a", "b"}, {bp::value::tensor(a), bp::value::tensor(b)});
+  BOOST_TEST_REQUIRE(built.has_value());
+  BOOST_TEST((built->index == planned->index));
+  BOOST_TEST(built->nbytes == planned->nbytes);
+  BOOST_TEST((lb.add("c", bp::value::tensor(a)).code() == bp::errc::closed));
+  BOOST_TEST((lb.finish(bp::NO_TAG).code() == bp::errc::closed));
+}
+
+BOOST_AUTO_TEST_CASE(plan_refuses_a_blob_the_v3_footer_cannot_address) {
+  // plan() reads no bytes, so a 5 GiB description needs no memory.
+  const std::byte fake{};
+  auto big = bp::value::tensor_bytes({&fake, 1}, "uint8", {std::int64_t{5} << 30});
+  BOOST_TEST((bp::plan({"big"}, {big}).code() == bp::errc::too_large));
+}
+
+BOOST_AUTO_TEST_CASE(plan_refuses_bad_arguments) {
+  std::vector<float> x(4);
+  std::vector<std::string> keys = {"a", "b"};
+  std::vector<bp::value> one = {bp::value::tensor(x)};
+  BOOST_TEST((bp::plan(keys, one).code() == bp::errc::invalid_argument));
+  auto neg = bp::value::tensor(x, {-1});
+  BOOST_TEST((bp::plan({"a"}, {neg}).code() == bp::errc::invalid_argument));
+  auto strided = bp::value::tensor(x, {2, 2});
+  strided.strides = {1};
+  BOOST_TEST((bp::plan({"a"}, {strided}).code() == bp::errc::invalid_argument));
+  auto null = bp::value::tensor_bytes({}, "float32", {4});
+  BOOST_TEST((bp::plan({"a"}, {null}).code() == bp::errc::invalid_argument));
+  auto odd = bp::value::tensor(x);
+  odd.kind = 'q';
+  BOOST_TEST((bp::plan({"a"}, {odd}).code() == bp::errc::unknown_kind));
+  auto bad = bp::value::tensor_bytes(std::as_bytes(std::span(x)), "float33", {4});
+  BOOST_TEST((bp::plan({"a"}, {bad}).code() == bp::errc::unknown_dtype));
+}
+
+BOOST_AUTO_TEST_CASE(write_refuses_a_buffer_shorter_than_the_plan) {
+  std::vector<float> x(4);
+  auto p = bp::plan({"x"}, {bp::value::tensor(x)});
+  std::vector<std::byte> small(p->nbytes - 1);
+  BOOST_TEST((bp::write(*p, small).code() == bp::errc::buffer_too_small));
+  std::vector<std::byte> tail(bp::tail_size(*p) - 1);
+  BOOST_TEST((bp::write_tail(*p, tail).code() == bp::errc::buffer_too_small));
+}
+
+BOOST_AUTO_TEST_CASE(write_tail_is_exactly_the_end_of_write) {
+  auto tag = bp::random_tag();
+  std::vector<std::int32_t> x = {1, 2, 3};
+  auto p = bp::plan({"x"}, {bp::value::tensor(x)}, tag);
+  std::vector<std::byte> whole(p->nbytes), tail(bp::tail_size(*p));
+  bp::write(*p, whole).value();
+  BOOST_TEST(bp::write_tail(*p, tail).value() == tail.size());
+  BOOST_TEST(std::equal(tail.begin(), tail.end(), whole.end() - tail.size()));
+  BOOST_TEST(bp::footer_is_valid(tail));
+  BOOST_TEST((*bp::footer_tag(tail) == tag));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(index_tests)
+
+BOOST_AUTO_TEST_CASE(decoded_views_are_zero_copy_and_typed) {
+  auto blob = sample_blob();
+  auto idx = bp::read_index(blob);
+  BOOST_TEST_REQUIRE(idx.has_value());
+  auto v = bp::decode_entry(blob, idx->entries[0]);
+  BOOST_TEST_REQUIRE(v.has_value());
+  BOOST_TEST(v->bytes.data() == blob.data());
+  BOOST_TEST(v->numel() == 6u);
+  BOOST_TEST(v->at<float>(5) == 5.0f);
+  auto ids = bp::decode_entry(blob, idx->entries[1]);
+  BOOST_TEST(ids->at<std::int64_t>(2) == 9);
+  auto m = bp::materialize(*ids);
+  BOOST_TEST(reinterpret_cast<std::uintptr_t>(m.bytes().data()) % bp::ALIGN == 0u);
+  BOOST_TEST(std::equal(m.bytes().begin(), m.bytes().end(), ids->bytes.begin()));
+}
+
+BOOST_AUTO_TEST_CASE(big_endian_elements_read_in_native_order) {
+  const std::uint8_t be[] = {0, 0, 0, 0, 0, 0, 1, 2};  // >i8 258
+  bp::Entry e{"x", 0, 8, 'n', std::string(">i8"), bp::shape_t{1}};
+  auto v = bp::view_entry(e, std::as_bytes(std::span(be)));
+  BOOST_TEST_REQUIRE(v.has_value());
+  BOOST_TEST(v->at<std::int64_t>(0) == 258);
+  BOOST_TEST(*v->as_double(0) == 258.0);
+}
+
+BOOST_AUTO_TEST_CASE(float8_values_decode) {
+  // 0x38 = 1.0 in e4m3fn; 0x3C = 1.0 in e5m2; 0x7F is e4m3fn's NaN.
+  const std::uint8_t b[] = {0x38, 0xC0, 0x7F};
+  bp::Entry e{"f", 0, 3, 't', std::string("float8_e4m3fn"), bp::shape_t{3}};
+  auto v = bp::view_entry(e, std::as_bytes(std::span(b)));
+  BOOST_TEST(*v->as_double(0) == 1.0);
+  BOOST_TEST(*v->as_double(1) == -2.0);
+  BOOST_TEST(std::isnan(*v->as_double(2)));
+  const std::uint8_t c[] = {0x3C};
+  bp::Entry e2{"g", 0, 1, 't', std::string("float8_e5m2"), bp::shape_t{1}};
+  BOOST_TEST(*bp::view_entry(e2, std::as_bytes(std::span(c)))->as_double(0) == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(index_past_the_footer_is_index_out_of_range) {
+  auto blob = sample_blob();
+  const std::size_t foot = blob.size() - bp::FOOTER_SIZE;
+  auto b = blob;
+  put_u32(b, foot + 12, 0xFFFFFFF0u);  // index_len near 4 GiB
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::index_out_of_range));
+  b = blob;
+  put_u32(b, foot + 8, 0xFFFFFFFFu);  // index_off + index_len overflows u32
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::index_out_of_range));
+}
+
+BOOST_AUTO_TEST_CASE(malformed_rows_are_malformed_index) {
+  // [["x", 0, 4, "t", "float32", [-1]]]: negative dim
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 4, 0xa1, 't', 0xa7, 'f',
+                                              'l', 'o', 'a', 't', '3', '2', 0x91, 0xff}))
+                  .code() == bp::errc::malformed_index));
+  // a row that is a str, not an array
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0xa1, 'x'})).code() ==
+              bp::errc::malformed_index));
+  // trailing bytes after the index array
+  BOOST_TEST((bp::read_index(blob_with_index({0x90, 0x90})).code() ==
+              bp::errc::malformed_index));
+  // nesting deeper than rows allow: [[[[]]]]
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0x91, 0x91, 0x90})).code() ==
+              bp::errc::malformed_index));
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_entry_offset_is_entry_out_of_range) {
+  // [["x", 8, 4, "t", "float32", [1]]]
+  auto b = blob_with_index({0x91, 0x96, 0xa1, 'x', 8, 4, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't',
+                            '3', '2', 0x91, 1});
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::entry_out_of_range));
+}
+
+BOOST_AUTO_TEST_CASE(tensor_row_with_nil_dtype_means_float32) {
+  // [["x", 0, 8, "t", nil, [2]]]
+  auto b = blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 8, 0xa1, 't', 0xc0, 0x91, 2});
+  auto idx = bp::read_index(b);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  auto v = bp::decode_entry(b, idx->entries[0]);
+  BOOST_TEST_REQUIRE(v.has_value());
+  BOOST_TEST(v->type.name == "float32");
+}
+
+BOOST_AUTO_TEST_CASE(every_truncation_of_a_blob_fails_cleanly) {
+  auto blob = sample_blob();
+  for (std::size_t n = 0; n < blob.size(); ++n) {
+    auto r = bp::read_index(std::span(blob).first(n));
+    BOOST_TEST(!r.has_value(), "prefix of " << n << " bytes");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_single_byte_corruption_is_read_or_refused_never_crashes) {
+  auto blob = sample_blob(bp::make_tag("t").value());
+  std::size_t refused = 0;
+  for (std::size_t i = 0; i < blob.size(); ++i) {
+    for (std::uint8_t flip : {0x01, 0x80, 0xFF}) {
+      auto b = blob;
+      b[i] ^= std::byte{flip};
+      auto r = bp::read_index(b);
+      if (!r) {
+        ++refused;
+        BOOST_TEST((r.code().category() == bp::category()));
+        continue;
+      }
+      for (const auto& e : r->entries) BOOST_TEST(bp::decode_entry(b, e).has_value());
+    }
+  }
+  BOOST_TEST(refused > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_reads_a_blob_at_an_offset) {
+  auto blob = sample_blob();
+  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+                           "/format_test_offset.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "prefix!";
+    out.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+  }
+  auto idx = bp::read_index_file(path, 7, blob.size());
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  BOOST_TEST(idx->entries.size() == 3u);
+  BOOST_TEST((bp::read_index_file(path, 7, blob.size() + 1).code() == bp::errc::too_small));
+  BOOST_TEST((bp::read_index_file(path + ".missing").code() == bp::errc::too_small));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(entry_tests)
+
+BOOST_AUTO_TEST_CASE(from_meta_rejects_maps_that_are_not_entry_meta) {
+  const std::uint8_t not_map[] = {0x90};
+  BOOST_TEST((bp::Entry::from_meta("k", std::as_bytes(std::span(not_map))).code() ==
+              bp::errc::malformed_index));
+  bp::Entry e{"k", 64, 4, 'q', std::nullopt, std::nullopt};
+  BOOST_TEST((bp::Entry::from_meta("k", e.meta()).code() == bp::errc::unknown_kind));
+  bp::Entry p{"k", 0, 5, 'p', std::nullopt, std::nullopt};
+  auto back = bp::Entry::from_meta("k", p.meta());
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST((*back == p));
+}
+
+BOOST_AUTO_TEST_CASE(shape_overflow_is_shape_mismatch) {
+  bp::Entry e{"k", 0, 8, 't', std::string("float64"),
+              bp::shape_t{std::int64_t{1} << 62, std::int64_t{1} << 62}};
+  BOOST_TEST((bp::validate_entry(e, 64).code() == bp::errc::shape_mismatch));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
