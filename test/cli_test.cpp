@@ -1,0 +1,340 @@
+// test/cli_test.cpp — runs the built `blobpipe` CLI over every golden case.
+//
+// Valid cases: `inspect --json --digest` must reproduce the manifest's
+// footer fields and entry rows (with SHA-256 of each entry's bytes), and
+// `verify` must exit 0. Invalid cases: both commands exit 2 with exactly one
+// stderr line `blobpipe: <expected_error>: ...`. Also covers the usage and
+// I/O exit codes that `blobpipe --help` documents.
+#define BOOST_TEST_MODULE cli_test
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test/golden_dir.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct run_result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+fs::path cli_path() {
+  if (const char* p = std::getenv("BLOBPIPE_CLI"); p && *p) return p;
+  return blobpipe::testing::runfiles_root() / "tools" / "blobpipe";
+}
+
+fs::path scratch_dir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t && *t ? fs::path(t) : fs::temp_directory_path();
+}
+
+std::string slurp_fd(int fd) {
+  std::string s;
+  ::lseek(fd, 0, SEEK_SET);
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+// Runs the CLI with `args`, capturing stdout and stderr through temporary
+// files (not pipes: inspect of many_entries prints megabytes, and files
+// need no concurrent draining).
+run_result run_cli(const std::vector<std::string>& args) {
+  const std::string exe = cli_path().string();
+  std::string out_tmpl = (scratch_dir() / "cli_out_XXXXXX").string();
+  std::string err_tmpl = (scratch_dir() / "cli_err_XXXXXX").string();
+  int out_fd = ::mkstemp(out_tmpl.data());
+  int err_fd = ::mkstemp(err_tmpl.data());
+  BOOST_TEST_REQUIRE(out_fd >= 0);
+  BOOST_TEST_REQUIRE(err_fd >= 0);
+
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
+
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  run_result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp_fd(out_fd);
+  r.err = slurp_fd(err_fd);
+  ::close(out_fd);
+  ::close(err_fd);
+  ::unlink(out_tmpl.c_str());
+  ::unlink(err_tmpl.c_str());
+  return r;
+}
+
+// The golden dir and manifest, loaded once. A missing golden dir fails
+// every test that needs it (never a silent pass).
+struct golden {
+  fs::path dir;
+  json manifest;
+
+  static const golden& get() {
+    static const golden g = [] {
+      golden g;
+      auto found = blobpipe::testing::find_golden_dir();
+      BOOST_TEST_REQUIRE(found.dir.has_value(),
+                         "golden dir not found (set BLOBPIPE_GOLDEN_DIR); tried " << found.tried);
+      g.dir = *found.dir;
+      std::ifstream in(g.dir / "manifest.json");
+      g.manifest = json::parse(in);
+      BOOST_TEST_REQUIRE(g.manifest["cases"].size() > 0u);
+      return g;
+    }();
+    return g;
+  }
+  std::string file(const json& c) const { return (dir / c.at("file").get<std::string>()).string(); }
+};
+
+std::size_t count_lines(const std::string& s) {
+  std::size_t n = 0;
+  for (char ch : s) n += ch == '\n';
+  return n;
+}
+
+const char* const entry_fields[] = {"key", "off", "len", "kind", "dtype", "shape", "sha256"};
+
+void check_entry(const json& got, const json& want, std::size_t i) {
+  BOOST_TEST_CONTEXT("entry " << i << " (" << want.at("key").dump() << ")") {
+    BOOST_TEST(got.size() == std::size(entry_fields), "fields: " << got.dump());
+    for (const char* f : entry_fields) {
+      BOOST_TEST(got.value(f, json("<missing>")) == want.at(f),
+                 f << ": got " << got.value(f, json("<missing>")).dump() << ", want "
+                   << want.at(f).dump());
+    }
+  }
+}
+
+// Compares `inspect --json --digest` output with a manifest case (or one
+// blob of the shard case, which carries only nbytes and entries).
+void check_inspect_json(const json& got, const json& want) {
+  for (const char* f : {"footer_version", "tag_hex", "index_off", "index_len"}) {
+    if (want.contains(f)) BOOST_TEST(got.at(f) == want.at(f), f << ": got " << got.at(f));
+  }
+  BOOST_TEST(got.at("nbytes") == want.at("nbytes"));
+  const json& entries = got.at("entries");
+  if (want.contains("entry_count")) {
+    BOOST_TEST(entries.size() == want.at("entry_count").get<std::size_t>());
+  }
+  if (want.contains("entries")) {
+    BOOST_TEST_REQUIRE(entries.size() == want.at("entries").size());
+    for (std::size_t i = 0; i < entries.size(); ++i) check_entry(entries[i], want["entries"][i], i);
+  }
+  if (want.contains("entries_head")) {
+    const json& head = want.at("entries_head");
+    BOOST_TEST_REQUIRE(entries.size() >= head.size());
+    for (std::size_t i = 0; i < head.size(); ++i) check_entry(entries[i], head[i], i);
+  }
+  if (want.contains("entries_tail")) {
+    const json& tail = want.at("entries_tail");
+    BOOST_TEST_REQUIRE(entries.size() >= tail.size());
+    const std::size_t base = entries.size() - tail.size();
+    for (std::size_t i = 0; i < tail.size(); ++i) check_entry(entries[base + i], tail[i], base + i);
+  }
+}
+
+void check_ok(const run_result& r) {
+  BOOST_TEST(r.exit_code == 0, "exit " << r.exit_code << ", stderr: " << r.err);
+  BOOST_TEST(r.err.empty(), "stderr: " << r.err);
+}
+
+// Exactly one line on stderr: `blobpipe: CATEGORY: message`.
+void check_invalid(const run_result& r, const std::string& category) {
+  BOOST_TEST(r.exit_code == 2);
+  BOOST_TEST(count_lines(r.err) == 1u, "stderr: " << r.err);
+  const std::string prefix = "blobpipe: " + category + ": ";
+  BOOST_TEST(r.err.rfind(prefix, 0) == 0u, "stderr: " << r.err << "want prefix: " << prefix);
+}
+
+bool is_shard(const json& c) { return c.value("kind", "") == "shard"; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(golden_dir_is_found) {
+  const golden& g = golden::get();
+  BOOST_TEST_MESSAGE("golden dir: " << g.dir << ", CLI: " << cli_path());
+  BOOST_TEST(fs::is_regular_file(g.dir / "manifest.json"));
+  BOOST_TEST(fs::is_regular_file(cli_path()), "CLI not found at " << cli_path());
+}
+
+BOOST_AUTO_TEST_CASE(inspect_json_digest_matches_manifest_for_valid_blobs) {
+  const golden& g = golden::get();
+  std::size_t checked = 0;
+  for (const json& c : g.manifest["cases"]) {
+    if (!c.at("valid").get<bool>() || is_shard(c)) continue;
+    BOOST_TEST_CONTEXT("case " << c.at("name").get<std::string>()) {
+      auto r = run_cli({"inspect", g.file(c), "--json", "--digest"});
+      check_ok(r);
+      if (r.exit_code != 0) continue;
+      check_inspect_json(json::parse(r.out), c);
+      ++checked;
+    }
+  }
+  BOOST_TEST(checked >= 10u);
+}
+
+BOOST_AUTO_TEST_CASE(inspect_with_offset_and_nbytes_reads_each_shard_blob) {
+  const golden& g = golden::get();
+  std::size_t blobs = 0;
+  for (const json& c : g.manifest["cases"]) {
+    if (!is_shard(c)) continue;
+    for (const json& b : c.at("blobs")) {
+      BOOST_TEST_CONTEXT("shard blob at " << b.at("off")) {
+        auto r = run_cli({"inspect", g.file(c), "--offset", b.at("off").dump(), "--nbytes",
+                          b.at("nbytes").dump(), "--json", "--digest"});
+        check_ok(r);
+        if (r.exit_code == 0) check_inspect_json(json::parse(r.out), b);
+        auto v = run_cli({"verify", g.file(c), "--offset=" + b.at("off").dump(),
+                          "--nbytes=" + b.at("nbytes").dump()});
+        check_ok(v);
+        ++blobs;
+      }
+    }
+  }
+  BOOST_TEST(blobs == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(inspect_json_without_digest_has_no_sha256) {
+  const golden& g = golden::get();
+  auto r = run_cli({"inspect", (g.dir / "pickles.blob").string(), "--json"});
+  check_ok(r);
+  json j = json::parse(r.out);
+  BOOST_TEST_REQUIRE(j.at("entries").size() > 0u);
+  for (const json& e : j["entries"]) {
+    BOOST_TEST(!e.contains("sha256"));
+    BOOST_TEST(e.at("dtype").is_null());  // pickles have nil dtype and shape
+    BOOST_TEST(e.at("shape").is_null());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(inspect_text_prints_footer_and_one_row_per_entry) {
+  const golden& g = golden::get();
+  for (const json& c : g.manifest["cases"]) {
+    if (!c.at("valid").get<bool>() || is_shard(c)) continue;
+    BOOST_TEST_CONTEXT("case " << c.at("name").get<std::string>()) {
+      auto r = run_cli({"inspect", g.file(c), "--digest"});
+      check_ok(r);
+      const std::size_t n = c.contains("entry_count") ? c["entry_count"].get<std::size_t>()
+                                                      : c.at("entries").size();
+      // Six footer lines, then a header row and one row per entry.
+      BOOST_TEST(count_lines(r.out) == 6 + (n ? n + 1 : 0));
+      BOOST_TEST(r.out.find(c.at("tag_hex").get<std::string>()) != std::string::npos);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(verify_exits_zero_with_one_line_for_valid_blobs) {
+  const golden& g = golden::get();
+  for (const json& c : g.manifest["cases"]) {
+    if (!c.at("valid").get<bool>() || is_shard(c)) continue;
+    BOOST_TEST_CONTEXT("case " << c.at("name").get<std::string>()) {
+      auto r = run_cli({"verify", g.file(c)});
+      check_ok(r);
+      BOOST_TEST(count_lines(r.out) == 1u, "stdout: " << r.out);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(invalid_blobs_exit_2_with_their_category) {
+  const golden& g = golden::get();
+  std::size_t checked = 0;
+  for (const json& c : g.manifest["cases"]) {
+    if (c.at("valid").get<bool>()) continue;
+    const std::string category = c.at("expected_error").get<std::string>();
+    BOOST_TEST_CONTEXT("case " << c.at("name").get<std::string>()) {
+      check_invalid(run_cli({"inspect", g.file(c)}), category);
+      check_invalid(run_cli({"inspect", g.file(c), "--json", "--digest"}), category);
+      check_invalid(run_cli({"verify", g.file(c)}), category);
+      ++checked;
+    }
+  }
+  BOOST_TEST(checked >= 10u);
+}
+
+BOOST_AUTO_TEST_CASE(range_past_end_of_file_is_too_small) {
+  const golden& g = golden::get();
+  // single_f32.blob is 115 bytes.
+  check_invalid(run_cli({"inspect", (g.dir / "single_f32.blob").string(), "--nbytes", "116"}),
+                "too_small");
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_exits_3_and_names_it) {
+  auto r = run_cli({"inspect", "/nonexistent/blobpipe/no.blob"});
+  BOOST_TEST(r.exit_code == 3);
+  BOOST_TEST(count_lines(r.err) == 1u);
+  BOOST_TEST(r.err.rfind("blobpipe: io: ", 0) == 0u, "stderr: " << r.err);
+  BOOST_TEST(r.err.find("/nonexistent/blobpipe/no.blob") != std::string::npos);
+  auto d = run_cli({"verify", scratch_dir().string()});
+  BOOST_TEST(d.exit_code == 3, "a directory is an I/O error; stderr: " << d.err);
+}
+
+BOOST_AUTO_TEST_CASE(usage_errors_exit_1) {
+  const golden& g = golden::get();
+  const std::string f = (g.dir / "single_f32.blob").string();
+  const std::vector<std::vector<std::string>> bad = {
+      {},
+      {"frobnicate", f},
+      {"inspect"},
+      {"verify"},
+      {"inspect", f, "--bogus"},
+      {"inspect", f, "--offset"},
+      {"inspect", f, "--offset", "12x"},
+      {"inspect", f, "--nbytes", "-1"},
+      {"inspect", f, "--offset=abc"},
+      {"inspect", f, "--nbytes", "99999999999999999999999"},
+      {"verify", f, "--json"},
+      {"inspect", f, f},
+  };
+  for (const auto& args : bad) {
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    BOOST_TEST_CONTEXT("args: " << joined) {
+      auto r = run_cli(args);
+      BOOST_TEST(r.exit_code == 1, "stderr: " << r.err);
+      BOOST_TEST(r.err.find("usage:") != std::string::npos, "stderr: " << r.err);
+      BOOST_TEST(r.out.empty());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(help_exits_0_and_documents_exit_codes) {
+  for (const char* flag : {"--help", "-h"}) {
+    auto r = run_cli({flag});
+    BOOST_TEST(r.exit_code == 0);
+    BOOST_TEST(r.out.find("usage:") != std::string::npos);
+    BOOST_TEST(r.out.find("exit status") != std::string::npos);
+  }
+  BOOST_TEST(run_cli({"inspect", "x.blob", "--help"}).exit_code == 0);
+}

@@ -1,0 +1,137 @@
+// tools/args.cpp — the `blobpipe` command-line grammar.
+#include "tools/args.hpp"
+
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace blobpipe::cli {
+namespace {
+
+// Strict unsigned decimal: no sign, no spaces, no suffix, no overflow, so a
+// typo such as `--offset 1k` is a usage error rather than offset 1.
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  if (s.empty()) return std::nullopt;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+const char* usage_line() noexcept {
+  return "usage: blobpipe {inspect|verify} FILE [--offset N] [--nbytes N] "
+         "[--json] [--digest]; blobpipe --help";
+}
+
+const char* help_text() noexcept {
+  return R"(usage: blobpipe inspect FILE [--offset N] [--nbytes N] [--json] [--digest]
+       blobpipe verify  FILE [--offset N] [--nbytes N]
+       blobpipe --help
+
+Reads an NVDP blob (format v3, or legacy v2) stored in FILE.
+
+commands:
+  inspect   print the footer (version, tag, index_off, index_len, nbytes)
+            and one row per index entry (off, len, kind, dtype, shape, key).
+            Reads only the footer and index unless --digest is given.
+  verify    decode every entry (range, dtype, shape x itemsize == len)
+            and print a one-line summary.
+
+options:
+  --offset N  the blob starts N bytes into FILE (default 0), e.g. one blob
+              of a checkpoint shard
+  --nbytes N  the blob is N bytes long (default 0: to the end of FILE)
+  --json      inspect: print one JSON object {footer_version, tag_hex,
+              index_off, index_len, nbytes, entries: [{key, off, len, kind,
+              dtype, shape[, sha256]}]}; dtype and shape are null where the
+              index has nil
+  --digest    inspect: add the SHA-256 (hex) of each entry's bytes
+  --help      print this text
+
+exit status:
+  0  success
+  1  usage error (unknown command or flag, missing FILE, N not a decimal
+     unsigned integer)
+  2  FILE holds no valid blob at the given range; stderr has exactly one
+     line `blobpipe: CATEGORY: message`, CATEGORY one of too_small,
+     bad_footer, index_out_of_range, malformed_index, entry_out_of_range,
+     shape_mismatch, unknown_kind, unknown_dtype
+  3  FILE cannot be opened or read (missing, unreadable, a directory);
+     stderr has one line `blobpipe: io: message`
+)";
+}
+
+std::variant<options, usage_error> parse_args(int argc, const char* const* argv) {
+  std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  for (auto a : args) {
+    if (a == "--") break;
+    if (a == "--help" || a == "-h") return options{};  // cmd = help
+  }
+  if (args.empty()) return usage_error{"missing command"};
+
+  options o;
+  if (args[0] == "inspect") {
+    o.cmd = command::inspect;
+  } else if (args[0] == "verify") {
+    o.cmd = command::verify;
+  } else {
+    return usage_error{"unknown command '" + std::string(args[0]) + "'"};
+  }
+
+  std::optional<std::string> file;
+  bool flags_done = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (flags_done || !a.starts_with("-") || a == "-") {
+      if (file) return usage_error{"more than one FILE given"};
+      file = std::string(a);
+      continue;
+    }
+    if (a == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string_view name = a;
+    std::optional<std::string_view> inline_value;
+    if (auto eq = a.find('='); eq != std::string_view::npos) {
+      name = a.substr(0, eq);
+      inline_value = a.substr(eq + 1);
+    }
+    if (name == "--offset" || name == "--nbytes") {
+      std::string_view text;
+      if (inline_value) {
+        text = *inline_value;
+      } else if (i + 1 < args.size()) {
+        text = args[++i];
+      } else {
+        return usage_error{std::string(name) + " needs a value"};
+      }
+      auto n = parse_u64(text);
+      if (!n) {
+        return usage_error{std::string(name) + ": '" + std::string(text) +
+                           "' is not an unsigned decimal integer"};
+      }
+      (name == "--offset" ? o.offset : o.nbytes) = *n;
+      continue;
+    }
+    // --json and --digest only change what inspect prints; verify refuses
+    // them rather than silently ignoring them.
+    if (o.cmd == command::inspect && !inline_value && name == "--json") {
+      o.json = true;
+      continue;
+    }
+    if (o.cmd == command::inspect && !inline_value && name == "--digest") {
+      o.digest = true;
+      continue;
+    }
+    return usage_error{"unknown flag '" + std::string(a) + "'"};
+  }
+  if (!file) return usage_error{"missing FILE"};
+  o.file = std::move(*file);
+  return o;
+}
+
+}  // namespace blobpipe::cli
