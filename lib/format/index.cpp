@@ -103,6 +103,17 @@ double half_to_double(std::uint16_t h) {
   return neg ? -r : r;
 }
 
+// Component i of a complex entry: element i/2, real (even i) or imaginary
+// part; each part is byte-swapped on its own.
+template <class Part>
+double complex_part(const entry_view& v, std::uint64_t i) {
+  entry_view part = v;
+  part.type.type = sizeof(Part) == 4 ? scalar_type::float32 : scalar_type::float64;
+  Part x;
+  load_swapped(part, i * sizeof(Part), &x, sizeof(Part));
+  return x;
+}
+
 }  // namespace
 
 result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end) {
@@ -264,23 +275,10 @@ result<double> entry_view::as_double(std::uint64_t i) const {
     case scalar_type::float8_e5m2: return minifloat(load((std::uint8_t*)nullptr, at), 5, 2, 15, false, true);
     case scalar_type::float8_e4m3fnuz: return minifloat(load((std::uint8_t*)nullptr, at), 4, 3, 8, true, false);
     case scalar_type::float8_e5m2fnuz: return minifloat(load((std::uint8_t*)nullptr, at), 5, 2, 16, true, false);
-    case scalar_type::complex64: {
-      // Component i: element i/2, part i%2; each part swaps on its own.
-      std::uint64_t part = (i / 2) * 8 + (i % 2) * 4;
-      entry_view part_view = *this;
-      part_view.type.type = scalar_type::float32;
-      float x;
-      load_swapped(part_view, part, &x, 4);
-      return x;
-    }
-    case scalar_type::complex128: {
-      std::uint64_t part = (i / 2) * 16 + (i % 2) * 8;
-      entry_view part_view = *this;
-      part_view.type.type = scalar_type::float64;
-      double x;
-      load_swapped(part_view, part, &x, 8);
-      return x;
-    }
+    case scalar_type::complex64:
+      return complex_part<float>(*this, i);
+    case scalar_type::complex128:
+      return complex_part<double>(*this, i);
     default:
       return make_error(errc::invalid_argument,
                         "dtype '" + type.name + "' has no numeric value");
