@@ -1,0 +1,23 @@
+// libFuzzer entry point: Entry::from_meta (the per-entry msgpack map), then
+// validate_entry and view_entry over a buffer of the claimed length when
+// that length is small.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "blobpipe/index.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  auto e = blobpipe::Entry::from_meta("k", std::as_bytes(std::span(data, size)));
+  if (!e) return 0;
+  // meta() of a parsed entry must parse back to the same entry.
+  auto again = blobpipe::Entry::from_meta("k", e->meta());
+  if (!again || !(*again == *e)) __builtin_trap();
+  if (!blobpipe::validate_entry(*e, e->off + 4096)) return 0;
+  if (e->len > 4096) return 0;
+  std::vector<std::byte> bytes(e->len);
+  auto v = blobpipe::view_entry(*e, bytes);
+  if (!v) __builtin_trap();  // validated above: the view must agree
+  return 0;
+}
