@@ -133,6 +133,9 @@ result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
     return make_error(errc::malformed_index, "entry meta: o and n must be non-negative integers");
   e.off = *off;
   e.len = *len;
+  // Unlike an index row, the meta map always carries "s" as an array.
+  if (f[4]->type != msgpack::type::ARRAY)
+    return make_error(errc::malformed_index, "entry meta: s must be an array");
   if (auto r = detail::read_kind_dtype_shape(*f[2], *f[3], *f[4], e, "entry meta"); !r)
     return r.err();
   // The meta map spells "no shape" as []; a pickle has none.
