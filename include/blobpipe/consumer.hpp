@@ -1,0 +1,189 @@
+// blobpipe/consumer.hpp — receiving streamed blobs as events.
+//
+// `co_await consumer.next()` reads frames and yields one event at a time:
+//   entry_ready    — an entry's bytes have all arrived: tag, Entry and a
+//                    zero-copy entry_view into the receive buffer. Yielded
+//                    before later entries of the blob and before its tail.
+//   blob_complete  — the tail arrived and the received index and footer
+//                    agree with the entries seen (keys, offsets, lengths,
+//                    kinds, dtypes, shapes) and the tag from blob_begin.
+//   blob_aborted   — the producer aborted the blob, or the connection ended
+//                    or broke before its tail; never followed by complete.
+//   end_of_stream  — the connection ended; `error` is empty after an
+//                    orderly close, else why (protocol_violation, peer_closed,
+//                    peer_failed, closed). Every later next() repeats it.
+//
+//   auto [ec, c] = co_await blobpipe::consumer::start(std::move(t), {.window_bytes = 64 << 20});
+//   for (;;) {
+//     auto ev = co_await c.next();
+//     if (ev.kind == blobpipe::event_kind::end_of_stream) break;
+//     if (ev.kind == blobpipe::event_kind::entry_ready)
+//       use(ev.entry->view);          // bytes valid while ev.entry is held
+//   }
+//
+// Zero copy: the receive path reads each data frame's header, then reads
+// its payload straight into the entry's final buffer at the chunk's offset
+// (a 64-byte aligned buffer per entry, or the blob's assembly buffer).
+//
+// Memory: bytes of entries not yet released, plus a tail while it is being
+// checked, count as buffered; the sender only sends what fits the window
+// (blobpipe/producer.hpp), and the consumer rejects a sender that overruns
+// it (protocol_violation). An entry is released when the last copy of its
+// `std::shared_ptr<const received_entry>` is dropped; its bytes' window
+// credit then goes back to the sender. One entry larger than the whole
+// window is admitted when nothing else is buffered.
+//
+// Threading: one next() at a time, on the transport's executor.
+// Source: docs/wire.md "Consumer", "Flow control", "Limits".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/entry.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/footer.hpp"
+#include "blobpipe/index.hpp"
+#include "blobpipe/transport.hpp"
+#include "blobpipe/wire.hpp"
+
+namespace blobpipe {
+
+namespace detail {
+struct consumer_state;
+}
+
+inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
+
+/// Where a complete blob ends up, besides the per-entry views.
+enum class assemble_mode {
+  none,    ///< entries only; each in its own 64-byte aligned buffer
+  memory,  ///< the whole blob in one buffer (completed_blob::bytes)
+  file,    ///< written at an offset of a file (consumer_options::file_slot)
+};
+
+/// Where assemble_mode::file writes one blob: at `offset` of `fd`.
+struct file_slot {
+  int fd = -1;               ///< open for writing; not closed by the consumer
+  std::uint64_t offset = 0;  ///< bytes from file start of the blob's byte 0
+};
+
+struct consumer_options {
+  /// Most bytes buffered at once (entries not released + a tail being
+  /// checked), advertised to the sender in the handshake.
+  std::uint64_t window_bytes = default_window_bytes;
+  /// Largest data frame accepted, bytes; the handshake picks
+  /// min(this, the sender's proposal).
+  std::uint32_t max_chunk_bytes = default_chunk_bytes;
+  std::uint32_t max_key_bytes = default_max_key_bytes;    ///< bytes
+  std::uint32_t max_meta_bytes = default_max_meta_bytes;  ///< bytes
+  std::uint64_t max_entry_bytes = 1ull << 32;   ///< one entry's len, bytes
+  std::uint32_t max_tail_bytes = 256u << 20;    ///< index + footer, bytes
+  /// Whole blob (data + tail), bytes. assemble_mode::memory reserves this
+  /// much address space per open blob (pages are committed as bytes land).
+  std::uint64_t max_blob_bytes = 1ull << 32;
+  std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
+  std::uint64_t max_entries_per_blob = 1u << 24;
+
+  assemble_mode assemble = assemble_mode::none;
+  /// assemble_mode::file: called at blob_begin to place the blob. An error
+  /// aborts that blob (its bytes are still received, then dropped).
+  std::function<result<file_slot>(std::uint64_t blob_id, const tag_t& tag)> file_slot_for;
+};
+
+enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };
+
+/// A received entry. Holding it keeps its bytes (and their window credit);
+/// dropping the last shared_ptr releases both.
+struct received_entry {
+  std::uint64_t blob_id = 0;
+  tag_t tag = NO_TAG;
+  std::size_t index = 0;   ///< position in the blob (index row number)
+  Entry entry;             ///< row as announced (offsets from blob start)
+  entry_view view;         ///< typed, zero-copy; view.entry == &entry
+  /// Keeps view.bytes alive and returns the window credit when released.
+  std::shared_ptr<const void> storage;
+
+  received_entry() = default;
+  received_entry(const received_entry&) = delete;  // view.entry points into *this
+  received_entry& operator=(const received_entry&) = delete;
+};
+
+/// A blob whose tail checked out.
+struct completed_blob {
+  std::uint64_t blob_id = 0;
+  blob_index index;               ///< footer + rows parsed from the tail
+  std::uint64_t nbytes = 0;       ///< whole blob, bytes
+  /// assemble_mode::memory: the whole blob, byte-identical to write(plan)
+  /// (pads zero); empty otherwise.
+  std::span<const std::byte> bytes;
+  file_slot file;                 ///< assemble_mode::file: where it was written
+  std::shared_ptr<const void> storage;  ///< keeps `bytes` alive
+};
+
+/// One thing that happened on the stream (see the file comment).
+struct event {
+  event_kind kind = event_kind::end_of_stream;
+  std::uint64_t blob_id = 0;
+  tag_t tag = NO_TAG;
+  std::shared_ptr<const received_entry> entry;  ///< entry_ready
+  std::shared_ptr<const completed_blob> blob;   ///< blob_complete
+  /// blob_aborted: peer_failed (the producer aborted), protocol_violation,
+  /// peer_closed, closed, or the error of file_slot_for. end_of_stream:
+  /// empty after an orderly close, else why.
+  std::error_code error;
+  std::string reason;  ///< one line: the producer's reason or what broke
+};
+
+/// Counters for tests and benchmarks.
+struct consumer_stats {
+  std::uint64_t buffered_bytes = 0;      ///< now
+  std::uint64_t buffered_high_water = 0; ///< most ever buffered, bytes
+  std::uint64_t entries_received = 0;
+  std::uint64_t blobs_completed = 0;
+  std::uint64_t blobs_aborted = 0;
+  std::uint64_t acks_sent = 0;
+};
+
+/// Receives blobs from one transport. Move-only; destroying it closes the
+/// connection (as close()).
+class consumer {
+ public:
+  consumer() = default;
+  consumer(consumer&&) noexcept = default;
+  consumer& operator=(consumer&&) noexcept;
+  ~consumer();
+
+  /// Waits for the sender's hello, checks it, answers with the negotiated
+  /// chunk size and this window. On error the transport is closed.
+  /// Errors: protocol_violation (bad hello or a non-hello first frame),
+  /// invalid_argument (options out of range), peer_closed, peer_failed, closed.
+  static asio::awaitable<std::tuple<std::error_code, consumer>> start(
+      std::unique_ptr<transport> t, consumer_options opt = {});
+
+  /// The next event. Never throws for stream problems: a broken peer yields
+  /// blob_aborted for each open blob, then end_of_stream with the error.
+  /// REQUIRES: no other next() pending on this consumer.
+  asio::awaitable<event> next();
+
+  /// Closes now: a pending next() yields the open blobs as aborted (closed)
+  /// then end_of_stream (closed); the sender sees peer_closed.
+  void close() noexcept;
+
+  std::uint32_t chunk_bytes() const noexcept;   ///< negotiated, bytes
+  std::uint64_t window_bytes() const noexcept;
+  consumer_stats stats() const noexcept;
+
+ private:
+  explicit consumer(std::shared_ptr<detail::consumer_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::consumer_state> state_;
+};
+
+}  // namespace blobpipe

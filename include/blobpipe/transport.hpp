@@ -1,0 +1,104 @@
+// blobpipe/transport.hpp — a frame-level, full-duplex connection.
+//
+// A transport moves frames (blobpipe/wire.hpp): a header, then payload
+// bytes. It knows nothing of blobs, dtypes or msgpack. Its shape follows
+// what UCX active messages allow: the sender hands over a header and a
+// scatter list; the receiver first learns the header, then names the
+// destination for the payload, which lands there directly:
+//
+//   co_await t.send(h, bufs);                       // header + iovecs
+//   auto [ec, h] = co_await t.receive_header();     // decide where it goes
+//   ec = co_await t.receive_payload(dest);          // straight into dest
+//
+// TCP (blobpipe/tcp.hpp) reads the payload with one read into `dest`; an
+// in-process loopback (blobpipe/loopback.hpp) copies from the sender's
+// buffers into `dest`; UCX would call ucp_am_recv_data_nbx with `dest`.
+//
+// Threading: one transport lives on one executor. Use it from coroutines on
+// that executor only (a single-threaded io_context or a strand).
+// Source: docs/wire.md "Transport".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/buffer.hpp>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/wire.hpp"
+
+namespace blobpipe {
+
+/// Limits a transport applies before returning a header.
+struct transport_options {
+  /// A header whose length exceeds this is a protocol_violation (bytes).
+  std::uint32_t max_frame_bytes = default_max_frame_bytes;
+};
+
+/// The frame-level interface every transport implements.
+///
+/// Sends may be issued concurrently by many coroutines: each frame goes out
+/// whole (header and payload are never interleaved with another frame), and
+/// waiting senders go in FIFO order, so producers sending chunk by chunk
+/// interleave fairly. Receiving is single-consumer: receive_header, then
+/// exactly one receive_payload when length > 0, then the next header.
+///
+/// Errors (every awaitable): closed (close() was called on this object,
+/// before or during the operation), peer_closed (the peer ended the
+/// connection), peer_failed (reset or I/O failure), protocol_violation
+/// (receive_header: a header that decode_frame_header rejects; the transport
+/// is then closed), invalid_argument (a broken REQUIRES).
+/// Cancelling a send mid-frame (for instance through a `||` timeout) would
+/// leave half a frame on the stream, so it closes the transport instead.
+class transport {
+ public:
+  virtual ~transport() = default;
+  transport() = default;
+  transport(const transport&) = delete;
+  transport& operator=(const transport&) = delete;
+
+  /// The executor every operation runs on.
+  virtual asio::any_io_executor get_executor() const = 0;
+
+  /// Sends one frame: `h` then the payload buffers in order. Completes when
+  /// the bytes are handed off (TCP: written to the socket; loopback:
+  /// copied into the receiver's destination), so the payload memory may be
+  /// reused afterwards and never needs a staging copy.
+  /// REQUIRES: h.length == total size of `payload`.
+  virtual asio::awaitable<std::error_code> send(const frame_header& h,
+                                                std::span<const asio::const_buffer> payload) = 0;
+
+  /// Waits for the next frame header, decoded and checked
+  /// (decode_frame_header with the options' max_frame_bytes).
+  virtual asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() = 0;
+
+  /// Receives the whole payload of the frame whose header was returned last
+  /// directly into `dest`. REQUIRES: dest.size() == that header's length > 0.
+  virtual asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) = 0;
+
+  /// Closes the connection now. Every pending and later operation completes
+  /// with `closed`; the peer sees peer_closed. Idempotent, never throws.
+  virtual void close() noexcept = 0;
+
+  /// False once closed (by either side, as far as this side knows).
+  virtual bool is_open() const noexcept = 0;
+
+  /// One line on the last failure (for example "frame header: unknown frame
+  /// type 9"); empty when none. For logs: tests compare codes, not text.
+  const std::string& last_error() const noexcept { return last_error_; }
+
+ protected:
+  std::string last_error_;
+};
+
+/// Sends a frame with one contiguous payload (may be empty).
+asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
+                                            std::span<const std::byte> payload);
+
+}  // namespace blobpipe

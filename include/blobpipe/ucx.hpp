@@ -1,0 +1,143 @@
+// blobpipe/ucx.hpp — the UCX transport (ucp active messages, UCX 1.13).
+//
+// The same frame transport as blobpipe/tcp.hpp, over UCX: any transport
+// UCX selects (tcp; on one host the shared-memory ones, posix, sysv, cma).
+// Each frame is one active message: the 24-byte frame header is the AM
+// header, the payload goes out of the caller's own buffers (one buffer:
+// contiguous; several: UCP_DATATYPE_IOV), never through a staging copy.
+// On the receiving side a large payload (rendezvous) is fetched by
+// ucp_am_recv_data_nbx straight into the destination that
+// receive_payload() names; a small one (eager) arrived whole inside UCX's
+// receive buffer and is copied once from there into the destination.
+//
+//   auto l = blobpipe::ucx::listen(ex, 0).value();   // ephemeral port
+//   // consumer side                      // sender side
+//   auto [ec, t] = co_await l.accept();     auto [ec, t] = co_await
+//                                             blobpipe::ucx::connect(ex, "127.0.0.1", l.port());
+//
+// Event loop: every io_context (more exactly, every execution context an
+// executor belongs to) gets one UCX context and one single-threaded worker,
+// created by the first listen/connect on it and released with the last
+// transport or listener. The worker's event fd (ucp_worker_get_efd) is
+// awaited by an asio::posix::stream_descriptor: progress until idle, arm
+// (ucp_worker_arm; busy means progress again), await readable. An idle
+// connection costs no CPU and no thread is added.
+//
+// Choosing the UCX transports: UCX reads UCX_TLS, UCX_NET_DEVICES, ... from
+// the environment; options::config overrides them for one io_context. The
+// connection itself is set up through a listener socket address, so a
+// sockaddr-capable transport must be allowed besides shared memory, e.g.
+// UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. docs/ucx.md has the details.
+//
+// Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
+// closed its transport (an orderly goodbye); peer_failed: the peer's
+// process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER).
+// Frames already received before either are still delivered.
+//
+// Source: docs/ucx.md; UCX examples/ucp_client_server.c.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/transport.hpp"
+
+namespace blobpipe::ucx {
+
+/// How the io_context's UCX context is created.
+struct options {
+  /// UCX configuration overrides: (name without the "UCX_" prefix, value),
+  /// applied with ucp_config_modify on top of the environment, e.g.
+  /// {{"TLS", "tcp,posix,cma"}, {"RNDV_THRESH", "64k"}}. They take effect
+  /// when the io_context's UCX context is created, i.e. at its first
+  /// listen/connect; a later call naming different overrides while that
+  /// context lives fails with invalid_argument. Empty: use the environment,
+  /// or the existing context as it is.
+  std::vector<std::pair<std::string, std::string>> config;
+};
+
+/// A listener (ucp_listener_create) that yields UCX transports.
+///
+/// Connection requests are taken as they arrive (ucp_ep_create with the
+/// request, like a kernel backlog), so a client's connect() completes
+/// before accept() is called.
+class listener {
+ public:
+  listener(listener&&) noexcept;
+  listener& operator=(listener&&) noexcept;
+  ~listener();
+
+  /// The bound port (useful after listening on port 0; ucp_listener_query).
+  std::uint16_t port() const noexcept;
+
+  /// Waits for the next connection and returns it as a transport.
+  /// Errors: closed (close() called, before or while waiting).
+  asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
+      transport_options opt = {});
+
+  /// Stops listening (ucp_listener_destroy); a pending accept completes
+  /// with `closed`, connections not yet accepted are closed.
+  void close() noexcept;
+
+ private:
+  struct impl;
+  explicit listener(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+  friend result<listener> listen(asio::any_io_executor, std::uint16_t, const std::string&,
+                                 const options&);
+};
+
+/// Listens on `address`:`port` (IPv4 or IPv6 literal; port 0 picks an
+/// ephemeral port). Creates the io_context's UCX context and worker on the
+/// first call (ucp_init, ucp_worker_create).
+/// Errors: invalid_argument (address does not parse; config differing from
+/// the io_context's live UCX context; an unknown UCX config name),
+/// peer_failed (UCX could not be initialised, or ucp_listener_create failed,
+/// e.g. the port is taken; the message names the UCX status).
+[[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
+                                      const std::string& address = "127.0.0.1",
+                                      const options& opt = {});
+
+/// Resolves `host`, creates an endpoint to the first address
+/// (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
+/// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER) and completes once UCX
+/// has connected it (ucp_ep_flush_nbx).
+/// Errors: peer_failed (resolve failed, nobody listens, UCX could not be
+/// initialised), invalid_argument (config as for listen), closed (the
+/// awaiting coroutine was cancelled).
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
+    asio::any_io_executor ex, std::string host, std::uint16_t port,
+    transport_options opt = {}, options uopt = {});
+
+/// What one UCX transport has moved so far (for benchmarks and tests).
+struct stats {
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_received = 0;
+  /// Payloads received by rendezvous, i.e. fetched by ucp_am_recv_data_nbx
+  /// straight into the destination (frames, bytes).
+  std::uint64_t rndv_frames = 0;
+  std::uint64_t rndv_bytes = 0;
+  /// Payloads that arrived eagerly and were copied once from UCX's
+  /// receive buffer into the destination (frames, bytes).
+  std::uint64_t eager_frames = 0;
+  std::uint64_t eager_bytes = 0;
+};
+
+/// The counters of `t`. Errors: invalid_argument (`t` is not a UCX transport).
+[[nodiscard]] result<stats> get_stats(const transport& t);
+
+/// UCX's description of the endpoint's lanes and transports
+/// (ucp_ep_print_info), e.g. to check which of UCX_TLS was selected.
+/// Errors: invalid_argument (not a UCX transport), closed (no endpoint).
+[[nodiscard]] result<std::string> describe(const transport& t);
+
+}  // namespace blobpipe::ucx

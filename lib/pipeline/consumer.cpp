@@ -1,0 +1,469 @@
+// The consumer: a pull state machine over frames (docs/wire.md "Consumer").
+// next() reads one frame at a time, checks every field against the limits
+// before using it, reads entry bytes straight into their final buffer, and
+// turns frames into events. Acknowledgements flow back from a separate
+// coroutine as the user releases entries.
+#include "blobpipe/consumer.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+
+#include "blobpipe/layout.hpp"
+#include "lib/pipeline/consumer_state.hpp"
+
+namespace blobpipe {
+namespace detail {
+namespace {
+
+using status = result<void>;
+
+status violation(std::string what) { return {errc::protocol_violation, std::move(what)}; }
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+/// Owns an entry's bytes and its window credit; see received_entry::storage.
+struct entry_lease {
+  std::weak_ptr<consumer_state> owner;
+  std::uint64_t credit = 0;
+  aligned_bytes own;
+  std::shared_ptr<reserved_region> region;
+  ~entry_lease() {
+    if (auto s = owner.lock()) s->release(credit);
+  }
+};
+
+asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
+  while (!s->ack_stopped) {
+    if (s->pending_ack == 0) {
+      if (co_await s->ack_cv.wait()) break;
+      continue;
+    }
+    const std::uint64_t n = std::exchange(s->pending_ack, 0);
+    if (co_await send_frame(*s->t, frame_header{.type = frame_type::ack, .arg = n}, {})) break;
+    ++s->stats.acks_sent;
+  }
+}
+
+/// Reads a small control payload (already bounded by the caller).
+asio::awaitable<status> read_small(consumer_state& s, std::uint32_t len,
+                                   std::vector<std::byte>& out) {
+  out.resize(len);
+  if (len == 0) co_return status{};
+  if (auto ec = co_await s.t->receive_payload(out)) co_return error{ec, s.t->last_error()};
+  co_return status{};
+}
+
+/// Window check for `n` new bytes: over the window only when nothing else is
+/// buffered (one big entry goes alone).
+status check_window(const consumer_state& s, std::uint64_t n, const char* what) {
+  const std::uint64_t w = s.opt.window_bytes;
+  const bool fits = s.stats.buffered_bytes <= w && n <= w - s.stats.buffered_bytes;
+  if (fits || s.stats.buffered_bytes == 0) return {};
+  return violation(std::string(what) + " of " + num(n) + " bytes overruns the window (" +
+                   num(s.stats.buffered_bytes) + " of " + num(w) + " bytes buffered)");
+}
+
+event blob_event(event_kind k, const open_blob& b) {
+  event ev;
+  ev.kind = k;
+  ev.blob_id = b.id;
+  ev.tag = b.tag;
+  return ev;
+}
+
+void abort_blob(consumer_state& s, open_blob& b, std::error_code ec, std::string reason) {
+  if (!b.discard) {
+    auto ev = blob_event(event_kind::blob_aborted, b);
+    ev.error = ec;
+    ev.reason = std::move(reason);
+    s.pending.push_back(std::move(ev));
+    ++s.stats.blobs_aborted;
+  }
+  b.discard = true;
+}
+
+asio::awaitable<status> on_blob_begin(consumer_state& s, const frame_header& h) {
+  if (h.length != TAG_SIZE)
+    co_return violation("blob_begin: payload of " + num(h.length) + " bytes, expected 16");
+  if (h.blob_id <= s.last_blob_id)
+    co_return violation("blob_begin: blob id " + num(h.blob_id) + " not above " +
+                        num(s.last_blob_id));
+  if (s.blobs.size() >= s.opt.max_open_blobs)
+    co_return violation("blob_begin: more than max_open_blobs (" + num(s.opt.max_open_blobs) +
+                        ") blobs open");
+  std::array<std::byte, TAG_SIZE> tag;
+  if (auto ec = co_await s.t->receive_payload(tag)) co_return error{ec, s.t->last_error()};
+  s.last_blob_id = h.blob_id;
+  open_blob& b = s.blobs[h.blob_id];
+  b.id = h.blob_id;
+  std::copy(tag.begin(), tag.end(), b.tag.begin());
+  if (s.opt.assemble == assemble_mode::memory) {
+    auto r = reserved_region::make(s.opt.max_blob_bytes);
+    if (r) b.region = std::move(*r);
+    else abort_blob(s, b, r.code(), r.message());
+  } else if (s.opt.assemble == assemble_mode::file) {
+    auto slot = s.opt.file_slot_for ? s.opt.file_slot_for(b.id, b.tag)
+                                    : result<file_slot>(errc::invalid_argument,
+                                                        "file sink: no file_slot_for");
+    if (slot) b.file = *slot;
+    else abort_blob(s, b, slot.code(), slot.message());
+  }
+  co_return status{};
+}
+
+/// The current entry has all its bytes: make its view, sink it, yield it.
+status finish_entry(consumer_state& s, open_blob& b) {
+  auto cur = std::move(b.cur);
+  b.dest = nullptr;
+  b.received = 0;
+  if (b.discard) return {};
+  Entry at_zero = cur->entry;  // decode over the entry's own bytes
+  at_zero.off = 0;
+  auto bytes = cur->view.bytes;
+  auto v = decode_entry(bytes, at_zero);
+  if (!v) return violation("entry '" + cur->entry.key + "': " + v.message());
+  cur->view = std::move(*v);
+  cur->view.entry = &cur->entry;
+  if (b.file.fd >= 0 && s.opt.assemble == assemble_mode::file) {
+    auto r = write_zeros_at(b.file.fd, b.file.offset + b.file_end, cur->entry.off - b.file_end);
+    if (r) r = write_at(b.file.fd, b.file.offset + cur->entry.off, bytes);
+    if (!r) {
+      abort_blob(s, b, r.code(), r.message());
+      return {};
+    }
+    b.file_end = cur->entry.off + cur->entry.len;
+  }
+  ++s.stats.entries_received;
+  auto ev = blob_event(event_kind::entry_ready, b);
+  ev.entry = std::move(cur);
+  s.pending.push_back(std::move(ev));
+  return {};
+}
+
+asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const frame_header& h) {
+  consumer_state& s = *sp;
+  auto it = s.blobs.find(h.blob_id);
+  if (it == s.blobs.end()) co_return violation("entry_begin for unknown blob " + num(h.blob_id));
+  open_blob& b = it->second;
+  if (b.cur) co_return violation("entry_begin before entry " + num(b.entries.size() - 1) +
+                                 " of blob " + num(b.id) + " was complete");
+  if (h.arg != b.entries.size())
+    co_return violation("entry_begin: entry index " + num(h.arg) + ", expected " +
+                        num(b.entries.size()));
+  if (b.entries.size() >= s.opt.max_entries_per_blob)
+    co_return violation("entry_begin: more than max_entries_per_blob entries");
+  const std::uint64_t max_len = 4ull + s.opt.max_key_bytes + s.opt.max_meta_bytes;
+  if (h.length < 5 || h.length > max_len)
+    co_return violation("entry_begin: payload of " + num(h.length) + " bytes not in [5, " +
+                        num(max_len) + "]");
+  std::vector<std::byte> payload;
+  if (auto r = co_await read_small(s, h.length, payload); !r) co_return r;
+  auto eb = decode_entry_begin(payload, s.opt.max_key_bytes, s.opt.max_meta_bytes);
+  if (!eb) co_return violation(eb.message());
+  auto e = Entry::from_meta(std::string(eb->key), eb->meta);
+  if (!e) co_return violation("entry_begin meta: " + e.message());
+  if (auto r = validate_entry(*e, s.opt.max_blob_bytes); !r)
+    co_return violation("entry '" + e->key + "': " + r.message());
+  if (e->off != b.data_end)
+    co_return violation("entry '" + e->key + "': offset " + num(e->off) + ", expected " +
+                        num(b.data_end));
+  if (e->len > s.opt.max_entry_bytes)
+    co_return violation("entry '" + e->key + "': " + num(e->len) +
+                        " bytes exceed max_entry_bytes " + num(s.opt.max_entry_bytes));
+  if (auto r = check_window(s, e->len, "entry"); !r) co_return r;
+
+  auto lease = std::make_shared<entry_lease>();
+  lease->owner = sp;
+  std::byte* dest = nullptr;
+  if (!b.discard && b.region) {
+    dest = b.region->data() + e->off;  // validate_entry: off + len <= max_blob_bytes
+    lease->region = b.region;
+  } else if (!b.discard) {
+    lease->own = allocate_aligned(e->len);
+    if (!lease->own) co_return status(errc::too_large, "cannot allocate " + num(e->len) + " bytes");
+    dest = lease->own.get();
+  }
+  s.reserve(e->len);
+  lease->credit = e->len;
+  auto cur = std::make_shared<received_entry>();
+  cur->blob_id = b.id;
+  cur->tag = b.tag;
+  cur->index = b.entries.size();
+  cur->entry = *e;
+  cur->view.bytes = std::span<const std::byte>(dest, dest ? e->len : 0);
+  cur->storage = std::move(lease);
+  b.entries.push_back(std::move(*e));
+  b.data_end = align_up(b.entries.back().off + b.entries.back().len);
+  b.cur = std::move(cur);
+  b.dest = dest;
+  if (b.cur->entry.len == 0) co_return finish_entry(s, b);
+  co_return status{};
+}
+
+asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
+  auto it = s.blobs.find(h.blob_id);
+  if (it == s.blobs.end()) co_return violation("data for unknown blob " + num(h.blob_id));
+  open_blob& b = it->second;
+  if (!b.cur) co_return violation("data for blob " + num(b.id) + " with no entry open");
+  if (h.length == 0 || h.length > s.chunk_bytes)
+    co_return violation("data: chunk of " + num(h.length) + " bytes not in [1, " +
+                        num(s.chunk_bytes) + "]");
+  const Entry& e = b.cur->entry;
+  const std::uint64_t expect = e.off + b.received;
+  if (h.arg != expect)
+    co_return violation("data: offset " + num(h.arg) + " for entry '" + e.key + "' [" +
+                        num(e.off) + ", " + num(e.off + e.len) + "), expected " + num(expect));
+  if (h.length > e.len - b.received)
+    co_return violation("data: chunk runs past the end of entry '" + e.key + "' (offset " +
+                        num(h.arg) + " + " + num(h.length) + " > " + num(e.off + e.len) + ")");
+  std::span<std::byte> dest;
+  if (b.dest) {
+    dest = std::span(b.dest + b.received, h.length);
+  } else {
+    s.scratch.resize(h.length);
+    dest = s.scratch;
+  }
+  if (auto ec = co_await s.t->receive_payload(dest)) co_return error{ec, s.t->last_error()};
+  b.received += h.length;
+  if (b.received == e.len) co_return finish_entry(s, b);
+  co_return status{};
+}
+
+/// Checks a tail against the blob: footer, then index rows vs entries seen.
+status check_tail(const open_blob& b, std::span<const std::byte> tail, blob_index& out) {
+  auto f = read_footer(tail);
+  if (!f) return violation("tail: " + f.message());
+  if (f->version != VERSION) return violation("tail: footer version " + num(f->version) + ", expected 3");
+  if (f->index_off != b.data_end)
+    return violation("tail: index_off " + num(f->index_off) + " but entries end at " +
+                     num(b.data_end));
+  if (std::uint64_t{f->index_len} + FOOTER_SIZE != tail.size())
+    return violation("tail: index_len " + num(f->index_len) + " does not fill the " +
+                     num(tail.size()) + "-byte tail");
+  if (f->tag != b.tag) return violation("tail: footer tag differs from blob_begin's");
+  auto rows = parse_index(tail.first(f->index_len), b.data_end);
+  if (!rows) return violation("tail: " + rows.message());
+  if (rows->size() != b.entries.size())
+    return violation("tail: index has " + num(rows->size()) + " rows, " +
+                     num(b.entries.size()) + " entries were sent");
+  for (std::size_t i = 0; i < rows->size(); ++i)
+    if (!((*rows)[i] == b.entries[i]))
+      return violation("tail: index row " + num(i) + " ('" + (*rows)[i].key +
+                       "') disagrees with the entry sent ('" + b.entries[i].key + "')");
+  out.foot = *f;
+  out.entries = std::move(*rows);
+  out.nbytes = b.data_end + tail.size();
+  return {};
+}
+
+asio::awaitable<status> on_tail(consumer_state& s, const frame_header& h) {
+  auto it = s.blobs.find(h.blob_id);
+  if (it == s.blobs.end()) co_return violation("tail for unknown blob " + num(h.blob_id));
+  open_blob& b = it->second;
+  if (b.cur) co_return violation("tail before entry '" + b.cur->entry.key + "' was complete");
+  if (h.length < FOOTER_SIZE + 1 || h.length > s.opt.max_tail_bytes)
+    co_return violation("tail: " + num(h.length) + " bytes not in [33, " +
+                        num(s.opt.max_tail_bytes) + "]");
+  if (h.length > s.opt.max_blob_bytes || b.data_end > s.opt.max_blob_bytes - h.length)
+    co_return violation("tail: blob would exceed max_blob_bytes");
+  if (auto r = check_window(s, h.length, "tail"); !r) co_return r;
+  s.reserve(h.length);
+  std::vector<std::byte> own;
+  std::span<std::byte> dest;
+  if (b.region && !b.discard) {
+    dest = std::span(b.region->data() + b.data_end, h.length);
+  } else {
+    own.resize(h.length);
+    dest = own;
+  }
+  auto ec = co_await s.t->receive_payload(dest);
+  s.release(h.length);  // checked below, then part of the result (or gone)
+  if (ec) co_return error{ec, s.t->last_error()};
+  if (b.discard) {
+    s.blobs.erase(it);
+    co_return status{};
+  }
+  auto done = std::make_shared<completed_blob>();
+  done->blob_id = b.id;
+  if (auto r = check_tail(b, dest, done->index); !r) co_return r;
+  done->nbytes = done->index.nbytes;
+  if (b.region) {
+    done->bytes = std::span<const std::byte>(b.region->data(), done->nbytes);
+    done->storage = b.region;
+  }
+  if (s.opt.assemble == assemble_mode::file) {
+    auto r = write_zeros_at(b.file.fd, b.file.offset + b.file_end, b.data_end - b.file_end);
+    if (r) r = write_at(b.file.fd, b.file.offset + b.data_end, dest);
+    if (!r) {
+      abort_blob(s, b, r.code(), r.message());
+      s.blobs.erase(it);
+      co_return status{};
+    }
+    done->file = b.file;
+  }
+  auto ev = blob_event(event_kind::blob_complete, b);
+  ev.blob = std::move(done);
+  s.pending.push_back(std::move(ev));
+  ++s.stats.blobs_completed;
+  s.blobs.erase(it);
+  co_return status{};
+}
+
+asio::awaitable<status> on_blob_abort(consumer_state& s, const frame_header& h) {
+  auto it = s.blobs.find(h.blob_id);
+  if (it == s.blobs.end()) co_return violation("blob_abort for unknown blob " + num(h.blob_id));
+  if (h.length > max_reason_bytes) co_return violation("blob_abort: reason too long");
+  std::vector<std::byte> reason;
+  if (auto r = co_await read_small(s, h.length, reason); !r) co_return r;
+  abort_blob(s, it->second, make_error_code(errc::peer_failed),
+             std::string(reinterpret_cast<const char*>(reason.data()), reason.size()));
+  s.blobs.erase(it);  // drops a partial entry, returning its credit
+  co_return status{};
+}
+
+/// One frame. An error status ends the stream.
+asio::awaitable<status> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h) {
+  consumer_state& s = *sp;
+  switch (h.type) {
+    case frame_type::blob_begin: co_return co_await on_blob_begin(s, h);
+    case frame_type::entry_begin: co_return co_await on_entry_begin(sp, h);
+    case frame_type::data: co_return co_await on_data(s, h);
+    case frame_type::tail: co_return co_await on_tail(s, h);
+    case frame_type::blob_abort: co_return co_await on_blob_abort(s, h);
+    case frame_type::close: {
+      if (h.length > max_reason_bytes) co_return violation("close: reason too long");
+      std::vector<std::byte> reason;
+      if (auto r = co_await read_small(s, h.length, reason); !r) co_return r;
+      s.end(std::error_code{}, std::string(reinterpret_cast<const char*>(reason.data()),
+                                           reason.size()));
+      co_return status{};
+    }
+    case frame_type::hello:
+    case frame_type::ack:
+      break;
+  }
+  co_return violation(std::string("unexpected ") + frame_type_name(h.type) + " frame from sender");
+}
+
+}  // namespace
+
+void consumer_state::reserve(std::uint64_t n) noexcept {
+  stats.buffered_bytes += n;
+  stats.buffered_high_water = std::max(stats.buffered_high_water, stats.buffered_bytes);
+}
+
+void consumer_state::release(std::uint64_t n) noexcept {
+  stats.buffered_bytes -= n;
+  if (ack_stopped || n == 0) return;
+  pending_ack += n;
+  ack_cv.notify_all();
+}
+
+void consumer_state::end(std::error_code ec, std::string reason) {
+  if (ended) return;
+  ended = true;
+  const auto blob_ec = ec ? ec : make_error_code(errc::peer_closed);
+  const std::string blob_reason =
+      ec ? reason : std::string("sender closed the connection with the blob open");
+  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason);
+  ack_stopped = true;
+  blobs.clear();  // partial entries return their credit (no acks any more)
+  ack_cv.notify_all();
+  t->close();
+  final_event = event{};
+  final_event.kind = event_kind::end_of_stream;
+  final_event.error = ec;
+  final_event.reason = std::move(reason);
+}
+
+}  // namespace detail
+
+consumer& consumer::operator=(consumer&& o) noexcept {
+  if (this != &o) {
+    close();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+consumer::~consumer() { close(); }
+
+asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
+    std::unique_ptr<transport> t, consumer_options opt) {
+  using ret = std::tuple<std::error_code, consumer>;
+  if (!t || opt.window_bytes == 0 || opt.max_chunk_bytes < min_chunk_bytes ||
+      opt.max_tail_bytes <= FOOTER_SIZE || opt.max_meta_bytes == 0 ||
+      (opt.assemble == assemble_mode::file && !opt.file_slot_for))
+    co_return ret{make_error_code(errc::invalid_argument), consumer{}};
+  auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
+  auto fail = [&](std::error_code ec) {
+    s->t->close();
+    return ret{ec, consumer{}};
+  };
+  auto [ec, h] = co_await s->t->receive_header();
+  if (ec) co_return fail(ec);
+  if (h.type != frame_type::hello || h.length != hello_size)
+    co_return fail(make_error_code(errc::protocol_violation));
+  std::array<std::byte, hello_size> buf;
+  if (auto rec = co_await s->t->receive_payload(buf)) co_return fail(rec);
+  auto peer = decode_hello(buf);
+  if (!peer) co_return fail(peer.code());
+  if (peer->role != wire_role::sender) co_return fail(make_error_code(errc::protocol_violation));
+  s->chunk_bytes = std::min(peer->max_chunk_bytes, s->opt.max_chunk_bytes);
+  hello mine{.role = wire_role::consumer,
+             .max_chunk_bytes = s->chunk_bytes,
+             .max_key_bytes = s->opt.max_key_bytes,
+             .window_bytes = s->opt.window_bytes,
+             .max_meta_bytes = s->opt.max_meta_bytes};
+  const auto reply = encode_hello(mine);
+  if (auto sec = co_await send_frame(*s->t, frame_header{.type = frame_type::hello,
+                                                         .length = hello_size},
+                                     reply))
+    co_return fail(sec);
+  asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
+  co_return ret{std::error_code{}, consumer(std::move(s))};
+}
+
+asio::awaitable<event> consumer::next() {
+  auto s = state_;  // the handle may move while we wait
+  if (!s) {
+    event ev;
+    ev.error = make_error_code(errc::closed);
+    co_return ev;
+  }
+  for (;;) {
+    if (!s->pending.empty()) {
+      event ev = std::move(s->pending.front());
+      s->pending.pop_front();
+      co_return ev;
+    }
+    if (s->ended) co_return s->final_event;
+    auto [ec, h] = co_await s->t->receive_header();
+    if (ec) {
+      s->end(ec, s->t->last_error().empty() ? ec.message() : s->t->last_error());
+      continue;
+    }
+    auto r = co_await detail::on_frame(s, h);
+    if (!r) s->end(r.code(), r.message());
+  }
+}
+
+void consumer::close() noexcept {
+  if (!state_) return;
+  state_->ack_stopped = true;
+  state_->ack_cv.notify_all();
+  state_->t->close();
+}
+
+std::uint32_t consumer::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
+std::uint64_t consumer::window_bytes() const noexcept {
+  return state_ ? state_->opt.window_bytes : 0;
+}
+consumer_stats consumer::stats() const noexcept {
+  return state_ ? state_->stats : consumer_stats{};
+}
+
+}  // namespace blobpipe

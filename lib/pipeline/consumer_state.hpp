@@ -1,0 +1,66 @@
+// Shared state of a consumer (internal). Entry leases point back at it
+// weakly, so releasing an entry after the consumer is gone is harmless.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+
+#include "blobpipe/consumer.hpp"
+#include "lib/pipeline/receive_buffers.hpp"
+#include "lib/transport/async_sync.hpp"
+
+namespace blobpipe::detail {
+
+/// A blob between blob_begin and its tail or abort.
+struct open_blob {
+  std::uint64_t id = 0;
+  tag_t tag = NO_TAG;
+  std::vector<Entry> entries;   // announced so far, in order
+  std::uint64_t data_end = 0;   // aligned end of the last entry: the next offset
+  // The entry being received (entry_begin seen, bytes still missing).
+  std::shared_ptr<received_entry> cur;
+  std::byte* dest = nullptr;    // where cur's byte 0 goes (null: discard)
+  std::uint64_t received = 0;   // bytes of cur received
+  // Sinks.
+  std::shared_ptr<reserved_region> region;  // assemble_mode::memory
+  file_slot file;                           // assemble_mode::file
+  std::uint64_t file_end = 0;               // blob bytes written to the file
+  bool discard = false;  // already reported aborted (sink failed): drop its bytes
+};
+
+struct consumer_state {
+  consumer_state(std::unique_ptr<transport> tr, consumer_options o)
+      : t(std::move(tr)), ex(t->get_executor()), opt(std::move(o)), ack_cv(ex) {}
+
+  /// Counts `n` bytes as buffered (a new entry or tail).
+  void reserve(std::uint64_t n) noexcept;
+  /// Returns `n` buffered bytes; the acker tells the sender.
+  void release(std::uint64_t n) noexcept;
+  /// Ends the stream: open blobs become aborted events, then end_of_stream.
+  void end(std::error_code ec, std::string reason);
+
+  std::unique_ptr<transport> t;
+  asio::any_io_executor ex;
+  consumer_options opt;
+  std::uint32_t chunk_bytes = 0;  // negotiated
+  std::map<std::uint64_t, open_blob> blobs;
+  std::uint64_t last_blob_id = 0;
+  std::deque<event> pending;      // events decided, not yet yielded
+  bool ended = false;
+  event final_event;              // end_of_stream, repeated forever
+  std::vector<std::byte> scratch; // payloads of discarded blobs
+  // Flow control.
+  std::uint64_t pending_ack = 0;
+  bool ack_stopped = false;
+  async_condition ack_cv;
+  consumer_stats stats;
+};
+
+}  // namespace blobpipe::detail

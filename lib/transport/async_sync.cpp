@@ -1,0 +1,69 @@
+#include "lib/transport/async_sync.hpp"
+
+#include <algorithm>
+
+#include <asio/error.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "blobpipe/errors.hpp"
+
+namespace blobpipe::detail {
+
+namespace {
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+asio::awaitable<bool> cancelled() {
+  auto cs = co_await asio::this_coro::cancellation_state;
+  co_return cs.cancelled() != asio::cancellation_type::none;
+}
+}  // namespace
+
+async_condition::async_condition(asio::any_io_executor ex) : timer_(std::move(ex)) {
+  timer_.expires_at(asio::steady_timer::time_point::max());
+}
+
+asio::awaitable<bool> async_condition::wait() {
+  co_await timer_.async_wait(use_tuple);
+  co_return co_await cancelled();
+}
+
+void async_condition::notify_all() noexcept { timer_.cancel(); }
+
+async_mutex::waiter::waiter(const asio::any_io_executor& ex) : timer(ex) {
+  timer.expires_at(asio::steady_timer::time_point::max());
+}
+
+asio::awaitable<std::error_code> async_mutex::lock() {
+  if (closed_) co_return make_error_code(errc::closed);
+  if (!locked_) {
+    locked_ = true;
+    co_return std::error_code{};
+  }
+  auto w = std::make_shared<waiter>(ex_);
+  waiters_.push_back(w);
+  co_await w->timer.async_wait(use_tuple);
+  if (w->granted) co_return std::error_code{};  // ownership was handed to us
+  std::erase(waiters_, w);
+  if (closed_) co_return make_error_code(errc::closed);
+  co_return std::error_code(asio::error::operation_aborted);
+}
+
+void async_mutex::unlock() noexcept {
+  if (waiters_.empty() || closed_) {
+    locked_ = false;
+    return;
+  }
+  auto w = std::move(waiters_.front());
+  waiters_.pop_front();
+  w->granted = true;  // locked_ stays true: the waiter owns it now
+  w->timer.cancel();
+}
+
+void async_mutex::close() noexcept {
+  closed_ = true;
+  for (auto& w : waiters_) w->timer.cancel();
+}
+
+}  // namespace blobpipe::detail

@@ -1,0 +1,69 @@
+// Coroutine synchronisation for one executor: a condition (wake all) and a
+// FIFO mutex. Internal to blobpipe (transport and pipeline).
+//
+// Both are built on steady_timer waits that never expire on their own:
+// cancelling the timer is the wake-up. The waiter re-checks its predicate,
+// so a spurious wake is harmless.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <system_error>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
+
+namespace blobpipe::detail {
+
+/// Wakes every waiter at once.
+class async_condition {
+ public:
+  explicit async_condition(asio::any_io_executor ex);
+  /// Suspends until notify_all(). Returns true when the awaiting coroutine
+  /// was cancelled (its cancellation state is set), so loops can stop.
+  asio::awaitable<bool> wait();
+  void notify_all() noexcept;
+
+ private:
+  asio::steady_timer timer_;
+};
+
+/// A mutex whose unlock hands ownership to the longest waiter, so two
+/// producers sending chunk after chunk take turns instead of one starving
+/// the other.
+class async_mutex {
+ public:
+  explicit async_mutex(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+  /// Errors: blobpipe::errc::closed (after close()), operation_aborted
+  /// (the waiting coroutine was cancelled).
+  asio::awaitable<std::error_code> lock();
+  void unlock() noexcept;
+  /// Fails every waiter and every later lock() with closed.
+  void close() noexcept;
+
+ private:
+  struct waiter {
+    explicit waiter(const asio::any_io_executor& ex);
+    asio::steady_timer timer;
+    bool granted = false;
+  };
+  asio::any_io_executor ex_;
+  bool locked_ = false;
+  bool closed_ = false;
+  std::deque<std::shared_ptr<waiter>> waiters_;
+};
+
+/// Unlocks on scope exit (after a successful lock()).
+class unlock_guard {
+ public:
+  explicit unlock_guard(async_mutex& m) : m_(&m) {}
+  unlock_guard(const unlock_guard&) = delete;
+  unlock_guard& operator=(const unlock_guard&) = delete;
+  ~unlock_guard() { m_->unlock(); }
+
+ private:
+  async_mutex* m_;
+};
+
+}  // namespace blobpipe::detail

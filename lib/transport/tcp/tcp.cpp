@@ -1,0 +1,189 @@
+// TCP transport (docs/wire.md "TCP"): one scatter-gather write per frame,
+// header-then-payload reads with the payload read straight into the
+// caller's destination.
+#include "blobpipe/tcp.hpp"
+
+#include <array>
+#include <vector>
+
+#include <asio/connect.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "lib/transport/async_sync.hpp"
+#include "lib/transport/io_error.hpp"
+
+namespace blobpipe::tcp {
+namespace {
+
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+class tcp_transport final : public transport {
+ public:
+  tcp_transport(asio::ip::tcp::socket s, transport_options opt)
+      : sock_(std::move(s)), send_mutex_(sock_.get_executor()), opt_(opt) {}
+  ~tcp_transport() override { close(); }
+
+  asio::any_io_executor get_executor() const override {
+    return const_cast<asio::ip::tcp::socket&>(sock_).get_executor();
+  }
+
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> payload) override {
+    if (closed_) co_return make_error_code(errc::closed);
+    if (asio::buffer_size(payload) != h.length) {
+      last_error_ = "send: header length differs from the payload size";
+      co_return make_error_code(errc::invalid_argument);
+    }
+    if (auto ec = co_await send_mutex_.lock()) co_return ec;
+    detail::unlock_guard guard(send_mutex_);
+    if (closed_) co_return make_error_code(errc::closed);
+    std::array<std::byte, frame_header_size> hdr;
+    encode_frame_header(h, hdr);
+    std::vector<asio::const_buffer> bufs;
+    bufs.reserve(1 + payload.size());
+    bufs.emplace_back(hdr.data(), hdr.size());
+    bufs.insert(bufs.end(), payload.begin(), payload.end());
+    auto [ec, n] = co_await asio::async_write(sock_, bufs, use_tuple);
+    if (ec) co_return fail(ec, "send");  // a partial frame poisons the stream
+    co_return std::error_code{};
+  }
+
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
+    if (rx_pending_ != 0) {
+      last_error_ = "receive_header: the previous frame's payload was not received";
+      co_return std::tuple{make_error_code(errc::invalid_argument), frame_header{}};
+    }
+    auto [ec, n] = co_await asio::async_read(sock_, asio::buffer(rx_header_), use_tuple);
+    if (ec) co_return std::tuple{fail(ec, "receive header"), frame_header{}};
+    auto h = decode_frame_header(rx_header_, opt_.max_frame_bytes);
+    if (!h) {
+      last_error_ = h.message();
+      close();
+      co_return std::tuple{h.code(), frame_header{}};
+    }
+    rx_pending_ = h->length;
+    co_return std::tuple{std::error_code{}, *h};
+  }
+
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+    if (closed_) co_return make_error_code(errc::closed);
+    if (rx_pending_ == 0 || dest.size() != rx_pending_) {
+      last_error_ = "receive_payload: no pending payload of that size";
+      co_return make_error_code(errc::invalid_argument);
+    }
+    auto [ec, n] =
+        co_await asio::async_read(sock_, asio::buffer(dest.data(), dest.size()), use_tuple);
+    if (ec) co_return fail(ec, "receive payload");
+    rx_pending_ = 0;
+    co_return std::error_code{};
+  }
+
+  void close() noexcept override {
+    if (closed_) return;
+    closed_ = true;
+    std::error_code ignored;
+    sock_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    sock_.close(ignored);
+    send_mutex_.close();
+  }
+
+  bool is_open() const noexcept override { return !closed_ && !peer_gone_; }
+
+ private:
+  std::error_code fail(std::error_code io, const char* what) {
+    auto ec = detail::map_io_error(io, closed_);
+    if (!closed_) {
+      last_error_ = std::string(what) + ": " + io.message();
+      peer_gone_ = true;
+      close();
+    }
+    return ec;
+  }
+
+  asio::ip::tcp::socket sock_;
+  detail::async_mutex send_mutex_;
+  transport_options opt_;
+  std::array<std::byte, frame_header_size> rx_header_{};
+  std::uint32_t rx_pending_ = 0;  // payload bytes of the last header still unread
+  bool closed_ = false;
+  bool peer_gone_ = false;
+};
+
+std::unique_ptr<transport> wrap(asio::ip::tcp::socket s, transport_options opt) {
+  std::error_code ignored;
+  // Small control frames (ack, tail) must not wait behind Nagle.
+  s.set_option(asio::ip::tcp::no_delay(true), ignored);
+  return std::make_unique<tcp_transport>(std::move(s), opt);
+}
+
+}  // namespace
+
+struct listener::impl {
+  explicit impl(asio::any_io_executor ex) : acceptor(std::move(ex)) {}
+  asio::ip::tcp::acceptor acceptor;
+  bool closed = false;
+};
+
+listener::listener(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+listener::listener(listener&&) noexcept = default;
+listener& listener::operator=(listener&&) noexcept = default;
+listener::~listener() { close(); }
+
+std::uint16_t listener::port() const noexcept {
+  std::error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listener::accept(
+    transport_options opt) {
+  if (!impl_ || impl_->closed)
+    co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
+  auto [ec, sock] = co_await impl_->acceptor.async_accept(use_tuple);
+  if (ec)
+    co_return std::tuple{detail::map_io_error(ec, !impl_ || impl_->closed),
+                         std::unique_ptr<transport>{}};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
+}
+
+void listener::close() noexcept {
+  if (!impl_ || impl_->closed) return;
+  impl_->closed = true;
+  std::error_code ignored;
+  impl_->acceptor.close(ignored);
+}
+
+result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
+                        const std::string& address) {
+  std::error_code ec;
+  auto addr = asio::ip::make_address(address, ec);
+  if (ec) return {errc::invalid_argument, "listen: bad address '" + address + "'"};
+  auto p = std::make_unique<listener::impl>(std::move(ex));
+  asio::ip::tcp::endpoint ep(addr, port);
+  auto& a = p->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) return listener(std::move(p));
+  return {errc::peer_failed, "listen on " + address + ":" + std::to_string(port) + ": " +
+                                 ec.message()};
+}
+
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt) {
+  asio::ip::tcp::resolver resolver(ex);
+  auto [rec, endpoints] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
+  if (rec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
+  asio::ip::tcp::socket sock(ex);
+  auto [cec, ep] = co_await asio::async_connect(sock, endpoints, use_tuple);
+  if (cec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
+}
+
+}  // namespace blobpipe::tcp

@@ -1,0 +1,28 @@
+#include "blobpipe/transport.hpp"
+
+#include <array>
+
+#include <asio/error.hpp>
+
+#include "lib/transport/io_error.hpp"
+
+namespace blobpipe {
+
+asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
+                                            std::span<const std::byte> payload) {
+  std::array<asio::const_buffer, 1> bufs{asio::const_buffer(payload.data(), payload.size())};
+  co_return co_await t.send(h, std::span<const asio::const_buffer>(bufs.data(),
+                                                                   payload.empty() ? 0 : 1));
+}
+
+namespace detail {
+
+std::error_code map_io_error(std::error_code ec, bool closed_by_us) noexcept {
+  if (closed_by_us) return make_error_code(errc::closed);
+  if (ec == asio::error::eof || ec == asio::error::broken_pipe)
+    return make_error_code(errc::peer_closed);
+  return make_error_code(errc::peer_failed);
+}
+
+}  // namespace detail
+}  // namespace blobpipe

@@ -1,0 +1,673 @@
+// Consumer behaviour (blobpipe/consumer.hpp) end to end over loopback and
+// TCP: early entries, bounded memory, drops, malformed frames, close.
+//
+// Coroutine lambdas are named locals of the (non-coroutine) test body, so
+// their captures outlive the coroutines, and none is nested in another
+// coroutine (GCC 12 mis-compiles that with Boost.Test's __func__).
+#define BOOST_TEST_MODULE consumer
+#include <boost/test/unit_test.hpp>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "test/pipeline_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+
+bool same_bytes(std::span<const std::byte> a, const void* b, std::size_t n) {
+  return a.size() == n && (n == 0 || std::memcmp(a.data(), b, n) == 0);
+}
+
+}  // namespace
+
+// (a) Entries are yielded as soon as their bytes arrive, before the tail:
+// the producer holds finish() back until the consumer has seen every entry.
+BOOST_AUTO_TEST_CASE(consumer_yields_entry_before_tail) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      gate tail_gate(r.ex());
+      bool tail_sent = false, completed = false;
+      int entries_seen = 0;
+      const auto a = ramp(1000, 1.0f);  // 4000 bytes: several 256-byte chunks
+      const auto b = ramp(7, 50.0f);
+      auto ep = r.await(connect(l, {}, {.chunk_bytes = 256}));
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
+        auto vb = value::tensor(b, {7});  // (no braced temporaries across co_await: GCC 12)
+        BLOBPIPE_CO_CHECK(blob.emit("b", std::move(vb)));
+        co_await tail_gate.wait();  // hold the tail back
+        tail_sent = true;
+        BLOBPIPE_CO_CHECK(blob.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::entry_ready) {
+            BOOST_TEST(!tail_sent);
+            ++entries_seen;
+            const auto& v = ev.entry->view;
+            if (ev.entry->index == 0) {
+              BOOST_TEST(v.entry->key == "a");
+              BOOST_TEST(same_bytes(v.bytes, a.data(), a.size() * 4));
+              BOOST_TEST(v.at<float>(999) == 1000.0f);
+            } else {
+              BOOST_TEST(v.entry->key == "b");
+              BOOST_TEST(v.shape == (shape_t{7}));
+              tail_gate.open();
+            }
+          } else if (ev.kind == event_kind::blob_complete) {
+            BOOST_TEST(tail_sent);
+            BOOST_TEST(ev.blob->index.entries.size() == 2u);
+            completed = true;
+          } else {
+            BOOST_TEST(ev.kind == event_kind::end_of_stream);
+            BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
+            break;
+          }
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(entries_seen == 2);
+      BOOST_TEST(completed);
+    }
+  }
+}
+
+// (d) A slow consumer that holds entries keeps the buffered bytes within the
+// window; producers wait for credit instead of anything being dropped.
+BOOST_AUTO_TEST_CASE(slow_consumer_keeps_buffered_bytes_within_window) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      constexpr std::uint64_t window = 64 * 1024;
+      constexpr int producers = 4, blobs_each = 3, entries_each = 6;
+      const auto payload = ramp(4096, 3.0f);  // 16 KiB per entry
+      int entries_seen = 0, completed = 0, producers_done = 0;
+      std::uint64_t credit_waits = 0;
+      consumer_stats st;
+      consumer_options copt;
+      copt.window_bytes = window;
+      auto ep = r.await(connect(l, copt, {.chunk_bytes = 4096}));
+      auto produce = [&]() -> asio::awaitable<void> {
+        for (int k = 0; k < blobs_each; ++k) {
+          auto blob = ep.s.open_blob();
+          for (int e = 0; e < entries_each; ++e)
+            BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(e), value::tensor(payload)));
+          BLOBPIPE_CO_CHECK(blob.finish());
+        }
+        if (++producers_done == producers) {
+          credit_waits = ep.s.stats().credit_waits;
+          BLOBPIPE_CO_CHECK(ep.s.shutdown());
+        }
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        std::deque<std::shared_ptr<const received_entry>> held;  // the slow part
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          co_await yield_n(5);
+          if (ev.kind == event_kind::entry_ready) {
+            ++entries_seen;
+            BOOST_TEST(same_bytes(ev.entry->view.bytes, payload.data(), payload.size() * 4));
+            held.push_back(std::move(ev.entry));
+            if (held.size() > 3) held.pop_front();
+          } else if (ev.kind == event_kind::blob_complete) {
+            ++completed;
+          } else {
+            BOOST_TEST(ev.kind == event_kind::end_of_stream);
+            BOOST_TEST(!ev.error, ev.reason);
+            break;
+          }
+        }
+        held.clear();
+        st = ep.c.stats();
+      };
+      for (int p = 0; p < producers; ++p) r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(entries_seen == producers * blobs_each * entries_each);
+      BOOST_TEST(completed == producers * blobs_each);
+      BOOST_TEST(st.buffered_high_water <= window);
+      BOOST_TEST(st.buffered_high_water >= 3 * 16 * 1024u);  // it did hold entries
+      BOOST_TEST(credit_waits > 0u);                          // producers did wait
+      BOOST_TEST(st.buffered_bytes == 0u);
+    }
+  }
+}
+
+// An entry larger than the whole window is admitted alone instead of
+// deadlocking.
+BOOST_AUTO_TEST_CASE(entry_larger_than_window_is_admitted_alone) {
+  runner r;
+  const auto big = ramp(16384, 0.0f);  // 64 KiB
+  const auto small = ramp(16, 0.0f);
+  consumer_stats st;
+  int entries = 0;
+  consumer_options copt;
+  copt.window_bytes = 4096;
+  auto ep = r.await(connect(link_kind::loopback, copt, {.chunk_bytes = 1024}));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    BLOBPIPE_CO_CHECK(blob.emit("small", value::tensor(small)));
+    BLOBPIPE_CO_CHECK(blob.emit("big", value::tensor(big)));
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::end_of_stream) break;
+      if (ev.kind == event_kind::entry_ready) ++entries;
+    }
+    st = ep.c.stats();
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(entries == 2);
+  BOOST_TEST(st.buffered_high_water == big.size() * 4);  // alone: nothing beside it
+}
+
+// (e) A connection dropped mid-blob: the completed blob stays complete, the
+// open one is reported aborted, and the stream ends with the error.
+BOOST_AUTO_TEST_CASE(dropped_connection_aborts_open_blob_and_keeps_completed) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      gate drop(r.ex());
+      std::vector<event_kind> kinds;
+      std::vector<std::uint64_t> ids;
+      event last;
+      std::error_code late;
+      const auto x = ramp(100, 1.0f);
+      auto ep = r.await(connect(l));
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto one = ep.s.open_blob();
+        BLOBPIPE_CO_CHECK(one.emit("x", value::tensor(x)));
+        BLOBPIPE_CO_CHECK(one.finish());
+        auto two = ep.s.open_blob();
+        BLOBPIPE_CO_CHECK(two.emit("x", value::tensor(x)));
+        co_await drop.wait();
+        ep.s.close();  // the connection drops with blob two open
+        late = co_await two.emit("y", value::tensor(x));
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          kinds.push_back(ev.kind);
+          ids.push_back(ev.blob_id);
+          if (ev.kind == event_kind::entry_ready && ev.blob_id == 2) drop.open();
+          if (ev.kind == event_kind::blob_aborted)
+            BOOST_TEST((ev.error == errc::peer_closed || ev.error == errc::peer_failed));
+          if (ev.kind == event_kind::end_of_stream) {
+            last = ev;
+            break;
+          }
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      const std::vector<event_kind> want = {event_kind::entry_ready, event_kind::blob_complete,
+                                            event_kind::entry_ready, event_kind::blob_aborted,
+                                            event_kind::end_of_stream};
+      BOOST_TEST(kinds == want, boost::test_tools::per_element());
+      BOOST_TEST_REQUIRE(ids.size() == want.size());
+      BOOST_TEST(ids[1] == 1u);
+      BOOST_TEST(ids[3] == 2u);
+      BOOST_TEST((last.error == errc::peer_closed || last.error == errc::peer_failed));
+      BOOST_TEST((late == errc::closed));
+    }
+  }
+}
+
+// Closing the consumer wakes its pending next() and fails a producer that
+// waits for window credit.
+BOOST_AUTO_TEST_CASE(consumer_close_ends_pending_next_and_waiting_producer) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      std::error_code producer_ec;
+      event last;
+      std::vector<event_kind> kinds;
+      const auto x = ramp(1024, 0.0f);  // 4 KiB
+      consumer_options copt;
+      copt.window_bytes = 4096;
+      auto ep = r.await(connect(l, copt));
+      bool waiting = false;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        BLOBPIPE_CO_CHECK(blob.emit("x0", value::tensor(x)));
+        waiting = true;
+        // The consumer holds x0, so this waits for credit until the close.
+        producer_ec = co_await blob.emit("x1", value::tensor(x));
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        auto first = co_await ep.c.next();  // held: its credit never returns
+        BOOST_TEST(first.kind == event_kind::entry_ready);
+        for (;;) {
+          auto ev = co_await ep.c.next();  // pending when close() runs
+          kinds.push_back(ev.kind);
+          if (ev.kind == event_kind::end_of_stream) {
+            last = ev;
+            break;
+          }
+        }
+      };
+      auto closer = [&]() -> asio::awaitable<void> {
+        while (!waiting) co_await yield_n(1);
+        co_await yield_n(20);
+        BOOST_TEST(producer_ec == std::error_code{});  // still waiting
+        ep.c.close();
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      r.spawn(closer());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((last.error == errc::closed));
+      BOOST_TEST_REQUIRE(kinds.size() == 2u);  // blob aborted, then end
+      BOOST_TEST(kinds[0] == event_kind::blob_aborted);
+      BOOST_TEST((producer_ec == errc::peer_closed || producer_ec == errc::peer_failed));
+    }
+  }
+}
+
+// ---- (f) malformed frames -------------------------------------------------
+
+namespace {
+
+using script = std::function<asio::awaitable<void>(transport&)>;
+
+asio::awaitable<void> put(transport& t, frame_header h, std::span<const std::byte> p = {}) {
+  h.length = static_cast<std::uint32_t>(p.size());
+  (void)co_await send_frame(t, h, p);  // the consumer may hang up: ignore
+}
+
+asio::awaitable<void> evil_hello(transport& t, hello h = {}) {
+  co_await put(t, {.type = frame_type::hello}, encode_hello(h));
+  auto [ec, got] = co_await t.receive_header();
+  if (!ec && got.length != 0) {
+    std::vector<std::byte> buf(got.length);
+    (void)co_await t.receive_payload(buf);
+  }
+}
+
+asio::awaitable<void> begin_blob(transport& t, std::uint64_t id) {
+  tag_t tag{};
+  tag[0] = std::byte{7};
+  co_await put(t, {.type = frame_type::blob_begin, .blob_id = id}, tag);
+}
+
+Entry f32_entry(std::string key, std::uint64_t off, std::int64_t n) {
+  Entry e;
+  e.key = std::move(key);
+  e.off = off;
+  e.len = static_cast<std::uint64_t>(n) * 4;
+  e.kind = 't';
+  e.dtype = "float32";
+  e.shape = shape_t{n};
+  return e;
+}
+
+asio::awaitable<void> begin_entry(transport& t, std::uint64_t id, std::uint64_t index,
+                                  Entry e) {
+  co_await put(t, {.type = frame_type::entry_begin, .blob_id = id, .arg = index},
+               encode_entry_begin(e.key, e.meta()));
+}
+
+/// Drains the evil side until the consumer hangs up, so the verdict is the
+/// consumer's own.
+asio::awaitable<void> drain(transport& t) {
+  for (;;) {
+    auto [ec, h] = co_await t.receive_header();
+    if (ec) break;
+    if (h.length) {
+      std::vector<std::byte> sink(h.length);
+      if (co_await t.receive_payload(sink)) break;
+    }
+  }
+}
+
+struct outcome {
+  std::error_code start_error;
+  std::vector<event> events;
+  bool any_complete() const {
+    for (auto& e : events)
+      if (e.kind == event_kind::blob_complete) return true;
+    return false;
+  }
+  const event& last() const { return events.back(); }
+};
+
+asio::awaitable<void> collect(consumer& c, outcome& out) {
+  for (;;) {
+    out.events.push_back(co_await c.next());
+    if (out.events.back().kind == event_kind::end_of_stream) break;
+  }
+}
+
+outcome run_evil(link_kind l, script evil, consumer_options opt = {},
+                 transport_options topt = {}) {
+  runner r;
+  outcome out;
+  auto [a, b] = r.await(raw_pair(l, topt));
+  consumer c;
+  auto play = [&]() -> asio::awaitable<void> {
+    co_await evil(*a);
+    co_await drain(*a);
+  };
+  auto judge = [&]() -> asio::awaitable<void> {
+    auto [ec, started] = co_await consumer::start(std::move(b), opt);
+    out.start_error = ec;
+    if (ec) co_return;
+    c = std::move(started);
+    co_await collect(c, out);
+  };
+  r.spawn(play());
+  r.spawn(judge());
+  BOOST_TEST_REQUIRE(r.run());
+  return out;
+}
+
+void expect_violation(const outcome& o, std::size_t aborted_blobs) {
+  BOOST_TEST(!o.start_error);
+  BOOST_TEST_REQUIRE(!o.events.empty());
+  BOOST_TEST(o.last().kind == event_kind::end_of_stream);
+  BOOST_TEST((o.last().error == errc::protocol_violation), o.last().reason);
+  BOOST_TEST(!o.last().reason.empty());
+  BOOST_TEST(!o.any_complete());
+  std::size_t aborted = 0;
+  for (auto& e : o.events)
+    if (e.kind == event_kind::blob_aborted) {
+      ++aborted;
+      BOOST_TEST((e.error == errc::protocol_violation));
+    }
+  BOOST_TEST(aborted == aborted_blobs);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_bad_handshake) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      auto bad_version = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        auto p = encode_hello({});
+        p[4] = std::byte{9};  // version 9
+        co_await put(t, {.type = frame_type::hello}, p);
+      });
+      BOOST_TEST((bad_version.start_error == errc::protocol_violation));
+      auto bad_magic = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        auto p = encode_hello({});
+        p[0] = std::byte{'X'};
+        co_await put(t, {.type = frame_type::hello}, p);
+      });
+      BOOST_TEST((bad_magic.start_error == errc::protocol_violation));
+      auto not_hello = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await begin_blob(t, 1);
+      });
+      BOOST_TEST((not_hello.start_error == errc::protocol_violation));
+      auto wrong_role = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t, {.role = wire_role::consumer});
+      });
+      BOOST_TEST((wrong_role.start_error == errc::protocol_violation));
+    }
+  }
+}
+
+namespace {
+
+std::vector<std::byte> frame_bytes(frame_header h, std::span<const std::byte> p = {}) {
+  h.length = static_cast<std::uint32_t>(p.size());
+  std::vector<std::byte> out(frame_header_size);
+  encode_frame_header(h, out);
+  out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+/// Plays raw bytes at a TCP consumer: `before_reply` first, then (after the
+/// consumer's hello, if `expect_reply`) `after_reply`.
+outcome run_raw_tcp(std::vector<std::byte> before_reply, bool expect_reply,
+                    std::vector<std::byte> after_reply, transport_options topt = {}) {
+  runner r;
+  outcome out;
+  auto lis = tcp::listen(r.ex(), 0).value();
+  asio::ip::tcp::socket raw(r.ex());
+  consumer c;
+  auto play = [&]() -> asio::awaitable<void> {
+    co_await raw.async_connect({asio::ip::make_address("127.0.0.1"), lis.port()},
+                               asio::use_awaitable);
+    co_await asio::async_write(raw, asio::buffer(before_reply), asio::use_awaitable);
+    if (expect_reply) {
+      std::array<std::byte, frame_header_size + hello_size> reply;
+      co_await asio::async_read(raw, asio::buffer(reply), asio::use_awaitable);
+      co_await asio::async_write(raw, asio::buffer(after_reply), asio::use_awaitable);
+    }
+    std::array<std::byte, 64> sink;
+    for (;;) {  // until the consumer hangs up
+      auto [ec, n] = co_await raw.async_read_some(
+          asio::buffer(sink), asio::experimental::as_tuple(asio::use_awaitable));
+      if (ec) break;
+    }
+  };
+  auto judge = [&]() -> asio::awaitable<void> {
+    auto [aec, t] = co_await lis.accept(topt);
+    BOOST_TEST_REQUIRE(!aec);
+    auto [ec, started] = co_await consumer::start(std::move(t));
+    out.start_error = ec;
+    if (ec) co_return;
+    c = std::move(started);
+    co_await collect(c, out);
+  };
+  r.spawn(play());
+  r.spawn(judge());
+  BOOST_TEST_REQUIRE(r.run());
+  return out;
+}
+
+std::vector<std::byte> concat(std::initializer_list<std::vector<std::byte>> parts) {
+  std::vector<std::byte> out;
+  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_garbage_bytes_on_tcp) {
+  // Not a blobpipe peer at all: an HTTP request where the hello should be.
+  const std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto bytes = std::as_bytes(std::span(http));
+  auto o = run_raw_tcp({bytes.begin(), bytes.end()}, false, {});
+  BOOST_TEST((o.start_error == errc::protocol_violation));
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_unknown_frame_type) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      auto o = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 1);
+        co_await put(t, {.type = static_cast<frame_type>(42), .blob_id = 1});
+      });
+      expect_violation(o, 1);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_oversized_lengths) {
+  {
+    // Raw TCP: a tail header claiming ~4 GiB with no payload behind it. It
+    // is rejected from the header alone, before anything is allocated.
+    tag_t tag{};
+    std::array<std::byte, frame_header_size> huge;
+    encode_frame_header({.type = frame_type::tail, .length = 0xFFFFFFF0u, .blob_id = 1}, huge);
+    auto o = run_raw_tcp(frame_bytes({.type = frame_type::hello}, encode_hello({})), true,
+                         concat({frame_bytes({.type = frame_type::blob_begin, .blob_id = 1}, tag),
+                                 {huge.begin(), huge.end()}}),
+                         {.max_frame_bytes = 1 << 20});
+    expect_violation(o, 1);
+  }
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      // A frame longer than the transport's max_frame_bytes.
+      auto big_frame = run_evil(
+          l,
+          [](transport& t) -> asio::awaitable<void> {
+            co_await evil_hello(t);
+            co_await begin_blob(t, 1);
+            std::vector<std::byte> tail(8192);
+            co_await put(t, {.type = frame_type::tail, .blob_id = 1}, tail);
+          },
+          {}, {.max_frame_bytes = 4096});
+      expect_violation(big_frame, 1);
+      // A data chunk above the negotiated chunk size.
+      consumer_options small_chunk;
+      small_chunk.max_chunk_bytes = 1024;
+      auto big_chunk = run_evil(
+          l,
+          [](transport& t) -> asio::awaitable<void> {
+            co_await evil_hello(t);
+            co_await begin_blob(t, 1);
+            co_await begin_entry(t, 1, 0, f32_entry("x", 0, 1024));
+            std::vector<std::byte> chunk(2048);
+            co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 0}, chunk);
+          },
+          small_chunk);
+      expect_violation(big_chunk, 1);
+      // A key longer than max_key_bytes.
+      consumer_options short_keys;
+      short_keys.max_key_bytes = 16;
+      auto long_key = run_evil(
+          l,
+          [](transport& t) -> asio::awaitable<void> {
+            co_await evil_hello(t);
+            co_await begin_blob(t, 1);
+            co_await begin_entry(t, 1, 0, f32_entry(std::string(100, 'k'), 0, 1));
+          },
+          short_keys);
+      expect_violation(long_key, 1);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_data_offset_past_entry) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      auto past_end = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 1);
+        co_await begin_entry(t, 1, 0, f32_entry("x", 0, 25));  // [0, 100)
+        std::vector<std::byte> chunk(64);
+        co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 0}, chunk);
+        co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 64}, chunk);  // to 128
+      });
+      expect_violation(past_end, 1);
+      auto skipped = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 1);
+        co_await begin_entry(t, 1, 0, f32_entry("x", 0, 25));
+        std::vector<std::byte> chunk(4);
+        co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 200}, chunk);
+      });
+      expect_violation(skipped, 1);
+      auto misplaced = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 1);
+        co_await begin_entry(t, 1, 0, f32_entry("x", 128, 1));  // first entry must be at 0
+      });
+      expect_violation(misplaced, 1);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_data_for_unknown_blob) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      auto o = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 1);
+        std::vector<std::byte> chunk(4);
+        co_await put(t, {.type = frame_type::data, .blob_id = 2, .arg = 0}, chunk);
+      });
+      expect_violation(o, 1);
+      auto reused = run_evil(l, [](transport& t) -> asio::awaitable<void> {
+        co_await evil_hello(t);
+        co_await begin_blob(t, 5);
+        co_await begin_blob(t, 5);
+      });
+      expect_violation(reused, 1);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_tail_mismatching_entries) {
+  std::vector<float> x(4, 1.0f);
+  auto make_tail = [&](std::string key, shape_t shape, tag_t tag) {
+    auto p = plan({std::move(key)}, {value::tensor(x, std::move(shape))}, tag).value();
+    std::vector<std::byte> tail(tail_size(p));
+    (void)write_tail(p, tail).value();
+    return tail;
+  };
+  tag_t tag{};
+  tag[0] = std::byte{7};
+  struct bad_tail {
+    const char* what;
+    std::vector<std::byte> tail;
+  };
+  const bad_tail cases[] = {
+      {"other key", make_tail("y", {4}, tag)},
+      {"other shape", make_tail("x", {2, 2}, tag)},
+      {"other tag", make_tail("x", {4}, NO_TAG)},
+  };
+  for (link_kind l : both) {
+    for (const auto& c : cases) {
+      BOOST_TEST_CONTEXT(link_name(l) << ": " << c.what) {
+        auto tail = c.tail;
+        auto o = run_evil(l, [tail](transport& t) -> asio::awaitable<void> {
+          co_await evil_hello(t);
+          co_await begin_blob(t, 1);
+          co_await begin_entry(t, 1, 0, f32_entry("x", 0, 4));
+          std::vector<std::byte> bytes(16);
+          co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 0}, bytes);
+          co_await put(t, {.type = frame_type::tail, .blob_id = 1}, tail);
+        });
+        BOOST_TEST(o.events.size() == 3u);  // entry_ready, blob_aborted, end
+        expect_violation(o, 1);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_rejects_sender_overrunning_window) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      consumer_options copt;
+      copt.window_bytes = 1024;
+      auto o = run_evil(
+          l,
+          [](transport& t) -> asio::awaitable<void> {
+            co_await evil_hello(t);
+            co_await begin_blob(t, 1);
+            co_await begin_entry(t, 1, 0, f32_entry("a", 0, 200));  // 800 bytes
+            std::vector<std::byte> bytes(800);
+            co_await put(t, {.type = frame_type::data, .blob_id = 1, .arg = 0}, bytes);
+            co_await begin_entry(t, 1, 1, f32_entry("b", 832, 200));  // no credit left
+          },
+          copt);
+      expect_violation(o, 1);
+    }
+  }
+}

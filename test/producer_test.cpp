@@ -1,0 +1,289 @@
+// Sender and blob_writer behaviour (blobpipe/producer.hpp) over loopback
+// and TCP: interleaving, assembly, strided values, abort, close.
+#define BOOST_TEST_MODULE producer
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "test/pipeline_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+
+/// What blob `p` of producer `k` holds: entries of different sizes, one
+/// larger than several chunks.
+struct blob_spec {
+  tag_t tag;
+  std::vector<std::string> keys;
+  std::vector<std::vector<float>> data;
+  std::vector<value> values() const {
+    std::vector<value> v;
+    for (auto& d : data) v.push_back(value::tensor(d));
+    return v;
+  }
+  std::vector<std::byte> expected() const {
+    auto p = plan(keys, values(), tag).value();
+    std::vector<std::byte> out(p.nbytes);
+    (void)write(p, out).value();
+    return out;
+  }
+};
+
+blob_spec make_spec(int k, int p) {
+  blob_spec s;
+  s.tag = random_tag();
+  for (int e = 0; e < 4; ++e) {
+    s.keys.push_back(std::to_string(k) + "@" + std::to_string(p) + "/" + std::to_string(e));
+    s.data.push_back(ramp(static_cast<std::size_t>(1 + 700 * e + 13 * k), float(k * 1000 + p)));
+  }
+  return s;
+}
+
+}  // namespace
+
+// (c) Many blobs from concurrent producers share one connection; chunks
+// interleave and every assembled blob is byte-identical to write(plan).
+BOOST_AUTO_TEST_CASE(concurrent_producers_interleave_and_arrive_intact) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      constexpr int producers = 6, blobs_each = 4;
+      std::map<std::string, std::vector<std::byte>> expected;  // tag hex -> bytes
+      std::vector<std::vector<blob_spec>> specs(producers);
+      for (int k = 0; k < producers; ++k)
+        for (int p = 0; p < blobs_each; ++p) {
+          specs[k].push_back(make_spec(k, p));
+          expected[tag_hex(specs[k].back().tag)] = specs[k].back().expected();
+        }
+      consumer_options copt;
+      copt.assemble = assemble_mode::memory;
+      copt.max_blob_bytes = 1 << 20;
+      copt.window_bytes = 32 * 1024;
+      auto ep = r.await(connect(l, copt, {.chunk_bytes = 512}));
+      int done = 0, complete = 0, max_open = 0;
+      std::set<std::uint64_t> open;
+      auto produce = [&](int k) -> asio::awaitable<void> {
+        for (auto& spec : specs[k]) {
+          auto blob = ep.s.open_blob(spec.tag);
+          for (std::size_t e = 0; e < spec.keys.size(); ++e)
+            BLOBPIPE_CO_CHECK(blob.emit(spec.keys[e], value::tensor(spec.data[e])));
+          BLOBPIPE_CO_CHECK(blob.finish());
+        }
+        if (++done == producers) BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::entry_ready) {
+            open.insert(ev.blob_id);
+            max_open = std::max(max_open, static_cast<int>(open.size()));
+          } else if (ev.kind == event_kind::blob_complete) {
+            open.erase(ev.blob_id);
+            ++complete;
+            auto it = expected.find(tag_hex(ev.tag));
+            BOOST_TEST_REQUIRE((it != expected.end()));
+            BOOST_TEST((ev.blob->bytes.size() == it->second.size()));
+            BOOST_TEST(std::memcmp(ev.blob->bytes.data(), it->second.data(),
+                                   it->second.size()) == 0);
+          } else {
+            BOOST_TEST(ev.kind == event_kind::end_of_stream);
+            BOOST_TEST(!ev.error, ev.reason);
+            break;
+          }
+        }
+      };
+      for (int k = 0; k < producers; ++k) r.spawn(produce(k));
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(complete == producers * blobs_each);
+      BOOST_TEST(max_open > 1);  // blobs were in flight together
+      BOOST_TEST(ep.s.stats().data_frames_sent > ep.s.stats().entries_sent);  // chunked
+    }
+  }
+}
+
+// A strided value is gathered (the one copy on the send path) and arrives
+// in logical order; a contiguous one is not.
+BOOST_AUTO_TEST_CASE(strided_value_is_gathered_in_logical_order) {
+  runner r;
+  std::vector<float> m = {0, 1, 2, 3, 4, 5};  // 2x3, sent transposed as 3x2
+  value t = value::tensor(m, {3, 2});
+  t.strides = {1, 3};
+  std::vector<float> got;
+  auto ep = r.await(connect(link_kind::loopback));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    BLOBPIPE_CO_CHECK(blob.emit("t", t));
+    BLOBPIPE_CO_CHECK(blob.emit("m", value::tensor(m)));
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::end_of_stream) break;
+      if (ev.kind == event_kind::entry_ready && ev.entry->index == 0)
+        for (int i = 0; i < 6; ++i) got.push_back(ev.entry->view.at<float>(i));
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(got == (std::vector<float>{0, 3, 1, 4, 2, 5}), boost::test_tools::per_element());
+  BOOST_TEST(ep.s.stats().gathered_entries == 1u);
+}
+
+// abort() and dropping an unfinished blob_writer both reach the consumer as
+// blob_aborted; a bad value is refused without breaking the blob.
+BOOST_AUTO_TEST_CASE(aborted_and_dropped_blobs_are_reported_aborted) {
+  runner r;
+  std::vector<event> events;
+  const auto x = ramp(10, 0.0f);
+  std::error_code bad_ec;
+  auto ep = r.await(connect(link_kind::loopback));
+  auto produce = [&]() -> asio::awaitable<void> {
+    {
+      auto a = ep.s.open_blob();
+      BLOBPIPE_CO_CHECK(a.emit("x", value::tensor(x)));
+      BLOBPIPE_CO_CHECK(a.abort("rollout cancelled"));
+    }
+    {
+      auto d = ep.s.open_blob();
+      BLOBPIPE_CO_CHECK(d.emit("x", value::tensor(x)));
+    }  // dropped unfinished
+    auto ok = ep.s.open_blob();
+    value bad = value::tensor(x);
+    bad.dtype = "float33";
+    bad_ec = co_await ok.emit("bad", bad);
+    BLOBPIPE_CO_CHECK(ok.emit("x", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(ok.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      events.push_back(ev);
+      if (ev.kind == event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((bad_ec == errc::unknown_dtype));
+  std::vector<std::pair<std::uint64_t, event_kind>> seen;
+  for (auto& e : events)
+    if (e.kind == event_kind::blob_aborted || e.kind == event_kind::blob_complete)
+      seen.emplace_back(e.blob_id, e.kind);
+  const std::vector<std::pair<std::uint64_t, event_kind>> want = {
+      {1, event_kind::blob_aborted}, {2, event_kind::blob_aborted}, {3, event_kind::blob_complete}};
+  BOOST_TEST((seen == want));
+  for (auto& e : events)
+    if (e.kind == event_kind::blob_aborted && e.blob_id == 1) {
+      BOOST_TEST(e.reason == "rollout cancelled");
+      BOOST_TEST((e.error == errc::peer_failed));
+    }
+  BOOST_TEST(!events.back().error);
+}
+
+// Closing the sender fails a producer that waits for window credit, and
+// later calls fail with closed.
+BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto x = ramp(1024, 0.0f);  // 4 KiB
+      std::error_code waiting_ec, later_ec;
+      bool waiting = false;
+      std::shared_ptr<const received_entry> held;
+      consumer_options copt;
+      copt.window_bytes = 4096;
+      auto ep = r.await(connect(l, copt));
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        BLOBPIPE_CO_CHECK(blob.emit("x0", value::tensor(x)));
+        waiting = true;
+        waiting_ec = co_await blob.emit("x1", value::tensor(x));
+        later_ec = co_await ep.s.open_blob().finish();
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        auto ev = co_await ep.c.next();
+        held = ev.entry;  // never released: the producer must wait
+        for (;;) {
+          auto more = co_await ep.c.next();
+          if (more.kind == event_kind::end_of_stream) break;
+        }
+      };
+      auto closer = [&]() -> asio::awaitable<void> {
+        while (!waiting) co_await yield_n(1);
+        co_await yield_n(20);
+        BOOST_TEST(ep.s.in_flight_bytes() == 4096u);
+        ep.s.close();
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      r.spawn(closer());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((waiting_ec == errc::closed));
+      BOOST_TEST((later_ec == errc::closed));
+    }
+  }
+}
+
+// The file sink writes each blob at its offset; the file reads back with
+// read_index_file and matches write(plan) byte for byte.
+BOOST_AUTO_TEST_CASE(file_sink_writes_blob_at_its_offset) {
+  runner r;
+  char path[] = "/tmp/blobpipe_sink_XXXXXX";
+  const int fd = ::mkstemp(path);
+  BOOST_TEST_REQUIRE(fd >= 0);
+  auto spec = make_spec(1, 2);
+  const auto want = spec.expected();
+  constexpr std::uint64_t base = 1000;  // unaligned on purpose, like a shard
+  consumer_options copt;
+  copt.assemble = assemble_mode::file;
+  copt.file_slot_for = [&](std::uint64_t, const tag_t&) -> result<file_slot> {
+    return file_slot{fd, base};
+  };
+  std::uint64_t nbytes = 0;
+  auto ep = r.await(connect(link_kind::tcp, copt));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob(spec.tag);
+    for (std::size_t e = 0; e < spec.keys.size(); ++e)
+      BLOBPIPE_CO_CHECK(blob.emit(spec.keys[e], value::tensor(spec.data[e])));
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::end_of_stream) break;
+      if (ev.kind == event_kind::blob_complete) {
+        nbytes = ev.blob->nbytes;
+        BOOST_TEST(ev.blob->file.offset == base);
+      }
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST_REQUIRE(nbytes == want.size());
+  std::vector<std::byte> got(want.size());
+  BOOST_TEST_REQUIRE(::pread(fd, got.data(), got.size(), base) == static_cast<ssize_t>(got.size()));
+  BOOST_TEST((got == want));
+  auto idx = read_index_file(path, base, nbytes);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  BOOST_TEST(idx->entries.size() == spec.keys.size());
+  BOOST_TEST((idx->foot.tag == spec.tag));
+  ::close(fd);
+  ::unlink(path);
+}
