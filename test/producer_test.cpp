@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(aborted_and_dropped_blobs_are_reported_aborted) {
   for (auto& e : events)
     if (e.kind == event_kind::blob_aborted && e.blob_id == 1) {
       BOOST_TEST(e.reason == "rollout cancelled");
-      BOOST_TEST((e.error == errc::peer_failed));
+      BOOST_TEST((e.error == errc::aborted));
     }
   BOOST_TEST(!events.back().error);
 }

@@ -135,7 +135,7 @@ struct event {
   tag_t tag = NO_TAG;
   std::shared_ptr<const received_entry> entry;  ///< entry_ready
   std::shared_ptr<const completed_blob> blob;   ///< blob_complete
-  /// blob_aborted: peer_failed (the producer aborted), protocol_violation,
+  /// blob_aborted: aborted (the producer aborted), protocol_violation,
   /// peer_closed, closed, or the error of file_slot_for. end_of_stream:
   /// empty after an orderly close, else why.
   std::error_code error;

@@ -41,6 +41,7 @@ enum class errc {
   peer_failed,         ///< the peer reset or failed
   protocol_violation,  ///< the peer broke docs/wire.md
   timed_out,           ///< a configured timeout expired
+  aborted,             ///< the producer abandoned the blob (blob_abort)
   // device
   cuda_failure,        ///< a CUDA runtime call failed
 };

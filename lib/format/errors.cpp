@@ -24,6 +24,7 @@ class blobpipe_category final : public std::error_category {
       case errc::peer_failed: return "peer failed";
       case errc::protocol_violation: return "protocol violation";
       case errc::timed_out: return "timed out";
+      case errc::aborted: return "blob aborted by its producer";
       case errc::cuda_failure: return "CUDA call failed";
     }
     return "unknown blobpipe error";
@@ -55,6 +56,7 @@ const char* errc_name(errc e) noexcept {
     case errc::peer_failed: return "peer_failed";
     case errc::protocol_violation: return "protocol_violation";
     case errc::timed_out: return "timed_out";
+    case errc::aborted: return "aborted";
     case errc::cuda_failure: return "cuda_failure";
   }
   return "unknown";

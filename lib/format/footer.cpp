@@ -3,7 +3,7 @@
 #include <cstring>
 #include <random>
 
-#include "le.hpp"
+#include "lib/format/le.hpp"
 
 namespace blobpipe {
 

@@ -8,7 +8,7 @@
 
 #include "checked.hpp"
 #include "entry_codec.hpp"
-#include "le.hpp"
+#include "lib/format/le.hpp"
 #include "msgpack_bounded.hpp"
 
 namespace blobpipe {

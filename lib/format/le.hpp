@@ -1,4 +1,5 @@
-// Little-endian loads and stores at unaligned addresses.
+// Little-endian loads and stores at unaligned addresses: the footer
+// (lib/format) and frame headers (lib/transport) both use them.
 #pragma once
 
 #include <bit>

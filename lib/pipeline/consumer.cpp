@@ -318,7 +318,7 @@ asio::awaitable<status> on_blob_abort(consumer_state& s, const frame_header& h) 
   if (h.length > max_reason_bytes) co_return violation("blob_abort: reason too long");
   std::vector<std::byte> reason;
   if (auto r = co_await read_small(s, h.length, reason); !r) co_return r;
-  abort_blob(s, it->second, make_error_code(errc::peer_failed),
+  abort_blob(s, it->second, make_error_code(errc::aborted),
              std::string(reinterpret_cast<const char*>(reason.data()), reason.size()));
   s.blobs.erase(it);  // drops a partial entry, returning its credit
   co_return status{};

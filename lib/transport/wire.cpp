@@ -3,12 +3,12 @@
 
 #include <cstring>
 
-#include "lib/transport/le.hpp"
+#include "lib/format/le.hpp"
 
 namespace blobpipe {
 
-using wire_detail::load_le;
-using wire_detail::store_le;
+using detail::load_le;
+using detail::store_le;
 
 const char* frame_type_name(frame_type t) noexcept {
   switch (t) {
