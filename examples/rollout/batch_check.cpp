@@ -1,0 +1,168 @@
+// examples/rollout/batch_check.cpp — the trainer's check of a sample batch.
+#include <bitset>
+#include <iomanip>
+#include <optional>
+
+#include "examples/rollout/check.hpp"
+
+namespace rollout {
+namespace {
+
+using blobpipe::received_entry;
+
+// What the trainer learns from the data itself (it reads the values the
+// way a loss would: mask, logprobs, reward).
+struct batch_stats {
+  std::uint64_t tokens = 0;
+  std::uint64_t response_tokens = 0;
+  double logprob_sum = 0;  // prompt logprobs are 0, so this is the response's
+  double reward_sum = 0;
+  std::uint64_t rewards = 0;
+};
+
+class batch_check final : public checker {
+ public:
+  batch_check(std::shared_ptr<const sample_builder> b, std::size_t batch)
+      : builder_(std::move(b)), slots_(batch) {}
+
+  void on_entry(std::size_t, const received_entry& e) override {
+    ++entries_;
+    bytes_ += e.entry.len;
+    auto k = parse_sample_key(e.entry.key);
+    if (!k || static_cast<std::uint64_t>(k->idx) >= slots_.size()) {
+      problems_.add("unexpected key '" + e.entry.key + "'");
+      return;
+    }
+    slot& s = slots_[static_cast<std::size_t>(k->idx)];
+    if (s.got.test(k->field)) {
+      problems_.add(e.entry.key + ": arrived twice");
+      return;
+    }
+    // Rebuild the sample the worker built (deterministic) once its first
+    // entry arrives, and drop it when the sample is complete.
+    if (!s.expected) s.expected = builder_->make(k->idx);
+    if (auto why = compare(e, fields(*s.expected)[k->field])) {
+      problems_.add(e.entry.key + ": " + *why);
+      return;
+    }
+    s.got.set(k->field);
+    learn(e, k->field);
+    if (s.got.all()) {
+      ++complete_;
+      s.expected.reset();
+    }
+  }
+
+  void on_blob(std::size_t, const blobpipe::completed_blob&, const blobpipe::tag_t&) override {
+    ++blobs_;
+  }
+
+  void on_aborted(std::size_t, const blobpipe::event& ev) override {
+    problems_.add("blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + ev.reason);
+  }
+
+  std::uint64_t done() const noexcept override { return complete_; }
+  std::uint64_t total() const noexcept override { return slots_.size(); }
+  const char* unit() const noexcept override { return "samples"; }
+  std::uint64_t entries() const noexcept override { return entries_; }
+  std::uint64_t bytes() const noexcept override { return bytes_; }
+
+  bool report(std::ostream& out) const override {
+    problem_log missing;
+    for (std::size_t n = 0; n < slots_.size(); ++n) {
+      if (slots_[n].got.all()) continue;
+      std::string keys;
+      for (std::size_t f = 0; f < field_count; ++f)
+        if (!slots_[n].got.test(f)) keys += (keys.empty() ? "" : ", ") + std::string(field_names[f]);
+      missing.add("sample " + std::to_string(n) + " incomplete: missing " + keys);
+    }
+    const auto prompt_tokens = stats_.tokens - stats_.response_tokens;
+    out << "trainer: " << complete_ << "/" << slots_.size() << " samples complete, " << entries_
+        << " entries in " << blobs_ << " blobs, " << std::fixed << std::setprecision(2)
+        << static_cast<double>(bytes_) / 1e6 << " MB\n"
+        << "  tokens " << stats_.tokens << " (prompt " << prompt_tokens << ", response "
+        << stats_.response_tokens << "), mean reward " << std::setprecision(3)
+        << (stats_.rewards ? stats_.reward_sum / static_cast<double>(stats_.rewards) : 0.0)
+        << ", mean response logprob "
+        << (stats_.response_tokens
+                ? stats_.logprob_sum / static_cast<double>(stats_.response_tokens)
+                : 0.0)
+        << " nats\n";
+    out.unsetf(std::ios::floatfield);
+    if (missing.empty() && problems_.empty()) {
+      out << "OK: every sample arrived complete (" << field_count
+          << " keys) and identical to what its worker built\n";
+      return true;
+    }
+    out << "FAIL: the batch is incomplete or differs\n";
+    problems_.print(out);
+    missing.print(out);
+    return false;
+  }
+
+ private:
+  struct slot {
+    std::bitset<field_count> got;
+    std::optional<sample> expected;
+  };
+
+  static std::optional<std::string> compare(const received_entry& e, const field& want) {
+    const blobpipe::Entry& got = e.entry;
+    if (got.kind != want.value.kind) return std::string("kind '") + got.kind + "'";
+    if (want.value.kind != blobpipe::KIND_PICKLE) {
+      if (got.dtype.value_or("") != want.value.dtype)
+        return "dtype " + got.dtype.value_or("nil") + ", expected " + want.value.dtype;
+      if (got.shape != want.value.shape) return std::string("shape differs");
+    }
+    if (!std::equal(e.view.bytes.begin(), e.view.bytes.end(), want.bytes.begin(),
+                    want.bytes.end()))
+      return std::string("bytes differ");
+    return std::nullopt;
+  }
+
+  void learn(const received_entry& e, std::size_t field) {
+    const blobpipe::entry_view& v = e.view;
+    switch (field) {
+      case 0:
+        stats_.tokens += v.numel();
+        break;
+      case 1:
+        for (std::uint64_t i = 0; i < v.numel(); ++i) stats_.logprob_sum += v.at<float>(i);
+        break;
+      case 2:
+        for (std::uint64_t i = 0; i < v.numel(); ++i) stats_.response_tokens += v.at<std::uint8_t>(i);
+        break;
+      case 3:
+        stats_.reward_sum += v.at<float>(0);
+        ++stats_.rewards;
+        break;
+      default:
+        break;  // meta: a pickle the Python side would load
+    }
+  }
+
+  std::shared_ptr<const sample_builder> builder_;
+  std::vector<slot> slots_;
+  std::uint64_t complete_ = 0, entries_ = 0, bytes_ = 0, blobs_ = 0;
+  batch_stats stats_;
+  problem_log problems_;
+};
+
+}  // namespace
+
+std::unique_ptr<checker> make_batch_check(std::shared_ptr<const sample_builder> builder,
+                                          std::size_t batch) {
+  return std::make_unique<batch_check>(std::move(builder), batch);
+}
+
+void problem_log::add(std::string what) {
+  if (first_.size() < kept) first_.push_back(std::move(what));
+  ++count_;
+}
+
+void problem_log::print(std::ostream& out) const {
+  for (const auto& p : first_) out << "  " << p << "\n";
+  if (count_ > first_.size()) out << "  ... and " << (count_ - first_.size()) << " more\n";
+}
+
+}  // namespace rollout

@@ -1,0 +1,73 @@
+// examples/rollout/check.hpp — what the trainer does with what arrives.
+//
+// The trainer hands every consumer event to one checker. The batch check
+// knows which samples make up the global batch and rebuilds each one's
+// entries to compare them with what arrived; the replay check compares
+// each entry with the bytes of the file it came from. Both keep nothing
+// that arrived: an entry is looked at, counted and released at once, so
+// its window credit goes straight back to the worker that sent it.
+//
+//   auto c = rollout::make_batch_check(builder, 256);
+//   c->on_entry(conn, *ev.entry);   // ... for every event
+//   bool ok = c->report(std::cout);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "blobpipe/consumer.hpp"
+#include "examples/rollout/replay.hpp"
+#include "examples/rollout/sample.hpp"
+
+namespace rollout {
+
+class checker {
+ public:
+  virtual ~checker() = default;
+
+  /// An entry of a blob on connection `conn` (blob ids are per connection).
+  virtual void on_entry(std::size_t conn, const blobpipe::received_entry& e) = 0;
+  /// A blob's tail arrived and agreed with its entries.
+  virtual void on_blob(std::size_t conn, const blobpipe::completed_blob& b,
+                       const blobpipe::tag_t& tag) = 0;
+  /// A blob will never complete.
+  virtual void on_aborted(std::size_t conn, const blobpipe::event& ev) = 0;
+
+  /// Progress: units (samples or blobs) complete, out of total.
+  virtual std::uint64_t done() const noexcept = 0;
+  virtual std::uint64_t total() const noexcept = 0;
+  virtual const char* unit() const noexcept = 0;
+  /// Entries and entry bytes seen so far.
+  virtual std::uint64_t entries() const noexcept = 0;
+  virtual std::uint64_t bytes() const noexcept = 0;
+
+  /// Prints the verdict and what went wrong; true when everything
+  /// expected arrived, complete and identical, and nothing else did.
+  virtual bool report(std::ostream& out) const = 0;
+};
+
+/// Checks samples 0 .. batch-1, five entries each (sample.hpp).
+std::unique_ptr<checker> make_batch_check(std::shared_ptr<const sample_builder> builder,
+                                          std::size_t batch);
+
+/// Checks that every blob of `set` arrives once, byte for byte.
+std::unique_ptr<checker> make_replay_check(std::shared_ptr<const replay_set> set);
+
+/// A bounded list of problems (the first few are kept verbatim).
+class problem_log {
+ public:
+  void add(std::string what);
+  bool empty() const noexcept { return count_ == 0; }
+  void print(std::ostream& out) const;
+
+ private:
+  static constexpr std::size_t kept = 10;
+  std::vector<std::string> first_;
+  std::uint64_t count_ = 0;
+};
+
+}  // namespace rollout

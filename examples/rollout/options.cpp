@@ -1,0 +1,121 @@
+// examples/rollout/options.cpp — see options.hpp.
+#include "examples/rollout/options.hpp"
+
+#include <charconv>
+#include <string_view>
+
+namespace rollout {
+namespace {
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc{} && end == s.data() + s.size();
+}
+
+// "[HOST:]PORT" (--listen) or "HOST:PORT" (--connect).
+bool parse_endpoint(std::string_view s, bool host_required, options& o) {
+  std::size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos) {
+    if (host_required) return false;
+    return parse_number(s, o.port);
+  }
+  if (colon == 0) return false;
+  o.host = std::string(s.substr(0, colon));
+  return parse_number(s.substr(colon + 1), o.port);
+}
+
+}  // namespace
+
+const char* help_text() noexcept {
+  return R"(usage: rollout_to_trainer [options]
+
+Streams RL rollout samples as NVDP blobs from rollout workers to a trainer
+over TCP, the way NeMo RL's data plane keys them ({n}@input_ids,
+{n}@generation_logprobs, {n}@token_mask, {n}@reward, {n}@meta). With no
+options, 4 worker coroutines and the trainer run in this process over
+127.0.0.1 on an ephemeral port; the trainer gathers a batch of 256 samples,
+checks every entry against the data the workers built, and prints
+throughput and time to first entry.
+
+options:
+  --workers N         rollout-worker connections (default 4)
+  --batch N           samples in the global batch (default 256)
+  --replay DIR        stream every valid *.blob of DIR instead of samples
+                      (entries with their keys, dtypes, shapes and the
+                      blob's tag); the trainer compares every entry with
+                      the file's bytes
+  --listen [HOST:]PORT  run only the trainer, listening there (HOST
+                      defaults to 127.0.0.1); it expects --workers
+                      connections
+  --connect HOST:PORT run only the rollout workers, connecting there;
+                      give both sides the same --workers, --batch and
+                      --replay
+  --transport NAME    tcp (the only transport so far)
+  --timeout SECONDS   the trainer gives up after this long (default 60)
+  --help              this text
+
+exit status: 0 every sample (or replayed blob) arrived complete and
+identical; 1 something was missing or different, or a connection failed;
+2 bad command line.
+)";
+}
+
+std::variant<options, usage_error> parse_options(int argc, const char* const* argv) {
+  options o;
+  bool listen = false, connect = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view name = arg, val;
+    bool has_val = false;
+    if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      val = arg.substr(eq + 1);
+      has_val = true;
+    }
+    auto need = [&]() -> bool {
+      if (has_val) return true;
+      if (i + 1 >= argc) return false;
+      val = argv[++i];
+      return true;
+    };
+    auto bad = [&](std::string why) { return usage_error{std::string(name) + ": " + why}; };
+
+    if (name == "--help" || name == "-h") {
+      o.help = true;
+      return o;
+    } else if (name == "--workers") {
+      if (!need() || !parse_number(val, o.workers) || o.workers == 0)
+        return bad("expected a positive number");
+    } else if (name == "--batch") {
+      if (!need() || !parse_number(val, o.batch) || o.batch == 0)
+        return bad("expected a positive number");
+    } else if (name == "--replay") {
+      if (!need() || val.empty()) return bad("expected a directory");
+      o.replay_dir = std::string(val);
+    } else if (name == "--listen") {
+      if (!need() || !parse_endpoint(val, false, o) || o.port == 0)
+        return bad("expected [HOST:]PORT with PORT > 0");
+      listen = true;
+    } else if (name == "--connect") {
+      if (!need() || !parse_endpoint(val, true, o) || o.port == 0)
+        return bad("expected HOST:PORT with PORT > 0");
+      connect = true;
+    } else if (name == "--transport") {
+      if (!need()) return bad("expected a transport name");
+      if (val != "tcp")
+        return bad("unknown transport '" + std::string(val) + "' (supported: tcp)");
+      o.transport = std::string(val);
+    } else if (name == "--timeout") {
+      if (!need() || !parse_number(val, o.timeout_s) || !(o.timeout_s > 0))
+        return bad("expected a positive number of seconds");
+    } else {
+      return usage_error{"unknown option '" + std::string(arg) + "' (see --help)"};
+    }
+  }
+  if (listen && connect) return usage_error{"--listen and --connect run different processes; give one"};
+  o.mode = listen ? role::trainer : connect ? role::workers : role::both;
+  return o;
+}
+
+}  // namespace rollout

@@ -1,0 +1,49 @@
+// examples/rollout/options.hpp — the command line of rollout_to_trainer.
+//
+//   auto parsed = rollout::parse_options(argc, argv);
+//   if (auto* e = std::get_if<rollout::usage_error>(&parsed)) ...
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace rollout {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_mismatch = 1;  ///< data missing, different, or a stream error
+inline constexpr int exit_usage = 2;     ///< bad command line
+
+/// Which sides this process runs.
+enum class role {
+  both,     ///< trainer and workers in one process (default)
+  trainer,  ///< --listen: the trainer alone
+  workers,  ///< --connect: the rollout workers alone
+};
+
+struct options {
+  bool help = false;
+  role mode = role::both;
+  std::size_t workers = 4;     ///< rollout-worker connections
+  std::size_t batch = 256;     ///< samples in the global batch
+  std::optional<std::string> replay_dir;  ///< stream the blobs of this directory
+  std::string host = "127.0.0.1";  ///< --listen address / --connect host
+  std::uint16_t port = 0;      ///< 0: an ephemeral port (role::both only)
+  std::string transport = "tcp";
+  double timeout_s = 60;       ///< the trainer gives up after this long
+};
+
+struct usage_error {
+  std::string message;  ///< one line
+};
+
+/// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a
+/// --transport other than tcp, --listen with --connect, and zero counts.
+std::variant<options, usage_error> parse_options(int argc, const char* const* argv);
+
+/// What --help prints.
+const char* help_text() noexcept;
+
+}  // namespace rollout

@@ -1,0 +1,60 @@
+// examples/rollout/progress.cpp — see progress.hpp.
+#include "examples/rollout/progress.hpp"
+
+#include <unistd.h>
+
+#include <iomanip>
+
+namespace rollout {
+namespace {
+constexpr auto redraw_interval = std::chrono::milliseconds(100);
+}
+
+bool stdout_is_tty() noexcept { return ::isatty(STDOUT_FILENO) == 1; }
+
+progress::progress(std::ostream& out, bool tty)
+    : out_(out), tty_(tty), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+
+void progress::restart() noexcept { start_ = last_draw_ = std::chrono::steady_clock::now(); }
+
+void progress::update(std::uint64_t done, std::uint64_t total, const char* unit,
+                      std::uint64_t entries, std::uint64_t bytes) {
+  const auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    const bool final_state = done == total && !drew_total_;
+    if (final_state || (done != total && now - last_draw_ >= redraw_interval)) {
+      drew_total_ = done == total;
+      last_draw_ = now;
+      out_ << "\r\033[K";  // back to column 0, clear the old line
+      print(done, total, unit, entries, bytes);
+      out_ << std::flush;
+      open_line_ = true;
+    }
+    return;
+  }
+  // Plain lines at 25, 50, 75 and 100 %.
+  const int quarter = total ? static_cast<int>(done * 4 / total) : 4;
+  if (quarter > quarters_printed_) {
+    quarters_printed_ = quarter;
+    print(done, total, unit, entries, bytes);
+    out_ << '\n';
+  }
+}
+
+void progress::print(std::uint64_t done, std::uint64_t total, const char* unit,
+                     std::uint64_t entries, std::uint64_t bytes) {
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const auto flags = out_.flags();
+  out_ << "[trainer] " << done << "/" << total << " " << unit << "  " << entries
+       << " entries  " << std::fixed << std::setprecision(2) << static_cast<double>(bytes) / 1e6
+       << " MB  " << std::setprecision(1) << secs * 1e3 << " ms";
+  out_.flags(flags);
+}
+
+void progress::finish() {
+  if (open_line_) out_ << '\n' << std::flush;
+  open_line_ = false;
+}
+
+}  // namespace rollout

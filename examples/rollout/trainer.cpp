@@ -1,0 +1,149 @@
+// examples/rollout/trainer.cpp — see trainer.hpp.
+#include "examples/rollout/trainer.hpp"
+
+#include <iomanip>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+
+namespace rollout {
+
+using asio::experimental::as_tuple;
+using blobpipe::event_kind;
+
+trainer::trainer(asio::any_io_executor ex, blobpipe::tcp::listener l,
+                 std::unique_ptr<checker> check, trainer_config cfg, std::ostream& out)
+    : ex_(ex),
+      listener_(std::move(l)),
+      check_(std::move(check)),
+      cfg_(cfg),
+      out_(out),
+      progress_(out, cfg.tty),
+      idle_(ex, clock::time_point::max()),
+      deadline_(ex, cfg.timeout) {}
+
+asio::awaitable<bool> trainer::run() {
+  auto self = shared_from_this();
+  asio::co_spawn(ex_, watchdog(self), asio::detached);
+
+  for (std::size_t conn = 0; accepting_ && conn < cfg_.connections; ++conn) {
+    auto [ec, t] = co_await listener_.accept();
+    if (ec) {
+      if (!stopping_ && accepting_) problems_.add(std::string("accept: ") + blobpipe::errc_name(ec));
+      break;
+    }
+    if (!first_accept_) {
+      first_accept_ = clock::now();
+      progress_.restart();
+    }
+    ++active_;
+    asio::co_spawn(ex_, consume(self, conn, std::move(t)), asio::detached);
+  }
+  accepting_ = false;
+  listener_.close();
+
+  // Wait for every stream to end; each consume() wakes us as it leaves.
+  while (active_ > 0) co_await idle_.async_wait(as_tuple(asio::use_awaitable));
+  deadline_.cancel();
+  progress_.finish();
+  co_return print_summary();
+}
+
+void trainer::stop_accepting() noexcept {
+  if (!accepting_) return;
+  accepting_ = false;
+  listener_.close();
+}
+
+asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_t conn,
+                                       std::unique_ptr<blobpipe::transport> t) {
+  blobpipe::transport* raw = t.get();  // alive until start() returns
+  self->closers_[conn] = [raw] { raw->close(); };
+  auto [ec, c] = co_await blobpipe::consumer::start(std::move(t));
+  if (ec) {
+    if (!self->stopping_)
+      self->problems_.add("connection " + std::to_string(conn) +
+                          ": handshake: " + blobpipe::errc_name(ec));
+  } else {
+    self->closers_[conn] = [&c] { c.close(); };
+    co_await self->drain(conn, c);
+  }
+  self->closers_.erase(conn);
+  if (--self->active_ == 0) self->idle_.cancel();
+}
+
+// One connection's events, in order, until its end of stream. Each event
+// (and the entry it holds) is dropped before the next is awaited.
+asio::awaitable<void> trainer::drain(std::size_t conn, blobpipe::consumer& c) {
+  for (;;) {
+    blobpipe::event ev = co_await c.next();
+    switch (ev.kind) {
+      case event_kind::entry_ready:
+        if (!first_entry_) first_entry_ = clock::now();
+        check_->on_entry(conn, *ev.entry);
+        break;
+      case event_kind::blob_complete:
+        check_->on_blob(conn, *ev.blob, ev.tag);
+        break;
+      case event_kind::blob_aborted:
+        check_->on_aborted(conn, ev);
+        break;
+      case event_kind::end_of_stream:
+        if (ev.error && !stopping_)
+          problems_.add("connection " + std::to_string(conn) + " ended: " +
+                        blobpipe::errc_name(ev.error) + " " + ev.reason);
+        co_return;
+    }
+    last_data_ = clock::now();
+    progress_.update(check_->done(), check_->total(), check_->unit(), check_->entries(),
+                     check_->bytes());
+  }
+}
+
+asio::awaitable<void> trainer::watchdog(std::shared_ptr<trainer> self) {
+  auto [ec] = co_await self->deadline_.async_wait(as_tuple(asio::use_awaitable));
+  if (ec) co_return;  // cancelled: run() finished in time
+  self->timed_out_ = true;
+  self->stop();
+}
+
+void trainer::stop() noexcept {
+  stopping_ = true;
+  stop_accepting();
+  // Each consume() erases its closer when it resumes; take a copy so that
+  // can never disturb this loop.
+  auto closers = closers_;
+  for (auto& [conn, close] : closers) close();
+}
+
+bool trainer::print_summary() {
+  using ms = std::chrono::duration<double, std::milli>;
+  const auto flags = out_.flags();
+  if (first_accept_ && first_entry_ && last_data_) {
+    const double secs = std::chrono::duration<double>(*last_data_ - *first_accept_).count();
+    const double bytes = static_cast<double>(check_->bytes());
+    const double entries = static_cast<double>(check_->entries());
+    out_ << "throughput: " << std::fixed << std::setprecision(3) << bytes / secs / 1e9
+         << " GB/s, " << std::setprecision(0) << entries / secs << " entries/s ("
+         << check_->entries() << " entries, " << std::setprecision(2) << bytes / 1e6
+         << " MB in " << std::setprecision(1) << secs * 1e3 << " ms)\n"
+         << "time to first entry: " << std::setprecision(2)
+         << ms(*first_entry_ - *first_accept_).count() << " ms\n";
+  }
+  out_.flags(flags);
+  bool ok = check_->report(out_);
+  if (timed_out_) {
+    out_ << "FAIL: timed out after " << ms(cfg_.timeout).count() / 1e3 << " s\n";
+    ok = false;
+  }
+  if (!problems_.empty()) {
+    out_ << "FAIL: connection problems\n";
+    problems_.print(out_);
+    ok = false;
+  }
+  return ok;
+}
+
+}  // namespace rollout

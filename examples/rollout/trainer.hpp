@@ -1,0 +1,87 @@
+// examples/rollout/trainer.hpp — the trainer side: accept the workers'
+// connections, consume every stream to its end, check what arrived.
+//
+// Each accepted connection gets its own blobpipe::consumer, run by its own
+// coroutine; all of them feed one checker (check.hpp) and one progress
+// line. A watchdog timer runs beside them: when it fires it closes the
+// listener and every connection, which wakes each coroutine with `closed`
+// (nothing is cancelled mid-frame). The trainer then prints throughput,
+// time to first entry and the checker's verdict.
+//
+//   auto t = std::make_shared<rollout::trainer>(ex, std::move(listener), std::move(check),
+//                                               rollout::trainer_config{.connections = 4});
+//   asio::co_spawn(ex, t->run(), [](std::exception_ptr, bool ok) { ... });
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "blobpipe/consumer.hpp"
+#include "blobpipe/tcp.hpp"
+#include "examples/rollout/check.hpp"
+#include "examples/rollout/progress.hpp"
+
+namespace rollout {
+
+struct trainer_config {
+  std::size_t connections = 4;  ///< accept this many, then stop listening
+  std::chrono::milliseconds timeout{60'000};  ///< give up after this long
+  bool tty = false;             ///< redraw the progress line in place
+};
+
+class trainer : public std::enable_shared_from_this<trainer> {
+ public:
+  /// REQUIRES: held by a std::shared_ptr (run() keeps itself alive).
+  trainer(asio::any_io_executor ex, blobpipe::tcp::listener l, std::unique_ptr<checker> check,
+          trainer_config cfg, std::ostream& out);
+
+  /// Accepts cfg.connections connections, consumes each to its end, prints
+  /// the summary. True when every connection ended in order and the
+  /// checker is satisfied.
+  asio::awaitable<bool> run();
+
+  /// No more connections will come (say, every worker of this process has
+  /// ended): stop waiting in accept.
+  void stop_accepting() noexcept;
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  static asio::awaitable<void> consume(std::shared_ptr<trainer> self, std::size_t conn,
+                                       std::unique_ptr<blobpipe::transport> t);
+  static asio::awaitable<void> watchdog(std::shared_ptr<trainer> self);
+  asio::awaitable<void> drain(std::size_t conn, blobpipe::consumer& c);
+  void stop() noexcept;
+  bool print_summary();
+
+  asio::any_io_executor ex_;
+  blobpipe::tcp::listener listener_;
+  std::unique_ptr<checker> check_;
+  trainer_config cfg_;
+  std::ostream& out_;
+  progress progress_;
+  problem_log problems_;  // connection-level failures
+
+  bool accepting_ = true;
+  bool stopping_ = false;   // our own close(): `closed` errors are expected
+  bool timed_out_ = false;
+  std::size_t active_ = 0;  // consume() coroutines still running
+  asio::steady_timer idle_;      // cancelled when active_ drops to 0
+  asio::steady_timer deadline_;  // the watchdog's timer
+  // Closes connection `conn` (its transport before the handshake, its
+  // consumer after), so stop() can wake whatever is pending there.
+  std::map<std::size_t, std::function<void()>> closers_;
+
+  std::optional<clock::time_point> first_accept_, first_entry_, last_data_;
+};
+
+}  // namespace rollout

@@ -1,0 +1,113 @@
+// examples/rollout/workers.cpp — see workers.hpp.
+#include "examples/rollout/workers.hpp"
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "blobpipe/tcp.hpp"
+
+namespace rollout {
+namespace {
+
+using asio::experimental::as_tuple;
+using blobpipe::errc;
+
+constexpr auto retry_interval = std::chrono::milliseconds(100);
+
+asio::awaitable<std::tuple<std::error_code, blobpipe::sender>> connect_sender(
+    asio::any_io_executor ex, const worker_config& cfg) {
+  const auto give_up = std::chrono::steady_clock::now() + cfg.connect_patience;
+  for (;;) {
+    auto [ec, t] = co_await blobpipe::tcp::connect(ex, cfg.host, cfg.port);
+    if (!ec) co_return co_await blobpipe::sender::start(std::move(t));
+    if (ec != errc::peer_failed || std::chrono::steady_clock::now() >= give_up)
+      co_return std::tuple{ec, blobpipe::sender{}};
+    asio::steady_timer wait(ex, retry_interval);
+    co_await wait.async_wait(as_tuple(asio::use_awaitable));
+  }
+}
+
+std::string describe(const worker_config& cfg, const std::string& step, std::error_code ec) {
+  return "worker " + std::to_string(cfg.id) + ": " + step + ": " + blobpipe::errc_name(ec) +
+         " (" + ec.message() + ")";
+}
+
+// Streams samples id, id + count, ... < batch. Each sample's vectors live
+// in this frame until its last emit has completed (emit borrows them).
+asio::awaitable<worker_report> stream_samples(blobpipe::sender& s, const worker_config& cfg,
+                                              const sample_builder& builder) {
+  worker_report r;
+  for (std::size_t n = cfg.id; n < cfg.batch; n += cfg.count) {
+    const sample smp = builder.make(static_cast<std::int64_t>(n));
+    auto blob = s.open_blob();
+    for (const field& f : fields(smp)) {
+      if (auto ec = co_await blob.emit(f.key, f.value)) {
+        r.ec = ec;
+        r.what = describe(cfg, "emit " + f.key, ec);
+        co_return r;
+      }
+    }
+    if (auto ec = co_await blob.finish()) {
+      r.ec = ec;
+      r.what = describe(cfg, "finish sample " + std::to_string(n), ec);
+      co_return r;
+    }
+    ++r.blobs;
+  }
+  co_return r;
+}
+
+// Streams the replay set's blobs id, id + count, ... under their own tags.
+asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_config& cfg) {
+  worker_report r;
+  const auto& blobs = cfg.replay->blobs;
+  for (std::size_t b = cfg.id; b < blobs.size(); b += cfg.count) {
+    const replay_blob& src = blobs[b];
+    auto blob = s.open_blob(src.index.foot.tag);
+    for (std::size_t i = 0; i < src.index.entries.size(); ++i) {
+      if (auto ec = co_await blob.emit(src.index.entries[i].key, entry_value(src, i))) {
+        r.ec = ec;
+        r.what = describe(cfg, src.name + ": emit entry " + std::to_string(i), ec);
+        co_return r;
+      }
+    }
+    if (auto ec = co_await blob.finish()) {
+      r.ec = ec;
+      r.what = describe(cfg, src.name + ": finish", ec);
+      co_return r;
+    }
+    ++r.blobs;
+  }
+  co_return r;
+}
+
+}  // namespace
+
+asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_config cfg,
+                                          std::shared_ptr<const sample_builder> builder) {
+  auto [ec, s] = co_await connect_sender(ex, cfg);
+  if (ec) {
+    worker_report r;
+    r.ec = ec;
+    r.what = describe(cfg, "connect", ec);
+    co_return r;
+  }
+
+  worker_report r;
+  if (cfg.replay) {
+    r = co_await stream_replay(s, cfg);
+  } else {
+    r = co_await stream_samples(s, cfg, *builder);
+  }
+  if (!r.ec) {
+    if (auto e = co_await s.shutdown()) {
+      r.ec = e;
+      r.what = describe(cfg, "shutdown", e);
+    }
+  }
+  r.stats = s.stats();
+  co_return r;
+}
+
+}  // namespace rollout

@@ -1,0 +1,144 @@
+// test/rollout_test.cpp — the rollout example's building blocks
+// (examples/rollout: pickle writer, corpus split, sample keys and values).
+#define BOOST_TEST_MODULE rollout_test
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "examples/rollout/corpus.hpp"
+#include "examples/rollout/options.hpp"
+#include "examples/rollout/pickle.hpp"
+#include "examples/rollout/sample.hpp"
+
+namespace {
+
+std::string hex(const std::vector<std::byte>& b) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (std::byte x : b) {
+    s.push_back(digits[std::to_integer<int>(x) >> 4]);
+    s.push_back(digits[std::to_integer<int>(x) & 15]);
+  }
+  return s;
+}
+
+}  // namespace
+
+// Expected bytes: CPython 3 pickletools.optimize(pickle.dumps(d, protocol=2))
+// for the same dict (optimize only drops unused memo PUTs).
+BOOST_AUTO_TEST_CASE(pickle_dict_matches_cpython_protocol_2) {
+  auto b = rollout::pickle_dict({
+      {"idx", std::int64_t{7}},
+      {"source", std::string("riddles")},
+      {"prompt_tokens", std::int64_t{300}},
+      {"response_tokens", std::int64_t{70000}},
+      {"big", std::int64_t{-5000000000}},
+      {"neg", std::int64_t{-3}},
+      {"finished", true},
+      {"truncated", false},
+      {"parent", std::monostate{}},
+      {"temp", 0.7},
+      {"text", std::string("caf\xc3\xa9")},
+  });
+  BOOST_TEST(hex(b) ==
+             "80027d2858030000006964784b075806000000736f757263655807000000726964646c6573580d"
+             "00000070726f6d70745f746f6b656e734d2c01580f000000726573706f6e73655f746f6b656e73"
+             "4a7011010058030000006269678a05000efad5fe58030000006e65674afdffffff580800000066"
+             "696e69736865648858090000007472756e6361746564895806000000706172656e744e58040000"
+             "0074656d70473fe66666666666665804000000746578745805000000636166c3a9752e");
+}
+
+BOOST_AUTO_TEST_CASE(pickle_dict_of_one_item_uses_setitem) {
+  BOOST_TEST(hex(rollout::pickle_dict({{"a", std::int64_t{1}}})) == "80027d5801000000614b01732e");
+  BOOST_TEST(hex(rollout::pickle_dict({})) == "80027d2e");
+}
+
+BOOST_AUTO_TEST_CASE(split_entry_puts_the_answer_in_the_response) {
+  auto p = rollout::split_entry("Q:\tWhat is purple and commutes?\nA:\tAn Abelian grape.");
+  BOOST_TEST(p.prompt == "Q:\tWhat is purple and commutes?\n");
+  BOOST_TEST(p.response == "A:\tAn Abelian grape.");
+  BOOST_TEST(p.source == "riddles");
+}
+
+BOOST_AUTO_TEST_CASE(split_entry_splits_one_line_after_its_first_sentence) {
+  auto p = rollout::split_entry("Bank error in your favor.  Collect $200.");
+  BOOST_TEST(p.prompt == "Bank error in your favor.  ");
+  BOOST_TEST(p.response == "Collect $200.");
+  auto q = rollout::split_entry("Chess tonight.");
+  BOOST_TEST(q.prompt + q.response == "Chess tonight.");
+  BOOST_TEST(!q.response.empty());
+}
+
+BOOST_AUTO_TEST_CASE(embedded_corpus_has_every_entry_with_a_response) {
+  const auto& c = rollout::corpus::embedded();
+  BOOST_TEST(c.size() == 187u);
+  for (const auto& p : c.pairs()) {
+    BOOST_TEST(!p.prompt.empty());
+    BOOST_TEST(!p.response.empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sample_masks_prompt_and_scores_response) {
+  rollout::sample_builder b(rollout::corpus::embedded());
+  auto s = b.make(3);
+  const auto T = s.input_ids.size();
+  BOOST_TEST(s.logprobs.size() == T);
+  BOOST_TEST(s.token_mask.size() == T);
+  for (std::size_t i = 0; i < T; ++i) {
+    BOOST_TEST(s.token_mask[i] == (i >= s.prompt_tokens ? 1 : 0));
+    if (i < s.prompt_tokens) BOOST_TEST(s.logprobs[i] == 0.0f);
+    else BOOST_TEST(s.logprobs[i] < 0.0f);
+  }
+  BOOST_TEST(s.reward >= 0.0f);
+  BOOST_TEST(s.reward <= 1.0f);
+  // Same index, same bytes: the trainer rebuilds samples to check them.
+  auto again = b.make(3);
+  BOOST_TEST(again.input_ids == s.input_ids);
+  BOOST_TEST(again.meta == s.meta);
+}
+
+BOOST_AUTO_TEST_CASE(fields_use_the_data_plane_keys_and_dtypes) {
+  rollout::sample_builder b(rollout::corpus::embedded());
+  auto s = b.make(12);
+  auto f = rollout::fields(s);
+  BOOST_TEST_REQUIRE(f.size() == 5u);
+  BOOST_TEST(f[0].key == "12@input_ids");
+  BOOST_TEST(f[0].value.dtype == "int64");
+  BOOST_TEST(f[1].key == "12@generation_logprobs");
+  BOOST_TEST(f[1].value.dtype == "float32");
+  BOOST_TEST(f[2].key == "12@token_mask");
+  BOOST_TEST(f[2].value.dtype == "bool");
+  BOOST_TEST(f[3].key == "12@reward");
+  BOOST_TEST(f[3].value.shape.empty());  // a 0-d tensor
+  BOOST_TEST(f[3].bytes.size() == 4u);
+  BOOST_TEST(f[4].key == "12@meta");
+  BOOST_TEST(f[4].value.kind == 'p');
+}
+
+BOOST_AUTO_TEST_CASE(parse_sample_key_accepts_only_known_fields) {
+  auto k = rollout::parse_sample_key("41@token_mask");
+  BOOST_TEST_REQUIRE(k.has_value());
+  BOOST_TEST(k->idx == 41);
+  BOOST_TEST(k->field == 2u);
+  BOOST_TEST(!rollout::parse_sample_key("41@advantages").has_value());
+  BOOST_TEST(!rollout::parse_sample_key("x@reward").has_value());
+  BOOST_TEST(!rollout::parse_sample_key("@reward").has_value());
+  BOOST_TEST(!rollout::parse_sample_key("reward").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(options_reject_unknown_transport_and_both_roles) {
+  const char* ucx[] = {"x", "--transport", "ucx"};
+  BOOST_TEST(std::holds_alternative<rollout::usage_error>(rollout::parse_options(3, ucx)));
+  const char* both[] = {"x", "--listen", "5555", "--connect", "h:5555"};
+  BOOST_TEST(std::holds_alternative<rollout::usage_error>(rollout::parse_options(5, both)));
+  const char* ok[] = {"x", "--connect=example.org:5555", "--batch", "32"};
+  auto o = rollout::parse_options(4, ok);
+  BOOST_TEST_REQUIRE(std::holds_alternative<rollout::options>(o));
+  const auto& opt = std::get<rollout::options>(o);
+  BOOST_TEST((opt.mode == rollout::role::workers));
+  BOOST_TEST(opt.host == "example.org");
+  BOOST_TEST(opt.port == 5555);
+  BOOST_TEST(opt.batch == 32u);
+}
