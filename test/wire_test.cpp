@@ -42,8 +42,12 @@ BOOST_AUTO_TEST_CASE(frame_header_rejects_unknown_type_flags_and_oversized_lengt
 }
 
 BOOST_AUTO_TEST_CASE(hello_round_trips_and_rejects_bad_magic_version_role_chunk) {
+  session_id sid{};
+  sid[0] = std::byte{0xAB};
+  sid[15] = std::byte{0xCD};
   const hello h{.role = wire_role::consumer, .max_chunk_bytes = 4096, .max_key_bytes = 99,
-                .window_bytes = 1ull << 40, .max_meta_bytes = 512};
+                .window_bytes = 1ull << 40, .max_meta_bytes = 512, .dedup_window = 777,
+                .session = sid};
   auto p = encode_hello(h);
   BOOST_TEST(p.size() == hello_size);
   auto d = decode_hello(p);
@@ -53,7 +57,12 @@ BOOST_AUTO_TEST_CASE(hello_round_trips_and_rejects_bad_magic_version_role_chunk)
   bad[0] = std::byte{0};
   BOOST_TEST((decode_hello(bad).code() == errc::protocol_violation));
   bad = p;
-  bad[4] = std::byte{2};  // version 2
+  bad[4] = std::byte{1};  // version 1: refused by name, before its size
+  BOOST_TEST((decode_hello(bad).code() == errc::protocol_violation));
+  BOOST_TEST(decode_hello(std::span(bad).first(32)).message().find("version 1") !=
+             std::string::npos);
+  bad = p;
+  bad[4] = std::byte{3};  // a newer version
   BOOST_TEST((decode_hello(bad).code() == errc::protocol_violation));
   bad = p;
   bad[6] = std::byte{3};  // role 3
@@ -61,6 +70,8 @@ BOOST_AUTO_TEST_CASE(hello_round_trips_and_rejects_bad_magic_version_role_chunk)
   auto small = encode_hello({.max_chunk_bytes = 63});
   BOOST_TEST((decode_hello(small).code() == errc::protocol_violation));
   BOOST_TEST((decode_hello(std::span(p).first(31)).code() == errc::protocol_violation));
+  BOOST_TEST((decode_hello(std::span(p).first(47)).code() == errc::protocol_violation));
+  BOOST_TEST((decode_hello(std::span(p).first(4)).code() == errc::protocol_violation));
 }
 
 BOOST_AUTO_TEST_CASE(entry_begin_splits_key_and_meta_within_limits) {

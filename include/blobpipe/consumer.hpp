@@ -37,6 +37,7 @@
 // Source: docs/wire.md "Consumer", "Flow control", "Limits".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,8 @@
 
 #include <asio/awaitable.hpp>
 
+#include "blobpipe/delivery.hpp"
+#include "blobpipe/cuda.hpp"
 #include "blobpipe/entry.hpp"
 #include "blobpipe/errors.hpp"
 #include "blobpipe/footer.hpp"
@@ -92,10 +95,31 @@ struct consumer_options {
   std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
   std::uint64_t max_entries_per_blob = 1u << 24;
 
+  /// Resend sessions (docs/wire.md "Delivery"): the tags of blobs already
+  /// delivered, shared by every consumer that may serve the same sender
+  /// across its reconnects (all connections one listener accepts). Null:
+  /// delivery_log::process_default(). Its window is advertised in the hello.
+  std::shared_ptr<delivery_log> delivered;
+
+  /// Timeouts (0: none). next() ends the stream with timed_out, and closes
+  /// the connection, when it has waited on the sender for this long with no
+  /// byte arriving: `stall_timeout` while the sender owes bytes (a frame's
+  /// payload is incomplete, or a blob is open), `idle_timeout` always. An
+  /// idle producer sends nothing, so idle_timeout also ends a healthy but
+  /// quiet connection; a resend session then reconnects.
+  std::chrono::milliseconds stall_timeout{0};
+  std::chrono::milliseconds idle_timeout{0};
+
   assemble_mode assemble = assemble_mode::none;
   /// assemble_mode::file: called at blob_begin to place the blob. An error
   /// aborts that blob (its bytes are still received, then dropped).
   std::function<result<file_slot>(std::uint64_t blob_id, const tag_t& tag)> file_slot_for;
+
+  /// Land entries in CUDA device memory (docs/cuda.md "Consumer"): the
+  /// selected entries are yielded with received_entry::device set once
+  /// their bytes are on the device. start() fails with cuda_failure when
+  /// there is no device, invalid_argument with another assemble mode.
+  cuda::landing_options landing;
 };
 
 enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };
@@ -110,6 +134,11 @@ struct received_entry {
   entry_view view;         ///< typed, zero-copy; view.entry == &entry
   /// Keeps view.bytes alive and returns the window credit when released.
   std::shared_ptr<const void> storage;
+  /// cuda_device when the entry landed in device memory
+  /// (consumer_options::landing): `device` then views it, and view.bytes
+  /// is empty (view.type and view.shape are set). host otherwise.
+  memory_kind memory = memory_kind::host;
+  cuda::device_view device;  ///< memory == cuda_device; kept alive by `storage`
 
   received_entry() = default;
   received_entry(const received_entry&) = delete;  // view.entry points into *this
@@ -140,6 +169,13 @@ struct event {
   /// empty after an orderly close, else why.
   std::error_code error;
   std::string reason;  ///< one line: the producer's reason or what broke
+  /// blob_aborted in a resend session: only this attempt is void (the
+  /// connection broke, or another connection delivered the same tag first).
+  /// The sender holds the blob until it is delivered, so drop this
+  /// attempt's entries and expect the tag again (on a consumer sharing this
+  /// delivery_log), unless it already completed there. Every tag ends
+  /// exactly once in blob_complete or in blob_aborted with resend false.
+  bool resend = false;
 };
 
 /// Counters for tests and benchmarks.
@@ -150,6 +186,9 @@ struct consumer_stats {
   std::uint64_t blobs_completed = 0;
   std::uint64_t blobs_aborted = 0;
   std::uint64_t acks_sent = 0;
+  std::uint64_t device_entries = 0;  ///< entries landed in device memory
+  std::uint64_t device_chunks = 0;   ///< host-to-device copies from pinned buffers
+  std::uint64_t duplicates_dropped = 0;  ///< resent blobs already delivered
 };
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
@@ -162,9 +201,13 @@ class consumer {
   ~consumer();
 
   /// Waits for the sender's hello, checks it, answers with the negotiated
-  /// chunk size and this window. On error the transport is closed.
+  /// chunk size, this window and the delivery log's window. On error the
+  /// transport is closed. stall_timeout and idle_timeout apply to the
+  /// sender's hello as well.
   /// Errors: protocol_violation (bad hello or a non-hello first frame),
-  /// invalid_argument (options out of range), peer_closed, peer_failed, closed.
+  /// invalid_argument (options out of range), peer_closed, peer_failed, closed,
+  /// cuda_failure (landing enabled without a device: cuda::device_count()
+  /// says why).
   static asio::awaitable<std::tuple<std::error_code, consumer>> start(
       std::unique_ptr<transport> t, consumer_options opt = {});
 

@@ -29,6 +29,7 @@
 #include "blobpipe/entry.hpp"
 #include "blobpipe/errors.hpp"
 #include "blobpipe/footer.hpp"
+#include "blobpipe/memory_kind.hpp"
 
 namespace blobpipe {
 
@@ -66,6 +67,10 @@ struct value {
   const std::byte* data = nullptr;  ///< first element (may be null when empty)
   std::uint64_t nbytes = 0;         ///< 'p' only: payload length in bytes
   std::shared_ptr<const void> owner;  ///< optional keep-alive for `data`
+  /// Where `data` lives. Device memory is streamed by the sender through
+  /// pinned staging buffers (docs/cuda.md); write()/write_entry() accept
+  /// host memory only. Default host: no CUDA call is made.
+  memory_kind memory = memory_kind::host;
 
   /// A contiguous torch tensor over `elems` with `shape` (elements).
   template <class T>
@@ -161,13 +166,15 @@ std::vector<std::byte> encode_index(std::span<const Entry> entries);
 
 /// Copies one planned entry's bytes (gathering strided values) into
 /// `out`, which must hold exactly entry.len bytes.
-/// Errors: buffer_too_small.
+/// Errors: buffer_too_small, invalid_argument (the value is declared
+/// memory_kind::cuda_device: the CPU cannot read it).
 [[nodiscard]] result<void> write_entry(const planned_entry& pe,
                                        std::span<std::byte> out);
 
 /// Writes the whole blob (entries, zero pads, index, footer) into `out`.
 /// Returns bytes written (plan.nbytes).
-/// Errors: buffer_too_small (out.size() < plan.nbytes).
+/// Errors: buffer_too_small (out.size() < plan.nbytes), invalid_argument
+/// (a value declared memory_kind::cuda_device).
 /// Source: write (Python reference).
 [[nodiscard]] result<std::uint64_t> write(const BlobPlan& p, std::span<std::byte> out);
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "blobpipe/consumer.hpp"
+#include "blobpipe/delivery.hpp"
 #include "blobpipe/format.hpp"
 #include "blobpipe/loopback.hpp"
 #include "blobpipe/producer.hpp"

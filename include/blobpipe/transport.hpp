@@ -89,6 +89,31 @@ class transport {
   /// False once closed (by either side, as far as this side knows).
   virtual bool is_open() const noexcept = 0;
 
+  // ---- CUDA device memory (docs/cuda.md "Transports") ----
+  //
+  // A transport that can read and write CUDA device memory itself (UCX
+  // built with cuda_copy/cuda_ipc: ucx_info -d lists them) overrides these
+  // three; the pipeline then hands it device pointers and skips its pinned
+  // staging. Every other transport keeps the defaults, and device bytes
+  // reach it already staged in pinned host memory.
+
+  /// True when send_device() and receive_payload_device() work. Default:
+  /// false (the pipeline stages device bytes through pinned host buffers).
+  virtual bool accepts_device_memory() const noexcept { return false; }
+
+  /// As send(), with every payload buffer in device memory of CUDA device
+  /// `device` (UCX: op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+  /// memory_type = UCS_MEMORY_TYPE_CUDA). Completes when the device bytes
+  /// may be reused. Default: invalid_argument.
+  virtual asio::awaitable<std::error_code> send_device(const frame_header& h,
+                                                       std::span<const asio::const_buffer> payload,
+                                                       int device);
+
+  /// As receive_payload(), into device memory of CUDA device `device`;
+  /// completes when the bytes are there. Default: invalid_argument.
+  virtual asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> dest,
+                                                                  int device);
+
   /// One line on the last failure (for example "frame header: unknown frame
   /// type 9"); empty when none. For logs: tests compare codes, not text.
   const std::string& last_error() const noexcept { return last_error_; }

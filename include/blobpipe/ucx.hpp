@@ -27,7 +27,23 @@
 // the environment; options::config overrides them for one io_context. The
 // connection itself is set up through a listener socket address, so a
 // sockaddr-capable transport must be allowed besides shared memory, e.g.
-// UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. docs/ucx.md has the details.
+// UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. Because every endpoint runs in
+// peer error mode, blobpipe turns on what UCX 1.13 requires of the shared
+// memory transports in that mode (MM_ERROR_HANDLING, MEMORY_INVALIDATE)
+// unless told otherwise. docs/ucx.md has the details.
+//
+// Closing: close() says goodbye (an AM the peer answers) and then closes
+// the endpoint in flush mode (ucp_ep_close_nbx), so the peer sees
+// peer_closed; with operations in flight, or after a peer failure, the
+// endpoint is forced closed (UCP_EP_CLOSE_FLAG_FORCE) and they complete
+// with `closed`. close() never blocks: the handshake finishes on the
+// executor.
+//
+// Device memory: with a UCX built with its CUDA modules (cuda_copy,
+// cuda_ipc), accepts_device_memory() is true and send_device /
+// receive_payload_device hand CUDA buffers to UCX
+// (UCS_MEMORY_TYPE_CUDA). Debian's 1.13 has none: they then fail with
+// invalid_argument, as transport.hpp's defaults do.
 //
 // Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
 // closed its transport (an orderly goodbye); peer_failed: the peer's
@@ -37,6 +53,7 @@
 // Source: docs/ucx.md; UCX examples/ucp_client_server.c.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +80,15 @@ struct options {
   /// context lives fails with invalid_argument. Empty: use the environment,
   /// or the existing context as it is.
   std::vector<std::pair<std::string, std::string>> config;
+
+  /// After the worker last had events, keep progressing it between other
+  /// handlers for this long before arming it and sleeping on its event fd
+  /// (microseconds). A busy connection is then not put to sleep and
+  /// signalled awake between messages (about 1.5x throughput on shared
+  /// memory here); an idle one costs CPU for at most this long after its
+  /// last message. 0: arm as soon as a progress pass finds nothing.
+  /// Like `config`, fixed when the io_context's UCX context is created.
+  std::chrono::microseconds busy_poll{200};
 };
 
 /// A listener (ucp_listener_create) that yields UCX transports.
@@ -107,16 +133,17 @@ class listener {
                                       const std::string& address = "127.0.0.1",
                                       const options& opt = {});
 
-/// Resolves `host`, creates an endpoint to the first address
-/// (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
-/// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER) and completes once UCX
-/// has connected it (ucp_ep_flush_nbx).
+/// Resolves `host` (asio resolver), creates an endpoint to the first
+/// address (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
+/// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER with an err_handler)
+/// and completes once UCX has connected it (ucp_ep_flush_nbx). Creates
+/// the io_context's UCX context and worker on the first call, as listen.
 /// Errors: peer_failed (resolve failed, nobody listens, UCX could not be
 /// initialised), invalid_argument (config as for listen), closed (the
 /// awaiting coroutine was cancelled).
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
-    asio::any_io_executor ex, std::string host, std::uint16_t port,
-    transport_options opt = {}, options uopt = {});
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt = {},
+    options uopt = {});
 
 /// What one UCX transport has moved so far (for benchmarks and tests).
 struct stats {

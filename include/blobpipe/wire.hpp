@@ -25,6 +25,7 @@
 // Source: docs/wire.md.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -37,12 +38,14 @@
 namespace blobpipe {
 
 /// Wire protocol version carried by the handshake (docs/wire.md "Handshake").
-inline constexpr std::uint16_t WIRE_VERSION = 1;
+/// 2 added the resend session and delivery acknowledgements (docs/wire.md
+/// "Delivery"); a version-1 peer is refused with a message naming both.
+inline constexpr std::uint16_t WIRE_VERSION = 2;
 /// Handshake magic, "BPWP" in ASCII on the wire (little-endian u32).
 inline constexpr std::uint32_t WIRE_MAGIC = 0x50575042;
 
 inline constexpr std::size_t frame_header_size = 24;      ///< bytes
-inline constexpr std::size_t hello_size = 32;             ///< hello payload, bytes
+inline constexpr std::size_t hello_size = 48;             ///< hello payload, bytes
 inline constexpr std::uint32_t default_chunk_bytes = 1u << 20;       ///< 1 MiB
 inline constexpr std::uint32_t min_chunk_bytes = 64;                  ///< bytes
 inline constexpr std::uint32_t default_max_frame_bytes = 1u << 30;   ///< 1 GiB cap
@@ -59,7 +62,8 @@ enum class frame_type : std::uint8_t {
   data = 4,         ///< S; arg: offset of payload[0] from blob start. payload: entry bytes
   tail = 5,         ///< S; payload: exactly the write_tail bytes (index + v3 footer)
   blob_abort = 6,   ///< S; payload: UTF-8 reason (<= max_reason_bytes)
-  ack = 7,          ///< C; arg: window credit returned, bytes. no payload
+  ack = 7,          ///< C; arg: window credit returned, bytes; blob_id: 0, or a
+                    ///< blob delivered (resend sessions only). no payload
   close = 8,        ///< both; orderly end. payload: UTF-8 reason (may be empty)
 };
 
@@ -92,11 +96,20 @@ void encode_frame_header(const frame_header& h, std::span<std::byte> out) noexce
 /// Which end of a connection a hello comes from.
 enum class wire_role : std::uint16_t { sender = 1, consumer = 2 };
 
+/// A resend session: 16 random bytes a reconnecting sender keeps across
+/// its connections, so the consumer can recognise blobs it already
+/// delivered (docs/wire.md "Delivery"). All zero: no session.
+using session_id = std::array<std::byte, 16>;
+inline constexpr session_id NO_SESSION{};
+
 /// The handshake payload (hello_size bytes, little-endian):
 ///   u32 magic WIRE_MAGIC | u16 version | u16 role | u32 max_chunk_bytes |
-///   u32 max_key_bytes | u64 window_bytes | u32 max_meta_bytes | u32 0
-/// The sender proposes max_chunk_bytes; the consumer answers with the
-/// negotiated min(proposal, its own) and its window. docs/wire.md "Handshake".
+///   u32 max_key_bytes | u64 window_bytes | u32 max_meta_bytes |
+///   u32 dedup_window | 16 bytes session
+/// The sender proposes max_chunk_bytes and names its session; the consumer
+/// answers with the negotiated min(proposal, its own), its window, how many
+/// delivered blobs it remembers per session, and the session echoed.
+/// docs/wire.md "Handshake".
 struct hello {
   std::uint16_t version = WIRE_VERSION;
   wire_role role = wire_role::sender;
@@ -104,14 +117,21 @@ struct hello {
   std::uint32_t max_key_bytes = default_max_key_bytes;  ///< consumer's key limit, bytes
   std::uint64_t window_bytes = 0;   ///< consumer: its receive window, bytes; sender: 0
   std::uint32_t max_meta_bytes = default_max_meta_bytes;  ///< consumer's meta limit
+  /// Consumer: blob tags it remembers per session (0: no de-duplication,
+  /// so no resend session can be served). Sender: 0.
+  std::uint32_t dedup_window = 0;
+  /// Sender: its resend session, or NO_SESSION for a plain sender (no
+  /// delivery acks). Consumer: the sender's session, echoed.
+  session_id session = NO_SESSION;
   friend bool operator==(const hello&, const hello&) = default;
 };
 
 /// Serialises `h` (hello_size bytes).
 std::vector<std::byte> encode_hello(const hello& h);
 
-/// Parses and checks a hello: exact size, magic, version == WIRE_VERSION,
-/// known role, max_chunk_bytes >= min_chunk_bytes.
+/// Parses and checks a hello: magic, version == WIRE_VERSION (checked
+/// before the size, so an older peer is named as such), exact size, known
+/// role, max_chunk_bytes >= min_chunk_bytes.
 /// Errors: protocol_violation.
 [[nodiscard]] result<hello> decode_hello(std::span<const std::byte> payload);
 

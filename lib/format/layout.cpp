@@ -201,6 +201,12 @@ result<void> write_entry(const planned_entry& pe, std::span<std::byte> out) {
                           std::to_string(pe.entry.len) + " bytes, got " +
                           std::to_string(out.size()));
   if (pe.entry.len == 0) return {};
+  // The format layer copies with the CPU; device bytes go through the
+  // sender's staging path (docs/cuda.md).
+  if (pe.source.memory == memory_kind::cuda_device)
+    return make_error(errc::invalid_argument,
+                      "entry '" + pe.entry.key.substr(0, 64) +
+                          "' is in CUDA device memory; write() reads host memory only");
   if (pe.contiguous)
     std::memcpy(out.data(), pe.source.data, out.size());
   else

@@ -30,6 +30,7 @@ struct entry_lease {
   std::uint64_t credit = 0;
   aligned_bytes own;
   std::shared_ptr<reserved_region> region;
+  std::shared_ptr<const void> device;  // consumer_options::landing: the device buffer
   ~entry_lease() {
     if (auto s = owner.lock()) s->release(credit);
   }
@@ -37,14 +38,41 @@ struct entry_lease {
 
 asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
   while (!s->ack_stopped) {
-    if (s->pending_ack == 0) {
+    if (s->pending_ack == 0 && s->delivered_ids.empty()) {
       if (co_await s->ack_cv.wait()) break;
       continue;
     }
+    // A delivery ack carries the credit released so far as well.
+    std::uint64_t id = 0;
+    if (!s->delivered_ids.empty()) {
+      id = s->delivered_ids.front();
+      s->delivered_ids.pop_front();
+    }
     const std::uint64_t n = std::exchange(s->pending_ack, 0);
-    if (co_await send_frame(*s->t, frame_header{.type = frame_type::ack, .arg = n}, {})) break;
+    frame_header h{.type = frame_type::ack, .blob_id = id, .arg = n};
+    if (co_await send_frame(*s->t, h, {})) break;
     ++s->stats.acks_sent;
   }
+}
+
+/// Resend sessions: `b` reached its end for good (complete, or aborted by
+/// either side); remember its tag and tell the sender to let it go.
+void mark_delivered(consumer_state& s, const open_blob& b) {
+  if (s.session == NO_SESSION || s.ack_stopped) return;
+  s.log->record(s.session, b.tag);
+  s.delivered_ids.push_back(b.id);
+  s.ack_cv.notify_all();
+}
+
+/// Closes the connection when the sender stalls (consumer_options
+/// stall_timeout, idle_timeout); next() then reports timed_out.
+asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
+  const bool expired = co_await s->dog.expired();
+  if (!expired) co_return;
+  s->timeout_reason = std::string("no bytes from the sender for ") +
+                      std::to_string(s->dog.limit().count()) + " ms (" + s->dog.tripped() +
+                      "_timeout)";
+  s->t->close();
 }
 
 /// Reads a small control payload (already bounded by the caller).
@@ -74,11 +102,13 @@ event blob_event(event_kind k, const open_blob& b) {
   return ev;
 }
 
-void abort_blob(consumer_state& s, open_blob& b, std::error_code ec, std::string reason) {
+void abort_blob(consumer_state& s, open_blob& b, std::error_code ec, std::string reason,
+                bool resend = false) {
   if (!b.discard) {
     auto ev = blob_event(event_kind::blob_aborted, b);
     ev.error = ec;
     ev.reason = std::move(reason);
+    ev.resend = resend;
     s.pending.push_back(std::move(ev));
     ++s.stats.blobs_aborted;
   }
@@ -100,6 +130,15 @@ asio::awaitable<status> on_blob_begin(consumer_state& s, const frame_header& h) 
   open_blob& b = s.blobs[h.blob_id];
   b.id = h.blob_id;
   std::copy(tag.begin(), tag.end(), b.tag.begin());
+  if (s.session != NO_SESSION && s.log->contains(s.session, b.tag)) {
+    // Resent after a lost acknowledgement: delivered already. Its frames
+    // are still checked and read, then dropped; the sender may let it go.
+    b.duplicate = b.discard = true;
+    ++s.stats.duplicates_dropped;
+    s.delivered_ids.push_back(b.id);
+    s.ack_cv.notify_all();
+    co_return status{};
+  }
   if (s.opt.assemble == assemble_mode::memory) {
     auto r = reserved_region::make(s.opt.max_blob_bytes);
     if (r) b.region = std::move(*r);
@@ -117,6 +156,9 @@ asio::awaitable<status> on_blob_begin(consumer_state& s, const frame_header& h) 
 /// The current entry has all its bytes: make its view, sink it, yield it.
 status finish_entry(consumer_state& s, open_blob& b) {
   auto cur = std::move(b.cur);
+  std::byte* const landed = b.dest;
+  const bool on_device = std::exchange(b.on_device, false);
+  b.device_keep.reset();
   b.dest = nullptr;
   b.received = 0;
   if (b.discard) return {};
@@ -127,6 +169,13 @@ status finish_entry(consumer_state& s, open_blob& b) {
   if (!v) return violation("entry '" + cur->entry.key + "': " + v.message());
   cur->view = std::move(*v);
   cur->view.entry = &cur->entry;
+  if (on_device) {  // consumer_options::landing: every copy is done
+    cur->memory = memory_kind::cuda_device;
+    cur->device = cuda::device_view{&cur->entry, landed, cur->entry.len, s.landing->device(),
+                                    cur->view.type, cur->view.shape};
+    cur->view.bytes = {};  // device memory: not for the CPU
+    ++s.stats.device_entries;
+  }
   if (b.file.fd >= 0 && s.opt.assemble == assemble_mode::file) {
     auto r = write_zeros_at(b.file.fd, b.file.offset + b.file_end, cur->entry.off - b.file_end);
     if (r) r = write_at(b.file.fd, b.file.offset + cur->entry.off, bytes);
@@ -181,6 +230,18 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
   if (!b.discard && b.region) {
     dest = b.region->data() + e->off;  // validate_entry: off + len <= max_blob_bytes
     lease->region = b.region;
+  } else if (!b.discard && s.landing && s.landing->selects(*e)) {
+    // consumer_options::landing: the entry's home is device memory (docs/cuda.md).
+    auto buf = s.landing->allocate(e->len);
+    if (buf) {
+      dest = (*buf)->data();
+      lease->device = *buf;
+      b.device_keep = *buf;
+      b.on_device = true;
+      b.device_gen = s.landing->generation();
+    } else {
+      abort_blob(s, b, buf.code(), "entry '" + e->key + "': " + buf.message());
+    }
   } else if (!b.discard) {
     lease->own = allocate_aligned(e->len);
     if (!lease->own) co_return status(errc::too_large, "cannot allocate " + num(e->len) + " bytes");
@@ -219,6 +280,20 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
   if (h.length > e.len - b.received)
     co_return violation("data: chunk runs past the end of entry '" + e.key + "' (offset " +
                         num(h.arg) + " + " + num(h.length) + " > " + num(e.off + e.len) + ")");
+  if (b.on_device && b.dest) {
+    // consumer_options::landing: through a pinned slot, then copied to the device.
+    auto r = co_await s.landing->receive(*s.t, b.device_keep, b.dest + b.received, h.length);
+    if (!r && r.code() != errc::cuda_failure) co_return r;  // the connection failed
+    b.received += h.length;
+    if (r) ++s.stats.device_chunks;
+    if (r && b.received == e.len) r = co_await s.landing->drain(b.device_gen);
+    if (!r) {
+      abort_blob(s, b, r.code(), "entry '" + e.key + "': " + r.message());
+      b.dest = nullptr;  // the rest of the blob is read and dropped
+    }
+    if (b.received == e.len) co_return finish_entry(s, b);
+    co_return status{};
+  }
   std::span<std::byte> dest;
   if (b.dest) {
     dest = std::span(b.dest + b.received, h.length);
@@ -283,12 +358,25 @@ asio::awaitable<status> on_tail(consumer_state& s, const frame_header& h) {
   s.release(h.length);  // checked below, then part of the result (or gone)
   if (ec) co_return error{ec, s.t->last_error()};
   if (b.discard) {
+    if (!b.duplicate) mark_delivered(s, b);  // reported aborted already: final
     s.blobs.erase(it);
     co_return status{};
   }
   auto done = std::make_shared<completed_blob>();
   done->blob_id = b.id;
   if (auto r = check_tail(b, dest, done->index); !r) co_return r;
+  if (s.session != NO_SESSION && s.log->contains(s.session, b.tag)) {
+    // Another connection of the session delivered this tag while this
+    // attempt was in flight (the sender resent it after losing that
+    // connection). This attempt's entries were yielded: void them.
+    abort_blob(s, b, make_error_code(errc::aborted),
+               "delivered on another connection of the session", true);
+    ++s.stats.duplicates_dropped;
+    s.delivered_ids.push_back(b.id);
+    s.ack_cv.notify_all();
+    s.blobs.erase(it);
+    co_return status{};
+  }
   done->nbytes = done->index.nbytes;
   if (b.region) {
     done->bytes = std::span<const std::byte>(b.region->data(), done->nbytes);
@@ -308,6 +396,7 @@ asio::awaitable<status> on_tail(consumer_state& s, const frame_header& h) {
   ev.blob = std::move(done);
   s.pending.push_back(std::move(ev));
   ++s.stats.blobs_completed;
+  mark_delivered(s, b);
   s.blobs.erase(it);
   co_return status{};
 }
@@ -320,6 +409,7 @@ asio::awaitable<status> on_blob_abort(consumer_state& s, const frame_header& h) 
   if (auto r = co_await read_small(s, h.length, reason); !r) co_return r;
   abort_blob(s, it->second, make_error_code(errc::aborted),
              std::string(reinterpret_cast<const char*>(reason.data()), reason.size()));
+  if (!it->second.duplicate) mark_delivered(s, it->second);  // the producer's abort is final
   s.blobs.erase(it);  // drops a partial entry, returning its credit
   co_return status{};
 }
@@ -368,8 +458,13 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   const auto blob_ec = ec ? ec : make_error_code(errc::peer_closed);
   const std::string blob_reason =
       ec ? reason : std::string("sender closed the connection with the blob open");
-  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason);
+  // In a resend session the sender keeps every blob it has not seen
+  // delivered and sends it again on its next connection, unless it ended
+  // the session itself (an orderly close).
+  const bool resend = ec && session != NO_SESSION;
+  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
   ack_stopped = true;
+  dog.stop();
   blobs.clear();  // partial entries return their credit (no acks any more)
   ack_cv.notify_all();
   t->close();
@@ -398,26 +493,39 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
       opt.max_tail_bytes <= FOOTER_SIZE || opt.max_meta_bytes == 0 ||
       (opt.assemble == assemble_mode::file && !opt.file_slot_for))
     co_return ret{make_error_code(errc::invalid_argument), consumer{}};
+  if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
+  s->log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
+  if (s->dog.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
   auto fail = [&](std::error_code ec) {
+    s->dog.stop();
     s->t->close();
-    return ret{ec, consumer{}};
+    return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
   };
+  s->dog.owes(true);  // the hello is due
+  s->dog.begin_wait();
   auto [ec, h] = co_await s->t->receive_header();
   if (ec) co_return fail(ec);
   if (h.type != frame_type::hello || h.length != hello_size)
     co_return fail(make_error_code(errc::protocol_violation));
   std::array<std::byte, hello_size> buf;
   if (auto rec = co_await s->t->receive_payload(buf)) co_return fail(rec);
+  s->dog.end_wait();
   auto peer = decode_hello(buf);
   if (!peer) co_return fail(peer.code());
   if (peer->role != wire_role::sender) co_return fail(make_error_code(errc::protocol_violation));
   s->chunk_bytes = std::min(peer->max_chunk_bytes, s->opt.max_chunk_bytes);
+  if (s->opt.landing.enabled)
+    s->landing = std::make_unique<detail::device_lander>(
+        s->ex, s->opt.landing, s->chunk_bytes, s->t->accepts_device_memory());
+  s->session = peer->session;
   hello mine{.role = wire_role::consumer,
              .max_chunk_bytes = s->chunk_bytes,
              .max_key_bytes = s->opt.max_key_bytes,
              .window_bytes = s->opt.window_bytes,
-             .max_meta_bytes = s->opt.max_meta_bytes};
+             .max_meta_bytes = s->opt.max_meta_bytes,
+             .dedup_window = s->log->window(),
+             .session = peer->session};
   const auto reply = encode_hello(mine);
   if (auto sec = co_await send_frame(*s->t, frame_header{.type = frame_type::hello,
                                                          .length = hello_size},
@@ -441,13 +549,25 @@ asio::awaitable<event> consumer::next() {
       co_return ev;
     }
     if (s->ended) co_return s->final_event;
+    s->dog.owes(!s->blobs.empty());
+    s->dog.begin_wait();
     auto [ec, h] = co_await s->t->receive_header();
+    s->dog.progress();
+    s->dog.owes(true);  // the payload (if any) is due now
+    detail::status r;
     if (ec) {
-      s->end(ec, s->t->last_error().empty() ? ec.message() : s->t->last_error());
-      continue;
+      r = error{ec, s->t->last_error().empty() ? ec.message() : s->t->last_error()};
+    } else {
+      r = co_await detail::on_frame(s, h);
     }
-    auto r = co_await detail::on_frame(s, h);
-    if (!r) s->end(r.code(), r.message());
+    s->dog.progress();
+    s->dog.end_wait();
+    if (!r && !s->timeout_reason.empty()) {
+      // The watchdog closed the transport; the read failed with `closed`.
+      s->end(make_error_code(errc::timed_out), s->timeout_reason);
+    } else if (!r) {
+      s->end(r.code(), r.message());
+    }
   }
 }
 
@@ -455,6 +575,7 @@ void consumer::close() noexcept {
   if (!state_) return;
   state_->ack_stopped = true;
   state_->ack_cv.notify_all();
+  state_->dog.stop();
   state_->t->close();
 }
 

@@ -13,7 +13,9 @@
 #include <asio/any_io_executor.hpp>
 
 #include "blobpipe/consumer.hpp"
+#include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
+#include "lib/pipeline/watchdog.hpp"
 #include "lib/transport/async_sync.hpp"
 
 namespace blobpipe::detail {
@@ -33,11 +35,17 @@ struct open_blob {
   file_slot file;                           // assemble_mode::file
   std::uint64_t file_end = 0;               // blob bytes written to the file
   bool discard = false;  // already reported aborted (sink failed): drop its bytes
+  bool duplicate = false;  // resend session: delivered before; drop silently
+  // consumer_options::landing: cur lands in device memory at `dest`.
+  bool on_device = false;
+  std::uint64_t device_gen = 0;  // device_lander::generation() at entry_begin
+  std::shared_ptr<const void> device_keep;  // cur's device buffer, for the copies
 };
 
 struct consumer_state {
   consumer_state(std::unique_ptr<transport> tr, consumer_options o)
-      : t(std::move(tr)), ex(t->get_executor()), opt(std::move(o)), ack_cv(ex) {}
+      : t(std::move(tr)), ex(t->get_executor()), opt(std::move(o)),
+        dog(ex, opt.stall_timeout, opt.idle_timeout), ack_cv(ex) {}
 
   /// Counts `n` bytes as buffered (a new entry or tail).
   void reserve(std::uint64_t n) noexcept;
@@ -58,9 +66,18 @@ struct consumer_state {
   std::vector<std::byte> scratch; // payloads of discarded blobs
   // Flow control.
   std::uint64_t pending_ack = 0;
+  std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
+  // Resend session of the sender (NO_SESSION: none, no delivery acks).
+  session_id session = NO_SESSION;
+  std::shared_ptr<delivery_log> log;
+  // Stall detection: the watchdog closes the transport; next() then
+  // reports timed_out with this reason.
+  watchdog dog;
+  std::string timeout_reason;
   bool ack_stopped = false;
   async_condition ack_cv;
   consumer_stats stats;
+  std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
 };
 
 }  // namespace blobpipe::detail

@@ -10,20 +10,59 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/error.hpp>
+#include <asio/this_coro.hpp>
 
+#include "lib/pipeline/producer_device.hpp"
+#include "lib/pipeline/resend.hpp"
 #include "lib/pipeline/sender_state.hpp"
 
 namespace blobpipe {
 namespace detail {
 
+sender_state::sender_state(std::shared_ptr<transport> tr, asio::any_io_executor e,
+                           sender_options o)
+    : t(std::move(tr)), ex(std::move(e)), opt(std::move(o)), credit_cv(ex), reader_cv(ex),
+      dog(ex, opt.stall_timeout, {}) {
+  dog.owes(true);  // whenever the sender waits on the consumer, it is owed
+}
+
+sender_state::~sender_state() = default;
+
 void sender_state::fail(std::error_code ec) noexcept {
   if (!error) error = ec;
-  t->close();
+  if (t) t->close();
   credit_cv.notify_all();
   reader_cv.notify_all();
+  dog.stop();
+  if (rs) {
+    rs->connected = rs->live = false;
+    rs->kept_cv.notify_all();
+    rs->retry_timer.cancel();
+  }
 }
 
 namespace {
+
+/// Ends a stalled connection (sender_options::stall_timeout): a plain
+/// sender fails with timed_out, a resend session reconnects.
+asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
+  // (No co_await inside a loop or if condition in these files: GCC 12
+  // miscompiles some of those coroutines into a trap.)
+  for (;;) {
+    const bool expired = co_await s->dog.expired();
+    if (!expired) break;
+    if (s->rs) {
+      resend_stalled(s);
+      s->dog.progress();
+      continue;
+    }
+    s->timeout_reason = "nothing from the consumer for " +
+                        std::to_string(s->opt.stall_timeout.count()) + " ms (stall_timeout)";
+    s->message = s->timeout_reason;
+    s->fail(make_error_code(errc::timed_out));
+    break;
+  }
+}
 
 void violation(sender_state& s, std::string what) {
   s.message = std::move(what);
@@ -42,7 +81,10 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
       co_return std::error_code{};
     }
     if (!counted) ++s->stats.credit_waits, counted = true;
-    if (co_await s->credit_cv.wait()) co_return std::error_code(asio::error::operation_aborted);
+    s->dog.begin_wait();
+    const bool cancelled = co_await s->credit_cv.wait();
+    s->dog.end_wait();
+    if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
   co_return s->error;
 }
@@ -51,8 +93,11 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
 asio::awaitable<std::error_code> send(sender_state& s, const frame_header& h,
                                       std::span<const std::byte> payload) {
   if (s.error) co_return s.error;
+  s.dog.begin_wait();
   auto ec = co_await send_frame(*s.t, h, payload);
+  s.dog.end_wait();
   if (ec) s.fail(ec);
+  s.dog.progress();
   co_return ec ? s.error : ec;
 }
 
@@ -65,6 +110,7 @@ asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s) {
       s->fail(s->closing && ec == errc::peer_closed ? make_error_code(errc::closed) : ec);
       break;
     }
+    s->dog.progress();
     if (h.type == frame_type::ack && h.length == 0 && h.arg <= s->in_flight) {
       s->in_flight -= h.arg;
       s->credit_cv.notify_all();
@@ -103,6 +149,10 @@ asio::awaitable<void> send_abort(std::shared_ptr<sender_state> s, std::uint64_t 
 }  // namespace
 
 blob_state::~blob_state() {
+  if (kept) {
+    kept_dropped(sender, std::move(kept));
+    return;
+  }
   if (begun && !ended && !sender->error)
     asio::co_spawn(sender->ex, send_abort(sender, id, "blob_writer dropped"), asio::detached);
 }
@@ -112,8 +162,11 @@ blob_state::~blob_state() {
 // ---- blob_writer ----
 
 const tag_t& blob_writer::tag() const noexcept { return state_->tag; }
-std::uint64_t blob_writer::id() const noexcept { return state_->id; }
+std::uint64_t blob_writer::id() const noexcept {
+  return state_->kept ? state_->kept->wire_id : state_->id;
+}
 std::size_t blob_writer::entry_count() const noexcept { return state_->builder.size(); }
+const std::string& blob_writer::last_error() const noexcept { return state_->last_error; }
 
 asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   auto b = state_;  // this handle may go away while we wait
@@ -124,6 +177,16 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   if (b->ended || b->broken) co_return make_error_code(errc::closed);
   if (s->error) co_return s->error;
   if (key.size() > s->max_key_bytes) co_return make_error_code(errc::invalid_argument);
+  // Device memory? Asked before planning: a failure (no device) leaves the
+  // blob usable. docs/cuda.md
+  b->last_error.clear();
+  auto where = detail::locate_value(*s, v);
+  if (!where) {
+    b->last_error = where.message();
+    co_return where.code();
+  }
+  v.memory = where->kind;
+  if (b->kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v));
   if (auto ec = co_await detail::ensure_begun(*b)) co_return ec;
 
   auto added = b->builder.add(std::move(key), std::move(v));
@@ -142,6 +205,13 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
                  .blob_id = b->id,
                  .arg = index};
   if (auto ec = co_await detail::send(*s, h, begin)) co_return ec;
+
+  // Device bytes take their own route to the same data frames.
+  if (pe.source.memory == memory_kind::cuda_device) {
+    if (auto ec = co_await detail::send_device_bytes(s, *b, pe, where->device)) co_return ec;
+    b->broken = false;
+    co_return std::error_code{};
+  }
 
   // Zero copy: chunks point into the value's memory. A strided value is
   // the documented exception: gathered once into `gathered`.
@@ -174,6 +244,7 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   auto s = b->sender;
   if (auto ec = co_await b->lock.lock()) co_return ec;
   detail::unlock_guard guard(b->lock);
+  if (b->kept) co_return co_await detail::kept_finish(b);
   if (b->ended || b->broken) co_return make_error_code(errc::closed);
   if (s->error) co_return s->error;
   if (auto ec = co_await detail::ensure_begun(*b)) co_return ec;
@@ -202,6 +273,7 @@ asio::awaitable<std::error_code> blob_writer::abort(std::string reason) {
   auto s = b->sender;
   if (auto ec = co_await b->lock.lock()) co_return ec;
   detail::unlock_guard guard(b->lock);
+  if (b->kept) co_return co_await detail::kept_abort(b, std::move(reason));
   if (b->ended) co_return std::error_code{};
   b->ended = true;
   if (!b->begun) co_return std::error_code{};  // the consumer never heard of it
@@ -227,50 +299,67 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
   using ret = std::tuple<std::error_code, sender>;
   if (!t || opt.chunk_bytes < min_chunk_bytes)
     co_return ret{make_error_code(errc::invalid_argument), sender{}};
-  auto s = std::make_shared<detail::sender_state>(std::move(t));
-  auto fail = [&](std::error_code ec, std::string_view /*why: see docs/wire.md*/) {
-    s->t->close();
-    return ret{ec, sender{}};
-  };
-  hello mine{.role = wire_role::sender, .max_chunk_bytes = opt.chunk_bytes};
-  const auto payload = encode_hello(mine);
-  frame_header h{.type = frame_type::hello, .length = hello_size};
-  if (auto ec = co_await send_frame(*s->t, h, payload)) co_return fail(ec, {});
-
-  auto [ec, got] = co_await s->t->receive_header();
-  if (ec) co_return fail(ec, {});
-  if (got.type != frame_type::hello || got.length != hello_size)
-    co_return fail(make_error_code(errc::protocol_violation), "expected hello");
-  std::array<std::byte, hello_size> buf;
-  if (auto rec = co_await s->t->receive_payload(buf)) co_return fail(rec, {});
-  auto peer = decode_hello(buf);
-  if (!peer) co_return fail(peer.code(), peer.message());
-  if (peer->role != wire_role::consumer || peer->max_chunk_bytes > opt.chunk_bytes ||
-      peer->window_bytes == 0)
-    co_return fail(make_error_code(errc::protocol_violation), "bad consumer hello");
-  s->chunk_bytes = peer->max_chunk_bytes;
-  s->window_bytes = peer->window_bytes;
-  s->max_key_bytes = peer->max_key_bytes;
-  s->max_meta_bytes = peer->max_meta_bytes;
+  auto ex = t->get_executor();
+  auto s = std::make_shared<detail::sender_state>(std::move(t), ex, std::move(opt));
+  if (s->dog.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  s->dog.begin_wait();
+  auto [ec, peer] = co_await detail::handshake(*s->t, s->opt.chunk_bytes, NO_SESSION);
+  s->dog.end_wait();
+  if (ec) {
+    const bool timed_out = !s->timeout_reason.empty();
+    s->fail(ec);
+    co_return ret{timed_out ? make_error_code(errc::timed_out) : ec, sender{}};
+  }
+  s->chunk_bytes = peer.max_chunk_bytes;
+  s->window_bytes = peer.window_bytes;
+  s->max_key_bytes = peer.max_key_bytes;
+  s->max_meta_bytes = peer.max_meta_bytes;
   asio::co_spawn(s->ex, detail::read_acks(s), asio::detached);
   co_return ret{std::error_code{}, sender(std::move(s))};
 }
 
+asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn connect,
+                                                                   sender_options opt) {
+  using ret = std::tuple<std::error_code, sender>;
+  if (!connect || opt.chunk_bytes < min_chunk_bytes || opt.resend.unacked_bytes == 0 ||
+      opt.resend.max_attempts == 0)
+    co_return ret{make_error_code(errc::invalid_argument), sender{}};
+  auto ex = co_await asio::this_coro::executor;
+  auto s = std::make_shared<detail::sender_state>(nullptr, ex, std::move(opt));
+  s->rs = std::make_unique<detail::resend_state>(ex, std::move(connect));
+  if (s->dog.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  if (auto ec = co_await detail::resend_start(s)) {
+    s->fail(ec);
+    co_return ret{ec, sender{}};
+  }
+  s->rs->live = true;  // nothing kept yet: nothing to re-sync
+  co_return ret{std::error_code{}, sender(std::move(s))};
+}
+
 blob_writer sender::open_blob(const tag_t& tag) {
+  if (state_->rs) {  // wire ids are given per connection, when the blob is sent
+    auto b = std::make_shared<detail::blob_state>(state_, 0, tag);
+    b->kept = std::make_shared<detail::kept_blob>(state_->ex, tag);
+    return blob_writer(std::move(b));
+  }
   return blob_writer(std::make_shared<detail::blob_state>(state_, state_->next_blob_id++, tag));
 }
 
 asio::awaitable<std::error_code> sender::shutdown() {
   auto s = state_;
   if (!s) co_return make_error_code(errc::closed);
+  if (s->rs) co_return co_await detail::resend_shutdown(s);
   if (s->error) co_return s->error;
   s->closing = true;
-  if (auto ec = co_await detail::send(*s, frame_header{.type = frame_type::close}, {}))
-    co_return ec;
+  const frame_header close_frame{.type = frame_type::close};
+  if (auto ec = co_await detail::send(*s, close_frame, {})) co_return ec;
   // The consumer answers our close by closing its end; the ack reader sees
   // that and records `closed`. Anything else is the real outcome.
   while (!s->reader_done) {
-    if (co_await s->reader_cv.wait()) {
+    s->dog.begin_wait();
+    const bool cancelled = co_await s->reader_cv.wait();
+    s->dog.end_wait();
+    if (cancelled) {
       s->fail(make_error_code(errc::closed));
       co_return std::error_code(asio::error::operation_aborted);
     }
@@ -287,6 +376,9 @@ std::error_code sender::error() const noexcept { return state_ ? state_->error :
 std::uint32_t sender::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
 std::uint64_t sender::window_bytes() const noexcept { return state_ ? state_->window_bytes : 0; }
 std::uint64_t sender::in_flight_bytes() const noexcept { return state_ ? state_->in_flight : 0; }
+std::uint64_t sender::unacked_bytes() const noexcept {
+  return state_ && state_->rs ? state_->rs->kept_bytes : 0;
+}
 sender_stats sender::stats() const noexcept { return state_ ? state_->stats : sender_stats{}; }
 
 }  // namespace blobpipe

@@ -13,25 +13,33 @@
 #include "blobpipe/layout.hpp"
 #include "blobpipe/producer.hpp"
 #include "blobpipe/transport.hpp"
+#include "lib/pipeline/watchdog.hpp"
 #include "lib/transport/async_sync.hpp"
 
 namespace blobpipe::detail {
 
-struct sender_state {
-  explicit sender_state(std::unique_ptr<transport> tr)
-      : t(std::move(tr)), ex(t->get_executor()), credit_cv(ex), reader_cv(ex) {}
+struct resend_state;  // lib/pipeline/resend.hpp
+struct kept_blob;
 
-  /// Ends the connection with `ec` (the first error wins) and wakes every waiter.
+struct sender_state : std::enable_shared_from_this<sender_state> {
+  sender_state(std::shared_ptr<transport> tr, asio::any_io_executor e, sender_options o);
+  ~sender_state();
+
+  /// Ends the sender with `ec` (the first error wins) and wakes every waiter.
   void fail(std::error_code ec) noexcept;
 
-  std::unique_ptr<transport> t;
+  // The current connection. A resend session replaces it after a failure
+  // (a coroutine still using the old one holds its own shared_ptr).
+  std::shared_ptr<transport> t;
   asio::any_io_executor ex;
+  sender_options opt;
   std::uint32_t chunk_bytes = 0;     // negotiated
   std::uint64_t window_bytes = 0;    // the consumer's
   std::uint32_t max_key_bytes = 0;   // the consumer's
   std::uint32_t max_meta_bytes = 0;  // the consumer's
   std::uint64_t in_flight = 0;       // bytes sent, not yet acknowledged
   std::uint64_t next_blob_id = 1;
+  std::uint64_t gen = 0;             // connection number (a resend session reconnects)
   std::error_code error;             // set once; every later call returns it
   std::string message;               // what broke, for protocol violations
   bool closing = false;              // shutdown() sent `close`
@@ -39,6 +47,9 @@ struct sender_state {
   async_condition credit_cv;         // in_flight fell, or the connection ended
   async_condition reader_cv;         // reader_done became true
   sender_stats stats;
+  watchdog dog;                      // opt.stall_timeout
+  std::string timeout_reason;        // set when the watchdog fired
+  std::unique_ptr<resend_state> rs;  // resend sessions only
 };
 
 struct blob_state {
@@ -54,6 +65,8 @@ struct blob_state {
   bool begun = false;    // blob_begin sent
   bool ended = false;    // tail or abort sent
   bool broken = false;   // an entry went out incompletely; only abort() is left
+  std::shared_ptr<kept_blob> kept;  // resend session: the bytes kept for resending
+  std::string last_error;  // why the last emit failed (blob_writer::last_error)
 };
 
 }  // namespace blobpipe::detail

@@ -15,6 +15,18 @@ asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
                                                                    payload.empty() ? 0 : 1));
 }
 
+asio::awaitable<std::error_code> transport::send_device(const frame_header&,
+                                                       std::span<const asio::const_buffer>,
+                                                       int) {
+  last_error_ = "send_device: this transport does not accept device memory";
+  co_return make_error_code(errc::invalid_argument);
+}
+
+asio::awaitable<std::error_code> transport::receive_payload_device(std::span<std::byte>, int) {
+  last_error_ = "receive_payload_device: this transport does not accept device memory";
+  co_return make_error_code(errc::invalid_argument);
+}
+
 namespace detail {
 
 std::error_code map_io_error(std::error_code ec, bool closed_by_us) noexcept {

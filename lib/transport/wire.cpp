@@ -67,14 +67,17 @@ std::vector<std::byte> encode_hello(const hello& h) {
   store_le<std::uint32_t>(p + 12, h.max_key_bytes);
   store_le<std::uint64_t>(p + 16, h.window_bytes);
   store_le<std::uint32_t>(p + 24, h.max_meta_bytes);
-  store_le<std::uint32_t>(p + 28, 0);
+  store_le<std::uint32_t>(p + 28, h.dedup_window);
+  std::memcpy(p + 32, h.session.data(), h.session.size());
   return out;
 }
 
 result<hello> decode_hello(std::span<const std::byte> payload) {
-  if (payload.size() != hello_size)
+  // Magic and version come before the size check: a version-1 peer (whose
+  // hello is 32 bytes) is then told so by name, not by a size mismatch.
+  if (payload.size() < 8)
     return {errc::protocol_violation,
-            "hello: " + std::to_string(payload.size()) + " bytes, expected 32"};
+            "hello: " + std::to_string(payload.size()) + " bytes, expected 48"};
   const std::byte* p = payload.data();
   if (load_le<std::uint32_t>(p) != WIRE_MAGIC)
     return {errc::protocol_violation, "hello: bad magic (not a blobpipe peer)"};
@@ -84,6 +87,9 @@ result<hello> decode_hello(std::span<const std::byte> payload) {
     return {errc::protocol_violation, "hello: unsupported wire version " +
                                           std::to_string(h.version) + " (this side speaks " +
                                           std::to_string(WIRE_VERSION) + ")"};
+  if (payload.size() != hello_size)
+    return {errc::protocol_violation,
+            "hello: " + std::to_string(payload.size()) + " bytes, expected 48"};
   const auto role = load_le<std::uint16_t>(p + 6);
   if (role != static_cast<std::uint16_t>(wire_role::sender) &&
       role != static_cast<std::uint16_t>(wire_role::consumer))
@@ -93,8 +99,8 @@ result<hello> decode_hello(std::span<const std::byte> payload) {
   h.max_key_bytes = load_le<std::uint32_t>(p + 12);
   h.window_bytes = load_le<std::uint64_t>(p + 16);
   h.max_meta_bytes = load_le<std::uint32_t>(p + 24);
-  if (load_le<std::uint32_t>(p + 28) != 0)
-    return {errc::protocol_violation, "hello: non-zero reserved field"};
+  h.dedup_window = load_le<std::uint32_t>(p + 28);
+  std::memcpy(h.session.data(), p + 32, h.session.size());
   if (h.max_chunk_bytes < min_chunk_bytes)
     return {errc::protocol_violation,
             "hello: max_chunk_bytes " + std::to_string(h.max_chunk_bytes) + " below 64"};

@@ -33,14 +33,14 @@ class tcp_transport final : public transport {
 
   asio::awaitable<std::error_code> send(const frame_header& h,
                                         std::span<const asio::const_buffer> payload) override {
-    if (closed_) co_return make_error_code(errc::closed);
+    if (closed_) co_return closed_error();
     if (asio::buffer_size(payload) != h.length) {
       last_error_ = "send: header length differs from the payload size";
       co_return make_error_code(errc::invalid_argument);
     }
-    if (auto ec = co_await send_mutex_.lock()) co_return ec;
+    if (auto ec = co_await send_mutex_.lock()) co_return closed_ ? closed_error() : ec;
     detail::unlock_guard guard(send_mutex_);
-    if (closed_) co_return make_error_code(errc::closed);
+    if (closed_) co_return closed_error();
     std::array<std::byte, frame_header_size> hdr;
     encode_frame_header(h, hdr);
     std::vector<asio::const_buffer> bufs;
@@ -53,7 +53,7 @@ class tcp_transport final : public transport {
   }
 
   asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
+    if (closed_) co_return std::tuple{closed_error(), frame_header{}};
     if (rx_pending_ != 0) {
       last_error_ = "receive_header: the previous frame's payload was not received";
       co_return std::tuple{make_error_code(errc::invalid_argument), frame_header{}};
@@ -71,7 +71,7 @@ class tcp_transport final : public transport {
   }
 
   asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    if (closed_) co_return make_error_code(errc::closed);
+    if (closed_) co_return closed_error();
     if (rx_pending_ == 0 || dest.size() != rx_pending_) {
       last_error_ = "receive_payload: no pending payload of that size";
       co_return make_error_code(errc::invalid_argument);
@@ -96,13 +96,23 @@ class tcp_transport final : public transport {
 
  private:
   std::error_code fail(std::error_code io, const char* what) {
+    // Once the peer is known gone, every operation reports that, not
+    // `closed`: closing the socket here is not the user closing it (a
+    // receive pending while a send hit the reset would say `closed`).
+    if (peer_gone_) return peer_error_;
     auto ec = detail::map_io_error(io, closed_);
     if (!closed_) {
       last_error_ = std::string(what) + ": " + io.message();
       peer_gone_ = true;
+      peer_error_ = ec;
       close();
     }
     return ec;
+  }
+
+  /// What an operation on a closed transport reports.
+  std::error_code closed_error() const {
+    return peer_gone_ ? peer_error_ : make_error_code(errc::closed);
   }
 
   asio::ip::tcp::socket sock_;
@@ -112,6 +122,7 @@ class tcp_transport final : public transport {
   std::uint32_t rx_pending_ = 0;  // payload bytes of the last header still unread
   bool closed_ = false;
   bool peer_gone_ = false;
+  std::error_code peer_error_;  // peer_closed or peer_failed, once peer_gone_
 };
 
 std::unique_ptr<transport> wrap(asio::ip::tcp::socket s, transport_options opt) {

@@ -1,0 +1,209 @@
+// blobpipe frames over UCX, measured the way ucx_perftest measures tag_bw
+// and stream_bw: one process receives, another sends `iters` messages of
+// `size` bytes with up to `window` sends outstanding, and the sender
+// reports bandwidth (MB/s with MB = 2^20 bytes, as ucx_perftest prints it).
+// bench/ucx_bench.sh runs it next to ucx_perftest with the same UCX_TLS.
+//
+//   ucx_bench --server --port 13400 --size 1048576 --iters 2000
+//   ucx_bench --client 127.0.0.1 --port 13400 --size 1048576 --iters 2000 --window 8
+//
+// A message is one blobpipe frame (24-byte header + payload) sent with
+// transport::send from one reused source buffer; the receiver takes the
+// header and lands the payload in one reused destination buffer with
+// receive_payload (rendezvous: fetched there directly). After warm-up and
+// after the timed run the receiver answers with one empty ack frame, so
+// the time covers delivery, not just handing off. UCX settings come from
+// the environment (UCX_TLS, ...), as for ucx_perftest.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "blobpipe/ucx.hpp"
+
+namespace bp = blobpipe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct args {
+  bool server = false;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 13400;
+  std::size_t size = 1 << 20;  // bytes per message
+  std::uint64_t iters = 2000;
+  std::uint64_t warmup = 100;
+  int window = 8;  // sends outstanding at once
+  bp::ucx::options ucx;  // busy_poll from --busy-poll; UCX_* from the environment
+};
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: ucx_bench (--server | --client HOST) [--port P] [--size BYTES]\n"
+               "                 [--iters N] [--warmup N] [--window W] [--busy-poll US]\n");
+  std::exit(2);
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  bool role = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage();
+      return argv[++i];
+    };
+    if (k == "--server")
+      a.server = role = true;
+    else if (k == "--client")
+      a.host = next(), role = true;
+    else if (k == "--port")
+      a.port = static_cast<std::uint16_t>(std::atoi(next()));
+    else if (k == "--size")
+      a.size = std::strtoull(next(), nullptr, 10);
+    else if (k == "--iters")
+      a.iters = std::strtoull(next(), nullptr, 10);
+    else if (k == "--warmup")
+      a.warmup = std::strtoull(next(), nullptr, 10);
+    else if (k == "--window")
+      a.window = std::atoi(next());
+    else if (k == "--busy-poll")
+      a.ucx.busy_poll = std::chrono::microseconds(std::atoi(next()));
+    else
+      usage();
+  }
+  if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1) usage();
+  return a;
+}
+
+// Receives `n` frames into `dest`, then acks.
+asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::vector<std::byte>& dest) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    auto [ec, h] = co_await t.receive_header();
+    if (ec || h.length != dest.size()) {
+      std::fprintf(stderr, "server: receive_header: %s %s\n", ec.message().c_str(),
+                   t.last_error().c_str());
+      co_return false;
+    }
+    if (auto pec = co_await t.receive_payload(dest)) {
+      std::fprintf(stderr, "server: receive_payload: %s\n", pec.message().c_str());
+      co_return false;
+    }
+  }
+  co_return !co_await bp::send_frame(t, {.type = bp::frame_type::ack}, {});
+}
+
+asio::awaitable<void> serve(const args& a, int& rc) {
+  auto ex = co_await asio::this_coro::executor;
+  auto l = bp::ucx::listen(ex, a.port, "0.0.0.0", a.ucx);
+  if (!l) {
+    std::fprintf(stderr, "server: %s\n", l.message().c_str());
+    co_return;
+  }
+  auto [ec, t] = co_await l->accept();
+  l->close();
+  if (ec) co_return;
+  std::vector<std::byte> dest(a.size);
+  if (!co_await drain(*t, a.warmup, dest)) co_return;
+  if (!co_await drain(*t, a.iters, dest)) co_return;
+  auto s = bp::ucx::get_stats(*t).value();
+  std::printf(
+      "server: %llu frames received, %llu by rendezvous (%llu bytes into dest), %llu eager (%llu "
+      "bytes copied)\n",
+      (unsigned long long)s.frames_received, (unsigned long long)s.rndv_frames,
+      (unsigned long long)s.rndv_bytes, (unsigned long long)s.eager_frames,
+      (unsigned long long)s.eager_bytes);
+  // Wait for the client to close first, so its last ack is not cut off.
+  (void)co_await t->receive_header();
+  rc = 0;
+}
+
+// Sends frames numbered [next, end) from `src`, `window` coroutines at once.
+asio::awaitable<void> send_some(bp::transport& t, const std::vector<std::byte>& src,
+                                std::uint64_t& next, std::uint64_t end, bool& failed) {
+  while (next < end && !failed) {
+    std::uint64_t id = next++;
+    auto ec = co_await bp::send_frame(
+        t, {.type = bp::frame_type::data, .length = std::uint32_t(src.size()), .blob_id = id}, src);
+    if (ec) {
+      std::fprintf(stderr, "client: send: %s %s\n", ec.message().c_str(), t.last_error().c_str());
+      failed = true;
+    }
+  }
+}
+
+// One round: `n` frames out, then the receiver's ack back. Seconds taken.
+asio::awaitable<double> round(bp::transport& t, const args& a, std::uint64_t n,
+                              const std::vector<std::byte>& src, bool& failed) {
+  auto ex = co_await asio::this_coro::executor;
+  auto start = clock_type::now();
+  std::uint64_t next = 0;
+  int running = a.window;
+  asio::steady_timer done(ex, asio::steady_timer::time_point::max());
+  for (int w = 0; w < a.window; ++w) {
+    asio::co_spawn(ex, send_some(t, src, next, n, failed), [&](std::exception_ptr) {
+      if (--running == 0) done.cancel();
+    });
+  }
+  co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  auto [ec, h] = co_await t.receive_header();  // the ack: all n delivered
+  if (ec) {
+    std::fprintf(stderr, "client: waiting for ack: %s\n", ec.message().c_str());
+    failed = true;
+  }
+  co_return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+asio::awaitable<void> run_client(const args& a, int& rc) {
+  auto ex = co_await asio::this_coro::executor;
+  std::unique_ptr<bp::transport> t;
+  // The server may still be starting: retry for a while, as a script would.
+  for (int attempt = 0; attempt < 100 && !t; ++attempt) {
+    auto [ec, c] = co_await bp::ucx::connect(ex, a.host, a.port, {}, a.ucx);
+    if (!ec)
+      t = std::move(c);
+    else {
+      asio::steady_timer pause(ex, std::chrono::milliseconds(100));
+      co_await pause.async_wait(asio::use_awaitable);
+    }
+  }
+  if (!t) {
+    std::fprintf(stderr, "client: could not connect to %s:%u\n", a.host.c_str(), a.port);
+    co_return;
+  }
+  std::vector<std::byte> src(a.size, std::byte{0x5a});
+  bool failed = false;
+  (void)co_await round(*t, a, a.warmup, src, failed);
+  double secs = co_await round(*t, a, a.iters, src, failed);
+  if (failed) co_return;
+  double mb = double(a.size) * double(a.iters) / (1024.0 * 1024.0);
+  std::printf("blobpipe-ucx size=%zu iters=%llu window=%d: %.2f MB/s (%.0f msg/s, %.3f s)\n",
+              a.size, (unsigned long long)a.iters, a.window, mb / secs, a.iters / secs, secs);
+  std::printf("%s\n", bp::ucx::describe(*t).value().c_str());
+  t->close();
+  rc = 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a = parse(argc, argv);
+  asio::io_context ctx;
+  int rc = 1;
+  if (a.server)
+    asio::co_spawn(ctx, serve(a, rc), asio::detached);
+  else
+    asio::co_spawn(ctx, run_client(a, rc), asio::detached);
+  ctx.run();
+  return rc;
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# bench/ucx_bench.sh — blobpipe frames over UCX next to ucx_perftest.
+#
+# For each UCX_TLS in TLS_LIST, runs on 127.0.0.1, interleaved REPEAT times:
+#   ucx_perftest -t tag_bw    -s SIZE -n ITERS   (server, then client)
+#   ucx_perftest -t stream_bw -s SIZE -n ITERS   (server, then client)
+#   ucx_bench    --server / --client             (//bench:ucx_bench)
+# with the same UCX_TLS and message size, and prints the best of each in
+# MB/s (MB = 2^20 bytes, ucx_perftest's unit), and blobpipe's ratio to the
+# better of tag_bw and stream_bw against the target 0.90.
+#
+#   bench/ucx_bench.sh                 # 1 MiB messages, 2000 of them
+#   SIZE=4194304 ITERS=500 TLS_LIST="tcp" bench/ucx_bench.sh
+#
+# Environment: SIZE (bytes, 1048576), ITERS (2000), WARMUP (100),
+# WINDOW (blobpipe sends outstanding, 8), REPEAT (3),
+# TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
+# PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
+# Reports, never gates: the exit status is 0 unless a run fails.
+set -euo pipefail
+
+SIZE=${SIZE:-1048576}
+ITERS=${ITERS:-2000}
+WARMUP=${WARMUP:-100}
+WINDOW=${WINDOW:-8}
+REPEAT=${REPEAT:-3}
+TLS_LIST=${TLS_LIST:-"tcp sm,tcp"}
+PORT=${PORT:-13500}
+PIN=${PIN:-1}
+
+# Pinning the two ends apart keeps the scheduler from stacking them on one
+# core, which otherwise moves results by 2x on a small machine.
+server_cpu=() client_cpu=()
+if [[ "$PIN" == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+  server_cpu=(taskset -c 0) client_cpu=(taskset -c 1)
+fi
+
+cd "$(dirname "$0")/.."
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)" >&2; exit 1; }
+bazel build -c opt //bench:ucx_bench >&2
+# bazel-bin is a shared symlink another build may repoint: copy the binary.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$(bazel info -c opt bazel-bin 2>/dev/null)/bench/ucx_bench" "$work/ucx_bench"
+
+# perftest TEST TLS PORT -> overall bandwidth, MB/s
+perftest() {
+  local test=$1 tls=$2 port=$3 out
+  UCX_TLS=$tls timeout 120 "${server_cpu[@]}" ucx_perftest -t "$test" -s "$SIZE" -n "$ITERS" \
+    -w "$WARMUP" -p "$port" >"$work/server.log" 2>&1 &
+  local server=$!
+  # The client fails at once while the server is not listening yet.
+  for _ in $(seq 100); do
+    if out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" ucx_perftest 127.0.0.1 -t "$test" \
+               -s "$SIZE" -n "$ITERS" -w "$WARMUP" -p "$port" 2>&1); then
+      break
+    fi
+    out=""
+    sleep 0.1
+  done
+  wait "$server" || true
+  # "Final: iters p50 avg overall bw_avg bw_overall rate_avg rate_overall"
+  awk '/Final:/ {print $7}' <<<"$out"
+}
+
+# blobpipe TLS PORT -> MB/s
+blobpipe() {
+  local tls=$1 port=$2 out
+  UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_bench" --server --port "$port" \
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" >"$work/bp_server.log" 2>&1 &
+  local server=$!
+  out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_bench" --client 127.0.0.1 \
+          --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --window "$WINDOW" \
+          2>&1) || true
+  wait "$server" || true
+  sed -n 's/^blobpipe-ucx .*: \([0-9.]*\) MB\/s.*/\1/p' <<<"$out"
+}
+
+best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
+
+printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s%s\n' \
+  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "${server_cpu:+; receivers on CPU 0, senders on CPU 1}"
+printf '%-12s %12s %12s %12s %8s\n' "UCX_TLS" "tag_bw" "stream_bw" "blobpipe" "ratio"
+for tls in $TLS_LIST; do
+  tag=() stream=() bp=()
+  for _ in $(seq "$REPEAT"); do
+    # A fresh port each run (the last may linger in TIME_WAIT), counted
+    # here: a $(...) subshell cannot move PORT.
+    tag+=("$(perftest tag_bw "$tls" "$PORT")")
+    stream+=("$(perftest stream_bw "$tls" $((PORT + 1)))")
+    bp+=("$(blobpipe "$tls" $((PORT + 2)))")
+    PORT=$((PORT + 3))
+  done
+  t=$(best "${tag[@]}") s=$(best "${stream[@]}") b=$(best "${bp[@]}")
+  if [[ -z "$t" || -z "$s" || -z "$b" ]]; then
+    echo "$tls: a run failed (tag_bw='$t' stream_bw='$s' blobpipe='$b')" >&2
+    exit 1
+  fi
+  awk -v tls="$tls" -v t="$t" -v s="$s" -v b="$b" 'BEGIN {
+    ref = (t > s) ? t : s; r = b / ref;
+    printf "%-12s %12.1f %12.1f %12.1f %7.2fx %s\n", tls, t, s, b, r, (r >= 0.90 ? "PASS" : "MISS")
+  }'
+done
+echo "(MB/s, MB = 2^20 bytes; ratio = blobpipe / max(tag_bw, stream_bw), target >= 0.90)"

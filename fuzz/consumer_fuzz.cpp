@@ -1,0 +1,145 @@
+// libFuzzer entry point: a consumer fed arbitrary bytes as its connection.
+//
+// The input is a byte stream as a TCP socket would deliver it; a replay
+// transport cuts it into frames exactly as the TCP transport does
+// (decode_frame_header, then the payload), so the consumer's whole state
+// machine — handshake, entry_begin meta, data offsets, window, tails,
+// aborts, resend-session duplicates — runs on untrusted bytes. Byte 0 picks
+// options: bit 0 prepends a valid sender hello (bit 1: with a resend
+// session), bit 2 assembles blobs in memory, bit 3 holds every entry until
+// its blob ends. Every blob reported complete must read back with
+// read_index and agree with the entries yielded.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+
+#include "blobpipe/pipeline.hpp"
+
+namespace {
+
+using namespace blobpipe;
+
+/// A transport whose peer is a fixed byte string (sends are dropped).
+class replay_transport final : public transport {
+ public:
+  replay_transport(asio::any_io_executor ex, std::span<const std::byte> bytes)
+      : ex_(std::move(ex)), in_(bytes) {}
+  asio::any_io_executor get_executor() const override { return ex_; }
+  asio::awaitable<std::error_code> send(const frame_header&,
+                                        std::span<const asio::const_buffer>) override {
+    co_return closed_ ? make_error_code(errc::closed) : std::error_code{};
+  }
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
+    if (in_.size() < frame_header_size) {
+      closed_ = true;
+      co_return std::tuple{make_error_code(errc::peer_closed), frame_header{}};
+    }
+    auto h = decode_frame_header(in_.first(frame_header_size), 1u << 20);
+    in_ = in_.subspan(frame_header_size);
+    if (!h) {
+      closed_ = true;
+      co_return std::tuple{h.code(), frame_header{}};
+    }
+    pending_ = h->length;
+    co_return std::tuple{std::error_code{}, *h};
+  }
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+    if (closed_) co_return make_error_code(errc::closed);
+    if (dest.size() != pending_ || dest.empty()) __builtin_trap();  // consumer broke REQUIRES
+    pending_ = 0;
+    if (in_.size() < dest.size()) {
+      closed_ = true;
+      co_return make_error_code(errc::peer_closed);
+    }
+    std::memcpy(dest.data(), in_.data(), dest.size());
+    in_ = in_.subspan(dest.size());
+    co_return std::error_code{};
+  }
+  void close() noexcept override { closed_ = true; }
+  bool is_open() const noexcept override { return !closed_; }
+
+ private:
+  asio::any_io_executor ex_;
+  std::span<const std::byte> in_;
+  std::uint32_t pending_ = 0;
+  bool closed_ = false;
+};
+
+void check_complete(const completed_blob& b,
+                    const std::vector<std::shared_ptr<const received_entry>>& seen,
+                    bool memory) {
+  for (const auto& e : seen)
+    if (e->index >= b.index.entries.size() || !(b.index.entries[e->index] == e->entry))
+      __builtin_trap();
+  if (!memory) return;
+  auto again = read_index(b.bytes);
+  if (!again || again->entries != b.index.entries) __builtin_trap();
+}
+
+asio::awaitable<void> consume(std::unique_ptr<transport> t, consumer_options opt, bool hold) {
+  auto [ec, c] = co_await consumer::start(std::move(t), opt);
+  if (ec) co_return;
+  std::vector<std::shared_ptr<const received_entry>> held;
+  for (;;) {
+    auto ev = co_await c.next();
+    if (ev.kind == event_kind::end_of_stream) break;
+    if (ev.kind == event_kind::entry_ready) {
+      const auto& e = *ev.entry;
+      if (e.view.bytes.size() != e.entry.len || e.view.entry != &e.entry) __builtin_trap();
+      if (hold) held.push_back(ev.entry);
+    } else if (ev.kind == event_kind::blob_complete) {
+      std::vector<std::shared_ptr<const received_entry>> mine;
+      for (auto& h : held)
+        if (h->blob_id == ev.blob_id) mine.push_back(h);
+      check_complete(*ev.blob, mine, opt.assemble == assemble_mode::memory);
+      std::erase_if(held, [&](auto& h) { return h->blob_id == ev.blob_id; });
+    } else {
+      std::erase_if(held, [&](auto& h) { return h->blob_id == ev.blob_id; });
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const std::uint8_t mode = data[0];
+  std::vector<std::byte> stream;
+  if (mode & 1) {
+    hello h{.role = wire_role::sender, .max_chunk_bytes = 4096};
+    if (mode & 2) h.session[0] = std::byte{1};
+    const auto p = encode_hello(h);
+    stream.resize(frame_header_size);
+    encode_frame_header({.type = frame_type::hello, .length = hello_size}, stream);
+    stream.insert(stream.end(), p.begin(), p.end());
+  }
+  const auto rest = std::as_bytes(std::span(data + 1, size - 1));
+  stream.insert(stream.end(), rest.begin(), rest.end());
+
+  consumer_options opt;
+  opt.window_bytes = 1 << 20;
+  opt.max_chunk_bytes = 4096;
+  opt.max_entry_bytes = 1 << 20;
+  opt.max_blob_bytes = 1 << 20;
+  opt.max_tail_bytes = 1 << 16;
+  opt.max_open_blobs = 16;
+  opt.max_entries_per_blob = 1024;
+  opt.assemble = (mode & 4) ? assemble_mode::memory : assemble_mode::none;
+  // A fresh log per input: runs must not depend on each other.
+  opt.delivered = std::make_shared<delivery_log>(64, 4);
+
+  asio::io_context ctx;
+  auto t = std::make_unique<replay_transport>(ctx.get_executor(), stream);
+  asio::co_spawn(ctx, consume(std::move(t), std::move(opt), (mode & 8) != 0), asio::detached);
+  ctx.run();
+  return 0;
+}

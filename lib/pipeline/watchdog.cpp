@@ -1,0 +1,52 @@
+#include "lib/pipeline/watchdog.hpp"
+
+#include <algorithm>
+
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+namespace blobpipe::detail {
+
+watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle)
+    : timer_(std::move(ex)), stall_(stall), idle_(idle) {
+  ms shortest = ms::max();
+  if (stall_.count() > 0) shortest = std::min(shortest, stall_);
+  if (idle_.count() > 0) shortest = std::min(shortest, idle_);
+  tick_ = std::max(ms(1), shortest / 4);
+}
+
+void watchdog::begin_wait() noexcept {
+  // The silence of a fresh wait counts from its start, not from the last
+  // time bytes arrived (the application may have been busy in between).
+  if (waiting_++ == 0 && enabled()) last_ = clock::now();
+}
+
+asio::awaitable<bool> watchdog::expired() {
+  constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+  while (!stopped_) {
+    if (enabled()) {
+      timer_.expires_after(tick_);
+    } else {
+      timer_.expires_at(asio::steady_timer::time_point::max());
+    }
+    co_await timer_.async_wait(use_tuple);
+    if (stopped_ || waiting_ == 0) continue;
+    const auto silent = clock::now() - last_;
+    if (idle_.count() > 0 && silent >= idle_) {
+      tripped_ = idle_name;
+      co_return true;
+    }
+    if (stall_.count() > 0 && owes_ && silent >= stall_) {
+      tripped_ = stall_name;
+      co_return true;
+    }
+  }
+  co_return false;
+}
+
+void watchdog::stop() noexcept {
+  stopped_ = true;
+  timer_.cancel();
+}
+
+}  // namespace blobpipe::detail

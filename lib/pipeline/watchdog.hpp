@@ -1,0 +1,69 @@
+// A stall watchdog (internal): runs beside a connection's coroutines and
+// notices when the side has been waiting on its peer for too long with
+// nothing arriving. Composed, not threaded through (STYLE.md rule 9): the
+// workers only mark when they start and stop waiting and when bytes
+// arrive; the watchdog's own coroutine sleeps on one timer and checks.
+//
+//   asio::co_spawn(ex, [s]() -> asio::awaitable<void> {
+//     if (co_await s->dog.expired()) s->on_stall();   // holds `s` alive
+//   }, asio::detached);
+//   s->dog.begin_wait(); ...co_await read...; s->dog.progress(); s->dog.end_wait();
+//
+// It checks every `tick` (a quarter of the shortest limit), so a stall is
+// reported between `limit` and `limit + tick` after the last progress. No
+// timer is touched per frame: marking costs a clock read.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
+
+namespace blobpipe::detail {
+
+class watchdog {
+ public:
+  using clock = std::chrono::steady_clock;
+  using ms = std::chrono::milliseconds;
+
+  /// `stall`: longest wait with nothing arriving while the peer owes bytes
+  /// (see owes()); `idle`: longest wait with nothing arriving at all. Zero
+  /// disables a limit; with both zero expired() just waits for stop().
+  watchdog(asio::any_io_executor ex, ms stall, ms idle);
+
+  bool enabled() const noexcept { return stall_.count() > 0 || idle_.count() > 0; }
+
+  /// A wait on the peer starts / ends (nests: counted).
+  void begin_wait() noexcept;
+  void end_wait() noexcept { if (waiting_ > 0) --waiting_; }
+  /// Bytes arrived (or a send completed): the silence starts over.
+  void progress() noexcept { if (enabled()) last_ = clock::now(); }
+  /// Whether the peer owes bytes now (a frame begun, a blob open); only
+  /// then does `stall` apply.
+  void owes(bool v) noexcept { owes_ = v; }
+
+  /// Completes with true once a limit is exceeded while waiting, or false
+  /// after stop(). One caller at a time.
+  asio::awaitable<bool> expired();
+  /// Which limit tripped, for the error message: "stall" or "idle".
+  const char* tripped() const noexcept { return tripped_; }
+  ms limit() const noexcept { return tripped_ == idle_name ? idle_ : stall_; }
+
+  /// Ends expired() with false; idempotent.
+  void stop() noexcept;
+
+ private:
+  static constexpr const char* stall_name = "stall";
+  static constexpr const char* idle_name = "idle";
+  asio::steady_timer timer_;
+  ms stall_, idle_, tick_;
+  clock::time_point last_{};
+  std::uint32_t waiting_ = 0;
+  bool owes_ = false;
+  bool stopped_ = false;
+  const char* tripped_ = stall_name;
+};
+
+}  // namespace blobpipe::detail

@@ -1,0 +1,434 @@
+#include "lib/transport/ucx/connection.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "lib/transport/ucx/runtime.hpp"
+#include "lib/transport/ucx/status.hpp"
+
+namespace blobpipe::ucx::detail {
+
+std::shared_ptr<connection> connection::make(runtime& rt, transport_options opt) {
+  return std::make_shared<connection>(passkey{}, rt, opt);
+}
+
+connection::connection(passkey, runtime& rt, transport_options opt)
+    : rt_(&rt), opt_(opt), rx_ready_(rt.executor()), linger_(rt.executor()) {}
+
+connection::~connection() {
+  drop_received();
+  inflight_.abandon_all();
+  if (close_req_) ucp_request_free(close_req_);
+  if (ep_key_) rt_->detach(ep_key_);
+  // ep_ (if still held) is force-closed by its destructor.
+}
+
+void connection::attach(ucp_ep_h ep) {
+  ep_ = endpoint(ep);
+  ep_key_ = ep;
+  rt_->attach(ep, this);
+}
+
+template <class F>
+void connection::post_self(F f) {
+  asio::post(rt_->executor(), [weak = weak_from_this(), f = std::move(f)]() mutable {
+    if (auto self = weak.lock()) f(*self);
+  });
+}
+
+// ---- state -----------------------------------------------------------------
+
+bool connection::peer_gone() const noexcept {
+  return peer_goodbye_ || peer_error_ != UCS_OK || link_ == link::released;
+}
+
+std::error_code connection::gone_code() const noexcept {
+  if (closed_by_us_) return make_error_code(errc::closed);
+  if (peer_goodbye_) return make_error_code(errc::peer_closed);
+  return make_error_code(errc::peer_failed);
+}
+
+std::error_code connection::fail(ucs_status_t st, const char* what) {
+  if (!closed_by_us_ && !peer_goodbye_ && error_text_.empty())
+    error_text_ = status_message(what, st);
+  return gone_code();
+}
+
+bool connection::is_open() const noexcept {
+  return !closed_by_us_ && link_ == link::open && !peer_gone();
+}
+
+void connection::release(incoming& f) noexcept {
+  if (f.data) ucp_am_data_release(rt_->worker(), std::exchange(f.data, nullptr));
+}
+
+void connection::drop_received() noexcept {
+  for (auto& f : rx_) release(f);
+  rx_.clear();
+  if (current_) release(*current_);
+  current_.reset();
+}
+
+// ---- sending ---------------------------------------------------------------
+
+asio::awaitable<std::error_code> connection::send(const frame_header& h,
+                                                  std::span<const asio::const_buffer> payload,
+                                                  ucs_memory_type_t memory) {
+  auto self = shared_from_this();
+  if (closed_by_us_ || link_ != link::open || peer_gone()) co_return gone_code();
+  if (asio::buffer_size(payload) != h.length) {
+    error_text_ = "send: header length differs from the payload size";
+    co_return make_error_code(errc::invalid_argument);
+  }
+  std::array<std::byte, frame_header_size> hdr;  // UCX reads it until completion
+  encode_frame_header(h, hdr);
+  // The payload goes out of the caller's buffers: one buffer as contiguous
+  // data, several as an iov (UCX reads the iov array until completion too).
+  std::vector<ucp_dt_iov_t> iov;
+  iov.reserve(payload.size());
+  for (const auto& b : payload)
+    if (b.size() > 0) iov.push_back({const_cast<void*>(b.data()), b.size()});
+
+  request_slot slot(rt_->executor(), &inflight_);
+  ucp_request_param_t p{};
+  slot.bind_send(p);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver routes by its reply endpoint
+  if (memory != UCS_MEMORY_TYPE_HOST) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = memory;
+  }
+  const void* buffer = nullptr;
+  std::size_t count = 0;
+  if (iov.size() == 1) {
+    buffer = iov[0].buffer;
+    count = iov[0].length;
+  } else if (iov.size() > 1) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    buffer = iov.data();
+    count = iov.size();
+  }
+  slot.start(ucp_am_send_nbx(ep_.get(), am_frame, hdr.data(), hdr.size(), buffer, count, &p));
+  // Progress now, from this coroutine (never inside a UCX callback), not
+  // after another trip through the executor: a request UCX can finish at
+  // once then needs no wake-up at all, and even a send done at once may
+  // have left bytes queued inside UCX.
+  rt_->progress_now();
+  if (slot.pending()) {
+    // A frame cut off half way cannot be resumed: cancelling closes.
+    if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
+  } else {
+    // Done at once (buffered by UCX). Still let other ready coroutines run
+    // before returning, as a socket write does, so that senders sending
+    // frame after frame interleave instead of one running ahead.
+    co_await asio::post(rt_->executor(), asio::use_awaitable);
+  }
+  if (slot.status() != UCS_OK) co_return fail(slot.status(), "send");
+  ++stats_.frames_sent;
+  co_return std::error_code{};
+}
+
+void connection::send_control(unsigned am_id) noexcept {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  auto s = sort_status(ucp_am_send_nbx(ep_.get(), am_id, nullptr, 0, nullptr, 0, &p));
+  // Nobody waits for it: freeing the request lets UCX finish it alone.
+  if (s.what == status_kind::pending) ucp_request_free(s.request);
+  if (s.what == status_kind::failed && peer_error_ == UCS_OK) peer_error_ = s.status;
+  rt_->kick();
+}
+
+// ---- receiving -------------------------------------------------------------
+
+ucs_status_t connection::on_frame(std::span<const std::byte> header, void* data, std::size_t length,
+                                  std::uint64_t recv_attr) {
+  const bool rndv = (recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const bool persistent = (recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0;
+  if (closed_by_us_ || link_ == link::released) return rndv ? UCS_ERR_CANCELED : UCS_OK;
+  incoming f;
+  f.header_length = header.size();
+  std::memcpy(f.header.data(), header.data(), std::min(header.size(), f.header.size()));
+  f.length = length;
+  f.rndv = rndv;
+  if (rndv || (persistent && length > 0)) {
+    f.data = data;
+  } else if (length > 0) {
+    // Not expected with UCP_AM_FLAG_PERSISTENT_DATA; `data` dies with this call.
+    auto* p = static_cast<const std::byte*>(data);
+    f.copy.assign(p, p + length);
+  }
+  const bool kept = f.data != nullptr;
+  rx_.push_back(std::move(f));
+  rx_ready_.notify_all();
+  return kept ? UCS_INPROGRESS : UCS_OK;
+}
+
+asio::awaitable<std::tuple<std::error_code, frame_header>> connection::receive_header() {
+  auto self = shared_from_this();
+  if (closed_by_us_) co_return std::tuple{gone_code(), frame_header{}};
+  if (current_) {
+    error_text_ = "receive_header: the previous frame's payload was not received";
+    co_return std::tuple{make_error_code(errc::invalid_argument), frame_header{}};
+  }
+  while (rx_.empty() && !closed_by_us_ && !peer_gone()) {
+    if (co_await rx_ready_.wait())
+      co_return std::tuple{std::error_code(asio::error::operation_aborted), frame_header{}};
+  }
+  // Frames that arrived whole before the peer left are still delivered; a
+  // rendezvous payload needs the peer, so nothing from it on can be.
+  if (!closed_by_us_ && !rx_.empty() && rx_.front().rndv && link_ != link::open) drop_received();
+  if (closed_by_us_ || rx_.empty()) co_return std::tuple{gone_code(), frame_header{}};
+
+  incoming f = std::move(rx_.front());
+  rx_.pop_front();
+  auto violation = [&](std::string why) {
+    release(f);
+    error_text_ = std::move(why);
+    close();
+    return std::tuple{make_error_code(errc::protocol_violation), frame_header{}};
+  };
+  if (f.header_length != frame_header_size)
+    co_return violation("frame header: " + std::to_string(f.header_length) + " bytes, expected 24");
+  auto h = decode_frame_header(std::span(f.header.data(), f.header_length), opt_.max_frame_bytes);
+  if (!h) co_return violation(h.message());
+  if (h->length != f.length)
+    co_return violation("frame header: length " + std::to_string(h->length) +
+                        " but the message carries " + std::to_string(f.length) + " bytes");
+  ++stats_.frames_received;
+  if (h->length == 0) {
+    release(f);
+  } else {
+    current_ = std::move(f);
+  }
+  co_return std::tuple{std::error_code{}, *h};
+}
+
+asio::awaitable<std::error_code> connection::receive_payload(std::span<std::byte> dest,
+                                                             ucs_memory_type_t memory) {
+  auto self = shared_from_this();
+  if (closed_by_us_) co_return gone_code();
+  if (!current_ || dest.size() != current_->length) {
+    error_text_ = "receive_payload: no pending payload of that size";
+    co_return make_error_code(errc::invalid_argument);
+  }
+  incoming f = std::move(*current_);
+  current_.reset();
+  if (!f.rndv && !f.data && memory != UCS_MEMORY_TYPE_HOST) {
+    // Only UCX can copy into device memory, and it kept no descriptor.
+    error_text_ = "receive_payload: eager payload without a UCX descriptor for device memory";
+    co_return make_error_code(errc::invalid_argument);
+  }
+  if (!f.rndv && memory == UCS_MEMORY_TYPE_HOST) {
+    // Eager: the bytes arrived inside UCX's receive buffer; one copy.
+    if (f.data)
+      std::memcpy(dest.data(), f.data, dest.size());
+    else
+      std::memcpy(dest.data(), f.copy.data(), dest.size());
+    release(f);
+    ++stats_.eager_frames;
+    stats_.eager_bytes += dest.size();
+    co_return std::error_code{};
+  }
+  // Rendezvous: UCX fetches the payload straight into `dest` and owns the
+  // descriptor from here on, whatever the outcome. (Eager data bound for
+  // device memory takes this path too: UCX copies it to the device.)
+  request_slot slot(rt_->executor(), &inflight_);
+  ucp_request_param_t p{};
+  slot.bind_recv(p);
+  if (memory != UCS_MEMORY_TYPE_HOST) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = memory;
+  }
+  slot.start(ucp_am_recv_data_nbx(rt_->worker(), std::exchange(f.data, nullptr), dest.data(),
+                                  dest.size(), &p));
+  // As in send(): a fetch UCX completes in this pass (a cma read does)
+  // needs no wake-up.
+  if (slot.pending()) rt_->progress_now();
+  if (slot.pending()) {
+    if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
+  }
+  if (slot.status() != UCS_OK) co_return fail(slot.status(), "receive payload");
+  if (f.rndv) {
+    ++stats_.rndv_frames;
+    stats_.rndv_bytes += dest.size();
+  } else {
+    ++stats_.eager_frames;
+    stats_.eager_bytes += dest.size();
+  }
+  co_return std::error_code{};
+}
+
+// ---- connecting ------------------------------------------------------------
+
+asio::awaitable<std::error_code> connection::wait_connected() {
+  auto self = shared_from_this();
+  const ucs_status_t gone = peer_error_ != UCS_OK ? peer_error_ : UCS_ERR_UNREACHABLE;
+  if (link_ != link::open || peer_gone()) co_return fail(gone, "connect");
+  request_slot slot(rt_->executor(), &inflight_);
+  ucp_request_param_t p{};
+  slot.bind_send(p);
+  slot.start(ucp_ep_flush_nbx(ep_.get(), &p));
+  if (slot.pending()) {
+    rt_->kick();
+    if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
+  }
+  if (slot.status() != UCS_OK) co_return fail(slot.status(), "connect");
+  if (peer_gone())
+    co_return fail(peer_error_ != UCS_OK ? peer_error_ : UCS_ERR_UNREACHABLE, "connect");
+  co_return std::error_code{};
+}
+
+// ---- closing ---------------------------------------------------------------
+
+void connection::close() noexcept {
+  if (closed_by_us_) return;
+  closed_by_us_ = true;
+  drop_received();
+  rx_ready_.notify_all();
+  if (link_ != link::open) return;  // already closing or released
+  if (!ep_) {
+    link_ = link::released;  // never connected
+    return;
+  }
+  if (peer_error_ != UCS_OK || !inflight_.empty()) {
+    close_endpoint(true);
+  } else if (peer_goodbye_) {
+    close_endpoint(false);  // the peer is closing too and was answered
+  } else {
+    say_goodbye();
+  }
+}
+
+void connection::keep_alive() {
+  if (rt_keepalive_) return;
+  rt_keepalive_ = rt_->shared_from_this();
+  rt_->retain(shared_from_this());
+  linger_.expires_after(close_linger);
+  linger_.async_wait([weak = weak_from_this()](std::error_code ec) {
+    if (ec) return;
+    auto self = weak.lock();
+    if (!self) return;
+    if (self->link_ == link::saying_goodbye) {
+      self->close_endpoint(true);
+    } else if (self->link_ == link::closing) {
+      // UCX did not finish the close in time: stop waiting for it.
+      if (self->close_req_) ucp_request_free(std::exchange(self->close_req_, nullptr));
+      self->released();
+    }
+  });
+}
+
+void connection::say_goodbye() {
+  keep_alive();
+  link_ = link::saying_goodbye;
+  send_control(am_goodbye);
+  if (peer_error_ != UCS_OK) close_endpoint(true);
+}
+
+void connection::close_endpoint(bool force) {
+  if (link_ == link::closing || link_ == link::released) return;
+  keep_alive();
+  link_ = link::closing;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = &connection::on_closed;
+  p.user_data = this;
+  // Flush mode (no flag) sends what is queued first; FORCE after a failure
+  // or with operations in flight, which it cancels.
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  auto s = sort_status(ucp_ep_close_nbx(ep_.release(), &p));
+  if (s.what == status_kind::pending) {
+    close_req_ = s.request;
+    rt_->kick();
+  } else {
+    released();
+  }
+}
+
+void connection::on_closed(void* request, ucs_status_t, void* user_data) {
+  auto* c = static_cast<connection*>(user_data);
+  ucp_request_free(request);
+  c->close_req_ = nullptr;
+  c->post_self([](connection& self) { self.released(); });
+}
+
+void connection::released() {
+  std::shared_ptr<runtime> rt_hold;
+  auto self = shared_from_this();
+  if (link_ == link::released) return;
+  link_ = link::released;
+  rt_->detach(ep_key_);
+  ep_key_ = nullptr;
+  linger_.cancel();
+  // Force-closing purges the endpoint's requests from a callback UCX runs
+  // on its next progress; let it, then abandon what is left (UCX will
+  // not complete those any more).
+  if (!inflight_.empty()) rt_->progress_until_armed();
+  inflight_.abandon_all();
+  if (closed_by_us_) drop_received();
+  rx_ready_.notify_all();
+  rt_hold = std::move(rt_keepalive_);
+  rt_->release(this);
+  // `self` goes before `rt_hold`: the connection ends before its runtime.
+}
+
+void connection::on_error(void* arg, ucp_ep_h, ucs_status_t st) {
+  auto* c = static_cast<connection*>(arg);
+  if (c->link_ == link::released) return;
+  if (c->peer_error_ == UCS_OK) c->peer_error_ = st;
+  c->rx_ready_.notify_all();
+  // A failed endpoint must still be closed, forced; not from inside UCX.
+  c->post_self([](connection& self) { self.close_endpoint(true); });
+}
+
+void connection::on_goodbye() {
+  if (link_ == link::saying_goodbye) {
+    // Both ends close at once: the peer's goodbye answers ours.
+    post_self([](connection& self) { self.close_endpoint(false); });
+    return;
+  }
+  if (link_ != link::open) return;
+  peer_goodbye_ = true;
+  rx_ready_.notify_all();
+  post_self([](connection& self) {
+    if (self.link_ == link::open) self.send_control(am_goodbye_ack);
+  });
+}
+
+void connection::on_goodbye_ack() {
+  if (link_ == link::saying_goodbye)
+    post_self([](connection& self) { self.close_endpoint(false); });
+}
+
+void connection::force_close() noexcept {
+  if (!ep_) return;
+  link_ = link::closing;
+  ucp_request_param_t p{};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = &connection::on_closed;
+  p.user_data = this;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  auto s = sort_status(ucp_ep_close_nbx(ep_.release(), &p));
+  if (s.what == status_kind::pending) close_req_ = s.request;
+}
+
+void connection::abandon() noexcept {
+  linger_.cancel();
+  if (close_req_) ucp_request_free(std::exchange(close_req_, nullptr));
+  ep_ = endpoint{};  // forced close, request freed
+  if (ep_key_) rt_->detach(std::exchange(ep_key_, nullptr));
+  link_ = link::released;
+  inflight_.abandon_all();
+  drop_received();
+  rx_ready_.notify_all();
+  rt_keepalive_.reset();
+}
+
+}  // namespace blobpipe::ucx::detail

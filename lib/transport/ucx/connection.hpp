@@ -1,0 +1,151 @@
+// One UCX connection: an endpoint, the frames received on it, and its close.
+//
+// Frames are active messages (runtime.hpp's am_frame): the 24-byte frame
+// header travels as the AM header, the payload as AM data. The AM callback
+// queues each frame as UCX handed it over: eager data is kept in UCX's own
+// buffer (UCP_AM_FLAG_PERSISTENT_DATA), a rendezvous payload as its
+// descriptor. receive_header() pops and checks the next frame;
+// receive_payload(dest) copies eager data once into `dest` or starts
+// ucp_am_recv_data_nbx with `dest`, so a rendezvous payload lands there
+// directly.
+//
+// Close is a small handshake so the peer can tell an orderly close from a
+// failure (UCX reports both as an endpoint error): the closer sends
+// am_goodbye; the peer records it (its receives end with peer_closed once
+// the queued frames are consumed) and answers am_goodbye_ack; the closer
+// then closes the endpoint in flush mode (ucp_ep_close_nbx). A close with
+// operations in flight, or after a peer failure, forces the endpoint
+// closed instead (UCP_EP_CLOSE_FLAG_FORCE), which completes those
+// operations with UCS_ERR_CANCELED. Until the endpoint is released the
+// runtime keeps the connection alive, bounded by close_linger.
+//
+// Ownership: the transport object and coroutines in flight own a
+// connection together with its runtime; while closing, the runtime owns it.
+// So `rt_` outlives every use.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+#include <asio/buffer.hpp>
+#include <asio/steady_timer.hpp>
+#include <ucp/api/ucp.h>
+
+#include "blobpipe/transport.hpp"
+#include "blobpipe/ucx.hpp"
+#include "blobpipe/wire.hpp"
+#include "lib/transport/async_sync.hpp"
+#include "lib/transport/ucx/handles.hpp"
+#include "lib/transport/ucx/request.hpp"
+
+namespace blobpipe::ucx::detail {
+
+class runtime;
+
+class connection : public std::enable_shared_from_this<connection> {
+  struct passkey {};
+
+ public:
+  static std::shared_ptr<connection> make(runtime& rt, transport_options opt);
+  connection(passkey, runtime& rt, transport_options opt);
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  /// For ucp_ep_params_t::err_handler (UCP_ERR_HANDLING_MODE_PEER).
+  ucp_err_handler_t err_handler() noexcept { return {&connection::on_error, this}; }
+  /// Takes the endpoint created with err_handler() and routes its AMs here.
+  void attach(ucp_ep_h ep);
+  void set_options(transport_options opt) noexcept { opt_ = opt; }
+
+  // The transport interface (blobpipe/transport.hpp). `memory` is where
+  // the payload buffers live: UCS_MEMORY_TYPE_HOST, or
+  // UCS_MEMORY_TYPE_CUDA for send_device / receive_payload_device.
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> payload,
+                                        ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header();
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest,
+                                                   ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  void close() noexcept;
+  bool is_open() const noexcept;
+
+  /// Completes once UCX has connected the endpoint (ucp_ep_flush_nbx).
+  /// Errors: peer_failed, closed.
+  asio::awaitable<std::error_code> wait_connected();
+
+  const std::string& error_text() const noexcept { return error_text_; }
+  const stats& counters() const noexcept { return stats_; }
+  ucp_ep_h endpoint_handle() const noexcept { return ep_.get(); }
+
+  // Called by the runtime's AM callbacks, inside ucp_worker_progress.
+  ucs_status_t on_frame(std::span<const std::byte> header, void* data, std::size_t length,
+                        std::uint64_t recv_attr);
+  void on_goodbye();
+  void on_goodbye_ack();
+
+  // For the runtime's shutdown, which runs ucp_worker_progress itself in
+  // between: force-close the endpoint if still open (ucp_ep_close_nbx,
+  // FORCE); whether a close request is still pending; then release
+  // everything without waiting any longer (requests freed).
+  void force_close() noexcept;
+  bool close_pending() const noexcept { return close_req_ != nullptr; }
+  void abandon() noexcept;
+
+ private:
+  enum class link { open, saying_goodbye, closing, released };
+
+  struct incoming {
+    std::array<std::byte, frame_header_size> header{};
+    std::size_t header_length = 0;  // as received; anything else than 24 is a violation
+    void* data = nullptr;           // UCX's eager data or rendezvous descriptor
+    std::size_t length = 0;         // payload bytes
+    bool rndv = false;
+    std::vector<std::byte> copy;  // only when UCX did not let us keep `data`
+  };
+
+  static void on_error(void* arg, ucp_ep_h ep, ucs_status_t st);
+  static void on_closed(void* request, ucs_status_t st, void* user_data);
+
+  std::error_code gone_code() const noexcept;
+  std::error_code fail(ucs_status_t st, const char* what);
+  bool peer_gone() const noexcept;
+  void release(incoming& f) noexcept;
+  void drop_received() noexcept;
+  void keep_alive();
+  void say_goodbye();
+  void send_control(unsigned am_id) noexcept;
+  void close_endpoint(bool force);
+  void released();
+  template <class F>
+  void post_self(F f);
+
+  runtime* rt_;
+  std::shared_ptr<runtime> rt_keepalive_;  // set while closing
+  endpoint ep_;
+  ucp_ep_h ep_key_ = nullptr;  // routing key, kept after ep_ is released
+  transport_options opt_;
+  std::deque<incoming> rx_;
+  std::optional<incoming> current_;  // header returned, payload not yet received
+  blobpipe::detail::async_condition rx_ready_;
+  slot_list inflight_;
+  asio::steady_timer linger_;
+  void* close_req_ = nullptr;
+  link link_ = link::open;
+  bool closed_by_us_ = false;
+  bool peer_goodbye_ = false;
+  ucs_status_t peer_error_ = UCS_OK;
+  std::string error_text_;
+  stats stats_;
+};
+
+}  // namespace blobpipe::ucx::detail

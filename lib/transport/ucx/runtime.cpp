@@ -1,0 +1,246 @@
+#include "lib/transport/ucx/runtime.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "lib/transport/ucx/connection.hpp"
+#include "lib/transport/ucx/status.hpp"
+
+namespace blobpipe::ucx::detail {
+namespace {
+
+// Finds the runtime of an execution context. It only points at the runtime
+// (transports own it) and breaks its keep-alive cycles at shutdown.
+class registry : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit registry(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
+  std::weak_ptr<runtime> current;
+
+ private:
+  void shutdown() override {
+    if (auto rt = current.lock()) rt->shutdown();
+  }
+};
+
+template <unsigned Id>
+ucs_status_t am_callback(void* arg, const void* header, std::size_t header_length, void* data,
+                         std::size_t length, const ucp_am_recv_param_t* param);
+
+}  // namespace
+
+result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex,
+                                             const options& opt) {
+  const config_list& config = opt.config;
+  auto& reg = asio::use_service<registry>(asio::query(ex, asio::execution::context));
+  if (auto rt = reg.current.lock()) {
+    if (!config.empty() && config != rt->config_)
+      return {errc::invalid_argument,
+              "ucx: this io_context's UCX context was created with other config overrides"};
+    return rt;
+  }
+  auto ctx = context::create(config);
+  if (!ctx) return ctx.err();
+  auto w = worker::create(*ctx);
+  if (!w) return w.err();
+  auto fd = w->event_fd();
+  if (!fd) return fd.err();
+  // The descriptor closes what it holds; the worker owns the original fd.
+  int copy = ::dup(*fd);
+  if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
+  auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config, opt.busy_poll);
+  for (unsigned id : {am_frame, am_goodbye, am_goodbye_ack}) {
+    if (auto st = rt->set_am_handler(id); st != UCS_OK)
+      return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
+  }
+  asio::co_spawn(ex, progress_loop(rt), asio::detached);
+  reg.current = rt;
+  return rt;
+}
+
+runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w,
+                 int efd_copy, config_list config, std::chrono::microseconds busy_poll)
+    : ex_(std::move(ex)),
+      context_(std::move(ctx)),
+      worker_(std::move(w)),
+      efd_(ex_, efd_copy),
+      config_(std::move(config)),
+      busy_poll_(busy_poll) {}
+
+runtime::~runtime() {
+  // Owners close their connections first, so this is only a safety net.
+  shutdown();
+}
+
+bool runtime::cuda_memory() const noexcept {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_.get(), &attr) != UCS_OK) return false;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+ucs_status_t runtime::set_am_handler(unsigned id) {
+  ucp_am_handler_param_t p{};
+  p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  p.id = id;
+  // WHOLE_MSG: one callback per frame. PERSISTENT_DATA: eager data may be
+  // kept (UCS_INPROGRESS) until receive_payload copies it out, instead of
+  // being copied into a buffer of ours first.
+  p.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+  p.cb = id == am_frame     ? &am_callback<am_frame>
+         : id == am_goodbye ? &am_callback<am_goodbye>
+                            : &am_callback<am_goodbye_ack>;
+  p.arg = this;
+  return ucp_worker_set_am_recv_handler(worker_.get(), &p);
+}
+
+namespace {
+
+template <unsigned Id>
+ucs_status_t am_callback(void* arg, const void* header, std::size_t header_length, void* data,
+                         std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* rt = static_cast<runtime*>(arg);
+  ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  connection* c = ep ? rt->find(ep) : nullptr;
+  bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (c == nullptr) {
+    // Nobody listens on this endpoint any more (closed): a rendezvous
+    // sender learns it from the status, eager data is dropped.
+    return rndv ? UCS_ERR_CANCELED : UCS_OK;
+  }
+  if constexpr (Id == am_frame) {
+    return c->on_frame(std::span(static_cast<const std::byte*>(header), header_length), data,
+                       length, param->recv_attr);
+  } else if constexpr (Id == am_goodbye) {
+    c->on_goodbye();
+  } else {
+    c->on_goodbye_ack();
+  }
+  return rndv ? UCS_ERR_CANCELED : UCS_OK;
+}
+
+}  // namespace
+
+asio::awaitable<void> runtime::progress_loop(std::weak_ptr<runtime> weak) {
+  constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+  for (;;) {
+    auto rt = weak.lock();
+    if (!rt) co_return;
+    rt->progress_pass();
+    auto& fd = rt->efd_;
+    // Only a weak reference across the wait: the runtime ends with its
+    // last owner, which cancels this wait. Nothing runs between reset()
+    // and starting the wait, so `fd` is still alive when it starts.
+    rt.reset();
+    auto [ec] = co_await fd.async_wait(asio::posix::stream_descriptor::wait_read, use_tuple);
+    (void)ec;  // aborted or readable: the lock above decides whether to go on
+  }
+}
+
+void runtime::progress_pass() {
+  assert(!in_progress_ && "ucp_worker_progress must not be re-entered");
+  in_progress_ = true;
+  unsigned events = 0;
+  bool poll_on = false;
+  for (;;) {
+    while (unsigned n = ucp_worker_progress(worker_.get())) events += n;
+    const auto now = std::chrono::steady_clock::now();
+    // A pass that found work woke coroutines that will likely start more
+    // (the next send, the next fetch): come back once they ran instead of
+    // arming. Keep coming back for busy_poll after the last event, so a
+    // busy connection is not put to sleep and signalled awake between
+    // messages; after that, arm and sleep.
+    if (events > 0) last_events_ = now;
+    if (events > 0 || now - last_events_ < busy_poll_) {
+      poll_on = true;
+      break;
+    }
+    // UCS_ERR_BUSY: events arrived since the last progress; sleeping now
+    // could miss them.
+    if (ucp_worker_arm(worker_.get()) != UCS_ERR_BUSY) break;
+  }
+  in_progress_ = false;
+  if (poll_on) kick();
+}
+
+void runtime::progress_until_armed() {
+  assert(!in_progress_ && "ucp_worker_progress must not be re-entered");
+  in_progress_ = true;
+  for (;;) {
+    while (ucp_worker_progress(worker_.get()) != 0) {
+    }
+    if (ucp_worker_arm(worker_.get()) != UCS_ERR_BUSY) break;
+  }
+  in_progress_ = false;
+}
+
+void runtime::kick() {
+  if (kick_posted_) return;
+  kick_posted_ = true;
+  asio::post(ex_, [weak = weak_from_this()] {
+    if (auto rt = weak.lock()) {
+      rt->kick_posted_ = false;
+      rt->progress_pass();
+    }
+  });
+}
+
+void runtime::attach(ucp_ep_h ep, connection* c) { eps_[ep] = c; }
+
+void runtime::detach(ucp_ep_h ep) noexcept { eps_.erase(ep); }
+
+connection* runtime::find(ucp_ep_h ep) const noexcept {
+  auto it = eps_.find(ep);
+  return it == eps_.end() ? nullptr : it->second;
+}
+
+void runtime::retain(std::shared_ptr<connection> c) {
+  const connection* key = c.get();
+  closing_.emplace(key, std::move(c));
+}
+
+void runtime::release(const connection* c) noexcept {
+  auto it = closing_.find(c);
+  if (it == closing_.end()) return;
+  // Move out first: destroying the connection may drop the last owner of
+  // this runtime, which must not happen inside erase().
+  auto keep = std::move(it->second);
+  closing_.erase(it);
+  keep.reset();
+}
+
+void runtime::shutdown() noexcept {
+  auto self = weak_from_this().lock();  // null inside the destructor
+  std::vector<std::shared_ptr<connection>> all;
+  for (auto& [key, c] : closing_) all.push_back(c);
+  for (auto& [ep, c] : eps_)
+    if (!closing_.count(c)) all.push_back(c->shared_from_this());
+  if (all.empty()) return;
+  // No more handlers will run: close what is open by force, and let UCX
+  // finish the closes it can (bounded), so the worker is destroyed with
+  // no requests outstanding. Callbacks still only record and post.
+  for (auto& c : all) c->force_close();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  auto pending = [&] {
+    return std::any_of(all.begin(), all.end(), [](const auto& c) { return c->close_pending(); });
+  };
+  while (pending() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(worker());
+  auto closing = std::move(closing_);
+  closing_.clear();
+  for (auto& c : all) c->abandon();
+  eps_.clear();
+  closing.clear();
+  all.clear();
+}
+
+}  // namespace blobpipe::ucx::detail

@@ -1,0 +1,130 @@
+// The UCX runtime of one execution context (io_context): a UCX context, one
+// single-threaded worker, and the loop that drives the worker from Asio.
+//
+// The loop: progress until idle (ucp_worker_progress returns 0), arm
+// (ucp_worker_arm; UCS_ERR_BUSY means events arrived meanwhile: progress
+// again), then await the worker's event fd as readable through an
+// asio::posix::stream_descriptor. No thread is added and an idle worker
+// costs no CPU. "Idle" spans executor turns: a pass that found events, or
+// runs less than options::busy_poll after the last one that did, does
+// not arm but queues another pass, so the coroutines it woke run first
+// and a busy connection keeps being progressed without a sleep and a
+// wake-up signal per message; a later pass that finds nothing arms.
+// Starting an operation adds a request UCX must progress, so callers
+// kick() the loop, which queues one more pass.
+//
+// UCX callbacks (active messages, endpoint errors, request completions) run
+// inside ucp_worker_progress, where calling back into UCX is not allowed:
+// they only record state, wake waiters and post follow-up work.
+//
+// Lifetime: transports and listeners own their runtime (shared_ptr); the
+// execution context's registry only points at it, so the runtime, its
+// worker and the pending wait on the event fd end with the last transport,
+// and io_context::run() can return. A connection that is still closing its
+// endpoint keeps the runtime alive until the close ends (bounded by
+// close_linger).
+//
+// Source: UCX examples/ucp_hello_world.c (test_poll_wait), STYLE.md rule 11.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <ucp/api/ucp.h>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/ucx.hpp"
+#include "lib/transport/ucx/handles.hpp"
+
+namespace blobpipe::ucx::detail {
+
+class connection;
+
+/// Active message ids on blobpipe's worker.
+inline constexpr unsigned am_frame = 0;        ///< header: frame header; data: payload
+inline constexpr unsigned am_goodbye = 1;      ///< "closing, nothing more follows"
+inline constexpr unsigned am_goodbye_ack = 2;  ///< answer: the closer may disconnect
+
+/// How long an orderly close (goodbye, flush, ucp_ep_close_nbx) may take
+/// before the endpoint is forced closed.
+inline constexpr std::chrono::milliseconds close_linger{2000};
+
+using config_list = std::vector<std::pair<std::string, std::string>>;
+
+class runtime : public std::enable_shared_from_this<runtime> {
+  struct passkey {};
+
+ public:
+  /// The runtime of `ex`'s execution context, created (ucp_init,
+  /// ucp_worker_create, AM handlers, event fd) with `opt` if none lives.
+  /// Errors: invalid_argument (`opt.config` differs from the live
+  /// runtime's, or UCX rejects a name), peer_failed (UCX could not be
+  /// initialised).
+  static result<std::shared_ptr<runtime>> of(const asio::any_io_executor& ex,
+                                             const options& opt);
+
+  runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w, int efd_copy,
+          config_list config, std::chrono::microseconds busy_poll);
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  ucp_worker_h worker() const noexcept { return worker_.get(); }
+  /// Whether this UCX can move CUDA device memory itself (a CUDA module,
+  /// cuda_copy or cuda_ipc, is loaded: ucp_context_query memory_types).
+  bool cuda_memory() const noexcept;
+
+  /// Runs one more progress pass soon (from the executor's queue).
+  void kick();
+  /// Runs a progress pass now. REQUIRES: called from a coroutine or
+  /// handler, not from inside a UCX callback.
+  void progress_now() { progress_pass(); }
+  /// Progresses until idle and arms, now. REQUIRES: not inside a UCX
+  /// callback (ucp_worker_progress must not be re-entered).
+  void progress_until_armed();
+
+  /// Routes active messages arriving on `ep` to `c` (see on_am).
+  void attach(ucp_ep_h ep, connection* c);
+  void detach(ucp_ep_h ep) noexcept;
+  /// The connection of `ep`; null when none (closed, or not one of ours).
+  connection* find(ucp_ep_h ep) const noexcept;
+
+  /// Keeps a closing connection (and so this runtime) alive until
+  /// release(); see connection::close.
+  void retain(std::shared_ptr<connection> c);
+  void release(const connection* c) noexcept;
+
+  /// Called when the execution context shuts down: force-closes every
+  /// endpoint and drops the closing connections, so nothing leaks.
+  void shutdown() noexcept;
+
+ private:
+  static asio::awaitable<void> progress_loop(std::weak_ptr<runtime> self);
+  /// Progress until idle; arm only when the pass found nothing, else run
+  /// another pass from the executor's queue (see runtime.cpp).
+  void progress_pass();
+  ucs_status_t set_am_handler(unsigned id);
+
+  // Declared in acquisition order: destruction is UCX's reverse teardown.
+  asio::any_io_executor ex_;
+  detail::context context_;
+  detail::worker worker_;
+  asio::posix::stream_descriptor efd_;  // a dup of the worker's event fd
+  config_list config_;
+  std::unordered_map<ucp_ep_h, connection*> eps_;
+  std::unordered_map<const connection*, std::shared_ptr<connection>> closing_;
+  std::chrono::microseconds busy_poll_;
+  std::chrono::steady_clock::time_point last_events_{};
+  bool kick_posted_ = false;
+  bool in_progress_ = false;
+};
+
+}  // namespace blobpipe::ucx::detail

@@ -1,0 +1,290 @@
+// The public UCX transport API (blobpipe/ucx.hpp): listener, listen,
+// connect, and the transport object over a connection.
+#include "blobpipe/ucx.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "lib/transport/async_sync.hpp"
+#include "lib/transport/ucx/connection.hpp"
+#include "lib/transport/ucx/runtime.hpp"
+#include "lib/transport/ucx/status.hpp"
+
+namespace blobpipe::ucx {
+namespace {
+
+using detail::connection;
+using detail::runtime;
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+// The transport object: a connection and the runtime it lives on.
+class ucx_transport final : public transport {
+ public:
+  ucx_transport(std::shared_ptr<runtime> rt, std::shared_ptr<connection> c)
+      : rt_(std::move(rt)), c_(std::move(c)) {}
+  ~ucx_transport() override { c_->close(); }
+
+  asio::any_io_executor get_executor() const override { return rt_->executor(); }
+
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> payload) override {
+    auto ec = co_await c_->send(h, payload);
+    note(ec);
+    co_return ec;
+  }
+
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    auto r = co_await c_->receive_header();
+    note(std::get<0>(r));
+    co_return r;
+  }
+
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+    auto ec = co_await c_->receive_payload(dest);
+    note(ec);
+    co_return ec;
+  }
+
+  void close() noexcept override { c_->close(); }
+  bool is_open() const noexcept override { return c_->is_open(); }
+
+  // CUDA device memory: UCX moves it itself when built with a CUDA module
+  // (cuda_copy, cuda_ipc); UCX finds the device from the pointer, so
+  // `device` is not needed here.
+  bool accepts_device_memory() const noexcept override { return rt_->cuda_memory(); }
+
+  asio::awaitable<std::error_code> send_device(const frame_header& h,
+                                               std::span<const asio::const_buffer> payload,
+                                               int device) override {
+    if (!rt_->cuda_memory()) co_return co_await transport::send_device(h, payload, device);
+    auto ec = co_await c_->send(h, payload, UCS_MEMORY_TYPE_CUDA);
+    note(ec);
+    co_return ec;
+  }
+
+  asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> dest,
+                                                          int device) override {
+    if (!rt_->cuda_memory()) co_return co_await transport::receive_payload_device(dest, device);
+    auto ec = co_await c_->receive_payload(dest, UCS_MEMORY_TYPE_CUDA);
+    note(ec);
+    co_return ec;
+  }
+
+  const connection& conn() const noexcept { return *c_; }
+
+ private:
+  void note(std::error_code ec) {
+    if (ec && !c_->error_text().empty()) last_error_ = c_->error_text();
+  }
+
+  // Runtime first: destroyed last.
+  std::shared_ptr<runtime> rt_;
+  std::shared_ptr<connection> c_;
+};
+
+std::tuple<std::error_code, std::unique_ptr<transport>> failed(errc e) {
+  return {make_error_code(e), nullptr};
+}
+
+// ucp_ep_params for the parts both sides share: peer error mode, so a
+// failing peer is reported (err_handler) rather than left hanging.
+ucp_ep_params_t ep_params(connection& c) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler = c.err_handler();
+  return p;
+}
+
+}  // namespace
+
+// ---- listener ----------------------------------------------------------------
+
+struct listener::impl : std::enable_shared_from_this<listener::impl> {
+  explicit impl(std::shared_ptr<runtime> r) : rt(std::move(r)), ready(rt->executor()) {}
+  ~impl() { close(); }
+
+  // Inside ucp_worker_progress: only queue the request; endpoints are
+  // created from the executor's queue.
+  static void on_conn_request(ucp_conn_request_h req, void* arg) {
+    auto* self = static_cast<impl*>(arg);
+    self->requests.push_back(req);
+    asio::post(self->rt->executor(), [weak = self->weak_from_this()] {
+      if (auto s = weak.lock()) s->take_requests();
+    });
+  }
+
+  void take_requests() {
+    if (closed) return;
+    while (!requests.empty()) {
+      ucp_conn_request_h req = requests.front();
+      requests.pop_front();
+      auto c = connection::make(*rt, {});
+      auto p = ep_params(*c);
+      p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+      p.conn_request = req;
+      ucp_ep_h ep = nullptr;
+      if (ucp_ep_create(rt->worker(), &p, &ep) != UCS_OK) continue;  // the client sees it fail
+      c->attach(ep);
+      backlog.push_back(std::move(c));
+      ready.notify_all();
+    }
+    rt->kick();
+  }
+
+  void close() noexcept {
+    if (closed) return;
+    closed = true;
+    for (auto req : requests) ucp_listener_reject(handle.get(), req);
+    requests.clear();
+    handle.reset();
+    for (auto& c : backlog) c->close();
+    backlog.clear();
+    ready.notify_all();
+    rt->kick();
+    // A closed listener, like a closed acceptor, must not keep the
+    // io_context running: let go of the runtime (closing connections keep
+    // it alive themselves until they are done).
+    rt.reset();
+  }
+
+  // Runtime first: destroyed last.
+  std::shared_ptr<runtime> rt;
+  detail::listener_handle handle;
+  std::uint16_t port = 0;
+  std::deque<ucp_conn_request_h> requests;
+  std::deque<std::shared_ptr<connection>> backlog;
+  blobpipe::detail::async_condition ready;
+  bool closed = false;
+};
+
+listener::listener(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+listener::listener(listener&&) noexcept = default;
+listener& listener::operator=(listener&&) noexcept = default;
+listener::~listener() { close(); }
+
+std::uint16_t listener::port() const noexcept { return impl_ ? impl_->port : 0; }
+
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listener::accept(
+    transport_options opt) {
+  auto p = impl_;  // alive across the wait even if this listener is moved from
+  if (!p) co_return failed(errc::closed);
+  while (p->backlog.empty() && !p->closed) {
+    if (co_await p->ready.wait())
+      co_return std::tuple{std::error_code(asio::error::operation_aborted),
+                           std::unique_ptr<transport>{}};
+  }
+  if (p->closed) co_return failed(errc::closed);
+  auto c = std::move(p->backlog.front());
+  p->backlog.pop_front();
+  c->set_options(opt);
+  co_return std::tuple{std::error_code{},
+                       std::unique_ptr<transport>(std::make_unique<ucx_transport>(p->rt, c))};
+}
+
+void listener::close() noexcept {
+  if (impl_) impl_->close();
+}
+
+result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std::string& address,
+                        const options& opt) {
+  std::error_code ec;
+  auto addr = asio::ip::make_address(address, ec);
+  if (ec) return {errc::invalid_argument, "ucx listen: bad address '" + address + "'"};
+  auto rt = runtime::of(ex, opt);
+  if (!rt) return rt.err();
+  asio::ip::tcp::endpoint ep(addr, port);
+
+  auto p = std::make_shared<listener::impl>(*rt);
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(ep.data());
+  lp.sockaddr.addrlen = static_cast<socklen_t>(ep.size());
+  lp.conn_handler.cb = &listener::impl::on_conn_request;
+  lp.conn_handler.arg = p.get();
+  ucp_listener_h h = nullptr;
+  if (auto st = ucp_listener_create((*rt)->worker(), &lp, &h); st != UCS_OK)
+    return {errc::peer_failed,
+            detail::status_message(
+                ("ucx listen on " + address + ":" + std::to_string(port)).c_str(), st)};
+  p->handle = detail::listener_handle(h);
+
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  if (auto st = ucp_listener_query(h, &attr); st != UCS_OK)
+    return {errc::peer_failed, detail::status_message("ucp_listener_query", st)};
+  if (attr.sockaddr.ss_family == AF_INET)
+    p->port = ntohs(reinterpret_cast<const sockaddr_in&>(attr.sockaddr).sin_port);
+  else
+    p->port = ntohs(reinterpret_cast<const sockaddr_in6&>(attr.sockaddr).sin6_port);
+  (*rt)->kick();
+  return listener(std::move(p));
+}
+
+// ---- connect -------------------------------------------------------------------
+
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt,
+    options uopt) {
+  auto rt = runtime::of(ex, uopt);
+  if (!rt)
+    co_return failed(rt.code() == make_error_code(errc::invalid_argument) ? errc::invalid_argument
+                                                                          : errc::peer_failed);
+  auto keep = *rt;  // the runtime lives across the waits below
+
+  asio::ip::tcp::resolver resolver(ex);
+  auto [rec, endpoints] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
+  if (rec || endpoints.empty()) co_return failed(errc::peer_failed);
+  asio::ip::tcp::endpoint target = endpoints.begin()->endpoint();
+
+  auto c = connection::make(*keep, opt);
+  auto p = ep_params(*c);
+  p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(target.data());
+  p.sockaddr.addrlen = static_cast<socklen_t>(target.size());
+  ucp_ep_h ep = nullptr;
+  if (ucp_ep_create(keep->worker(), &p, &ep) != UCS_OK) co_return failed(errc::peer_failed);
+  c->attach(ep);
+  auto t = std::make_unique<ucx_transport>(keep, c);
+  if (auto ec = co_await c->wait_connected())
+    co_return std::tuple{ec, std::unique_ptr<transport>{}};
+  co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
+}
+
+// ---- introspection -------------------------------------------------------------
+
+result<stats> get_stats(const transport& t) {
+  auto* u = dynamic_cast<const ucx_transport*>(&t);
+  if (!u) return {errc::invalid_argument, "get_stats: not a UCX transport"};
+  return u->conn().counters();
+}
+
+result<std::string> describe(const transport& t) {
+  auto* u = dynamic_cast<const ucx_transport*>(&t);
+  if (!u) return {errc::invalid_argument, "describe: not a UCX transport"};
+  ucp_ep_h ep = u->conn().endpoint_handle();
+  if (!ep) return {errc::closed, "describe: the endpoint is closed"};
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (!f) return {errc::invalid_argument, "describe: open_memstream failed"};
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::string out(text, size);
+  std::free(text);
+  return out;
+}
+
+}  // namespace blobpipe::ucx

@@ -1,0 +1,442 @@
+// CUDA test bodies that need a device (real, or the emulator): device
+// values staged through pinned buffers, entries landing in device memory,
+// device-to-device, strided device values, the pool, injected failures,
+// and a transport that takes device memory itself.
+#include <algorithm>
+#include <map>
+
+#include "lib/cuda/staging.hpp"
+#include "lib/cuda/testing.hpp"
+#include "test/cuda_case_util.hpp"
+
+namespace blobpipe::cuda_cases {
+namespace {
+
+using namespace blobpipe::testing;
+
+// Named, not literals: GCC 12 rejects a string literal argument inside a
+// co_await expression ("array used as initializer").
+const std::string u8 = "uint8";
+
+void device_buffer_round_trip(checker& ck, backend) {
+  const auto host = pattern(5000, 1);
+  auto b = on_device(host);
+  std::vector<std::byte> back(host.size());
+  b.copy_to_host(back).value();
+  BLOBPIPE_EXPECT(ck, same(back, host), "round trip");
+  std::vector<std::byte> part(100);
+  b.copy_to_host(part, 4900).value();
+  BLOBPIPE_EXPECT(ck, same(part, std::span(host).subspan(4900)), "tail");
+  BLOBPIPE_EXPECT(ck, b.copy_to_host(part, 4901).code() == errc::invalid_argument, "past end");
+  auto loc = cuda::locate(b.data(), memory_kind::automatic);
+  BLOBPIPE_EXPECT(ck, loc && loc->kind == memory_kind::cuda_device && loc->device == 0,
+                  loc.message());
+  auto declared = cuda::locate(host.data(), memory_kind::cuda_device);
+  BLOBPIPE_EXPECT(ck, declared.code() == errc::invalid_argument, "host memory declared device");
+  auto empty = cuda::device_buffer::allocate(0).value();
+  BLOBPIPE_EXPECT(ck, empty.data() == nullptr && empty.size() == 0, "empty buffer");
+}
+
+void staging_pool_reuses_rings(checker& ck, backend) {
+  cuda::staging_pool pool;
+  {
+    auto a = pool.acquire(0, 4096, 3).value();
+    BLOBPIPE_EXPECT(ck, a->depth() == 3 && a->slot_bytes() == 4096, "shape");
+    auto b = pool.acquire(0, 4096, 3).value();  // a is lent: a second ring
+  }
+  BLOBPIPE_EXPECT(ck, pool.rings_created() == 2 && pool.idle_rings() == 2, "two back");
+  { auto c = pool.acquire(0, 4096, 3).value(); }
+  { auto d = pool.acquire(0, 8192, 3).value(); }  // another size: a new ring
+  BLOBPIPE_EXPECT(ck, pool.rings_created() == 3, std::to_string(pool.rings_created()));
+}
+
+/// Device values of several sizes over both links and two shapes of
+/// staging: the assembled blob equals write(plan) of the host bytes.
+void device_values_arrive_byte_identical(checker& ck, backend) {
+  struct config {
+    std::uint32_t frame;
+    cuda::staging_options staging;
+  };
+  const config configs[] = {{1024, {.pinned_chunk_bytes = 4096, .pool_depth = 3}},
+                            {4096, {.pinned_chunk_bytes = 1000, .pool_depth = 2}}};
+  const std::vector<std::size_t> sizes = {0, 1, 4097, 100000, 64};
+  std::vector<std::vector<std::byte>> host;
+  std::vector<cuda::device_buffer> dev;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    host.push_back(pattern(sizes[i], unsigned(i)));
+    dev.push_back(on_device(host.back()));
+  }
+  for (const auto& cfg : configs) {
+    for (link_kind l : both_links) {
+      const std::string where = std::string(link_name(l)) + " frame " + std::to_string(cfg.frame);
+      runner r;
+      consumer_options copt;
+      copt.assemble = assemble_mode::memory;
+      copt.max_blob_bytes = 1 << 20;
+      auto ep = r.await(connect(l, copt, sender_opts(cfg.frame, cfg.staging)));
+      const tag_t tag = random_tag();
+      std::vector<std::string> keys;
+      std::vector<value> host_values, dev_values;
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        keys.push_back("e" + std::to_string(i));
+        host_values.push_back(value::tensor_bytes(host[i], u8, {std::int64_t(sizes[i])}));
+        dev_values.push_back(device_value(dev[i], u8, {std::int64_t(sizes[i])}));
+      }
+      received got;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob(tag);
+        for (std::size_t i = 0; i < dev.size(); ++i) {
+          auto ec = co_await blob.emit(keys[i], dev_values[i]);
+          BLOBPIPE_EXPECT(ck, !ec, where + " emit " + keys[i] + ": " + blob.last_error());
+        }
+        BLOBPIPE_EXPECT(ck, !co_await blob.finish(), where);
+        BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), where);
+      };
+      r.spawn(produce());
+      r.spawn(collect(ep.c, got));
+      BLOBPIPE_EXPECT(ck, r.run(), where + " finished");
+      const auto want = expected_blob(keys, host_values, tag);
+      BLOBPIPE_EXPECT(ck, got.ends.size() == 1 && got.ends[0].kind == event_kind::blob_complete,
+                      where);
+      if (got.ends.size() == 1 && got.ends[0].blob)
+        BLOBPIPE_EXPECT(ck, same(got.ends[0].blob->bytes, want), where + " bytes");
+      const auto st = ep.s.stats();
+      std::uint64_t chunks = 0;
+      for (auto n : sizes) chunks += (n + cfg.staging.pinned_chunk_bytes - 1) / cfg.staging.pinned_chunk_bytes;
+      BLOBPIPE_EXPECT(ck, st.device_entries == sizes.size(), where);
+      BLOBPIPE_EXPECT(ck, st.device_chunks == chunks,
+                      where + " chunks " + std::to_string(st.device_chunks));
+      // 100000 bytes span many chunks: every slot but the one on the wire
+      // was being filled while a chunk was sent.
+      BLOBPIPE_EXPECT(ck, st.device_prefetch_high_water == cfg.staging.pool_depth - 1,
+                      where + " overlap " + std::to_string(st.device_prefetch_high_water));
+    }
+  }
+}
+
+void automatic_device_pointer_takes_device_path(checker& ck, backend) {
+  const auto host = pattern(3000, 9);
+  auto dev = on_device(host);
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback));
+  received got;
+  const value v = device_value(dev, u8, {3000}, memory_kind::automatic);
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await blob.emit("x", v), blob.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+  };
+  r.spawn(produce());
+  r.spawn(collect(ep.c, got));
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, ep.s.stats().device_entries == 1, "staged");
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(got.entries[0]->view.bytes, host), "bytes");
+}
+
+/// A transposed device matrix is gathered on the host in logical order.
+void strided_device_value_is_gathered(checker& ck, backend) {
+  std::vector<float> m(4 * 6);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = float(i);
+  auto dev = on_device(std::as_bytes(std::span(m)));
+  value t = device_value(dev, "float32", {6, 4});
+  t.strides = {1, 6};  // m is 4x6 row-major; this is its transpose
+  value host_t = value::tensor(m, {6, 4});
+  host_t.strides = {1, 6};
+  auto p = plan({"t"}, {host_t}).value();
+  std::vector<std::byte> want(p.entries[0].entry.len);
+  write_entry(p.entries[0], want).value();
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback));
+  received got;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await blob.emit("t", t), blob.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+  };
+  r.spawn(produce());
+  r.spawn(collect(ep.c, got));
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, ep.s.stats().gathered_entries == 1, "gathered");
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(got.entries[0]->view.bytes, want),
+                  "logical order");
+}
+
+/// Host values land in device memory; pickles stay on the host.
+void consumer_lands_entries_in_device_memory(checker& ck, backend) {
+  for (link_kind l : both_links) {
+    runner r;
+    consumer_options copt;
+    copt.landing.enabled = true;
+    copt.landing.pool_depth = 2;
+    copt.max_chunk_bytes = 512;
+    auto ep = r.await(connect(l, copt));
+    std::vector<float> a(1000), b(7);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i) / 3;
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -float(i);
+    const auto pickled = pattern(700, 3);
+    received got;
+    const value va = value::tensor(a, {10, 100});
+    const value vm = value::pickle(pickled);
+    const value vb = value::tensor(b);
+    const std::vector<float> none;
+    const value v0 = value::tensor(none);
+    auto produce = [&]() -> asio::awaitable<void> {
+      auto blob = ep.s.open_blob();
+      BLOBPIPE_EXPECT(ck, !co_await blob.emit("a", va), "a");
+      BLOBPIPE_EXPECT(ck, !co_await blob.emit("meta", vm), "meta");
+      BLOBPIPE_EXPECT(ck, !co_await blob.emit("b", vb), "b");
+      BLOBPIPE_EXPECT(ck, !co_await blob.emit("empty", v0), "0");
+      BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+      BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+    };
+    r.spawn(produce());
+    r.spawn(collect(ep.c, got));
+    BLOBPIPE_EXPECT(ck, r.run(), link_name(l));
+    BLOBPIPE_EXPECT(ck, got.entries.size() == 4, link_name(l));
+    BLOBPIPE_EXPECT(ck, got.ends.size() == 1 && got.ends[0].kind == event_kind::blob_complete,
+                    link_name(l));
+    if (got.entries.size() != 4) continue;
+    const auto& ea = *got.entries[0];
+    BLOBPIPE_EXPECT(ck, ea.memory == memory_kind::cuda_device && ea.view.bytes.empty(), "a on device");
+    BLOBPIPE_EXPECT(ck, ea.device.nbytes == 4000 && ea.device.shape == shape_t({10, 100}) &&
+                            ea.device.type.name == "float32" && ea.device.entry == &ea.entry,
+                    "a view");
+    BLOBPIPE_EXPECT(ck, same(to_host(ea.device), std::as_bytes(std::span(a))), "a bytes");
+    const auto& em = *got.entries[1];
+    BLOBPIPE_EXPECT(ck, em.memory == memory_kind::host && same(em.view.bytes, pickled), "meta host");
+    const auto& eb = *got.entries[2];
+    BLOBPIPE_EXPECT(ck, eb.memory == memory_kind::cuda_device &&
+                            same(to_host(eb.device), std::as_bytes(std::span(b))),
+                    "b bytes");
+    const auto& e0 = *got.entries[3];
+    BLOBPIPE_EXPECT(ck, e0.memory == memory_kind::cuda_device && e0.device.nbytes == 0, "empty");
+    const auto cs = ep.c.stats();
+    BLOBPIPE_EXPECT(ck, cs.device_entries == 3, std::to_string(cs.device_entries));
+    BLOBPIPE_EXPECT(ck, cs.device_chunks == (4000 + 511) / 512 + 1,
+                    std::to_string(cs.device_chunks));
+  }
+}
+
+/// Device to device, from two producers at once (two staging rings).
+void device_to_device_from_two_producers(checker& ck, backend) {
+  std::vector<std::vector<std::byte>> host;
+  std::vector<cuda::device_buffer> dev;
+  for (unsigned i = 0; i < 6; ++i) {
+    host.push_back(pattern(20000 + 333 * i, i));
+    dev.push_back(on_device(host.back()));
+  }
+  std::vector<value> dev_values;
+  for (unsigned i = 0; i < dev.size(); ++i)
+    dev_values.push_back(device_value(dev[i], u8, {std::int64_t(host[i].size())}));
+  for (link_kind l : both_links) {
+    runner r;
+    consumer_options copt;
+    copt.landing.enabled = true;
+    copt.landing.pool_depth = 3;
+    auto ep = r.await(connect(l, copt, sender_opts(2048, {.pinned_chunk_bytes = 4096, .pool_depth = 3})));
+    received got;
+    int done = 0;
+    auto produce = [&](unsigned k) -> asio::awaitable<void> {
+      auto blob = ep.s.open_blob();
+      for (unsigned i = k; i < dev.size(); i += 2)
+        BLOBPIPE_EXPECT(ck, !co_await blob.emit(std::to_string(i), dev_values[i]),
+                        blob.last_error());
+      BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+      if (++done == 2) BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+    };
+    r.spawn(produce(0));
+    r.spawn(produce(1));
+    r.spawn(collect(ep.c, got));
+    BLOBPIPE_EXPECT(ck, r.run(), link_name(l));
+    BLOBPIPE_EXPECT(ck, got.entries.size() == dev.size() && got.ends.size() == 2, link_name(l));
+    for (const auto& e : got.entries) {
+      const auto i = std::stoul(e->entry.key);
+      BLOBPIPE_EXPECT(ck, e->memory == memory_kind::cuda_device && same(to_host(e->device), host[i]),
+                      std::string(link_name(l)) + " entry " + e->entry.key);
+    }
+    BLOBPIPE_EXPECT(ck, ep.s.stats().device_entries == dev.size(), link_name(l));
+  }
+}
+
+/// A copy fails mid-entry: the blob is aborted with CUDA's message, the
+/// sender goes on with the next blob on a fresh ring.
+void failed_device_copy_aborts_blob(checker& ck, backend) {
+  const auto host = pattern(40000, 5);
+  auto dev = on_device(host);
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback, {},
+                            sender_opts(1024, {.pinned_chunk_bytes = 4096, .pool_depth = 2})));
+  received got;
+  const value v = device_value(dev, u8, {40000});
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto first = ep.s.open_blob();
+    cuda::testing::fail_copy_after(3);
+    auto ec = co_await first.emit("x", v);
+    BLOBPIPE_EXPECT(ck, ec == errc::cuda_failure, ec.message());
+    BLOBPIPE_EXPECT(ck, first.last_error().find("illegal memory access") != std::string::npos,
+                    first.last_error());
+    BLOBPIPE_EXPECT(ck, co_await first.finish() == errc::closed, "first is over");
+    auto second = ep.s.open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await second.emit("x", v),
+                    second.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await second.finish(), "second");
+    BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+  };
+  r.spawn(produce());
+  r.spawn(collect(ep.c, got));
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, got.ends.size() == 2, std::to_string(got.ends.size()));
+  if (got.ends.size() != 2) return;
+  BLOBPIPE_EXPECT(ck, got.ends[0].kind == event_kind::blob_aborted &&
+                          got.ends[0].reason.find("illegal memory access") != std::string::npos,
+                  got.ends[0].reason);
+  BLOBPIPE_EXPECT(ck, got.ends[1].kind == event_kind::blob_complete, "second complete");
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(got.entries[0]->view.bytes, host), "bytes");
+  BLOBPIPE_EXPECT(ck, !got.last.error, got.last.reason);
+}
+
+/// A host-to-device copy fails at the consumer: that blob is aborted, the
+/// stream goes on, and the next blob lands intact.
+void failed_landing_copy_aborts_blob(checker& ck, backend) {
+  runner r;
+  consumer_options copt;
+  copt.landing.enabled = true;
+  copt.max_chunk_bytes = 1024;
+  auto ep = r.await(connect(link_kind::loopback, copt));
+  std::vector<float> a(3000);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i);
+  received got;
+  auto produce = [&]() -> asio::awaitable<void> {
+    cuda::testing::fail_copy_after(2);
+    auto first = ep.s.open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await first.emit("a", value::tensor(a)), "first a");
+    BLOBPIPE_EXPECT(ck, !co_await first.emit("b", value::tensor(a)), "first b");
+    BLOBPIPE_EXPECT(ck, !co_await first.finish(), "first finish");
+    auto second = ep.s.open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await second.emit("a", value::tensor(a)), "second a");
+    BLOBPIPE_EXPECT(ck, !co_await second.finish(), "second finish");
+    BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+  };
+  r.spawn(produce());
+  r.spawn(collect(ep.c, got));
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, got.ends.size() == 2, std::to_string(got.ends.size()));
+  if (got.ends.size() != 2) return;
+  BLOBPIPE_EXPECT(ck, got.ends[0].kind == event_kind::blob_aborted &&
+                          got.ends[0].error == errc::cuda_failure,
+                  got.ends[0].reason);
+  BLOBPIPE_EXPECT(ck, got.ends[1].kind == event_kind::blob_complete, "second complete");
+  const auto& last = got.entries.back();
+  BLOBPIPE_EXPECT(ck, last->blob_id == got.ends[1].blob_id &&
+                          same(to_host(last->device), std::as_bytes(std::span(a))),
+                  "second lands intact");
+}
+
+/// A transport that moves device memory itself (as UCX with cuda_copy
+/// would): the emulator's device memory is host memory, so a loopback
+/// pair can stand in for it. Counts what came through the device calls.
+class device_loopback final : public transport {
+ public:
+  device_loopback(std::unique_ptr<transport> inner, int& device_frames)
+      : inner_(std::move(inner)), device_frames_(device_frames) {}
+  asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> p) override {
+    return inner_->send(h, p);
+  }
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    return inner_->receive_header();
+  }
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> d) override {
+    return inner_->receive_payload(d);
+  }
+  void close() noexcept override { inner_->close(); }
+  bool is_open() const noexcept override { return inner_->is_open(); }
+  bool accepts_device_memory() const noexcept override { return true; }
+  asio::awaitable<std::error_code> send_device(const frame_header& h,
+                                               std::span<const asio::const_buffer> p,
+                                               int) override {
+    ++device_frames_;
+    return inner_->send(h, p);
+  }
+  asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> d, int) override {
+    ++device_frames_;
+    return inner_->receive_payload(d);
+  }
+
+ private:
+  std::unique_ptr<transport> inner_;
+  int& device_frames_;
+};
+
+void device_transport_gets_device_pointers(checker& ck, backend) {
+  const auto host = pattern(10000, 4);
+  auto dev = on_device(host);
+  runner r;
+  int sent_device = 0, received_device = 0;
+  auto [a, b] = loopback::make_pair(r.ex());
+  auto ta = std::make_unique<device_loopback>(std::move(a), sent_device);
+  auto tb = std::make_unique<device_loopback>(std::move(b), received_device);
+  consumer_options copt;
+  copt.landing.enabled = true;
+  std::optional<consumer> c;
+  received got;
+  auto consume = [&]() -> asio::awaitable<void> {
+    auto [ec, cc] = co_await consumer::start(std::move(tb), copt);
+    BLOBPIPE_EXPECT(ck, !ec, ec.message());
+    if (ec) co_return;
+    c.emplace(std::move(cc));
+    co_await collect(*c, got);
+  };
+  std::optional<sender> s;
+  const value v = device_value(dev, u8, {10000});
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto [ec, ss] = co_await sender::start(std::move(ta), sender_opts(4096));
+    BLOBPIPE_EXPECT(ck, !ec, ec.message());
+    s.emplace(std::move(ss));
+    auto blob = s->open_blob();
+    BLOBPIPE_EXPECT(ck, !co_await blob.emit("x", v),
+                    blob.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await s->shutdown(), "shutdown");
+  };
+  r.spawn(consume());
+  r.spawn(produce());
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, s && s->stats().device_direct_entries == 1 && s->stats().device_chunks == 0,
+                  "no staging");
+  BLOBPIPE_EXPECT(ck, sent_device == 3 && received_device == 3,
+                  std::to_string(sent_device) + "/" + std::to_string(received_device));
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(to_host(got.entries[0]->device), host),
+                  "bytes");
+}
+
+}  // namespace
+
+std::vector<test_case> device_cases() {
+  const std::vector<backend> both = {backend::real, backend::emulated};
+  const std::vector<backend> emulated = {backend::emulated};
+  return {
+      {"device_buffer_round_trip", both, &a_device, &device_buffer_round_trip},
+      {"staging_pool_reuses_rings", both, &a_device, &staging_pool_reuses_rings},
+      {"device_values_arrive_byte_identical", both, &a_device,
+       &device_values_arrive_byte_identical},
+      {"automatic_device_pointer_takes_device_path", both, &a_device,
+       &automatic_device_pointer_takes_device_path},
+      {"strided_device_value_is_gathered", both, &a_device, &strided_device_value_is_gathered},
+      {"consumer_lands_entries_in_device_memory", both, &a_device,
+       &consumer_lands_entries_in_device_memory},
+      {"device_to_device_from_two_producers", both, &a_device,
+       &device_to_device_from_two_producers},
+      {"failed_device_copy_aborts_blob", emulated, &emulator_only,
+       &failed_device_copy_aborts_blob},
+      {"failed_landing_copy_aborts_blob", emulated, &emulator_only,
+       &failed_landing_copy_aborts_blob},
+      {"device_transport_gets_device_pointers", emulated, &emulator_only,
+       &device_transport_gets_device_pointers},
+  };
+}
+
+}  // namespace blobpipe::cuda_cases

@@ -1,0 +1,302 @@
+// test/reliability_fixture.hpp — scaffolding for the fault and resend
+// tests: deterministic blobs and a checker that every blob arrives once and
+// byte-identical; transports that break after N frames; a loopback
+// "listener" so reconnecting works without sockets; one link interface
+// over loopback and TCP (a UCX link can be added beside them).
+#pragma once
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "test/pipeline_fixture.hpp"
+
+namespace blobpipe::testing {
+
+// ---- deterministic blobs ---------------------------------------------------
+
+/// Blob number `i` of a test stream: tag "bp" + i, two entries of a few
+/// floats and one int64, sizes varying with i.
+struct blob_spec {
+  tag_t tag{};
+  std::vector<float> a;
+  std::vector<std::int64_t> b;
+};
+
+inline tag_t tag_of(std::uint64_t i) {
+  tag_t t{};
+  t[0] = std::byte{'b'};
+  t[1] = std::byte{'p'};
+  std::memcpy(t.data() + 8, &i, 8);
+  return t;
+}
+
+inline std::uint64_t index_of(const tag_t& t) {
+  std::uint64_t i;
+  std::memcpy(&i, t.data() + 8, 8);
+  return i;
+}
+
+inline blob_spec make_blob(std::uint64_t i, std::size_t scale = 1) {
+  blob_spec s;
+  s.tag = tag_of(i);
+  s.a = ramp(scale * (3 + i % 29), static_cast<float>(i));
+  s.b = {static_cast<std::int64_t>(i) * 7919, -static_cast<std::int64_t>(i)};
+  return s;
+}
+
+/// Emits blob `s` and finishes it. Returns the first error.
+inline asio::awaitable<std::error_code> send_blob(sender& snd, const blob_spec& s) {
+  auto w = snd.open_blob(s.tag);
+  auto va = value::tensor(s.a);
+  if (auto ec = co_await w.emit("a", std::move(va))) co_return ec;
+  auto vb = value::tensor(s.b);
+  if (auto ec = co_await w.emit("b", std::move(vb))) co_return ec;
+  co_return co_await w.finish();
+}
+
+/// Follows a consumer's events across connections and checks the delivery
+/// guarantee: each tag completes exactly once, with the bytes of its spec;
+/// a blob_aborted with resend voids only its attempt.
+struct delivery_checker {
+  std::size_t scale = 1;
+  std::map<std::uint64_t, int> completed;  // blob index -> blob_complete count
+  std::uint64_t entries = 0, attempts_voided = 0, final_aborts = 0, bad = 0;
+  std::uint64_t duplicates = 0;  // consumer_stats::duplicates_dropped, all connections
+  std::string first_problem;
+
+  struct attempt {
+    std::vector<std::shared_ptr<const received_entry>> entries;
+  };
+  // Per connection (the consumer object), per blob id.
+  std::map<std::pair<const void*, std::uint64_t>, attempt> open;
+
+  void problem(std::string what) {
+    ++bad;
+    if (first_problem.empty()) first_problem = std::move(what);
+  }
+
+  /// Returns false at end_of_stream.
+  bool on(const void* conn, const event& ev) {
+    const auto key = std::pair{conn, ev.blob_id};
+    switch (ev.kind) {
+      case event_kind::entry_ready:
+        ++entries;
+        open[key].entries.push_back(ev.entry);
+        return true;
+      case event_kind::blob_aborted:
+        if (ev.resend) ++attempts_voided;
+        else ++final_aborts;
+        open.erase(key);
+        return true;
+      case event_kind::blob_complete: {
+        const auto i = index_of(ev.tag);
+        auto& got = open[key].entries;
+        const auto want = make_blob(i, scale);
+        if (++completed[i] > 1) problem("blob " + std::to_string(i) + " completed twice");
+        if (got.size() != 2 || !same(got[0]->view.bytes, want.a) ||
+            !same(got[1]->view.bytes, want.b))
+          problem("blob " + std::to_string(i) + " differs from what was sent");
+        open.erase(key);
+        return true;
+      }
+      case event_kind::end_of_stream:
+        for (auto it = open.begin(); it != open.end();)
+          it = it->first.first == conn ? open.erase(it) : std::next(it);
+        return false;
+    }
+    return false;
+  }
+
+  template <class T>
+  static bool same(std::span<const std::byte> got, const std::vector<T>& want) {
+    return got.size() == want.size() * sizeof(T) &&
+           std::memcmp(got.data(), want.data(), got.size()) == 0;
+  }
+
+  /// Every blob in [0, n) completed exactly once, nothing else.
+  bool all_once(std::uint64_t n) const {
+    if (completed.size() != n || bad != 0) return false;
+    for (auto& [i, c] : completed)
+      if (i >= n || c != 1) return false;
+    return true;
+  }
+};
+
+// ---- transports that break ---------------------------------------------------
+
+/// Forwards to `inner`, and closes the connection (as a crash of this side
+/// would: the peer sees it end) instead of sending frame number `kill_at`
+/// (0-based, counting every frame this side sends), or instead of the
+/// `kill_at_ack`-th delivery acknowledgement (an ack naming a blob).
+class kill_switch final : public transport {
+ public:
+  static constexpr std::uint64_t never = ~std::uint64_t{0};
+  kill_switch(std::unique_ptr<transport> inner, std::uint64_t kill_at,
+              std::uint64_t kill_at_ack = never)
+      : inner_(std::move(inner)), kill_at_(kill_at), kill_at_ack_(kill_at_ack) {}
+  ~kill_switch() override { inner_->close(); }
+
+  asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> payload) override {
+    const bool ack = h.type == frame_type::ack && h.blob_id != 0;
+    if (frames_++ == kill_at_ || (ack && acks_++ == kill_at_ack_)) {
+      killed_ = true;
+      inner_->close();
+    }
+    co_return co_await inner_->send(h, payload);
+  }
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    co_return co_await inner_->receive_header();
+  }
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+    co_return co_await inner_->receive_payload(dest);
+  }
+  void close() noexcept override { inner_->close(); }
+  bool is_open() const noexcept override { return inner_->is_open(); }
+  bool killed() const { return killed_; }
+
+ private:
+  std::unique_ptr<transport> inner_;
+  std::uint64_t kill_at_, kill_at_ack_;
+  std::uint64_t frames_ = 0, acks_ = 0;
+  bool killed_ = false;
+};
+
+// ---- links: where reconnecting senders get their connections ---------------
+
+using accept_result = std::tuple<std::error_code, std::unique_ptr<transport>>;
+
+/// A listening side and a connect function for the sender. `wrap` (if set)
+/// decorates the sender's end of connection number n (0-based), `wrap_c`
+/// the consumer's.
+class reconnect_link {
+ public:
+  using wrapper = std::function<std::unique_ptr<transport>(std::unique_ptr<transport>, int)>;
+  virtual ~reconnect_link() = default;
+  virtual std::string name() const = 0;
+  virtual connect_fn connector() = 0;
+  virtual asio::awaitable<accept_result> accept() = 0;
+  /// Stops accepting: a pending accept fails, later connects fail.
+  virtual void close() = 0;
+  int connections() const { return made_; }
+
+  wrapper wrap, wrap_c;
+  std::function<void()> on_close;  // also run by close() (e.g. stop a proxy)
+
+ protected:
+  std::unique_ptr<transport> wrapped(std::unique_ptr<transport> t, const wrapper& w, int n) {
+    return w ? w(std::move(t), n) : std::move(t);
+  }
+  int made_ = 0;
+};
+
+/// Loopback pairs: connect() makes one and queues the consumer's end.
+class loopback_link final : public reconnect_link {
+ public:
+  explicit loopback_link(asio::any_io_executor ex) : ex_(ex), wake_(ex) {
+    wake_.expires_at(asio::steady_timer::time_point::max());
+  }
+  std::string name() const override { return "loopback"; }
+  connect_fn connector() override {
+    return [this]() -> asio::awaitable<accept_result> {
+      if (closed_) co_return accept_result{make_error_code(errc::peer_failed), nullptr};
+      auto [a, b] = loopback::make_pair(ex_);
+      const int n = made_++;
+      queue_.push_back(wrapped(std::move(b), wrap_c, n));
+      wake_.cancel();
+      co_return accept_result{std::error_code{}, wrapped(std::move(a), wrap, n)};
+    };
+  }
+  asio::awaitable<accept_result> accept() override {
+    while (queue_.empty() && !closed_) {
+      wake_.expires_at(asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    }
+    if (queue_.empty()) co_return accept_result{make_error_code(errc::closed), nullptr};
+    auto t = std::move(queue_.front());
+    queue_.pop_front();
+    co_return accept_result{std::error_code{}, std::move(t)};
+  }
+  void close() override {
+    closed_ = true;
+    wake_.cancel();
+    if (on_close) on_close();
+  }
+
+ private:
+  asio::any_io_executor ex_;
+  asio::steady_timer wake_;
+  std::deque<std::unique_ptr<transport>> queue_;
+  bool closed_ = false;
+};
+
+/// TCP on 127.0.0.1 (an ephemeral port), optionally through `via_port`
+/// (a fault_proxy in front of the listener).
+class tcp_link final : public reconnect_link {
+ public:
+  explicit tcp_link(asio::any_io_executor ex) : ex_(ex), lis_(tcp::listen(ex, 0).value()) {}
+  std::string name() const override { return "tcp"; }
+  std::uint16_t listen_port() const { return lis_.port(); }
+  std::uint16_t via_port = 0;
+  connect_fn connector() override {
+    return [this]() -> asio::awaitable<accept_result> {
+      const std::uint16_t port = via_port ? via_port : lis_.port();
+      auto [ec, t] = co_await tcp::connect(ex_, "127.0.0.1", port);
+      if (ec) co_return accept_result{ec, nullptr};
+      co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap, made_++)};
+    };
+  }
+  asio::awaitable<accept_result> accept() override {
+    auto [ec, t] = co_await lis_.accept();
+    if (ec) co_return accept_result{ec, nullptr};
+    co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap_c, accepted_++)};
+  }
+  void close() override {
+    lis_.close();
+    if (on_close) on_close();
+  }
+
+ private:
+  asio::any_io_executor ex_;
+  tcp::listener lis_;
+  int accepted_ = 0;
+};
+
+inline std::unique_ptr<reconnect_link> make_link(link_kind k, asio::any_io_executor ex) {
+  if (k == link_kind::loopback) return std::make_unique<loopback_link>(ex);
+  return std::make_unique<tcp_link>(ex);
+}
+
+/// The trainer side of a resend session: accepts connections one after
+/// another, runs a consumer on each (sharing `log`), and feeds the events
+/// to `check` until `done()` says so or accepting fails.
+inline asio::awaitable<void> serve(reconnect_link& l, std::shared_ptr<delivery_log> log,
+                                   delivery_checker& check, std::function<bool()> done,
+                                   consumer_options copt = {}) {
+  copt.delivered = std::move(log);
+  while (!done()) {
+    auto [aec, t] = co_await l.accept();
+    if (aec) break;
+    auto [ec, c] = co_await consumer::start(std::move(t), copt);
+    if (ec) continue;  // killed during the handshake: the sender retries
+    for (;;) {
+      auto ev = co_await c.next();
+      if (!check.on(&c, ev)) break;
+    }
+    check.duplicates += c.stats().duplicates_dropped;
+  }
+}
+
+}  // namespace blobpipe::testing

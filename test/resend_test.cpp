@@ -1,0 +1,348 @@
+// Resend sessions and de-duplication (blobpipe/producer.hpp "Resend
+// sessions", blobpipe/delivery.hpp; docs/reliability.md): every blob a
+// producer ends reaches the application exactly once and byte-identical,
+// however often the connection dies, and the sender's memory stays within
+// its budget.
+//
+// BLOBPIPE_LONG=1 (the manual target resend_long_test) runs the soak-sized
+// variant: 200,000 blobs and 200 connection kills.
+#define BOOST_TEST_MODULE resend
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+
+#include "test/fault_proxy.hpp"
+#include "test/reliability_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+
+bool long_run() {
+  const char* v = std::getenv("BLOBPIPE_LONG");
+  return v != nullptr && *v != '\0' && *v != '0';
+}
+
+session_id session_of(int n) {
+  session_id s{};
+  s[0] = std::byte{static_cast<unsigned char>(n)};
+  s[1] = std::byte{0x5e};
+  return s;
+}
+
+/// Starts a resend session over `l` (the consumer side must be served).
+asio::awaitable<sender> start_resend(reconnect_link& l, sender_options opt) {
+  auto [ec, s] = co_await sender::start(l.connector(), opt);
+  if (ec) throw std::runtime_error("resend start: " + ec.message());
+  co_return std::move(s);
+}
+
+sender_options fast_retry(std::uint64_t budget = 1u << 20) {
+  sender_options o;
+  o.chunk_bytes = 256;  // several data frames per entry: kills land mid-entry
+  o.resend.unacked_bytes = budget;
+  o.resend.retry_delay = std::chrono::milliseconds(1);
+  o.resend.max_retry_delay = std::chrono::milliseconds(4);
+  return o;
+}
+
+/// Kill points for connection n: a frame count that varies, so kills fall
+/// on every kind of frame boundary (before blob_begin, entry_begin, data,
+/// tail), for the first `kills` connections.
+std::uint64_t kill_at(int n, int kills) {
+  if (n >= kills) return kill_switch::never;
+  return 40 + (static_cast<std::uint64_t>(n) * 7919u) % 900u;
+}
+
+struct run_result {
+  sender_stats stats;
+  std::error_code shutdown_ec, first_emit_ec;
+  std::uint64_t peak_unacked = 0;
+};
+
+/// `producers` coroutines send blobs [0, n) over a resend session on `l`;
+/// `serve` checks them. Returns the sender's view.
+run_result stream(runner& r, reconnect_link& l, delivery_checker& check, std::uint64_t n, int producers,
+                  sender_options opt, consumer_options copt = {}) {
+  run_result out;
+  auto log = std::make_shared<delivery_log>();
+  auto done = [&] { return check.completed.size() >= n; };
+  auto server = [&]() -> asio::awaitable<void> {
+    co_await serve(l, log, check, done, copt);
+  };
+  r.spawn(server());
+  auto snd = r.await(start_resend(l, opt));
+  int finished = 0;
+  auto produce = [&](int p) -> asio::awaitable<void> {
+    for (std::uint64_t i = p; i < n; i += producers) {
+      auto spec = make_blob(i, check.scale);
+      auto ec = co_await send_blob(snd, spec);
+      out.peak_unacked = std::max(out.peak_unacked, snd.unacked_bytes());
+      if (ec && !out.first_emit_ec) out.first_emit_ec = ec;
+      if (ec) break;
+    }
+    if (++finished == producers) {
+      out.shutdown_ec = co_await snd.shutdown();
+      out.stats = snd.stats();
+      l.close();  // the server's next accept ends
+    }
+  };
+  for (int p = 0; p < producers; ++p) r.spawn(produce(p));
+  const bool finished_in_time = r.run(std::chrono::seconds(long_run() ? 900 : 60));
+  if (!finished_in_time) {
+    const auto st = snd.stats();
+    BOOST_TEST_MESSAGE("hung: " << check.completed.size() << " of " << n << " complete, "
+                                << l.connections() << " connections, reconnects "
+                                << st.reconnects << ", delivered " << st.blobs_delivered
+                                << ", unacked " << snd.unacked_bytes() << ", error "
+                                << snd.error().message());
+  }
+  BOOST_TEST_REQUIRE(finished_in_time);
+  return out;
+}
+
+}  // namespace
+
+// ---- delivery_log ----------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(delivery_log_remembers_the_last_window_tags_per_session) {
+  delivery_log log(3, 8);
+  const auto a = session_of(1), b = session_of(2);
+  for (std::uint64_t i = 0; i < 5; ++i) log.record(a, tag_of(i));
+  log.record(b, tag_of(0));
+  BOOST_TEST(!log.contains(a, tag_of(0)));  // beyond the window
+  BOOST_TEST(!log.contains(a, tag_of(1)));
+  for (std::uint64_t i = 2; i < 5; ++i) BOOST_TEST(log.contains(a, tag_of(i)));
+  BOOST_TEST(log.contains(b, tag_of(0)));   // sessions are separate
+  BOOST_TEST(!log.contains(b, tag_of(2)));
+  log.record(a, tag_of(4));                  // again: no change, no eviction
+  BOOST_TEST(log.contains(a, tag_of(2)));
+  BOOST_TEST(log.tags() == 4u);
+  BOOST_TEST(log.window() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(delivery_log_forgets_the_least_recently_used_session) {
+  delivery_log log(4, 2);
+  log.record(session_of(1), tag_of(1));
+  log.record(session_of(2), tag_of(2));
+  log.record(session_of(1), tag_of(3));  // session 1 used last
+  log.record(session_of(3), tag_of(4));  // evicts session 2
+  BOOST_TEST(log.sessions() == 2u);
+  BOOST_TEST(log.contains(session_of(1), tag_of(1)));
+  BOOST_TEST(!log.contains(session_of(2), tag_of(2)));
+  BOOST_TEST(log.contains(session_of(3), tag_of(4)));
+}
+
+// ---- exactly once across reconnects -----------------------------------------
+
+// The headline guarantee: a 10,000-blob stream from four producers whose
+// connection is killed 25 times at varying frame boundaries (the sender's
+// end closes instead of sending a frame). Every blob completes exactly once
+// and byte-identical; the sender's kept bytes stay within the budget.
+BOOST_AUTO_TEST_CASE(resend_delivers_every_blob_once_across_repeated_kills) {
+  const std::uint64_t n = long_run() ? 200000 : 10000;
+  const int kills = long_run() ? 200 : 25;
+  for (link_kind k : both) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      l->wrap = [kills](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+        return std::make_unique<kill_switch>(std::move(t), kill_at(conn, kills));
+      };
+      delivery_checker check;
+      const std::uint64_t budget = 64 << 10;
+      auto out = stream(r, *l, check, n, 4, fast_retry(budget));
+      BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
+      BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+      BOOST_TEST(check.all_once(n), check.first_problem);
+      BOOST_TEST(check.final_aborts == 0u);
+      BOOST_TEST(out.stats.reconnects == static_cast<std::uint64_t>(kills));
+      BOOST_TEST(out.stats.blobs_resent > 0u);
+      BOOST_TEST(out.stats.blobs_delivered >= n);
+      BOOST_TEST(check.attempts_voided > 0u);  // kills did cut blobs in half
+      // The oldest blob may exceed the budget alone; these blobs are small.
+      BOOST_TEST(out.peak_unacked <= budget + 1024);
+    }
+  }
+}
+
+// Resets from the network itself (fault_proxy): RST at a frame boundary,
+// RST in the middle of a frame's payload, and a FIN in the middle of one
+// (a truncated frame), on the first 15 connections.
+BOOST_AUTO_TEST_CASE(resend_over_tcp_survives_resets_mid_frame) {
+  runner r;
+  tcp_link l(r.ex());
+  fault_proxy proxy(r.ex(), l.listen_port(), [](int conn) {
+    fault_plan p;
+    if (conn >= 15) return p;
+    p.at_frame = 30 + (static_cast<std::size_t>(conn) * 37) % 400;
+    const fault kinds[] = {fault::reset, fault::reset_mid, fault::truncate};
+    p.what = kinds[conn % 3];
+    return p;
+  });
+  l.via_port = proxy.port();
+  l.on_close = [&] { proxy.stop(); };
+  auto run_proxy = [&]() -> asio::awaitable<void> { co_await proxy.run(); };
+  r.spawn(run_proxy());
+  delivery_checker check;
+  const std::uint64_t n = 1500;
+  auto out = stream(r, l, check, n, 3, fast_retry());
+  BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
+  BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+  BOOST_TEST(check.all_once(n), check.first_problem);
+  BOOST_TEST(out.stats.reconnects == 15u);
+}
+
+// The consumer delivers blob 0 and dies instead of acknowledging it (the
+// ack is lost with the connection). The sender sends blob 0 again; the
+// consumer of the next connection finds its tag in the shared delivery log
+// and drops it without telling the application.
+BOOST_AUTO_TEST_CASE(resent_blob_whose_ack_was_lost_is_dropped_as_duplicate) {
+  for (link_kind k : both) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      l->wrap_c = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+        return std::make_unique<kill_switch>(std::move(t), kill_switch::never,
+                                             conn == 0 ? 0 : kill_switch::never);
+      };
+      delivery_checker check;
+      auto out = stream(r, *l, check, 20, 1, fast_retry());
+      BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+      BOOST_TEST(check.all_once(20), check.first_problem);
+      BOOST_TEST(out.stats.reconnects == 1u);
+      BOOST_TEST(check.duplicates >= 1u);
+    }
+  }
+}
+
+// A producer's abort is final and reported once, even when its
+// acknowledgement is lost and the sender repeats it on the next connection.
+BOOST_AUTO_TEST_CASE(producer_abort_is_reported_once_across_a_lost_ack) {
+  for (link_kind k : both) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      // Delivery acks on connection 0: #0 blob 0, #1 the abort of blob 1.
+      l->wrap_c = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+        return std::make_unique<kill_switch>(std::move(t), kill_switch::never,
+                                             conn == 0 ? 1 : kill_switch::never);
+      };
+      auto log = std::make_shared<delivery_log>();
+      delivery_checker check;
+      std::vector<event> aborts;
+      bool finished = false;
+      auto server = [&]() -> asio::awaitable<void> {
+        consumer_options copt;
+        copt.delivered = log;
+        for (;;) {
+          auto [aec, t] = co_await l->accept();
+          if (aec) break;
+          auto [ec, c] = co_await consumer::start(std::move(t), copt);
+          if (ec) continue;
+          for (;;) {
+            auto ev = co_await c.next();
+            if (ev.kind == event_kind::blob_aborted && !ev.resend) aborts.push_back(ev);
+            if (!check.on(&c, ev)) break;
+          }
+          check.duplicates += c.stats().duplicates_dropped;
+        }
+      };
+      r.spawn(server());
+      auto snd = r.await(start_resend(*l, fast_retry()));
+      std::error_code shut;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto s0 = make_blob(0);
+        BLOBPIPE_CO_CHECK(send_blob(snd, s0));
+        auto w = snd.open_blob(tag_of(1));
+        auto v = value::tensor(s0.a);
+        BLOBPIPE_CO_CHECK(w.emit("a", std::move(v)));
+        BLOBPIPE_CO_CHECK(w.abort("rollout cancelled"));
+        auto s2 = make_blob(2);
+        BLOBPIPE_CO_CHECK(send_blob(snd, s2));
+        shut = co_await snd.shutdown();
+        finished = true;
+        l->close();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(finished);
+      BOOST_TEST(!shut, shut.message());
+      BOOST_TEST_REQUIRE(aborts.size() == 1u);
+      BOOST_TEST(index_of(aborts[0].tag) == 1u);
+      BOOST_TEST((aborts[0].error == errc::aborted));
+      BOOST_TEST(aborts[0].reason == "rollout cancelled");
+      BOOST_TEST(check.completed.size() == 2u);  // blobs 0 and 2, once each
+      BOOST_TEST(check.completed.count(1) == 0u);
+      BOOST_TEST(check.bad == 0u, check.first_problem);
+      BOOST_TEST(check.duplicates >= 1u);
+    }
+  }
+}
+
+// Kept bytes are bounded: with a budget of a few blobs and a consumer that
+// holds every entry for a while, producers wait instead of growing memory.
+BOOST_AUTO_TEST_CASE(producers_wait_when_the_unacked_budget_is_full) {
+  runner r;
+  loopback_link l(r.ex());
+  delivery_checker check;
+  check.scale = 20;  // blobs of roughly 0.3 .. 2.5 KiB
+  const std::uint64_t budget = 8 << 10;
+  auto out = stream(r, l, check, 300, 4, fast_retry(budget));
+  BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+  BOOST_TEST(check.all_once(300), check.first_problem);
+  BOOST_TEST(out.stats.budget_waits > 0u);
+  BOOST_TEST(out.peak_unacked <= budget + 4096);  // + the oldest blob admitted alone
+}
+
+// When no consumer comes back, the sender gives up after max_attempts
+// connection attempts and fails its producers instead of hanging.
+BOOST_AUTO_TEST_CASE(resend_sender_gives_up_when_no_consumer_returns) {
+  for (link_kind k : both) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      l->wrap = [](std::unique_ptr<transport> t, int) -> std::unique_ptr<transport> {
+        return std::make_unique<kill_switch>(std::move(t), 8);
+      };
+      auto log = std::make_shared<delivery_log>();
+      delivery_checker check;
+      auto server = [&]() -> asio::awaitable<void> {
+        // One connection only, then the trainer is gone for good.
+        consumer_options copt;
+        copt.delivered = log;
+        auto [aec, t] = co_await l->accept();
+        l->close();
+        if (aec) co_return;
+        auto [ec, c] = co_await consumer::start(std::move(t), copt);
+        if (ec) co_return;
+        for (;;) {
+          auto ev = co_await c.next();
+          if (!check.on(&c, ev)) break;
+        }
+      };
+      r.spawn(server());
+      auto opt = fast_retry(4 << 10);  // producers soon wait on the budget
+      opt.resend.max_attempts = 3;
+      auto snd = r.await(start_resend(*l, opt));
+      std::error_code emit_ec, shut_ec;
+      auto produce = [&]() -> asio::awaitable<void> {
+        for (std::uint64_t i = 0; i < 1000 && !emit_ec; ++i) {
+          auto spec = make_blob(i);
+          emit_ec = co_await send_blob(snd, spec);
+        }
+        shut_ec = co_await snd.shutdown();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((emit_ec == errc::peer_failed || emit_ec == errc::peer_closed),
+                 emit_ec.message());
+      BOOST_TEST((shut_ec == emit_ec));
+      BOOST_TEST((snd.error() == emit_ec));
+      BOOST_TEST(snd.stats().reconnects == 0u);
+    }
+  }
+}

@@ -1,0 +1,76 @@
+// test/ucx_links.hpp — the UCX configurations the UCX tests run over, and a
+// connected pair of UCX transports on one io_context (the UCX counterpart
+// of pipeline_fixture.hpp's raw_pair).
+//
+// Each configuration names UCX_TLS through blobpipe::ucx::options (so tests
+// need no setenv) and the transport UCX must select for it; a test first
+// checks the selection with selected() and skips, saying why, when this
+// machine cannot provide it. The connection itself is made through a
+// listener, so every list includes tcp for the sockaddr connection
+// manager.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <system_error>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <asio/this_coro.hpp>
+
+#include "blobpipe/ucx.hpp"
+
+namespace blobpipe::testing {
+
+struct ucx_link {
+  std::string name;
+  ucx::options opt;
+  std::string lane;  ///< text ucp_ep_print_info must show, e.g. "posix/memory"
+};
+
+inline std::ostream& operator<<(std::ostream& os, const ucx_link& l) { return os << l.name; }
+
+/// tcp alone, then each shared-memory transport on loopback (with tcp for
+/// the connection), then UCX's "sm" alias (sysv + cma here).
+inline const std::vector<ucx_link>& ucx_links() {
+  static const std::vector<ucx_link> links = {
+      {"tcp", {{{"TLS", "tcp"}}}, "tcp/lo"},
+      {"posix", {{{"TLS", "posix,tcp"}}}, "posix/memory"},
+      {"sysv", {{{"TLS", "sysv,tcp"}}}, "sysv/memory"},
+      {"cma", {{{"TLS", "cma,tcp"}}}, "cma/memory"},
+      {"sm", {{{"TLS", "sm,tcp"}}}, "/memory"},
+  };
+  return links;
+}
+
+/// Whether UCX selected `l.lane` for the endpoint of `t`; otherwise
+/// `why` says what it selected instead.
+inline bool selected(const ucx_link& l, const transport& t, std::string& why) {
+  auto d = ucx::describe(t);
+  if (!d) {
+    why = d.message();
+    return false;
+  }
+  if (d->find(l.lane) != std::string::npos) return true;
+  why = "UCX did not select " + l.lane + " for UCX_TLS=" + l.opt.config[0].second +
+        " on this machine; its endpoint:\n" + *d;
+  return false;
+}
+
+/// Two connected UCX transports on the current executor (a: connected,
+/// b: accepted).
+inline asio::awaitable<std::pair<std::unique_ptr<transport>, std::unique_ptr<transport>>> ucx_pair(
+    const ucx_link& l, transport_options opt = {}) {
+  auto ex = co_await asio::this_coro::executor;
+  auto lis = ucx::listen(ex, 0, "127.0.0.1", l.opt).value();
+  auto [cec, connected] = co_await ucx::connect(ex, "127.0.0.1", lis.port(), opt, l.opt);
+  if (cec) throw std::runtime_error("ucx connect: " + cec.message());
+  // The listener took the request already: accept does not wait for it.
+  auto [aec, accepted] = co_await lis.accept(opt);
+  if (aec) throw std::runtime_error("ucx accept: " + aec.message());
+  co_return std::pair{std::move(connected), std::move(accepted)};
+}
+
+}  // namespace blobpipe::testing

@@ -1,0 +1,83 @@
+// The sending process of ucx_pipeline_test: connects to 127.0.0.1:PORT
+// over UCX with UCX_TLS=TLS and streams ucx_blob(0..ucx_blob_count-1).
+//
+//   ucx_pipeline_peer TLS PORT all    shutdown() after the last blob
+//   ucx_pipeline_peer TLS PORT crash  then opens one more blob, emits an
+//                                     entry and dies by SIGKILL with it open
+//
+// Exit status: 0, or the step that failed (10 + n).
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "blobpipe/pipeline.hpp"
+#include "blobpipe/ucx.hpp"
+#include "test/ucx_pipeline_spec.hpp"
+
+namespace bp = blobpipe;
+
+namespace {
+
+// Streams the blobs; returns the exit status.
+asio::awaitable<int> stream(bp::ucx::options opt, std::uint16_t port, bool crash) {
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await bp::ucx::connect(ex, "127.0.0.1", port, {}, opt);
+  if (ec) co_return 10;
+  auto [sec, s] = co_await bp::sender::start(std::move(t));
+  if (sec) co_return 11;
+  for (int i = 0; i < bp::testing::ucx_blob_count; ++i) {
+    auto spec = bp::testing::ucx_blob(i);
+    auto blob = s.open_blob(spec.tag);
+    for (std::size_t e = 0; e < spec.keys.size(); ++e)
+      if (co_await blob.emit(spec.keys[e], bp::value::tensor(spec.data[e]))) co_return 12;
+    if (co_await blob.finish()) co_return 13;
+  }
+  if (!crash) co_return (co_await s.shutdown()) ? 14 : 0;
+  const auto partial = bp::testing::ucx_blob(0).data[1];
+  auto open = s.open_blob();
+  if (co_await open.emit("partial", bp::value::tensor(partial))) co_return 15;
+  // Die only once the consumer holds everything but this entry, so the
+  // test knows what was complete when the peer failed.
+  asio::steady_timer poll(ex);
+  while (s.in_flight_bytes() > partial.size() * 4) {
+    poll.expires_after(std::chrono::milliseconds(1));
+    co_await poll.async_wait(asio::use_awaitable);
+  }
+  ::raise(SIGKILL);
+  co_return 16;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: ucx_pipeline_peer TLS PORT all|crash\n");
+    return 2;
+  }
+  const bp::ucx::options opt{{{"TLS", argv[1]}}};
+  const auto port = static_cast<std::uint16_t>(std::atoi(argv[2]));
+  const bool crash = std::string(argv[3]) == "crash";
+  asio::io_context ctx;
+  int rc = 1;
+  asio::co_spawn(ctx, stream(opt, port, crash), [&](std::exception_ptr e, int status) {
+    rc = status;
+    if (!e) return;
+    rc = 20;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "ucx_pipeline_peer: %s\n", x.what());
+    }
+  });
+  ctx.run();
+  return rc;
+}

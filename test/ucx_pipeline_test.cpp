@@ -1,0 +1,118 @@
+// The pipeline (blobpipe/pipeline.hpp) between two processes over UCX, on
+// every configuration of ucx_links.hpp: the consumer here, the sender in
+// a spawned ucx_pipeline_peer. Blobs with entries large enough for
+// rendezvous arrive byte-identical; when the sender process is killed with
+// a blob open, that blob is aborted, every completed one stays delivered,
+// and the stream ends with peer_failed rather than hanging.
+//
+// (The single-process pipeline suites run over UCX through
+// pipeline_fixture.hpp's links; see docs/ucx.md "Tests".)
+#define BOOST_TEST_MODULE ucx_pipeline
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "blobpipe/ucx.hpp"
+#include "test/pipeline_fixture.hpp"
+#include "test/ucx_links.hpp"
+#include "test/ucx_pipeline_spec.hpp"
+
+extern char** environ;
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+namespace bdata = boost::unit_test::data;
+
+namespace {
+
+struct outcome {
+  int complete = 0, aborted = 0, mismatched = 0;
+  event last;
+  int peer_status = -1;
+  bool selected = true;
+  std::string why;
+};
+
+outcome run_with_peer(const ucx_link& link, const char* mode) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  std::string peer =
+      std::string(srcdir ? srcdir : ".") + "/" + (ws ? ws : "blobpipe") + "/test/ucx_pipeline_peer";
+  outcome out;
+  runner r;
+  auto lis = ucx::listen(r.ex(), 0, "127.0.0.1", link.opt).value();
+  std::string port = std::to_string(lis.port()), tls = link.opt.config[0].second, m = mode;
+  char* argv[] = {peer.data(), tls.data(), port.data(), m.data(), nullptr};
+  pid_t pid = 0;
+  BOOST_TEST_REQUIRE(posix_spawn(&pid, peer.c_str(), nullptr, nullptr, argv, environ) == 0);
+  consumer_options copt;
+  copt.assemble = assemble_mode::memory;
+  copt.max_blob_bytes = 8 << 20;
+  copt.window_bytes = 4 << 20;
+  consumer c;
+  auto consume = [&]() -> asio::awaitable<void> {
+    auto [aec, t] = co_await lis.accept();
+    BOOST_TEST_REQUIRE(!aec);
+    lis.close();
+    out.selected = selected(link, *t, out.why);
+    auto [ec, started] = co_await consumer::start(std::move(t), copt);
+    BOOST_TEST_REQUIRE(!ec);
+    c = std::move(started);
+    for (;;) {
+      auto ev = co_await c.next();
+      if (ev.kind == event_kind::blob_complete) {
+        ++out.complete;
+        auto want = ucx_blob_bytes(ucx_blob(static_cast<int>(ev.blob_id) - 1));
+        if (ev.blob->bytes.size() != want.size() ||
+            std::memcmp(ev.blob->bytes.data(), want.data(), want.size()) != 0)
+          ++out.mismatched;
+      } else if (ev.kind == event_kind::blob_aborted) {
+        ++out.aborted;
+      } else if (ev.kind == event_kind::end_of_stream) {
+        out.last = ev;
+        break;
+      }
+    }
+  };
+  r.spawn(consume());
+  bool done = r.run(std::chrono::seconds(25));
+  if (!done) ::kill(pid, SIGKILL);
+  ::waitpid(pid, &out.peer_status, 0);
+  BOOST_TEST_REQUIRE(done);
+  return out;
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(blobs_stream_between_processes_intact, bdata::make(ucx_links()), link) {
+  auto o = run_with_peer(link, "all");
+  if (!o.selected) {
+    BOOST_TEST_MESSAGE("skipped " << link.name << ": " << o.why);
+    return;
+  }
+  BOOST_TEST(o.complete == ucx_blob_count);
+  BOOST_TEST(o.mismatched == 0);
+  BOOST_TEST(o.aborted == 0);
+  BOOST_TEST(!o.last.error, o.last.reason);
+  BOOST_TEST((WIFEXITED(o.peer_status) && WEXITSTATUS(o.peer_status) == 0), o.peer_status);
+}
+
+BOOST_DATA_TEST_CASE(killed_sender_aborts_open_blob_and_keeps_completed, bdata::make(ucx_links()),
+                     link) {
+  auto o = run_with_peer(link, "crash");
+  if (!o.selected) {
+    BOOST_TEST_MESSAGE("skipped " << link.name << ": " << o.why);
+    return;
+  }
+  BOOST_TEST(o.complete == ucx_blob_count);  // nothing completed is lost
+  BOOST_TEST(o.mismatched == 0);
+  BOOST_TEST(o.aborted == 1);
+  BOOST_TEST((o.last.error == errc::peer_failed), o.last.error.message() << ": " << o.last.reason);
+  BOOST_TEST((WIFSIGNALED(o.peer_status) && WTERMSIG(o.peer_status) == SIGKILL), o.peer_status);
+}

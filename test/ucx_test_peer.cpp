@@ -1,0 +1,47 @@
+// A peer process for ucx_transport_test: connects to 127.0.0.1:PORT over
+// UCX with UCX_TLS=TLS, sends two frames (100 bytes eager, 1 MiB
+// rendezvous), then waits for a frame that never comes, so the test can
+// kill it while its connection is open.
+//
+//   ucx_test_peer TLS PORT
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+
+#include "blobpipe/ucx.hpp"
+
+namespace bp = blobpipe;
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: ucx_test_peer TLS PORT\n");
+    return 2;
+  }
+  asio::io_context ctx;
+  bp::ucx::options opt{{{"TLS", argv[1]}}};
+  auto port = static_cast<std::uint16_t>(std::atoi(argv[2]));
+  int rc = 1;
+  asio::co_spawn(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        auto [ec, t] = co_await bp::ucx::connect(ctx.get_executor(), "127.0.0.1", port, {}, opt);
+        if (ec) co_return;
+        std::vector<std::byte> small(100, std::byte{1}), large(1 << 20, std::byte{2});
+        if (co_await bp::send_frame(*t, {.type = bp::frame_type::data, .length = 100, .blob_id = 1},
+                                    small))
+          co_return;
+        if (co_await bp::send_frame(
+                *t, {.type = bp::frame_type::data, .length = 1 << 20, .blob_id = 2}, large))
+          co_return;
+        auto [rec, h] = co_await t->receive_header();  // the test kills us here
+        rc = rec ? 3 : 0;
+      },
+      asio::detached);
+  ctx.run();
+  return rc;
+}

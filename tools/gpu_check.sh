@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The GPU check (docs/cuda.md): builds the CUDA tests and the streaming
+# benchmark with CMake (the GPU machine has nvcc and CMake, no Bazel, no
+# network), runs the tests on one GPU, then the benchmark (device-to-host,
+# host-to-device, device-to-device through loopback, next to cudaMemcpy of
+# the same bytes). About 2-3 minutes on a 16-core machine; every step has
+# its own timeout so the whole stays under 5.
+#
+#   bash tools/gpu_prepare.sh          # on the dev machine: .gpu_deps
+#   bash tools/gpu_check.sh            # on the GPU machine
+#   bash tools/gpu_check.sh --dry-run  # anywhere: no device needed
+#
+# Options:
+#   --dry-run        no device required: device cases SKIP, the benchmark
+#                    prints SKIP, and the exit status is 0 unless a case
+#                    FAILs or the build breaks
+#   --build-dir DIR  CMake build folder (default .gpu_build, git-ignored;
+#                    kept between runs, so a rerun only rebuilds changes)
+#   --jobs N         parallel compile jobs (default: nproc)
+#   --quick          smaller benchmark (256 MiB per mode instead of 1 GiB)
+# Output: one log, also copied to $OUT/gpu_check.log when $OUT is set (the
+# device tool's result folder). Exit status: 0 all passed; 1 a test or
+# benchmark failed; 2 bad usage or missing tools; 3 no device (not
+# --dry-run); 4 the build failed.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/.gpu_build"
+jobs="$(nproc 2>/dev/null || echo 4)"
+dry_run=0
+bench_mib=1024
+while (($#)); do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --build-dir) build="$2"; shift ;;
+    --jobs) jobs="$2"; shift ;;
+    --quick) bench_mib=256 ;;
+    *) echo "usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log="$build/gpu_check.log"
+mkdir -p "$build"
+: >"$log"
+say() { echo "$*" | tee -a "$log"; }
+# Runs a step under a time limit, its output into the log.
+step() {
+  local limit="$1"; shift
+  say "+ $*"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+finish() {
+  local rc="$1"
+  say "gpu_check: exit $rc"
+  if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then cp "$log" "$OUT/gpu_check.log"; fi
+  exit "$rc"
+}
+
+say "gpu_check: $(date -u +%FT%TZ) on $(uname -n), $jobs jobs, build in $build"
+export PATH="$PATH:/usr/local/cuda/bin"
+command -v cmake >/dev/null || { say "gpu_check: cmake not found"; finish 2; }
+command -v nvcc >/dev/null || { say "gpu_check: nvcc not found (CUDA toolkit)"; finish 2; }
+say "$(cmake --version | head -1); $(nvcc --version | tail -1); $(${CXX:-g++} --version | head -1)"
+if command -v nvidia-smi >/dev/null; then
+  timeout 20 nvidia-smi --query-gpu=index,name,memory.total,driver_version \
+    --format=csv,noheader 2>&1 | tee -a "$log" || true
+else
+  say "nvidia-smi: not found"
+fi
+
+deps="$root/.gpu_deps/include"
+if [[ -e "$deps/asio.hpp" ]]; then
+  say "headers: $deps"
+elif [[ -e /usr/include/asio.hpp && -e /usr/include/msgpack.hpp ]]; then
+  say "headers: /usr/include (no .gpu_deps)"
+else
+  say "gpu_check: no Asio/msgpack headers: run tools/gpu_prepare.sh on the dev machine and carry .gpu_deps"
+  finish 2
+fi
+
+t0=$SECONDS
+step 120 cmake -S "$root/tools/gpu" -B "$build" -DCMAKE_BUILD_TYPE=Release || finish 4
+step 420 cmake --build "$build" -j "$jobs" || finish 4
+say "build: $((SECONDS - t0)) s"
+
+rc=0
+if ((dry_run)); then
+  step 120 "$build/gpu_selfcheck" || rc=1
+  step 60 "$build/cuda_stream_bench" --mib-per-mode 64 --entry-mib 16 || rc=1
+  # The emulator exercises the benchmark's own code paths without a GPU.
+  step 120 "$build/cuda_stream_bench" --emulated --mib-per-mode 64 --entry-mib 16 || rc=1
+  finish "$rc"
+fi
+
+step 150 "$build/gpu_selfcheck" --require-device
+case $? in
+  0) ;;
+  *) rc=1 ;;
+esac
+if ! grep -q '^device 0:' "$log"; then
+  say "gpu_check: no CUDA device visible (see the self-check's 'device:' line)"
+  finish 3
+fi
+step 120 "$build/cuda_stream_bench" --require-device --mib-per-mode "$bench_mib" --entry-mib 64 || rc=1
+step 90 "$build/cuda_stream_bench" --require-device --mib-per-mode 256 --entry-mib 64 --link tcp || rc=1
+say "total: $((SECONDS - t0)) s"
+finish "$rc"
