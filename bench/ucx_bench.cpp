@@ -43,7 +43,7 @@ struct args {
   std::size_t size = 1 << 20;  // bytes per message
   std::uint64_t iters = 2000;
   std::uint64_t warmup = 100;
-  int window = 8;  // sends outstanding at once
+  int window = 8;        // sends outstanding at once
   bp::ucx::options ucx;  // busy_poll from --busy-poll; UCX_* from the environment
 };
 
@@ -198,7 +198,8 @@ asio::awaitable<void> run_client(const args& a, int& rc) {
 
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
-  asio::io_context ctx;
+  // One thread runs it: the concurrency hint lets Asio skip most locking.
+  asio::io_context ctx(1);
   int rc = 1;
   if (a.server)
     asio::co_spawn(ctx, serve(a, rc), asio::detached);

@@ -36,7 +36,10 @@ if [[ "$PIN" == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
 fi
 
 cd "$(dirname "$0")/.."
-command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)" >&2; exit 1; }
+if ! command -v ucx_perftest >/dev/null; then
+  echo "ucx_perftest not found (Debian: ucx-utils)" >&2
+  exit 1
+fi
 bazel build -c opt //bench:ucx_bench >&2
 # bazel-bin is a shared symlink another build may repoint: copy the binary.
 work=$(mktemp -d)
@@ -78,8 +81,9 @@ blobpipe() {
 
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
 
+pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
 printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s%s\n' \
-  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "${server_cpu:+; receivers on CPU 0, senders on CPU 1}"
+  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$pinned"
 printf '%-12s %12s %12s %12s %8s\n' "UCX_TLS" "tag_bw" "stream_bw" "blobpipe" "ratio"
 for tls in $TLS_LIST; do
   tag=() stream=() bp=()

@@ -80,7 +80,7 @@ int run(const options& o) {
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
-    auto l = blobpipe::tcp::listen(ex, o.port, o.host);
+    auto l = any_listener::listen(ex, o.transport, o.port, o.host);
     if (!l) {
       std::cerr << "rollout_to_trainer: listen on " << o.host << ":" << o.port << ": "
                 << l.message() << "\n";
@@ -114,7 +114,7 @@ int run(const options& o) {
   if (o.mode != role::trainer) {
     totals.running = o.workers;
     for (std::size_t w = 0; w < o.workers; ++w) {
-      worker_config cfg{.host = o.host, .port = port, .id = w, .count = o.workers,
+      worker_config cfg{.host = o.host, .port = port, .transport = o.transport, .id = w, .count = o.workers,
                         .batch = o.batch, .replay = replay};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr](std::exception_ptr e, worker_report r) {

@@ -22,7 +22,7 @@ using namespace blobpipe::testing;
 
 namespace {
 
-const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+const std::vector<link_kind> both = all_links();
 
 bool same_bytes(std::span<const std::byte> a, const void* b, std::size_t n) {
   return a.size() == n && (n == 0 || std::memcmp(a.data(), b, n) == 0);

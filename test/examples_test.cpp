@@ -142,6 +142,15 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_delivers_a_complete_batch) {
   BOOST_TEST(contains(r.out, "throughput: "), REPORT(r));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_over_ucx) {
+  // The same workers and trainer with UCX as the transport (UCX_TLS as the
+  // environment sets it; UCX picks tcp or shared memory on loopback).
+  auto r = run("rollout_to_trainer", {"--transport", "ucx", "--batch", "32", "--workers", "2"});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 32/32 samples complete, 160 entries in 32 blobs"), REPORT(r));
+  BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_replays_every_valid_golden_blob) {
   auto g = blobpipe::testing::find_golden_dir();
   BOOST_TEST_REQUIRE(g.dir.has_value(), "golden dir not found; tried " << g.tried);
@@ -192,9 +201,9 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_fails_when_samples_are_missing) {
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
-  auto ucx = run("rollout_to_trainer", {"--transport", "ucx"});
-  BOOST_TEST(ucx.exit_code == 2, REPORT(ucx));
-  BOOST_TEST(contains(ucx.err, "unknown transport 'ucx'"), REPORT(ucx));
+  auto rdma = run("rollout_to_trainer", {"--transport", "rdma"});
+  BOOST_TEST(rdma.exit_code == 2, REPORT(rdma));
+  BOOST_TEST(contains(rdma.err, "unknown transport 'rdma'"), REPORT(rdma));
   auto dir = run("rollout_to_trainer", {"--replay", (scratch_dir() / "no_such_dir").string()});
   BOOST_TEST(dir.exit_code == 2, REPORT(dir));
   auto help = run("rollout_to_trainer", {"--help"});

@@ -23,6 +23,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/pipeline.hpp"
+#include "test/ucx_links.hpp"
 
 /// Awaits an operation that completes with an error_code and checks it is
 /// empty. (co_await cannot sit inside BOOST_TEST's expression.)
@@ -41,9 +42,29 @@ inline std::ostream& operator<<(std::ostream& os, event_kind k) {
 
 namespace blobpipe::testing {
 
-enum class link_kind { loopback, tcp };
+/// The links behaviour suites run over: in-process loopback, TCP, and UCX
+/// with each configuration of test/ucx_links.hpp (tcp, posix, sysv, cma,
+/// sm), in that order.
+enum class link_kind { loopback, tcp, ucx_tcp, ucx_posix, ucx_sysv, ucx_cma, ucx_sm };
 
-inline const char* link_name(link_kind l) { return l == link_kind::loopback ? "loopback" : "tcp"; }
+inline bool is_ucx(link_kind l) { return l >= link_kind::ucx_tcp; }
+
+/// The UCX configuration of a ucx_* link.
+inline const ucx_link& ucx_config(link_kind l) {
+  return ucx_links().at(static_cast<std::size_t>(l) - static_cast<std::size_t>(link_kind::ucx_tcp));
+}
+
+inline std::string link_name(link_kind l) {
+  if (l == link_kind::loopback) return "loopback";
+  if (l == link_kind::tcp) return "tcp";
+  return "ucx/" + ucx_config(l).name;
+}
+
+/// Every link: what a transport-independent test body loops over.
+inline std::vector<link_kind> all_links() {
+  return {link_kind::loopback, link_kind::tcp,     link_kind::ucx_tcp, link_kind::ucx_posix,
+          link_kind::ucx_sysv, link_kind::ucx_cma, link_kind::ucx_sm};
+}
 
 /// Runs spawned coroutines until all finish. Returns false if they did not
 /// finish within the safety limit (a hang guard, not a timing assertion);
@@ -97,6 +118,7 @@ inline asio::awaitable<std::pair<std::unique_ptr<transport>, std::unique_ptr<tra
 raw_pair(link_kind l, transport_options opt = {}) {
   auto ex = co_await asio::this_coro::executor;
   if (l == link_kind::loopback) co_return loopback::make_pair(ex, opt);
+  if (is_ucx(l)) co_return co_await ucx_pair(ucx_config(l), opt);
   auto lis = tcp::listen(ex, 0).value();
   std::unique_ptr<transport> accepted;
   std::error_code aec;

@@ -81,14 +81,18 @@ value as_value(const golden_blob& gb, const Entry& e) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(golden_blobs_replayed_over_tcp_arrive_byte_identical) {
+BOOST_AUTO_TEST_CASE(golden_blobs_replayed_over_tcp_and_ucx_arrive_byte_identical) {
   const auto blobs = load_valid_blobs();
   BOOST_TEST_REQUIRE(blobs.size() >= 14u);  // 12 single blobs + shard's 3
+  // TCP, and UCX over tcp and over shared memory (the other UCX configs run
+  // the shorter suites): every golden blob, byte-identical.
+  for (link_kind lk : {link_kind::tcp, link_kind::ucx_tcp, link_kind::ucx_sm}) {
+  BOOST_TEST_CONTEXT(link_name(lk)) {
   runner r;
   consumer_options copt;
   copt.assemble = assemble_mode::memory;
   copt.max_blob_bytes = 64 << 20;
-  auto ep = r.await(connect(link_kind::tcp, copt, {.chunk_bytes = 256 * 1024}));
+  auto ep = r.await(connect(lk, copt, {.chunk_bytes = 256 * 1024}));
   std::size_t next = 0, compared = 0;
   auto produce = [&]() -> asio::awaitable<void> {
     for (const auto& gb : blobs) {
@@ -128,4 +132,5 @@ BOOST_AUTO_TEST_CASE(golden_blobs_replayed_over_tcp_arrive_byte_identical) {
   r.spawn(consume());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST(compared == blobs.size());
+  }}
 }

@@ -18,7 +18,7 @@ using namespace blobpipe::testing;
 
 namespace {
 
-const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+const std::vector<link_kind> both = all_links();
 
 /// What blob `p` of producer `k` holds: entries of different sizes, one
 /// larger than several chunks.

@@ -20,6 +20,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "test/pipeline_fixture.hpp"
+#include "test/ucx_links.hpp"
 
 namespace blobpipe::testing {
 
@@ -274,8 +275,42 @@ class tcp_link final : public reconnect_link {
   int accepted_ = 0;
 };
 
+/// Connections from a UCX listener on 127.0.0.1 with one configuration of
+/// test/ucx_links.hpp.
+class ucx_reconnect_link final : public reconnect_link {
+ public:
+  ucx_reconnect_link(asio::any_io_executor ex, const ucx_link& l)
+      : ex_(ex), opt_(l.opt), name_(l.name),
+        lis_(ucx::listen(ex, 0, "127.0.0.1", l.opt).value()) {}
+  std::string name() const override { return "ucx/" + name_; }
+  connect_fn connector() override {
+    return [this]() -> asio::awaitable<accept_result> {
+      auto [ec, t] = co_await ucx::connect(ex_, "127.0.0.1", lis_.port(), {}, opt_);
+      if (ec) co_return accept_result{ec, nullptr};
+      co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap, made_++)};
+    };
+  }
+  asio::awaitable<accept_result> accept() override {
+    auto [ec, t] = co_await lis_.accept();
+    if (ec) co_return accept_result{ec, nullptr};
+    co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap_c, accepted_++)};
+  }
+  void close() override {
+    lis_.close();
+    if (on_close) on_close();
+  }
+
+ private:
+  asio::any_io_executor ex_;
+  ucx::options opt_;
+  std::string name_;
+  ucx::listener lis_;
+  int accepted_ = 0;
+};
+
 inline std::unique_ptr<reconnect_link> make_link(link_kind k, asio::any_io_executor ex) {
   if (k == link_kind::loopback) return std::make_unique<loopback_link>(ex);
+  if (is_ucx(k)) return std::make_unique<ucx_reconnect_link>(ex, ucx_config(k));
   return std::make_unique<tcp_link>(ex);
 }
 

@@ -129,8 +129,10 @@ BOOST_AUTO_TEST_CASE(parse_sample_key_accepts_only_known_fields) {
 }
 
 BOOST_AUTO_TEST_CASE(options_reject_unknown_transport_and_both_roles) {
+  const char* rdma[] = {"x", "--transport", "rdma"};
+  BOOST_TEST(std::holds_alternative<rollout::usage_error>(rollout::parse_options(3, rdma)));
   const char* ucx[] = {"x", "--transport", "ucx"};
-  BOOST_TEST(std::holds_alternative<rollout::usage_error>(rollout::parse_options(3, ucx)));
+  BOOST_TEST(std::holds_alternative<rollout::options>(rollout::parse_options(3, ucx)));
   const char* both[] = {"x", "--listen", "5555", "--connect", "h:5555"};
   BOOST_TEST(std::holds_alternative<rollout::usage_error>(rollout::parse_options(5, both)));
   const char* ok[] = {"x", "--connect=example.org:5555", "--batch", "32"};

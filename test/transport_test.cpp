@@ -12,7 +12,7 @@ using namespace blobpipe;
 using namespace blobpipe::testing;
 
 namespace {
-const link_kind both[] = {link_kind::loopback, link_kind::tcp};
+const std::vector<link_kind> both = all_links();
 }
 
 BOOST_AUTO_TEST_CASE(transport_delivers_scatter_gather_frame_into_destination) {

@@ -13,10 +13,14 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+
+#include <asio/posix/stream_descriptor.hpp>
 
 #include "blobpipe/ucx.hpp"
 #include "test/pipeline_fixture.hpp"
@@ -51,6 +55,11 @@ outcome run_with_peer(const ucx_link& link, const char* mode) {
   char* argv[] = {peer.data(), tls.data(), port.data(), m.data(), nullptr};
   pid_t pid = 0;
   BOOST_TEST_REQUIRE(posix_spawn(&pid, peer.c_str(), nullptr, nullptr, argv, environ) == 0);
+  // Readable once the peer has exited: the consumer keeps the io_context
+  // (and so this side's half of the close handshake) running until then.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  BOOST_TEST_REQUIRE(pidfd >= 0, "pidfd_open failed");
+  asio::posix::stream_descriptor exited(r.ex(), pidfd);
   consumer_options copt;
   copt.assemble = assemble_mode::memory;
   copt.max_blob_bytes = 8 << 20;
@@ -79,6 +88,8 @@ outcome run_with_peer(const ucx_link& link, const char* mode) {
         break;
       }
     }
+    co_await exited.async_wait(asio::posix::stream_descriptor::wait_read,
+                               asio::experimental::as_tuple(asio::use_awaitable));
   };
   r.spawn(consume());
   bool done = r.run(std::chrono::seconds(25));

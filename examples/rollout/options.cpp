@@ -51,7 +51,7 @@ options:
   --connect HOST:PORT run only the rollout workers, connecting there;
                       give both sides the same --workers, --batch and
                       --replay
-  --transport NAME    tcp (the only transport so far)
+  --transport NAME    tcp (default) or ucx (UCX_TLS picks UCX's transports; docs/ucx.md)
   --timeout SECONDS   the trainer gives up after this long (default 60)
   --help              this text
 
@@ -103,8 +103,8 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
       connect = true;
     } else if (name == "--transport") {
       if (!need()) return bad("expected a transport name");
-      if (val != "tcp")
-        return bad("unknown transport '" + std::string(val) + "' (supported: tcp)");
+      if (val != "tcp" && val != "ucx")
+        return bad("unknown transport '" + std::string(val) + "' (supported: tcp, ucx)");
       o.transport = std::string(val);
     } else if (name == "--timeout") {
       if (!need() || !parse_number(val, o.timeout_s) || !(o.timeout_s > 0))

@@ -13,7 +13,7 @@ namespace rollout {
 using asio::experimental::as_tuple;
 using blobpipe::event_kind;
 
-trainer::trainer(asio::any_io_executor ex, blobpipe::tcp::listener l,
+trainer::trainer(asio::any_io_executor ex, any_listener l,
                  std::unique_ptr<checker> check, trainer_config cfg, std::ostream& out)
     : ex_(ex),
       listener_(std::move(l)),

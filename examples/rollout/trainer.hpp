@@ -26,8 +26,8 @@
 #include <asio/steady_timer.hpp>
 
 #include "blobpipe/consumer.hpp"
-#include "blobpipe/tcp.hpp"
 #include "examples/rollout/check.hpp"
+#include "examples/rollout/listener.hpp"
 #include "examples/rollout/progress.hpp"
 
 namespace rollout {
@@ -41,7 +41,7 @@ struct trainer_config {
 class trainer : public std::enable_shared_from_this<trainer> {
  public:
   /// REQUIRES: held by a std::shared_ptr (run() keeps itself alive).
-  trainer(asio::any_io_executor ex, blobpipe::tcp::listener l, std::unique_ptr<checker> check,
+  trainer(asio::any_io_executor ex, any_listener l, std::unique_ptr<checker> check,
           trainer_config cfg, std::ostream& out);
 
   /// Accepts cfg.connections connections, consumes each to its end, prints
@@ -64,7 +64,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   bool print_summary();
 
   asio::any_io_executor ex_;
-  blobpipe::tcp::listener listener_;
+  any_listener listener_;
   std::unique_ptr<checker> check_;
   trainer_config cfg_;
   std::ostream& out_;

@@ -5,7 +5,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include "blobpipe/tcp.hpp"
+#include "examples/rollout/listener.hpp"
 
 namespace rollout {
 namespace {
@@ -19,7 +19,7 @@ asio::awaitable<std::tuple<std::error_code, blobpipe::sender>> connect_sender(
     asio::any_io_executor ex, const worker_config& cfg) {
   const auto give_up = std::chrono::steady_clock::now() + cfg.connect_patience;
   for (;;) {
-    auto [ec, t] = co_await blobpipe::tcp::connect(ex, cfg.host, cfg.port);
+    auto [ec, t] = co_await connect_transport(ex, cfg.transport, cfg.host, cfg.port);
     if (!ec) co_return co_await blobpipe::sender::start(std::move(t));
     if (ec != errc::peer_failed || std::chrono::steady_clock::now() >= give_up)
       co_return std::tuple{ec, blobpipe::sender{}};

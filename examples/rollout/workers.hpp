@@ -31,6 +31,7 @@ namespace rollout {
 struct worker_config {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
+  std::string transport = "tcp";  ///< "tcp" or "ucx"
   std::size_t id = 0;      ///< this worker's number, < count
   std::size_t count = 1;   ///< how many workers share the work
   std::size_t batch = 0;   ///< samples in the global batch

@@ -156,11 +156,17 @@ class blob_writer {
   /// usable; or once the entry was announced, e.g. a failed copy — the blob
   /// is aborted with the CUDA message, the sender stays usable).
   /// last_error() has the message.
+  /// Resend session: completes once the entry is copied into the kept blob
+  /// (after waiting for resend_options::unacked_bytes if it is full) and,
+  /// while connected, sent; a broken connection is not an error here (the
+  /// copy goes out again). Device values: invalid_argument.
   asio::awaitable<std::error_code> emit(std::string key, value v);
 
   /// Ends the blob: index + v3 footer from write_tail, as one tail frame.
   /// Errors: too_large (the footer cannot address the blob; the blob is
   /// aborted), closed, peer_closed, peer_failed, protocol_violation.
+  /// Resend session: as emit; the blob's delivery is confirmed by
+  /// sender::shutdown() (or sender_stats::blobs_delivered), not here.
   asio::awaitable<std::error_code> finish();
 
   /// Abandons the blob; the consumer reports it aborted with `reason`

@@ -122,9 +122,10 @@ asio::awaitable<std::error_code> connection::send(const frame_header& h,
     // A frame cut off half way cannot be resumed: cancelling closes.
     if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
   } else {
-    // Done at once (buffered by UCX). Still let other ready coroutines run
-    // before returning, as a socket write does, so that senders sending
-    // frame after frame interleave instead of one running ahead.
+    // Done without waiting (UCX buffered or sent it). Still let other ready
+    // coroutines run before returning, as a socket write does, so that
+    // senders sending frame after frame interleave instead of one running
+    // ahead.
     co_await asio::post(rt_->executor(), asio::use_awaitable);
   }
   if (slot.status() != UCS_OK) co_return fail(slot.status(), "send");
@@ -132,7 +133,7 @@ asio::awaitable<std::error_code> connection::send(const frame_header& h,
   co_return std::error_code{};
 }
 
-void connection::send_control(unsigned am_id) noexcept {
+void connection::send_control(unsigned am_id, bool inside_progress) noexcept {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;
@@ -140,7 +141,7 @@ void connection::send_control(unsigned am_id) noexcept {
   // Nobody waits for it: freeing the request lets UCX finish it alone.
   if (s.what == status_kind::pending) ucp_request_free(s.request);
   if (s.what == status_kind::failed && peer_error_ == UCS_OK) peer_error_ = s.status;
-  rt_->kick();
+  if (!inside_progress) rt_->kick();
 }
 
 // ---- receiving -------------------------------------------------------------
@@ -369,7 +370,7 @@ void connection::released() {
   // Force-closing purges the endpoint's requests from a callback UCX runs
   // on its next progress; let it, then abandon what is left (UCX will
   // not complete those any more).
-  if (!inflight_.empty()) rt_->progress_until_armed();
+  if (!inflight_.empty()) rt_->progress_now();
   inflight_.abandon_all();
   if (closed_by_us_) drop_received();
   rx_ready_.notify_all();
@@ -396,9 +397,10 @@ void connection::on_goodbye() {
   if (link_ != link::open) return;
   peer_goodbye_ = true;
   rx_ready_.notify_all();
-  post_self([](connection& self) {
-    if (self.link_ == link::open) self.send_control(am_goodbye_ack);
-  });
+  // Answered from the callback itself (UCX offers the reply endpoint for
+  // exactly this), so the closer is not kept waiting on this side's
+  // executor, which may be busy or already stopped.
+  send_control(am_goodbye_ack, /*inside_progress=*/true);
 }
 
 void connection::on_goodbye_ack() {

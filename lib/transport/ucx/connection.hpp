@@ -123,7 +123,9 @@ class connection : public std::enable_shared_from_this<connection> {
   void drop_received() noexcept;
   void keep_alive();
   void say_goodbye();
-  void send_control(unsigned am_id) noexcept;
+  /// Sends a payload-less control AM (goodbye, goodbye_ack); nobody waits
+  /// for it. `inside_progress`: called from a UCX callback (no kick).
+  void send_control(unsigned am_id, bool inside_progress = false) noexcept;
   void close_endpoint(bool force);
   void released();
   template <class F>

@@ -38,8 +38,7 @@ ucs_status_t am_callback(void* arg, const void* header, std::size_t header_lengt
 
 }  // namespace
 
-result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex,
-                                             const options& opt) {
+result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, const options& opt) {
   const config_list& config = opt.config;
   auto& reg = asio::use_service<registry>(asio::query(ex, asio::execution::context));
   if (auto rt = reg.current.lock()) {
@@ -57,7 +56,8 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex,
   // The descriptor closes what it holds; the worker owns the original fd.
   int copy = ::dup(*fd);
   if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
-  auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config, opt.busy_poll);
+  auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config,
+                                      opt.busy_poll);
   for (unsigned id : {am_frame, am_goodbye, am_goodbye_ack}) {
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
@@ -79,6 +79,12 @@ runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail:
 runtime::~runtime() {
   // Owners close their connections first, so this is only a safety net.
   shutdown();
+  // Let UCX finish what it completes by itself (requests freed early, such
+  // as goodbyes, and the purges of force-closed endpoints) so that the
+  // worker is destroyed with its request pool empty. Callbacks that run
+  // here only post to the executor, where nothing of this runtime is left.
+  for (int i = 0; i < 1000 && ucp_worker_progress(worker_.get()) != 0; ++i) {
+  }
 }
 
 bool runtime::cuda_memory() const noexcept {
@@ -171,17 +177,6 @@ void runtime::progress_pass() {
   }
   in_progress_ = false;
   if (poll_on) kick();
-}
-
-void runtime::progress_until_armed() {
-  assert(!in_progress_ && "ucp_worker_progress must not be re-entered");
-  in_progress_ = true;
-  for (;;) {
-    while (ucp_worker_progress(worker_.get()) != 0) {
-    }
-    if (ucp_worker_arm(worker_.get()) != UCS_ERR_BUSY) break;
-  }
-  in_progress_ = false;
 }
 
 void runtime::kick() {

@@ -67,8 +67,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
   /// Errors: invalid_argument (`opt.config` differs from the live
   /// runtime's, or UCX rejects a name), peer_failed (UCX could not be
   /// initialised).
-  static result<std::shared_ptr<runtime>> of(const asio::any_io_executor& ex,
-                                             const options& opt);
+  static result<std::shared_ptr<runtime>> of(const asio::any_io_executor& ex, const options& opt);
 
   runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w, int efd_copy,
           config_list config, std::chrono::microseconds busy_poll);
@@ -87,9 +86,6 @@ class runtime : public std::enable_shared_from_this<runtime> {
   /// Runs a progress pass now. REQUIRES: called from a coroutine or
   /// handler, not from inside a UCX callback.
   void progress_now() { progress_pass(); }
-  /// Progresses until idle and arms, now. REQUIRES: not inside a UCX
-  /// callback (ucp_worker_progress must not be re-entered).
-  void progress_until_armed();
 
   /// Routes active messages arriving on `ep` to `c` (see on_am).
   void attach(ucp_ep_h ep, connection* c);

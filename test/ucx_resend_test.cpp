@@ -1,0 +1,57 @@
+// Resend sessions over UCX (blobpipe/ucx.hpp): the exactly-once stream of
+// resend_test with the connection killed repeatedly, over UCX's tcp lane
+// and its shared-memory alias (test/ucx_links.hpp).
+#define BOOST_TEST_MODULE ucx_resend
+#include <boost/test/unit_test.hpp>
+
+#include "test/reliability_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+BOOST_AUTO_TEST_CASE(resend_over_ucx_delivers_every_blob_once_across_kills) {
+  const std::uint64_t n = 2000;
+  const int kills = 8;
+  for (link_kind k : {link_kind::ucx_tcp, link_kind::ucx_sm}) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      l->wrap = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+        const std::uint64_t at = conn < kills ? 30 + (static_cast<std::uint64_t>(conn) * 131) % 500
+                                              : kill_switch::never;
+        return std::make_unique<kill_switch>(std::move(t), at);
+      };
+      auto log = std::make_shared<delivery_log>();
+      delivery_checker check;
+      auto server = [&]() -> asio::awaitable<void> {
+        co_await serve(*l, log, check, [&] { return check.completed.size() >= n; });
+      };
+      std::error_code start_ec, ec, shut;
+      sender_stats st;
+      auto produce = [&]() -> asio::awaitable<void> {
+        sender_options opt;
+        opt.chunk_bytes = 256;
+        opt.resend.retry_delay = std::chrono::milliseconds(1);
+        auto [sec, s] = co_await sender::start(l->connector(), opt);
+        start_ec = sec;
+        if (!sec) {
+          for (std::uint64_t i = 0; i < n && !ec; ++i) {
+            auto spec = make_blob(i);
+            ec = co_await send_blob(s, spec);
+          }
+          shut = co_await s.shutdown();
+          st = s.stats();
+        }
+        l->close();
+      };
+      r.spawn(server());
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!start_ec, start_ec.message());
+      BOOST_TEST(!ec, ec.message());
+      BOOST_TEST(!shut, shut.message());
+      BOOST_TEST(check.all_once(n), check.first_problem);
+      BOOST_TEST(st.reconnects == static_cast<std::uint64_t>(kills));
+    }
+  }
+}
