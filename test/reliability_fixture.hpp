@@ -15,7 +15,10 @@
 #include <tuple>
 #include <vector>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
@@ -314,23 +317,55 @@ inline std::unique_ptr<reconnect_link> make_link(link_kind k, asio::any_io_execu
   return std::make_unique<tcp_link>(ex);
 }
 
-/// The trainer side of a resend session: accepts connections one after
-/// another, runs a consumer on each (sharing `log`), and feeds the events
-/// to `check` until `done()` says so or accepting fails.
+/// One connection of serve(): a consumer until its stream ends.
+struct serve_state {
+  delivery_checker* check;
+  consumer_options copt;
+  std::set<consumer*> live;  // consumers still reading
+  int handlers = 0;
+  asio::steady_timer idle;   // wakes serve() when the last handler ends
+  explicit serve_state(asio::any_io_executor ex) : idle(ex) {}
+};
+
+inline asio::awaitable<void> serve_one(std::shared_ptr<serve_state> st,
+                                       std::unique_ptr<transport> t) {
+  auto [ec, c] = co_await consumer::start(std::move(t), st->copt);
+  if (!ec) {  // else killed during the handshake: the sender retries
+    st->live.insert(&c);
+    for (;;) {
+      auto ev = co_await c.next();
+      if (!st->check->on(&c, ev)) break;
+    }
+    st->live.erase(&c);
+    st->check->duplicates += c.stats().duplicates_dropped;
+  }
+  if (--st->handlers == 0) st->idle.cancel();
+}
+
+/// The trainer side of a resend session: accepts connections and runs a
+/// consumer on each at once (sharing `log`), as a trainer serving many
+/// workers does, so a connection whose end has not been noticed yet never
+/// holds up the next. Feeds every event to `check`. When accepting fails
+/// (the link was closed) or `done()`, closes the consumers still open and
+/// returns once all have ended.
 inline asio::awaitable<void> serve(reconnect_link& l, std::shared_ptr<delivery_log> log,
                                    delivery_checker& check, std::function<bool()> done,
                                    consumer_options copt = {}) {
-  copt.delivered = std::move(log);
+  auto ex = co_await asio::this_coro::executor;
+  auto st = std::make_shared<serve_state>(ex);
+  st->check = &check;
+  st->copt = std::move(copt);
+  st->copt.delivered = std::move(log);
   while (!done()) {
     auto [aec, t] = co_await l.accept();
     if (aec) break;
-    auto [ec, c] = co_await consumer::start(std::move(t), copt);
-    if (ec) continue;  // killed during the handshake: the sender retries
-    for (;;) {
-      auto ev = co_await c.next();
-      if (!check.on(&c, ev)) break;
-    }
-    check.duplicates += c.stats().duplicates_dropped;
+    ++st->handlers;
+    asio::co_spawn(ex, serve_one(st, std::move(t)), asio::detached);
+  }
+  for (consumer* c : std::set<consumer*>(st->live)) c->close();
+  while (st->handlers > 0) {
+    st->idle.expires_at(asio::steady_timer::time_point::max());
+    co_await st->idle.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
 }
 
