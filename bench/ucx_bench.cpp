@@ -8,16 +8,22 @@
 //   ucx_bench --client 127.0.0.1 --port 13400 --size 1048576 --iters 2000 --window 8
 //
 // A message is one blobpipe frame (24-byte header + payload) sent with
-// transport::send from one reused source buffer; the receiver takes the
-// header and lands the payload in one reused destination buffer with
-// receive_payload (rendezvous: fetched there directly). After warm-up and
-// after the timed run the receiver answers with one empty ack frame, so
-// the time covers delivery, not just handing off. UCX settings come from
-// the environment (UCX_TLS, ...), as for ucx_perftest.
+// transport::send from one reused source buffer. The receiver takes each
+// header and lands the payload with transport::post_payload, keeping up to
+// --rx-window fetches in flight (rendezvous: straight into the
+// destination), as perftest keeps receives posted. Like perftest, every
+// payload lands in the same destination buffer; --rx-buffers B spreads
+// them over B buffers in turn (a colder cache, as a consumer's fresh entry
+// buffers see). After warm-up and after the timed run the receiver answers
+// with one empty ack frame, so the time covers delivery, not just handing
+// off. UCX settings come from the environment (UCX_TLS, ...), as for
+// ucx_perftest.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,13 +50,16 @@ struct args {
   std::uint64_t iters = 2000;
   std::uint64_t warmup = 100;
   int window = 8;        // sends outstanding at once
+  int rx_window = 4;     // receives outstanding at once (server)
+  int rx_buffers = 1;    // destination buffers they land in, in turn (server)
   bp::ucx::options ucx;  // busy_poll from --busy-poll; UCX_* from the environment
 };
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: ucx_bench (--server | --client HOST) [--port P] [--size BYTES]\n"
-               "                 [--iters N] [--warmup N] [--window W] [--busy-poll US]\n");
+               "                 [--iters N] [--warmup N] [--window W] [--rx-window W]\n"
+               "                 [--rx-buffers B] [--busy-poll US]\n");
   std::exit(2);
 }
 
@@ -77,29 +86,50 @@ args parse(int argc, char** argv) {
       a.warmup = std::strtoull(next(), nullptr, 10);
     else if (k == "--window")
       a.window = std::atoi(next());
+    else if (k == "--rx-window")
+      a.rx_window = std::atoi(next());
+    else if (k == "--rx-buffers")
+      a.rx_buffers = std::atoi(next());
     else if (k == "--busy-poll")
       a.ucx.busy_poll = std::chrono::microseconds(std::atoi(next()));
     else
       usage();
   }
-  if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1) usage();
+  if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1 ||
+      a.rx_window < 1 || a.rx_buffers < 1)
+    usage();
   return a;
 }
 
-// Receives `n` frames into `dest`, then acks.
-asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::vector<std::byte>& dest) {
+// Receives `n` frames, then acks. Up to `window` payloads are in flight
+// at once (transport::post_payload), as ucx_perftest keeps a window of
+// receives posted; they land in the `dest` buffers in turn.
+asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::size_t window,
+                            std::vector<std::vector<std::byte>>& dest) {
+  std::deque<bp::payload_receipt> inflight;
+  auto wait_oldest = [&]() -> asio::awaitable<bool> {
+    auto r = std::move(inflight.front());
+    inflight.pop_front();
+    if (auto ec = co_await r.wait()) {
+      std::fprintf(stderr, "server: receive_payload: %s %s\n", ec.message().c_str(),
+                   t.last_error().c_str());
+      co_return false;
+    }
+    co_return true;
+  };
+  window = std::min(window, t.payload_window());
   for (std::uint64_t i = 0; i < n; ++i) {
     auto [ec, h] = co_await t.receive_header();
-    if (ec || h.length != dest.size()) {
+    if (ec || h.length != dest[0].size()) {
       std::fprintf(stderr, "server: receive_header: %s %s\n", ec.message().c_str(),
                    t.last_error().c_str());
       co_return false;
     }
-    if (auto pec = co_await t.receive_payload(dest)) {
-      std::fprintf(stderr, "server: receive_payload: %s\n", pec.message().c_str());
-      co_return false;
-    }
+    inflight.push_back(t.post_payload(dest[i % dest.size()]));
+    if (inflight.size() >= window && !co_await wait_oldest()) co_return false;
   }
+  while (!inflight.empty())
+    if (!co_await wait_oldest()) co_return false;
   co_return !co_await bp::send_frame(t, {.type = bp::frame_type::ack}, {});
 }
 
@@ -113,9 +143,9 @@ asio::awaitable<void> serve(const args& a, int& rc) {
   auto [ec, t] = co_await l->accept();
   l->close();
   if (ec) co_return;
-  std::vector<std::byte> dest(a.size);
-  if (!co_await drain(*t, a.warmup, dest)) co_return;
-  if (!co_await drain(*t, a.iters, dest)) co_return;
+  std::vector<std::vector<std::byte>> dest(a.rx_buffers, std::vector<std::byte>(a.size));
+  if (!co_await drain(*t, a.warmup, a.rx_window, dest)) co_return;
+  if (!co_await drain(*t, a.iters, a.rx_window, dest)) co_return;
   auto s = bp::ucx::get_stats(*t).value();
   std::printf(
       "server: %llu frames received, %llu by rendezvous (%llu bytes into dest), %llu eager (%llu "

@@ -13,7 +13,9 @@
 #   SIZE=4194304 ITERS=500 TLS_LIST="tcp" bench/ucx_bench.sh
 #
 # Environment: SIZE (bytes, 1048576), ITERS (2000), WARMUP (100),
-# WINDOW (blobpipe sends outstanding, 8), REPEAT (3),
+# WINDOW (blobpipe sends outstanding, 8), RX_WINDOW (blobpipe payload
+# fetches outstanding, transport::post_payload, 4), RX_BUFFERS (receive
+# buffers used in turn, 1 as in ucx_perftest), REPEAT (3),
 # TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
 # PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
 # Reports, never gates: the exit status is 0 unless a run fails.
@@ -23,6 +25,8 @@ SIZE=${SIZE:-1048576}
 ITERS=${ITERS:-2000}
 WARMUP=${WARMUP:-100}
 WINDOW=${WINDOW:-8}
+RX_WINDOW=${RX_WINDOW:-4}
+RX_BUFFERS=${RX_BUFFERS:-1}
 REPEAT=${REPEAT:-3}
 TLS_LIST=${TLS_LIST:-"tcp sm,tcp"}
 PORT=${PORT:-13500}
@@ -70,7 +74,8 @@ perftest() {
 blobpipe() {
   local tls=$1 port=$2 out
   UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_bench" --server --port "$port" \
-    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" >"$work/bp_server.log" 2>&1 &
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --rx-window "$RX_WINDOW" \
+    --rx-buffers "$RX_BUFFERS" >"$work/bp_server.log" 2>&1 &
   local server=$!
   out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_bench" --client 127.0.0.1 \
           --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --window "$WINDOW" \
@@ -82,8 +87,8 @@ blobpipe() {
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
 
 pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
-printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s%s\n' \
-  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$pinned"
+printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s%s\n' \
+  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$pinned"
 printf '%-12s %12s %12s %12s %8s\n' "UCX_TLS" "tag_bw" "stream_bw" "blobpipe" "ratio"
 for tls in $TLS_LIST; do
   tag=() stream=() bp=()

@@ -94,6 +94,13 @@ struct consumer_options {
   std::uint64_t max_blob_bytes = 1ull << 32;
   std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
   std::uint64_t max_entries_per_blob = 1u << 24;
+  /// Chunk payloads fetched at once (transport::post_payload) when the
+  /// transport allows more than one (payload_window(); UCX does): an
+  /// entry's next chunk starts arriving before the previous one has
+  /// ended, instead of each costing a round trip. An entry's last chunk is
+  /// awaited, with all before it, as soon as it is posted, so entries are
+  /// still yielded the moment their bytes are in. 1: one at a time.
+  std::size_t payload_window = 4;
 
   /// Resend sessions (docs/wire.md "Delivery"): the tags of blobs already
   /// delivered, shared by every consumer that may serve the same sender
@@ -189,6 +196,9 @@ struct consumer_stats {
   std::uint64_t device_entries = 0;  ///< entries landed in device memory
   std::uint64_t device_chunks = 0;   ///< host-to-device copies from pinned buffers
   std::uint64_t duplicates_dropped = 0;  ///< resent blobs already delivered
+  /// Chunks whose fetch was started while an earlier one was still in
+  /// flight (consumer_options::payload_window).
+  std::uint64_t chunks_overlapped = 0;
 };
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
@@ -205,7 +215,7 @@ class consumer {
   /// transport is closed. stall_timeout and idle_timeout apply to the
   /// sender's hello as well.
   /// Errors: protocol_violation (bad hello or a non-hello first frame),
-  /// invalid_argument (options out of range), peer_closed, peer_failed, closed,
+  /// invalid_argument (options out of range, e.g. payload_window 0), peer_closed, peer_failed, closed,
   /// cuda_failure (landing enabled without a device: cuda::device_count()
   /// says why).
   static asio::awaitable<std::tuple<std::error_code, consumer>> start(

@@ -19,6 +19,7 @@
 // Source: docs/wire.md "Transport".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,6 +40,40 @@ namespace blobpipe {
 struct transport_options {
   /// A header whose length exceeds this is a protocol_violation (bytes).
   std::uint32_t max_frame_bytes = default_max_frame_bytes;
+};
+
+class transport;
+
+/// A payload receive started by transport::post_payload and not yet waited
+/// for. Move-only; wait() once, and wait for or destroy it before its
+/// transport. Destroying a receipt whose transfer may still be writing
+/// into its destination closes the transport first (so the transfer
+/// ends), as cancelling receive_payload would.
+class payload_receipt {
+ public:
+  /// What a transport keeps for one posted payload.
+  class pending {
+   public:
+    virtual ~pending() = default;
+    /// Completes when the bytes are in the destination, or failed.
+    virtual asio::awaitable<std::error_code> wait() = 0;
+  };
+
+  /// An empty receipt: wait() returns invalid_argument.
+  payload_receipt() = default;
+  explicit payload_receipt(std::unique_ptr<pending> p) noexcept : p_(std::move(p)) {}
+  /// A receipt for a receive that already ended with `done` (success or not).
+  explicit payload_receipt(std::error_code done) noexcept : done_(done), ended_(true) {}
+
+  /// Waits until the payload is in the destination given to post_payload.
+  /// Errors: those of transport::receive_payload; invalid_argument on an
+  /// empty receipt or a second wait().
+  asio::awaitable<std::error_code> wait();
+
+ private:
+  std::unique_ptr<pending> p_;
+  std::error_code done_;
+  bool ended_ = false;
 };
 
 /// The frame-level interface every transport implements.
@@ -81,6 +116,23 @@ class transport {
   /// Receives the whole payload of the frame whose header was returned last
   /// directly into `dest`. REQUIRES: dest.size() == that header's length > 0.
   virtual asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) = 0;
+
+  /// How many posted payloads (post_payload) may be in flight, not yet
+  /// waited for, while the caller goes on to receive_header for the next
+  /// frames. 1 (the default): wait() each receipt before the next
+  /// receive_header. UCX allows many, so the fetches of consecutive
+  /// rendezvous payloads overlap instead of costing a round trip each.
+  virtual std::size_t payload_window() const noexcept { return 1; }
+
+  /// Starts receiving the payload of the frame whose header was returned
+  /// last into `dest` and returns at once; receipt.wait() completes when
+  /// the bytes are there. `dest` must stay valid until then. Up to
+  /// payload_window() receipts may be outstanding; the header after a
+  /// posted frame may be received before its receipt is waited for.
+  /// REQUIRES: as receive_payload. Errors (from wait()): as receive_payload.
+  /// Default: the receive happens inside wait() (receive_payload), so
+  /// payload_window() must stay 1.
+  virtual payload_receipt post_payload(std::span<std::byte> dest);
 
   /// Closes the connection now. Every pending and later operation completes
   /// with `closed`; the peer sees peer_closed. Idempotent, never throws.

@@ -84,6 +84,30 @@ asio::awaitable<status> read_small(consumer_state& s, std::uint32_t len,
   co_return status{};
 }
 
+/// Waits for posted chunk payloads, oldest first, until at most `keep` are
+/// in flight.
+asio::awaitable<status> settle(consumer_state& s, std::size_t keep) {
+  while (s.posted.size() > keep) {
+    auto r = std::move(s.posted.front());
+    s.posted.pop_front();
+    auto ec = co_await r.wait();
+    if (ec) co_return error{ec, s.t->last_error()};
+  }
+  co_return status{};
+}
+
+/// After a failure: ends the posted fetches (by closing the transport) and
+/// waits for them, so that none still writes into a buffer end() frees.
+asio::awaitable<void> abandon_posted(consumer_state& s) {
+  if (s.posted.empty()) co_return;
+  s.t->close();
+  while (!s.posted.empty()) {
+    auto r = std::move(s.posted.front());
+    s.posted.pop_front();
+    (void)co_await r.wait();
+  }
+}
+
 /// Window check for `n` new bytes: over the window only when nothing else is
 /// buffered (one big entry goes alone).
 status check_window(const consumer_state& s, std::uint64_t n, const char* what) {
@@ -280,6 +304,19 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
   if (h.length > e.len - b.received)
     co_return violation("data: chunk runs past the end of entry '" + e.key + "' (offset " +
                         num(h.arg) + " + " + num(h.length) + " > " + num(e.off + e.len) + ")");
+  // A chunk with more of its entry to come, landing in the entry's buffer:
+  // post it and go on to the next frame while it arrives.
+  const bool last = h.length == e.len - b.received;
+  if (b.dest && !b.on_device && !last && s.payload_window > 1) {
+    if (!s.posted.empty()) ++s.stats.chunks_overlapped;
+    s.posted.push_back(s.t->post_payload(std::span(b.dest + b.received, h.length)));
+    b.received += h.length;
+    co_return co_await settle(s, s.payload_window - 1);
+  }
+  {
+    auto r = co_await settle(s, 0);  // everything posted lands first
+    if (!r) co_return r;
+  }
   if (b.on_device && b.dest) {
     // consumer_options::landing: through a pinned slot, then copied to the device.
     auto r = co_await s.landing->receive(*s.t, b.device_keep, b.dest + b.received, h.length);
@@ -417,6 +454,11 @@ asio::awaitable<status> on_blob_abort(consumer_state& s, const frame_header& h) 
 /// One frame. An error status ends the stream.
 asio::awaitable<status> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h) {
   consumer_state& s = *sp;
+  if (h.type != frame_type::data) {
+    // Every other frame may end entries or blobs: posted chunks land first.
+    auto r = co_await settle(s, 0);
+    if (!r) co_return r;
+  }
   switch (h.type) {
     case frame_type::blob_begin: co_return co_await on_blob_begin(s, h);
     case frame_type::entry_begin: co_return co_await on_entry_begin(sp, h);
@@ -465,9 +507,10 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
   ack_stopped = true;
   dog.stop();
+  t->close();
+  posted.clear();  // normally empty (next() waits them out); ends any fetch left
   blobs.clear();  // partial entries return their credit (no acks any more)
   ack_cv.notify_all();
-  t->close();
   final_event = event{};
   final_event.kind = event_kind::end_of_stream;
   final_event.error = ec;
@@ -491,7 +534,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   using ret = std::tuple<std::error_code, consumer>;
   if (!t || opt.window_bytes == 0 || opt.max_chunk_bytes < min_chunk_bytes ||
       opt.max_tail_bytes <= FOOTER_SIZE || opt.max_meta_bytes == 0 ||
-      (opt.assemble == assemble_mode::file && !opt.file_slot_for))
+      (opt.assemble == assemble_mode::file && !opt.file_slot_for) || opt.payload_window == 0)
     co_return ret{make_error_code(errc::invalid_argument), consumer{}};
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
@@ -515,6 +558,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (!peer) co_return fail(peer.code());
   if (peer->role != wire_role::sender) co_return fail(make_error_code(errc::protocol_violation));
   s->chunk_bytes = std::min(peer->max_chunk_bytes, s->opt.max_chunk_bytes);
+  s->payload_window = std::min(s->opt.payload_window, s->t->payload_window());
   if (s->opt.landing.enabled)
     s->landing = std::make_unique<detail::device_lander>(
         s->ex, s->opt.landing, s->chunk_bytes, s->t->accepts_device_memory());
@@ -560,6 +604,7 @@ asio::awaitable<event> consumer::next() {
     } else {
       r = co_await detail::on_frame(s, h);
     }
+    if (!r) co_await detail::abandon_posted(*s);
     s->dog.progress();
     s->dog.end_wait();
     if (!r && !s->timeout_reason.empty()) {

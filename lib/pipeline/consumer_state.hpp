@@ -64,6 +64,10 @@ struct consumer_state {
   bool ended = false;
   event final_event;              // end_of_stream, repeated forever
   std::vector<std::byte> scratch; // payloads of discarded blobs
+  // Chunk payloads posted and not yet waited for, oldest first (after
+  // `blobs`: destroyed before the buffers they write into).
+  std::deque<payload_receipt> posted;
+  std::size_t payload_window = 1;  // min(opt.payload_window, t->payload_window())
   // Flow control.
   std::uint64_t pending_ack = 0;
   std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered

@@ -1,6 +1,7 @@
 #include "blobpipe/transport.hpp"
 
 #include <array>
+#include <utility>
 
 #include <asio/error.hpp>
 
@@ -13,6 +14,34 @@ asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
   std::array<asio::const_buffer, 1> bufs{asio::const_buffer(payload.data(), payload.size())};
   co_return co_await t.send(h, std::span<const asio::const_buffer>(bufs.data(),
                                                                    payload.empty() ? 0 : 1));
+}
+
+asio::awaitable<std::error_code> payload_receipt::wait() {
+  if (p_) {
+    auto p = std::move(p_);  // a second wait() finds nothing
+    co_return co_await p->wait();
+  }
+  if (std::exchange(ended_, false)) co_return done_;
+  co_return make_error_code(errc::invalid_argument);
+}
+
+namespace {
+
+// transport's default post_payload: nothing starts until wait().
+class deferred_payload final : public payload_receipt::pending {
+ public:
+  deferred_payload(transport& t, std::span<std::byte> dest) : t_(&t), dest_(dest) {}
+  asio::awaitable<std::error_code> wait() override { return t_->receive_payload(dest_); }
+
+ private:
+  transport* t_;
+  std::span<std::byte> dest_;
+};
+
+}  // namespace
+
+payload_receipt transport::post_payload(std::span<std::byte> dest) {
+  return payload_receipt(std::make_unique<deferred_payload>(*this, dest));
 }
 
 asio::awaitable<std::error_code> transport::send_device(const frame_header&,

@@ -209,59 +209,96 @@ asio::awaitable<std::tuple<std::error_code, frame_header>> connection::receive_h
   co_return std::tuple{std::error_code{}, *h};
 }
 
-asio::awaitable<std::error_code> connection::receive_payload(std::span<std::byte> dest,
-                                                             ucs_memory_type_t memory) {
-  auto self = shared_from_this();
-  if (closed_by_us_) co_return gone_code();
+connection::posted_payload connection::post_payload(std::span<std::byte> dest,
+                                                    ucs_memory_type_t memory) {
+  posted_payload out;
+  if (closed_by_us_) {
+    out.ec = gone_code();
+    return out;
+  }
   if (!current_ || dest.size() != current_->length) {
     error_text_ = "receive_payload: no pending payload of that size";
-    co_return make_error_code(errc::invalid_argument);
+    out.ec = make_error_code(errc::invalid_argument);
+    return out;
   }
   incoming f = std::move(*current_);
   current_.reset();
+  out.rndv = f.rndv;
+  out.bytes = dest.size();
   if (!f.rndv && !f.data && memory != UCS_MEMORY_TYPE_HOST) {
     // Only UCX can copy into device memory, and it kept no descriptor.
     error_text_ = "receive_payload: eager payload without a UCX descriptor for device memory";
-    co_return make_error_code(errc::invalid_argument);
+    out.ec = make_error_code(errc::invalid_argument);
+    return out;
   }
   if (!f.rndv && memory == UCS_MEMORY_TYPE_HOST) {
     // Eager: the bytes arrived inside UCX's receive buffer; one copy.
-    if (f.data)
-      std::memcpy(dest.data(), f.data, dest.size());
-    else
-      std::memcpy(dest.data(), f.copy.data(), dest.size());
+    std::memcpy(dest.data(), f.data ? f.data : f.copy.data(), dest.size());
     release(f);
-    ++stats_.eager_frames;
-    stats_.eager_bytes += dest.size();
-    co_return std::error_code{};
+    count_payload(out);
+    return out;
   }
   // Rendezvous: UCX fetches the payload straight into `dest` and owns the
   // descriptor from here on, whatever the outcome. (Eager data bound for
   // device memory takes this path too: UCX copies it to the device.)
-  request_slot slot(rt_->executor(), &inflight_);
+  out.slot = std::make_unique<request_slot>(rt_->executor(), &inflight_);
   ucp_request_param_t p{};
-  slot.bind_recv(p);
+  out.slot->bind_recv(p);
   if (memory != UCS_MEMORY_TYPE_HOST) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = memory;
   }
-  slot.start(ucp_am_recv_data_nbx(rt_->worker(), std::exchange(f.data, nullptr), dest.data(),
-                                  dest.size(), &p));
+  out.slot->start(ucp_am_recv_data_nbx(rt_->worker(), std::exchange(f.data, nullptr),
+                                       dest.data(), dest.size(), &p));
   // As in send(): a fetch UCX completes in this pass (a cma read does)
   // needs no wake-up.
-  if (slot.pending()) rt_->progress_now();
-  if (slot.pending()) {
-    if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
-  }
-  if (slot.status() != UCS_OK) co_return fail(slot.status(), "receive payload");
-  if (f.rndv) {
+  if (out.slot->pending()) rt_->progress_now();
+  if (!out.slot->pending()) finish_payload(out);
+  return out;
+}
+
+void connection::finish_payload(posted_payload& pp) {
+  auto slot = std::move(pp.slot);
+  if (slot->status() != UCS_OK)
+    pp.ec = fail(slot->status(), "receive payload");
+  else
+    count_payload(pp);
+}
+
+void connection::count_payload(const posted_payload& pp) noexcept {
+  if (pp.rndv) {
     ++stats_.rndv_frames;
-    stats_.rndv_bytes += dest.size();
+    stats_.rndv_bytes += pp.bytes;
   } else {
     ++stats_.eager_frames;
-    stats_.eager_bytes += dest.size();
+    stats_.eager_bytes += pp.bytes;
   }
-  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> connection::wait_payload(posted_payload& pp) {
+  auto self = shared_from_this();
+  if (pp.slot) {
+    if (co_await pp.slot->wait([this] { close(); })) {
+      pp.slot.reset();
+      co_return make_error_code(errc::closed);
+    }
+    finish_payload(pp);
+  }
+  co_return pp.ec;
+}
+
+void connection::drop_payload(posted_payload& pp) noexcept {
+  // The fetch may still be writing into its destination: end it first
+  // (close() forces the endpoint closed while requests are in flight).
+  if (pp.slot && pp.slot->pending()) close();
+  pp.slot.reset();  // abandons the request if still pending
+}
+
+asio::awaitable<std::error_code> connection::receive_payload(std::span<std::byte> dest,
+                                                             ucs_memory_type_t memory) {
+  auto self = shared_from_this();
+  posted_payload pp = post_payload(dest, memory);
+  co_return co_await wait_payload(pp);
 }
 
 // ---- connecting ------------------------------------------------------------

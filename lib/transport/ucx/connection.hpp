@@ -79,6 +79,24 @@ class connection : public std::enable_shared_from_this<connection> {
   void close() noexcept;
   bool is_open() const noexcept;
 
+  /// A payload receive started by post_payload: ended already (`slot`
+  /// null, `ec` its outcome) or a rendezvous fetch UCX still runs.
+  struct posted_payload {
+    std::error_code ec;
+    std::unique_ptr<request_slot> slot;
+    bool rndv = false;
+    std::size_t bytes = 0;
+  };
+  /// receive_payload in two halves (transport::post_payload): start the
+  /// copy or the fetch into `dest` now, await its end later. Any number
+  /// may be in flight; receive_header may go on meanwhile.
+  posted_payload post_payload(std::span<std::byte> dest,
+                              ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  asio::awaitable<std::error_code> wait_payload(posted_payload& pp);
+  /// For a posted payload nobody will wait for: closes the connection if
+  /// the fetch is still running, then forgets it.
+  void drop_payload(posted_payload& pp) noexcept;
+
   /// Completes once UCX has connected the endpoint (ucp_ep_flush_nbx).
   /// Errors: peer_failed, closed.
   asio::awaitable<std::error_code> wait_connected();
@@ -114,6 +132,8 @@ class connection : public std::enable_shared_from_this<connection> {
   };
 
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t st);
+  void finish_payload(posted_payload& pp);
+  void count_payload(const posted_payload& pp) noexcept;
   static void on_closed(void* request, ucs_status_t st, void* user_data);
 
   std::error_code gone_code() const noexcept;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
@@ -56,6 +57,21 @@ class ucx_transport final : public transport {
     co_return ec;
   }
 
+  // Fetches of rendezvous payloads may overlap without bound: each lands
+  // in its own destination, which the caller keeps.
+  std::size_t payload_window() const noexcept override {
+    return std::numeric_limits<std::size_t>::max();
+  }
+
+  payload_receipt post_payload(std::span<std::byte> dest) override {
+    auto pp = c_->post_payload(dest);
+    if (!pp.slot) {
+      note(pp.ec);
+      return payload_receipt(pp.ec);
+    }
+    return payload_receipt(std::make_unique<posted>(*this, std::move(pp)));
+  }
+
   void close() noexcept override { c_->close(); }
   bool is_open() const noexcept override { return c_->is_open(); }
 
@@ -84,6 +100,24 @@ class ucx_transport final : public transport {
   const connection& conn() const noexcept { return *c_; }
 
  private:
+  // A rendezvous fetch in flight; the connection outlives it (shared).
+  class posted final : public payload_receipt::pending {
+   public:
+    posted(ucx_transport& t, connection::posted_payload pp)
+        : t_(&t), c_(t.c_), pp_(std::move(pp)) {}
+    ~posted() override { c_->drop_payload(pp_); }
+    asio::awaitable<std::error_code> wait() override {
+      auto ec = co_await c_->wait_payload(pp_);
+      t_->note(ec);
+      co_return ec;
+    }
+
+   private:
+    ucx_transport* t_;
+    std::shared_ptr<connection> c_;
+    connection::posted_payload pp_;
+  };
+
   void note(std::error_code ec) {
     if (ec && !c_->error_text().empty()) last_error_ = c_->error_text();
   }
