@@ -22,7 +22,7 @@ connection::~connection() {
   drop_received();
   inflight_.abandon_all();
   if (close_req_) ucp_request_free(close_req_);
-  if (ep_key_) rt_->detach(ep_key_);
+  if (ep_key_) rt_->detach(ep_key_, this);
   // ep_ (if still held) is force-closed by its destructor.
 }
 
@@ -393,6 +393,10 @@ void connection::on_closed(void* request, ucs_status_t, void* user_data) {
   auto* c = static_cast<connection*>(user_data);
   ucp_request_free(request);
   c->close_req_ = nullptr;
+  // The endpoint is gone and its address free for UCX to reuse for the
+  // next connection (an accept handled before released() runs): stop
+  // routing it here now, or that connection's frames would come here.
+  if (c->ep_key_) c->rt_->detach(std::exchange(c->ep_key_, nullptr), c);
   c->post_self([](connection& self) { self.released(); });
 }
 
@@ -401,8 +405,7 @@ void connection::released() {
   auto self = shared_from_this();
   if (link_ == link::released) return;
   link_ = link::released;
-  rt_->detach(ep_key_);
-  ep_key_ = nullptr;
+  rt_->detach(std::exchange(ep_key_, nullptr), this);
   linger_.cancel();
   // Force-closing purges the endpoint's requests from a callback UCX runs
   // on its next progress; let it, then abandon what is left (UCX will
@@ -462,7 +465,7 @@ void connection::abandon() noexcept {
   linger_.cancel();
   if (close_req_) ucp_request_free(std::exchange(close_req_, nullptr));
   ep_ = endpoint{};  // forced close, request freed
-  if (ep_key_) rt_->detach(std::exchange(ep_key_, nullptr));
+  if (ep_key_) rt_->detach(std::exchange(ep_key_, nullptr), this);
   link_ = link::released;
   inflight_.abandon_all();
   drop_received();

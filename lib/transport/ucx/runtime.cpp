@@ -192,7 +192,10 @@ void runtime::kick() {
 
 void runtime::attach(ucp_ep_h ep, connection* c) { eps_[ep] = c; }
 
-void runtime::detach(ucp_ep_h ep) noexcept { eps_.erase(ep); }
+void runtime::detach(ucp_ep_h ep, const connection* c) noexcept {
+  auto it = eps_.find(ep);
+  if (it != eps_.end() && it->second == c) eps_.erase(it);
+}
 
 connection* runtime::find(ucp_ep_h ep) const noexcept {
   auto it = eps_.find(ep);

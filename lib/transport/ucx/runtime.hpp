@@ -89,7 +89,10 @@ class runtime : public std::enable_shared_from_this<runtime> {
 
   /// Routes active messages arriving on `ep` to `c` (see on_am).
   void attach(ucp_ep_h ep, connection* c);
-  void detach(ucp_ep_h ep) noexcept;
+  /// Forgets the route of `ep` if it still leads to `c`: UCX may reuse a
+  /// released endpoint's address for a new endpoint at once, whose route
+  /// must survive the old connection's late cleanup.
+  void detach(ucp_ep_h ep, const connection* c) noexcept;
   /// The connection of `ep`; null when none (closed, or not one of ours).
   connection* find(ucp_ep_h ep) const noexcept;
 
