@@ -6,15 +6,8 @@
 // stderr line `blobpipe: <expected_error>: ...`. Also covers the usage and
 // I/O exit codes that `blobpipe --help` documents.
 #define BOOST_TEST_MODULE cli_test
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <boost/test/unit_test.hpp>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,77 +16,24 @@
 #include <vector>
 
 #include "test/golden_dir.hpp"
-
-extern char** environ;
+#include "test/process.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-struct run_result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using blobpipe::testing::run_process;
+using blobpipe::testing::run_result;
+using blobpipe::testing::scratch_dir;
 
 fs::path cli_path() {
   if (const char* p = std::getenv("BLOBPIPE_CLI"); p && *p) return p;
   return blobpipe::testing::runfiles_root() / "tools" / "blobpipe";
 }
 
-fs::path scratch_dir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t && *t ? fs::path(t) : fs::temp_directory_path();
-}
-
-std::string slurp_fd(int fd) {
-  std::string s;
-  ::lseek(fd, 0, SEEK_SET);
-  char buf[1 << 16];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
-  return s;
-}
-
-// Runs the CLI with `args`, capturing stdout and stderr through temporary
-// files (not pipes: inspect of many_entries prints megabytes, and files
-// need no concurrent draining).
-run_result run_cli(const std::vector<std::string>& args) {
-  const std::string exe = cli_path().string();
-  std::string out_tmpl = (scratch_dir() / "cli_out_XXXXXX").string();
-  std::string err_tmpl = (scratch_dir() / "cli_err_XXXXXX").string();
-  int out_fd = ::mkstemp(out_tmpl.data());
-  int err_fd = ::mkstemp(err_tmpl.data());
-  BOOST_TEST_REQUIRE(out_fd >= 0);
-  BOOST_TEST_REQUIRE(err_fd >= 0);
-
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
-
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  run_result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp_fd(out_fd);
-  r.err = slurp_fd(err_fd);
-  ::close(out_fd);
-  ::close(err_fd);
-  ::unlink(out_tmpl.c_str());
-  ::unlink(err_tmpl.c_str());
-  return r;
-}
+// Runs the CLI with `args` to its end (test/process.hpp: output through
+// temporary files, as inspect of many_entries prints megabytes).
+run_result run_cli(const std::vector<std::string>& args) { return run_process(cli_path(), args); }
 
 // The golden dir and manifest, loaded once. A missing golden dir fails
 // every test that needs it (never a silent pass).

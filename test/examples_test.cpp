@@ -7,17 +7,11 @@
 // custom_pipeline: the filter and cast stages run and the trainer gets
 // exactly the samples that pass the filter.
 #define BOOST_TEST_MODULE examples_test
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -25,89 +19,21 @@
 #include <vector>
 
 #include "test/golden_dir.hpp"
-
-extern char** environ;
+#include "test/process.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct run_result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using blobpipe::testing::process;
+using blobpipe::testing::run_process;
+using blobpipe::testing::run_result;
+using blobpipe::testing::scratch_dir;
 
 fs::path example(const char* name) { return blobpipe::testing::runfiles_root() / "examples" / name; }
 
-fs::path scratch_dir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t && *t ? fs::path(t) : fs::temp_directory_path();
-}
-
-std::string slurp_fd(int fd) {
-  std::string s;
-  ::lseek(fd, 0, SEEK_SET);
-  char buf[1 << 16];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
-  return s;
-}
-
-// A started program whose stdout and stderr go to temporary files (no
-// pipes to drain while it runs).
-class process {
- public:
-  process(const fs::path& exe, const std::vector<std::string>& args) {
-    out_ = temp_file("out");
-    err_ = temp_file("err");
-    std::vector<std::string> all{exe.string()};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out_.fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, err_.fd, 2);
-    int rc = ::posix_spawn(&pid_, all[0].c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
-  }
-
-  run_result wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    run_result r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = finish(out_);
-    r.err = finish(err_);
-    return r;
-  }
-
- private:
-  struct temp {
-    std::string path;
-    int fd = -1;
-  };
-  static temp temp_file(const char* what) {
-    temp t{(scratch_dir() / (std::string("example_") + what + "_XXXXXX")).string()};
-    t.fd = ::mkstemp(t.path.data());
-    BOOST_TEST_REQUIRE(t.fd >= 0);
-    return t;
-  }
-  static std::string finish(temp& t) {
-    std::string s = slurp_fd(t.fd);
-    ::close(t.fd);
-    ::unlink(t.path.c_str());
-    return s;
-  }
-  pid_t pid_ = -1;
-  temp out_, err_;
-};
-
+// Runs example `name` with `args` to its end (test/process.hpp).
 run_result run(const char* name, const std::vector<std::string>& args) {
-  return process(example(name), args).wait();
+  return run_process(example(name), args);
 }
 
 bool contains(const std::string& s, const std::string& what) {

@@ -1,6 +1,8 @@
-// Frame transports (blobpipe/transport.hpp, loopback.hpp, tcp.hpp): the
-// same behaviour on both: frames whole and in order, payload straight into
-// the destination, FIFO fairness between senders, close wakes everyone.
+// Frame transports (blobpipe/transport.hpp, loopback.hpp, tcp.hpp, ucx.hpp):
+// the same behaviour on every link of all_links() (loopback, TCP and the
+// five UCX configurations): frames whole and in order, payload straight
+// into the destination, FIFO fairness between senders, close wakes
+// everyone. UCX-only cases are in ucx_transport_test.cpp.
 #define BOOST_TEST_MODULE transport
 #include <boost/test/unit_test.hpp>
 

@@ -1,9 +1,20 @@
 // The UCX transport (blobpipe/ucx.hpp) at frame level, over every UCX
-// configuration of ucx_links.hpp: payloads of every size land intact (large
-// ones by rendezvous, straight into the destination), scatter-gather sends,
-// concurrent senders, the close handshake (peer_closed), close() waking
-// pending operations, malformed headers, a killed peer (peer_failed), and
-// an idle connection costing no CPU.
+// configuration of ucx_links.hpp: what is particular to UCX or goes further
+// than transport_test.cpp. Payloads of every size land intact (large ones
+// by rendezvous, straight into the destination: ucx::get_stats), scatter-
+// gather sends with empty and rendezvous-sized parts, concurrent senders
+// of mixed sizes, the close handshake (queued frames, then peer_closed),
+// close() waking pending receives (and a send right after it) and a
+// pending rendezvous send, a cancelled receive, malformed frames, a killed
+// peer (peer_failed), an idle connection costing no CPU, the io_context
+// running out of work, listener and configuration errors, device memory,
+// and stats/describe refusing other transports.
+//
+// The generic frame-transport cases live in transport_test.cpp, which runs
+// them over every link of pipeline_fixture.hpp's all_links(), these UCX
+// configurations included: a scatter-gather frame into its destination,
+// senders taking turns frame by frame, close waking pending receives, a
+// header over max_frame_bytes.
 #define BOOST_TEST_MODULE ucx_transport
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -25,7 +36,6 @@
 
 #include "blobpipe/loopback.hpp"
 #include "test/ucx_frame_fixture.hpp"
-#include "test/ucx_links.hpp"
 
 extern char** environ;
 
@@ -43,17 +53,6 @@ std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-// Skips the rest of a test case (with the reason) when UCX did not select
-// the configuration's transport here.
-#define BLOBPIPE_REQUIRE_SELECTED(link, t)                           \
-  do {                                                               \
-    std::string why_;                                                \
-    if (!selected((link), *(t), why_)) {                             \
-      BOOST_TEST_MESSAGE("skipped " << (link).name << ": " << why_); \
-      return;                                                        \
-    }                                                                \
-  } while (0)
-
 double cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -63,7 +62,7 @@ double cpu_seconds() {
 }  // namespace
 
 BOOST_DATA_TEST_CASE(frames_of_every_size_arrive_intact, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   // Around UCX's short/bcopy/zcopy/rendezvous switch points and well past them.
@@ -108,7 +107,7 @@ BOOST_DATA_TEST_CASE(frames_of_every_size_arrive_intact, bdata::make(ucx_links()
 }
 
 BOOST_DATA_TEST_CASE(scatter_gather_payload_arrives_in_order, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   // Small (eager, one iov) and large (rendezvous over an iov) frames.
@@ -138,7 +137,7 @@ BOOST_DATA_TEST_CASE(scatter_gather_payload_arrives_in_order, bdata::make(ucx_li
 
 BOOST_DATA_TEST_CASE(concurrent_senders_deliver_whole_frames_in_order, bdata::make(ucx_links()),
                      link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   constexpr int senders = 4, frames = 12;
@@ -177,37 +176,12 @@ BOOST_DATA_TEST_CASE(concurrent_senders_deliver_whole_frames_in_order, bdata::ma
   for (std::uint64_t id = 1; id <= senders; ++id) BOOST_TEST(next[id] == std::uint64_t(frames));
 }
 
-BOOST_DATA_TEST_CASE(senders_take_turns_frame_by_frame, bdata::make(ucx_links()), link) {
-  ucx_runner r;
-  auto [a, b] = r.await(ucx_pair(link));
-  BLOBPIPE_REQUIRE_SELECTED(link, a);
-  std::vector<std::uint64_t> order;
-  auto send = [&](std::uint64_t id) -> asio::awaitable<void> {
-    for (int i = 0; i < 4; ++i)
-      BLOBPIPE_CO_CHECK(send_frame(*a, {.type = frame_type::ack, .blob_id = id}, {}));
-  };
-  auto receive = [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 8; ++i) {
-      auto [ec, h] = co_await b->receive_header();
-      BOOST_TEST_REQUIRE(!ec);
-      order.push_back(h.blob_id);
-    }
-  };
-  r.spawn(send(1));
-  r.spawn(send(2));
-  r.spawn(receive());
-  BOOST_TEST_REQUIRE(r.run());
-  int switches = 0;
-  for (std::size_t i = 1; i < order.size(); ++i) switches += order[i] != order[i - 1];
-  BOOST_TEST(switches >= 3);  // interleaved, not 1,1,1,1,2,2,2,2
-}
-
 BOOST_DATA_TEST_CASE(peer_close_delivers_queued_frames_then_peer_closed, bdata::make(ucx_links()),
                      link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  ucx_gate closed(r.ex());
+  gate closed(r.ex());
   auto send = [&]() -> asio::awaitable<void> {
     for (std::uint64_t i = 0; i < 3; ++i) {
       auto bytes = pattern(200, i);
@@ -241,7 +215,7 @@ BOOST_DATA_TEST_CASE(peer_close_delivers_queued_frames_then_peer_closed, bdata::
 }
 
 BOOST_DATA_TEST_CASE(close_wakes_pending_receives_on_both_ends, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   std::error_code mine, theirs, after;
@@ -252,7 +226,7 @@ BOOST_DATA_TEST_CASE(close_wakes_pending_receives_on_both_ends, bdata::make(ucx_
     theirs = std::get<0>(co_await b->receive_header());
   };
   auto closer = [&]() -> asio::awaitable<void> {
-    co_await ucx_yield(10);
+    co_await yield_n(10);
     a->close();
     after = co_await send_frame(*a, {.type = frame_type::ack}, {});
   };
@@ -267,7 +241,7 @@ BOOST_DATA_TEST_CASE(close_wakes_pending_receives_on_both_ends, bdata::make(ucx_
 
 BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_send_with_closed, bdata::make(ucx_links()),
                      link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   // A rendezvous send completes only once the receiver fetched the
@@ -275,7 +249,7 @@ BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_send_with_closed, bdata::mak
   // after the sender closed.
   auto big = pattern(2 << 20, 5);
   std::error_code sent, fetched, next;
-  ucx_gate header_seen(r.ex()), sender_done(r.ex());
+  gate header_seen(r.ex()), sender_done(r.ex());
   auto send = [&]() -> asio::awaitable<void> {
     sent = co_await send_frame(*a, {.type = frame_type::data, .length = std::uint32_t(big.size())},
                                big);
@@ -311,7 +285,7 @@ BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_send_with_closed, bdata::mak
 
 BOOST_DATA_TEST_CASE(cancelled_receive_leaves_transport_usable, bdata::make(ucx_links()), link) {
   using namespace asio::experimental::awaitable_operators;
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   bool timer_won = false;
@@ -335,7 +309,7 @@ BOOST_DATA_TEST_CASE(cancelled_receive_leaves_transport_usable, bdata::make(ucx_
 }
 
 BOOST_DATA_TEST_CASE(unknown_frame_type_is_protocol_violation, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   std::error_code seen, sender_after;
@@ -357,28 +331,8 @@ BOOST_DATA_TEST_CASE(unknown_frame_type_is_protocol_violation, bdata::make(ucx_l
   BOOST_TEST((sender_after == errc::peer_closed), sender_after.message());
 }
 
-BOOST_DATA_TEST_CASE(header_over_max_frame_bytes_is_protocol_violation, bdata::make(ucx_links()),
-                     link) {
-  ucx_runner r;
-  auto [a, b] = r.await(ucx_pair(link, {.max_frame_bytes = 16}));
-  BLOBPIPE_REQUIRE_SELECTED(link, a);
-  std::error_code seen;
-  auto bytes = pattern(17, 1);
-  auto send = [&]() -> asio::awaitable<void> {
-    (void)co_await send_frame(*a, {.type = frame_type::tail, .length = 17}, bytes);
-  };
-  auto receive = [&]() -> asio::awaitable<void> {
-    seen = std::get<0>(co_await b->receive_header());
-  };
-  r.spawn(send());
-  r.spawn(receive());
-  BOOST_TEST_REQUIRE(r.run());
-  BOOST_TEST((seen == errc::protocol_violation), seen.message());
-  BOOST_TEST(!b->is_open());
-}
-
 BOOST_DATA_TEST_CASE(send_with_wrong_length_is_invalid_argument, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   std::error_code ec;
   auto send = [&]() -> asio::awaitable<void> {
@@ -399,7 +353,7 @@ BOOST_DATA_TEST_CASE(killed_peer_is_peer_failed, bdata::make(ucx_links()), link)
   const char* ws = std::getenv("TEST_WORKSPACE");
   std::string peer =
       std::string(srcdir ? srcdir : ".") + "/" + (ws ? ws : "blobpipe") + "/test/ucx_test_peer";
-  ucx_runner r;
+  runner r;
   auto lis = ucx::listen(r.ex(), 0, "127.0.0.1", link.opt).value();
   std::string port = std::to_string(lis.port());
   std::string tls = link.opt.config[0].second;
@@ -444,7 +398,7 @@ BOOST_DATA_TEST_CASE(killed_peer_is_peer_failed, bdata::make(ucx_links()), link)
 }
 
 BOOST_DATA_TEST_CASE(idle_connection_costs_no_cpu, bdata::make(ucx_links()), link) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   // A receive waits on each end; nothing is sent for 300 ms of wall time.
@@ -484,7 +438,7 @@ BOOST_AUTO_TEST_CASE(io_context_runs_out_of_work_once_transports_are_gone) {
 }
 
 BOOST_AUTO_TEST_CASE(connect_without_listener_is_peer_failed) {
-  ucx_runner r;
+  runner r;
   // Take a free port, then stop listening on it.
   std::uint16_t port = ucx::listen(r.ex(), 0, "127.0.0.1", ucx_links()[0].opt).value().port();
   std::error_code ec;
@@ -519,7 +473,7 @@ BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {
 }
 
 BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
-  ucx_runner r;
+  runner r;
   auto [a, b] = r.await(ucx_pair(ucx_links()[0]));
   if (a->accepts_device_memory()) {
     // Needs CUDA buffers to go further: covered where a GPU is.

@@ -1,0 +1,107 @@
+// test/process.hpp — runs a program as a child process and captures its
+// exit status, stdout and stderr (cli_test, examples_test).
+//
+// Output goes to temporary files in the test's scratch directory, not to
+// pipes: a program may print megabytes (inspect of many_entries), and files
+// need no concurrent draining while it runs, even with two programs started
+// side by side. Failures to start are BOOST_TEST_REQUIRE failures.
+#pragma once
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace blobpipe::testing {
+
+struct run_result {
+  int exit_code = -1;  ///< the exit status, or 128 + the signal that ended it
+  std::string out;
+  std::string err;
+};
+
+/// Bazel's per-test TEST_TMPDIR, else the system's temporary directory.
+inline std::filesystem::path scratch_dir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t && *t ? std::filesystem::path(t) : std::filesystem::temp_directory_path();
+}
+
+/// Everything written to `fd`, from its start.
+inline std::string slurp_fd(int fd) {
+  std::string s;
+  ::lseek(fd, 0, SEEK_SET);
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+  return s;
+}
+
+/// A started program whose stdout and stderr go to temporary files.
+class process {
+ public:
+  process(const std::filesystem::path& exe, const std::vector<std::string>& args) {
+    out_ = temp_file("out");
+    err_ = temp_file("err");
+    std::vector<std::string> all{exe.string()};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out_.fd, 1);
+    posix_spawn_file_actions_adddup2(&fa, err_.fd, 2);
+    int rc = ::posix_spawn(&pid_, all[0].c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
+  }
+
+  /// Waits for the program to end; returns its status and output (and
+  /// removes the temporary files).
+  run_result wait() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    run_result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = finish(out_);
+    r.err = finish(err_);
+    return r;
+  }
+
+ private:
+  struct temp {
+    std::string path;
+    int fd = -1;
+  };
+  static temp temp_file(const char* what) {
+    temp t{(scratch_dir() / (std::string("process_") + what + "_XXXXXX")).string()};
+    t.fd = ::mkstemp(t.path.data());
+    BOOST_TEST_REQUIRE(t.fd >= 0);
+    return t;
+  }
+  static std::string finish(temp& t) {
+    std::string s = slurp_fd(t.fd);
+    ::close(t.fd);
+    ::unlink(t.path.c_str());
+    return s;
+  }
+  pid_t pid_ = -1;
+  temp out_, err_;
+};
+
+/// Runs `exe` with `args` to its end.
+inline run_result run_process(const std::filesystem::path& exe,
+                              const std::vector<std::string>& args) {
+  return process(exe, args).wait();
+}
+
+}  // namespace blobpipe::testing
