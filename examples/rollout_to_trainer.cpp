@@ -80,13 +80,13 @@ int run(const options& o) {
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
-    auto l = any_listener::listen(ex, o.transport, o.port, o.host);
+    auto l = listen_transport(ex, o.transport, o.port, o.host);
     if (!l) {
       std::cerr << "rollout_to_trainer: listen on " << o.host << ":" << o.port << ": "
                 << l.message() << "\n";
       return exit_mismatch;
     }
-    port = l->port();
+    port = (*l)->port();
     auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
     trainer_config cfg{.connections = o.workers,
                        .timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3)),

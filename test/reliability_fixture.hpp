@@ -246,69 +246,58 @@ class loopback_link final : public reconnect_link {
   bool closed_ = false;
 };
 
-/// TCP on 127.0.0.1 (an ephemeral port), optionally through `via_port`
-/// (a fault_proxy in front of the listener).
-class tcp_link final : public reconnect_link {
+/// Connections through a real listener (blobpipe::listener) on 127.0.0.1,
+/// made by `dial(port)`; optionally through `via_port` (a fault_proxy in
+/// front of the listener).
+class listener_link : public reconnect_link {
  public:
-  explicit tcp_link(asio::any_io_executor ex) : ex_(ex), lis_(tcp::listen(ex, 0).value()) {}
-  std::string name() const override { return "tcp"; }
-  std::uint16_t listen_port() const { return lis_.port(); }
+  using dial_fn = std::function<asio::awaitable<accept_result>(std::uint16_t port)>;
+  listener_link(std::string name, std::unique_ptr<listener> lis, dial_fn dial)
+      : name_(std::move(name)), lis_(std::move(lis)), dial_(std::move(dial)) {}
+  std::string name() const override { return name_; }
+  std::uint16_t listen_port() const { return lis_->port(); }
   std::uint16_t via_port = 0;
   connect_fn connector() override {
     return [this]() -> asio::awaitable<accept_result> {
-      const std::uint16_t port = via_port ? via_port : lis_.port();
-      auto [ec, t] = co_await tcp::connect(ex_, "127.0.0.1", port);
+      auto [ec, t] = co_await dial_(via_port ? via_port : lis_->port());
       if (ec) co_return accept_result{ec, nullptr};
       co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap, made_++)};
     };
   }
   asio::awaitable<accept_result> accept() override {
-    auto [ec, t] = co_await lis_.accept();
+    auto [ec, t] = co_await lis_->accept();
     if (ec) co_return accept_result{ec, nullptr};
     co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap_c, accepted_++)};
   }
   void close() override {
-    lis_.close();
+    lis_->close();
     if (on_close) on_close();
   }
 
  private:
-  asio::any_io_executor ex_;
-  tcp::listener lis_;
+  std::string name_;
+  std::unique_ptr<listener> lis_;
+  dial_fn dial_;
   int accepted_ = 0;
 };
 
-/// Connections from a UCX listener on 127.0.0.1 with one configuration of
-/// test/ucx_links.hpp.
-class ucx_reconnect_link final : public reconnect_link {
+/// TCP on 127.0.0.1, an ephemeral port.
+class tcp_link final : public listener_link {
+ public:
+  explicit tcp_link(asio::any_io_executor ex)
+      : listener_link("tcp", std::make_unique<tcp::listener>(tcp::listen(ex, 0).value()),
+                      [ex](std::uint16_t port) { return tcp::connect(ex, "127.0.0.1", port); }) {}
+};
+
+/// UCX on 127.0.0.1 with one configuration of test/ucx_links.hpp.
+class ucx_reconnect_link final : public listener_link {
  public:
   ucx_reconnect_link(asio::any_io_executor ex, const ucx_link& l)
-      : ex_(ex), opt_(l.opt), name_(l.name),
-        lis_(ucx::listen(ex, 0, "127.0.0.1", l.opt).value()) {}
-  std::string name() const override { return "ucx/" + name_; }
-  connect_fn connector() override {
-    return [this]() -> asio::awaitable<accept_result> {
-      auto [ec, t] = co_await ucx::connect(ex_, "127.0.0.1", lis_.port(), {}, opt_);
-      if (ec) co_return accept_result{ec, nullptr};
-      co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap, made_++)};
-    };
-  }
-  asio::awaitable<accept_result> accept() override {
-    auto [ec, t] = co_await lis_.accept();
-    if (ec) co_return accept_result{ec, nullptr};
-    co_return accept_result{std::error_code{}, wrapped(std::move(t), wrap_c, accepted_++)};
-  }
-  void close() override {
-    lis_.close();
-    if (on_close) on_close();
-  }
-
- private:
-  asio::any_io_executor ex_;
-  ucx::options opt_;
-  std::string name_;
-  ucx::listener lis_;
-  int accepted_ = 0;
+      : listener_link("ucx/" + l.name,
+                      std::make_unique<ucx::listener>(ucx::listen(ex, 0, "127.0.0.1", l.opt).value()),
+                      [ex, opt = l.opt](std::uint16_t port) {
+                        return ucx::connect(ex, "127.0.0.1", port, {}, opt);
+                      }) {}
 };
 
 inline std::unique_ptr<reconnect_link> make_link(link_kind k, asio::any_io_executor ex) {

@@ -1,8 +1,9 @@
-// rollout/listener.hpp — the trainer's listener over either transport.
+// rollout/listener.hpp — the trainer's listener and the workers' connect,
+// over either transport.
 //
-// tcp::listener and ucx::listener have the same shape (port, accept,
-// close) and both hand out std::unique_ptr<blobpipe::transport>, so the
-// trainer holds one of them and never learns which.
+// tcp::listener and ucx::listener both implement blobpipe::listener and
+// hand out std::unique_ptr<blobpipe::transport>, so the trainer holds a
+// blobpipe::listener and never learns which transport it is.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <string>
 #include <system_error>
 #include <tuple>
-#include <variant>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -21,38 +21,21 @@
 
 namespace rollout {
 
-class any_listener {
- public:
-  /// Listens on host:port with `transport` ("tcp" or "ucx"); port 0 picks
-  /// an ephemeral port. Errors: those of tcp::listen / ucx::listen.
-  static blobpipe::result<any_listener> listen(asio::any_io_executor ex, const std::string& transport,
-                                               std::uint16_t port, const std::string& host) {
-    if (transport == "ucx") {
-      auto l = blobpipe::ucx::listen(ex, port, host);
-      if (!l) return l.err();
-      return any_listener(std::move(*l));
-    }
-    auto l = blobpipe::tcp::listen(ex, port, host);
-    if (!l) return l.err();
-    return any_listener(std::move(*l));
-  }
+/// A listen() result as an owned blobpipe::listener.
+template <class Listener>
+blobpipe::result<std::unique_ptr<blobpipe::listener>> own(blobpipe::result<Listener> l) {
+  if (!l) return l.err();
+  return std::unique_ptr<blobpipe::listener>(std::make_unique<Listener>(std::move(*l)));
+}
 
-  std::uint16_t port() const noexcept {
-    return std::visit([](const auto& l) { return l.port(); }, l_);
-  }
-  asio::awaitable<std::tuple<std::error_code, std::unique_ptr<blobpipe::transport>>> accept() {
-    if (auto* t = std::get_if<blobpipe::tcp::listener>(&l_)) co_return co_await t->accept();
-    co_return co_await std::get<blobpipe::ucx::listener>(l_).accept();
-  }
-  void close() noexcept {
-    std::visit([](auto& l) { l.close(); }, l_);
-  }
-
- private:
-  template <class L>
-  explicit any_listener(L l) : l_(std::move(l)) {}
-  std::variant<blobpipe::tcp::listener, blobpipe::ucx::listener> l_;
-};
+/// Listens on host:port with `transport` ("tcp" or "ucx"); port 0 picks an
+/// ephemeral port. Errors: those of tcp::listen / ucx::listen.
+inline blobpipe::result<std::unique_ptr<blobpipe::listener>> listen_transport(
+    asio::any_io_executor ex, const std::string& transport, std::uint16_t port,
+    const std::string& host) {
+  if (transport == "ucx") return own(blobpipe::ucx::listen(ex, port, host));
+  return own(blobpipe::tcp::listen(ex, port, host));
+}
 
 /// Connects to host:port with `transport` ("tcp" or "ucx").
 inline asio::awaitable<std::tuple<std::error_code, std::unique_ptr<blobpipe::transport>>>

@@ -13,7 +13,7 @@ namespace rollout {
 using asio::experimental::as_tuple;
 using blobpipe::event_kind;
 
-trainer::trainer(asio::any_io_executor ex, any_listener l,
+trainer::trainer(asio::any_io_executor ex, std::unique_ptr<blobpipe::listener> l,
                  std::unique_ptr<checker> check, trainer_config cfg, std::ostream& out)
     : ex_(ex),
       listener_(std::move(l)),
@@ -29,7 +29,7 @@ asio::awaitable<bool> trainer::run() {
   asio::co_spawn(ex_, watchdog(self), asio::detached);
 
   for (std::size_t conn = 0; accepting_ && conn < cfg_.connections; ++conn) {
-    auto [ec, t] = co_await listener_.accept();
+    auto [ec, t] = co_await listener_->accept();
     if (ec) {
       if (!stopping_ && accepting_) problems_.add(std::string("accept: ") + blobpipe::errc_name(ec));
       break;
@@ -42,7 +42,7 @@ asio::awaitable<bool> trainer::run() {
     asio::co_spawn(ex_, consume(self, conn, std::move(t)), asio::detached);
   }
   accepting_ = false;
-  listener_.close();
+  listener_->close();
 
   // Wait for every stream to end; each consume() wakes us as it leaves.
   while (active_ > 0) co_await idle_.async_wait(as_tuple(asio::use_awaitable));
@@ -54,7 +54,7 @@ asio::awaitable<bool> trainer::run() {
 void trainer::stop_accepting() noexcept {
   if (!accepting_) return;
   accepting_ = false;
-  listener_.close();
+  listener_->close();
 }
 
 asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_t conn,

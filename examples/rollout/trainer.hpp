@@ -41,8 +41,8 @@ struct trainer_config {
 class trainer : public std::enable_shared_from_this<trainer> {
  public:
   /// REQUIRES: held by a std::shared_ptr (run() keeps itself alive).
-  trainer(asio::any_io_executor ex, any_listener l, std::unique_ptr<checker> check,
-          trainer_config cfg, std::ostream& out);
+  trainer(asio::any_io_executor ex, std::unique_ptr<blobpipe::listener> l,
+          std::unique_ptr<checker> check, trainer_config cfg, std::ostream& out);
 
   /// Accepts cfg.connections connections, consumes each to its end, prints
   /// the summary. True when every connection ended in order and the
@@ -64,7 +64,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   bool print_summary();
 
   asio::any_io_executor ex_;
-  any_listener listener_;
+  std::unique_ptr<blobpipe::listener> listener_;
   std::unique_ptr<checker> check_;
   trainer_config cfg_;
   std::ostream& out_;

@@ -28,23 +28,19 @@
 
 namespace blobpipe::tcp {
 
-/// A listening socket that yields TCP transports.
-class listener {
+/// A listening socket that yields TCP transports (blobpipe::listener).
+class listener final : public blobpipe::listener {
  public:
   listener(listener&&) noexcept;
   listener& operator=(listener&&) noexcept;
-  ~listener();
+  ~listener() override;
 
-  /// The bound port (useful after listening on port 0).
-  std::uint16_t port() const noexcept;
-
-  /// Accepts one connection and returns it as a transport (TCP_NODELAY set).
+  std::uint16_t port() const noexcept override;
+  /// The transport has TCP_NODELAY set.
   /// Errors: closed (close() called), peer_failed (accept failed).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
-      transport_options opt = {});
-
-  /// Stops listening; a pending accept completes with `closed`.
-  void close() noexcept;
+      transport_options opt = {}) override;
+  void close() noexcept override;
 
  private:
   struct impl;

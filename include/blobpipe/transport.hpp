@@ -174,6 +174,35 @@ class transport {
   std::string last_error_;
 };
 
+/// What every transport's listener offers (tcp::listener, ucx::listener),
+/// so a consumer side can hold either without knowing which:
+///
+///   std::unique_ptr<blobpipe::listener> l =
+///       std::make_unique<tcp::listener>(tcp::listen(ex, 0).value());
+///   auto [ec, t] = co_await l->accept();
+class listener {
+ public:
+  virtual ~listener() = default;
+
+  /// The bound port (useful after listening on port 0).
+  virtual std::uint16_t port() const noexcept = 0;
+
+  /// Waits for the next connection and returns it as a transport.
+  /// Errors: closed (close() called, before or while waiting); each
+  /// listener documents its others.
+  virtual asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
+      transport_options opt = {}) = 0;
+
+  /// Stops listening; a pending accept completes with `closed`.
+  /// Idempotent, never throws.
+  virtual void close() noexcept = 0;
+
+ protected:
+  listener() = default;
+  listener(listener&&) = default;
+  listener& operator=(listener&&) = default;
+};
+
 /// Sends a frame with one contiguous payload (may be empty).
 asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
                                             std::span<const std::byte> payload);

@@ -91,28 +91,25 @@ struct options {
   std::chrono::microseconds busy_poll{200};
 };
 
-/// A listener (ucp_listener_create) that yields UCX transports.
+/// A listener (ucp_listener_create) that yields UCX transports
+/// (blobpipe::listener).
 ///
 /// Connection requests are taken as they arrive (ucp_ep_create with the
 /// request, like a kernel backlog), so a client's connect() completes
 /// before accept() is called.
-class listener {
+class listener final : public blobpipe::listener {
  public:
   listener(listener&&) noexcept;
   listener& operator=(listener&&) noexcept;
-  ~listener();
+  ~listener() override;
 
-  /// The bound port (useful after listening on port 0; ucp_listener_query).
-  std::uint16_t port() const noexcept;
-
-  /// Waits for the next connection and returns it as a transport.
+  /// ucp_listener_query.
+  std::uint16_t port() const noexcept override;
   /// Errors: closed (close() called, before or while waiting).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
-      transport_options opt = {});
-
-  /// Stops listening (ucp_listener_destroy); a pending accept completes
-  /// with `closed`, connections not yet accepted are closed.
-  void close() noexcept;
+      transport_options opt = {}) override;
+  /// ucp_listener_destroy; connections not yet accepted are closed too.
+  void close() noexcept override;
 
  private:
   struct impl;
