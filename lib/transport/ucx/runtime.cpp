@@ -5,12 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/status.hpp"
@@ -62,7 +58,7 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
   }
-  asio::co_spawn(ex, progress_loop(rt), asio::detached);
+  rt->kick();  // the first pass arms the worker and waits on its event fd
   reg.current = rt;
   return rt;
 }
@@ -137,20 +133,17 @@ ucs_status_t am_callback(void* arg, const void* header, std::size_t header_lengt
 
 }  // namespace
 
-asio::awaitable<void> runtime::progress_loop(std::weak_ptr<runtime> weak) {
-  constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
-  for (;;) {
-    auto rt = weak.lock();
-    if (!rt) co_return;
-    rt->progress_pass();
-    auto& fd = rt->efd_;
-    // Only a weak reference across the wait: the runtime ends with its
-    // last owner, which cancels this wait. Nothing runs between reset()
-    // and starting the wait, so `fd` is still alive when it starts.
-    rt.reset();
-    auto [ec] = co_await fd.async_wait(asio::posix::stream_descriptor::wait_read, use_tuple);
-    (void)ec;  // aborted or readable: the lock above decides whether to go on
-  }
+void runtime::wait_fd() {
+  fd_waiting_ = true;
+  // Only a weak reference: the runtime ends with its last owner, and the
+  // descriptor's destruction then completes this wait with an error.
+  efd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                  [weak = weak_from_this()](std::error_code) {
+                    auto rt = weak.lock();
+                    if (!rt) return;
+                    rt->fd_waiting_ = false;
+                    rt->progress_pass();
+                  });
 }
 
 void runtime::progress_pass() {
@@ -158,6 +151,7 @@ void runtime::progress_pass() {
   in_progress_ = true;
   unsigned events = 0;
   bool poll_on = false;
+  bool armed = false;
   for (;;) {
     while (unsigned n = ucp_worker_progress(worker_.get())) events += n;
     const auto now = std::chrono::steady_clock::now();
@@ -173,10 +167,22 @@ void runtime::progress_pass() {
     }
     // UCS_ERR_BUSY: events arrived since the last progress; sleeping now
     // could miss them.
-    if (ucp_worker_arm(worker_.get()) != UCS_ERR_BUSY) break;
+    const ucs_status_t st = ucp_worker_arm(worker_.get());
+    if (st != UCS_ERR_BUSY) {
+      armed = st == UCS_OK;
+      break;
+    }
   }
   in_progress_ = false;
-  if (poll_on) kick();
+  // Wait on the event fd only once the worker is armed. While it is not,
+  // UCX leaves its own descriptors ready, so the fd would read as ready
+  // again at once: a loop of epoll calls (most of a busy sender's time
+  // before this) that the polling passes make needless.
+  // (Should arming fail, keep polling rather than sleep unwoken.)
+  if (poll_on || !armed)
+    kick();
+  else if (!fd_waiting_)
+    wait_fd();
 }
 
 void runtime::kick() {

@@ -106,10 +106,12 @@ class runtime : public std::enable_shared_from_this<runtime> {
   void shutdown() noexcept;
 
  private:
-  static asio::awaitable<void> progress_loop(std::weak_ptr<runtime> self);
   /// Progress until idle; arm only when the pass found nothing, else run
-  /// another pass from the executor's queue (see runtime.cpp).
+  /// another pass from the executor's queue (see runtime.cpp). Armed, it
+  /// waits on the event fd (wait_fd) unless a wait is outstanding already.
   void progress_pass();
+  /// Runs a pass when the event fd becomes readable.
+  void wait_fd();
   ucs_status_t set_am_handler(unsigned id);
 
   // Declared in acquisition order: destruction is UCX's reverse teardown.
@@ -123,6 +125,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
   std::chrono::microseconds busy_poll_;
   std::chrono::steady_clock::time_point last_events_{};
   bool kick_posted_ = false;
+  bool fd_waiting_ = false;  // an efd_ wait is outstanding
   bool in_progress_ = false;
 };
 
