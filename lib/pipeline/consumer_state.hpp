@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
 
 #include "blobpipe/consumer.hpp"
 #include "lib/pipeline/device_landing.hpp"
@@ -83,5 +84,14 @@ struct consumer_state {
   consumer_stats stats;
   std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
 };
+
+/// One frame, checked and turned into events (consumer_frames.cpp). An
+/// error ends the stream.
+asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h);
+
+/// After a failure: ends the chunk payloads still posted (closing the
+/// transport) and waits for them, so none still writes into a buffer
+/// consumer_state::end() frees.
+asio::awaitable<void> abandon_posted(consumer_state& s);
 
 }  // namespace blobpipe::detail
