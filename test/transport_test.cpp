@@ -6,7 +6,9 @@
 #define BOOST_TEST_MODULE transport
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "test/pipeline_fixture.hpp"
 
@@ -46,6 +48,67 @@ BOOST_AUTO_TEST_CASE(transport_delivers_scatter_gather_frame_into_destination) {
       BOOST_TEST((got == frame_header{.type = frame_type::data, .length = 13, .blob_id = 3,
                                       .arg = 64}));
       BOOST_TEST(std::memcmp(dest.data(), "hello, frames", 13) == 0);
+    }
+  }
+}
+
+// post_payload: a receipt completes as receive_payload does. Where the
+// transport allows it (payload_window() > 1: UCX) several frames' payloads
+// are posted before the first is waited for, each landing in its own
+// buffer; elsewhere each is waited for before the next header. Empty and
+// already-waited receipts are invalid_argument.
+BOOST_AUTO_TEST_CASE(posted_payloads_land_intact_and_overlap_where_allowed) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(l));
+      constexpr int frames = 6;
+      std::vector<std::vector<std::byte>> sent(frames), got(frames);
+      for (int i = 0; i < frames; ++i) {
+        sent[i].resize(300000 + static_cast<std::size_t>(i) * 1000);  // rendezvous over UCX
+        for (std::size_t j = 0; j < sent[i].size(); ++j)
+          sent[i][j] = static_cast<std::byte>((j * 7 + static_cast<std::size_t>(i)) & 0xff);
+      }
+      const std::size_t window = std::min<std::size_t>(b->payload_window(), 4);
+      std::size_t most_outstanding = 0;
+      std::error_code empty_ec, second_ec;
+      auto send = [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < frames; ++i) {
+          frame_header h{.type = frame_type::data,
+                         .length = static_cast<std::uint32_t>(sent[i].size()),
+                         .blob_id = static_cast<std::uint64_t>(i)};
+          BLOBPIPE_CO_CHECK(send_frame(*a, h, sent[i]));
+        }
+      };
+      auto receive = [&]() -> asio::awaitable<void> {
+        std::deque<payload_receipt> posted;
+        for (int i = 0; i < frames; ++i) {
+          auto [ec, h] = co_await b->receive_header();
+          BOOST_TEST_REQUIRE(!ec);
+          BOOST_TEST(h.blob_id == static_cast<std::uint64_t>(i));
+          got[i].resize(h.length);
+          posted.push_back(b->post_payload(got[i]));
+          most_outstanding = std::max(most_outstanding, posted.size());
+          while (posted.size() >= window) {
+            auto oldest = std::move(posted.front());
+            posted.pop_front();
+            BLOBPIPE_CO_CHECK(oldest.wait());
+            second_ec = co_await oldest.wait();
+          }
+        }
+        while (!posted.empty()) {
+          BLOBPIPE_CO_CHECK(posted.front().wait());
+          posted.pop_front();
+        }
+        empty_ec = co_await payload_receipt{}.wait();
+      };
+      r.spawn(send());
+      r.spawn(receive());
+      BOOST_TEST_REQUIRE(r.run());
+      for (int i = 0; i < frames; ++i) BOOST_TEST((got[i] == sent[i]), "frame " << i);
+      BOOST_TEST(most_outstanding == (is_ucx(l) ? 4u : 1u));
+      BOOST_TEST((empty_ec == errc::invalid_argument));
+      BOOST_TEST((second_ec == errc::invalid_argument));
     }
   }
 }

@@ -196,8 +196,8 @@ struct consumer_stats {
   std::uint64_t device_entries = 0;  ///< entries landed in device memory
   std::uint64_t device_chunks = 0;   ///< host-to-device copies from pinned buffers
   std::uint64_t duplicates_dropped = 0;  ///< resent blobs already delivered
-  /// Chunks whose fetch was started while an earlier one was still in
-  /// flight (consumer_options::payload_window).
+  /// Chunks posted while earlier ones were still posted and not waited
+  /// for (consumer_options::payload_window): the receives that overlapped.
   std::uint64_t chunks_overlapped = 0;
 };
 

@@ -10,9 +10,13 @@
 //   auto [ec, h] = co_await t.receive_header();     // decide where it goes
 //   ec = co_await t.receive_payload(dest);          // straight into dest
 //
+// post_payload(dest) is receive_payload split in two: it starts the
+// transfer and returns a receipt to co_await later; UCX lets several be in
+// flight (payload_window()) while the next headers are received.
+//
 // TCP (blobpipe/tcp.hpp) reads the payload with one read into `dest`; an
 // in-process loopback (blobpipe/loopback.hpp) copies from the sender's
-// buffers into `dest`; UCX would call ucp_am_recv_data_nbx with `dest`.
+// buffers into `dest`; UCX calls ucp_am_recv_data_nbx with `dest`.
 //
 // Threading: one transport lives on one executor. Use it from coroutines on
 // that executor only (a single-threaded io_context or a strand).
@@ -41,8 +45,6 @@ struct transport_options {
   /// A header whose length exceeds this is a protocol_violation (bytes).
   std::uint32_t max_frame_bytes = default_max_frame_bytes;
 };
-
-class transport;
 
 /// A payload receive started by transport::post_payload and not yet waited
 /// for. Move-only; wait() once, and wait for or destroy it before its
