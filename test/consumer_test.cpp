@@ -11,6 +11,8 @@
 #include <deque>
 #include <functional>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -147,6 +149,58 @@ BOOST_AUTO_TEST_CASE(multi_chunk_entries_arrive_intact_with_fetches_overlapped) 
         BOOST_TEST(st.chunks_overlapped > 0u);
       else
         BOOST_TEST(st.chunks_overlapped == 0u);
+    }
+  }
+}
+
+// Cancelling a next() that waits for the sender ends the stream without
+// throwing: the blob in flight is reported aborted and the stream ends. The entry is 4 MiB in 64 KiB chunks, so over UCX the
+// cancellation most likely lands while chunks are posted: those are waited
+// out before the stream ends (consumer.cpp, next()).
+BOOST_AUTO_TEST_CASE(cancelled_next_ends_the_stream_without_throwing) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto big = ramp(1 << 20, 3.0f);  // 4 MiB
+      auto ep = r.await(connect(l, {}, {.chunk_bytes = 64 << 10}));
+      asio::cancellation_signal cancel;
+      bool threw = false, returned = false, producer_done = false;
+      event first, after;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        (void)co_await blob.emit("big", value::tensor(big));  // fails once the consumer ends
+        producer_done = true;
+      };
+      auto canceller = [&]() -> asio::awaitable<void> {
+        while (ep.c.stats().buffered_bytes == 0) co_await yield_n(1);  // entry begun
+        co_await yield_n(3);
+        cancel.emit(asio::cancellation_type::terminal);
+      };
+      asio::co_spawn(r.ctx, ep.c.next(),
+                     asio::bind_cancellation_slot(cancel.slot(),
+                                                  [&](std::exception_ptr e, event ev) {
+                                                    threw = e != nullptr;
+                                                    returned = true;
+                                                    first = std::move(ev);
+                                                  }));
+      r.spawn(produce());
+      r.spawn(canceller());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(returned);
+      BOOST_TEST(!threw);
+      auto rest = [&]() -> asio::awaitable<void> {
+        after = co_await ep.c.next();
+        while (after.kind != event_kind::end_of_stream) after = co_await ep.c.next();
+      };
+      r.spawn(rest());
+      BOOST_TEST_REQUIRE(r.run());
+      // The error is the interrupted wait's (operation_aborted, closed or
+      // peer_failed, by transport and by where it was): any, but one.
+      BOOST_TEST(first.kind == event_kind::blob_aborted);
+      BOOST_TEST(first.error, "blob_aborted without an error");
+      BOOST_TEST(after.kind == event_kind::end_of_stream);
+      BOOST_TEST(after.error, "end_of_stream without an error");
+      BOOST_TEST(producer_done);
     }
   }
 }

@@ -223,6 +223,9 @@ class consumer {
 
   /// The next event. Never throws for stream problems: a broken peer yields
   /// blob_aborted for each open blob, then end_of_stream with the error.
+  /// Cancelling the awaiting coroutine (terminal) ends the stream the same
+  /// way, with the error the interrupted wait reported (operation_aborted,
+  /// closed, peer_failed), instead of throwing out of a half-read frame.
   /// REQUIRES: no other next() pending on this consumer.
   asio::awaitable<event> next();
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <utility>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -66,6 +67,17 @@ class payload_receipt {
   explicit payload_receipt(std::unique_ptr<pending> p) noexcept : p_(std::move(p)) {}
   /// A receipt for a receive that already ended with `done` (success or not).
   explicit payload_receipt(std::error_code done) noexcept : done_(done), ended_(true) {}
+  /// Moving leaves `other` empty.
+  payload_receipt(payload_receipt&& other) noexcept
+      : p_(std::move(other.p_)),
+        done_(std::exchange(other.done_, {})),
+        ended_(std::exchange(other.ended_, false)) {}
+  payload_receipt& operator=(payload_receipt&& other) noexcept {
+    p_ = std::move(other.p_);
+    done_ = std::exchange(other.done_, {});
+    ended_ = std::exchange(other.ended_, false);
+    return *this;
+  }
 
   /// Waits until the payload is in the destination given to post_payload.
   /// Errors: those of transport::receive_payload; invalid_argument on an
@@ -189,9 +201,11 @@ class listener {
   /// The bound port (useful after listening on port 0).
   virtual std::uint16_t port() const noexcept = 0;
 
-  /// Waits for the next connection and returns it as a transport.
-  /// Errors: closed (close() called, before or while waiting); each
-  /// listener documents its others.
+  /// Waits for the next connection and returns it as a transport. The
+  /// listener must outlive a pending accept.
+  /// Errors: closed (close() called, before or while waiting); when the
+  /// awaiting coroutine is cancelled, operation_aborted (UCX) or closed
+  /// (TCP); each listener documents its others.
   virtual asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
       transport_options opt = {}) = 0;
 

@@ -9,6 +9,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/this_coro.hpp>
 
 #include "blobpipe/layout.hpp"
 #include "lib/pipeline/consumer_state.hpp"
@@ -117,6 +118,20 @@ asio::awaitable<event> consumer::next() {
     ev.error = make_error_code(errc::closed);
     co_return ev;
   }
+  // A cancelled next() must not throw out of the middle of a frame (Asio's
+  // default), which would leave the stream unusable and the sender stuck:
+  // the cancelled wait fails instead, and the stream ends with its error.
+  // The caller's own setting is restored before returning.
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  event ev = co_await detail::next_event(s);
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  co_return ev;
+}
+
+namespace detail {
+
+asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
   for (;;) {
     if (!s->pending.empty()) {
       event ev = std::move(s->pending.front());
@@ -133,9 +148,9 @@ asio::awaitable<event> consumer::next() {
     if (ec) {
       r = error{ec, s->t->last_error().empty() ? ec.message() : s->t->last_error()};
     } else {
-      r = co_await detail::on_frame(s, h);
+      r = co_await on_frame(s, h);
     }
-    if (!r) co_await detail::abandon_posted(*s);
+    if (!r) co_await abandon_posted(*s);
     s->dog.progress();
     s->dog.end_wait();
     if (!r && !s->timeout_reason.empty()) {
@@ -146,6 +161,8 @@ asio::awaitable<event> consumer::next() {
     }
   }
 }
+
+}  // namespace detail
 
 void consumer::close() noexcept {
   if (!state_) return;

@@ -85,6 +85,9 @@ struct consumer_state {
   std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
 };
 
+/// consumer::next() with the caller's cancellation turned into errors.
+asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);
+
 /// One frame, checked and turned into events (consumer_frames.cpp). An
 /// error ends the stream.
 asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h);

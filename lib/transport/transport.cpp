@@ -31,11 +31,20 @@ namespace {
 class deferred_payload final : public payload_receipt::pending {
  public:
   deferred_payload(transport& t, std::span<std::byte> dest) : t_(&t), dest_(dest) {}
-  asio::awaitable<std::error_code> wait() override { return t_->receive_payload(dest_); }
+  // Never waited for: the payload was never read, so the stream cannot go
+  // on (payload_receipt's contract: dropping a receipt closes).
+  ~deferred_payload() override {
+    if (!waited_) t_->close();
+  }
+  asio::awaitable<std::error_code> wait() override {
+    waited_ = true;
+    return t_->receive_payload(dest_);
+  }
 
  private:
   transport* t_;
   std::span<std::byte> dest_;
+  bool waited_ = false;
 };
 
 }  // namespace
