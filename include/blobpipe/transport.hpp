@@ -49,9 +49,12 @@ struct transport_options {
 
 /// A payload receive started by transport::post_payload and not yet waited
 /// for. Move-only; wait() once, and wait for or destroy it before its
-/// transport. Destroying a receipt whose transfer may still be writing
-/// into its destination closes the transport first (so the transfer
-/// ends), as cancelling receive_payload would.
+/// transport. Destroying a receipt that was not waited for closes the
+/// transport (the stream cannot go on without that payload). Over UCX the
+/// transfer then ends when the forced close completes, asynchronously, so
+/// the destination must outlive that too: wait() (it completes with
+/// `closed` after a close) rather than drop a receipt whose buffer is
+/// about to be freed.
 class payload_receipt {
  public:
   /// What a transport keeps for one posted payload.
