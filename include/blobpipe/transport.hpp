@@ -49,8 +49,8 @@ struct transport_options {
 
 /// A payload receive started by transport::post_payload and not yet waited
 /// for. Move-only; wait() once, and wait for or destroy it before its
-/// transport. Destroying a receipt that was not waited for closes the
-/// transport (the stream cannot go on without that payload). Over UCX the
+/// transport. Destroying a receipt before its payload has all arrived
+/// closes the transport (the stream cannot go on without it). Over UCX the
 /// transfer then ends when the forced close completes, asynchronously, so
 /// the destination must outlive that too: wait() (it completes with
 /// `closed` after a close) rather than drop a receipt whose buffer is
