@@ -151,6 +151,15 @@ class transport {
   /// payload_window() must stay 1.
   virtual payload_receipt post_payload(std::span<std::byte> dest);
 
+  /// Keeps `owner` (the memory a receive was writing into) alive for as
+  /// long as this transport may still write into it after the receive was
+  /// cut short (closed or failed before the payload was all in).
+  /// Default: released at once (TCP and loopback write only inside the
+  /// receive). UCX: held for retire_linger (10 s) while its worker lives,
+  /// since a rendezvous fetch cut by a close can still land afterwards
+  /// (UCX 1.13 cannot cancel an active-message receive).
+  virtual void retire(std::shared_ptr<const void> owner) { (void)owner; }
+
   /// Closes the connection now. Every pending and later operation completes
   /// with `closed`; the peer sees peer_closed. Idempotent, never throws.
   virtual void close() noexcept = 0;

@@ -464,7 +464,15 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   // delivered and sends it again on its next connection, unless it ended
   // the session itself (an orderly close).
   const bool resend = ec && session != NO_SESSION;
-  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
+  for (auto& [id, b] : blobs) {
+    abort_blob(*this, b, blob_ec, blob_reason, resend);
+    if (ec) {
+      // A receive cut short may still be landing (UCX): the transport
+      // keeps the memory it was writing into until that cannot happen.
+      if (b.cur) t->retire(b.cur->storage);
+      t->retire(b.region);
+    }
+  }
   ack_stopped = true;
   dog.stop();
   t->close();

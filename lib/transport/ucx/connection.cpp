@@ -409,7 +409,8 @@ void connection::released() {
   linger_.cancel();
   // Force-closing purges the endpoint's requests from a callback UCX runs
   // on its next progress; let it, then abandon what is left (UCX will
-  // not complete those any more).
+  // not complete those any more; a fetch among them may still land, which
+  // is what transport::retire is for).
   if (!inflight_.empty()) rt_->progress_now();
   inflight_.abandon_all();
   if (closed_by_us_) drop_received();

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,6 +56,8 @@ inline constexpr unsigned am_goodbye_ack = 2;  ///< answer: the closer may disco
 /// How long an orderly close (goodbye, flush, ucp_ep_close_nbx) may take
 /// before the endpoint is forced closed.
 inline constexpr std::chrono::milliseconds close_linger{2000};
+/// How long runtime::retire keeps memory a cut-short fetch may still reach.
+inline constexpr std::chrono::seconds retire_linger{10};
 
 using config_list = std::vector<std::pair<std::string, std::string>>;
 
@@ -101,6 +104,10 @@ class runtime : public std::enable_shared_from_this<runtime> {
   void retain(std::shared_ptr<connection> c);
   void release(const connection* c) noexcept;
 
+  /// transport::retire: keeps `owner` for retire_linger (dropped by a
+  /// later progress pass, or with the runtime after its worker).
+  void retire(std::shared_ptr<const void> owner);
+
   /// Called when the execution context shuts down: force-closes every
   /// endpoint and drops the closing connections, so nothing leaks.
   void shutdown() noexcept;
@@ -116,6 +123,10 @@ class runtime : public std::enable_shared_from_this<runtime> {
 
   // Declared in acquisition order: destruction is UCX's reverse teardown.
   asio::any_io_executor ex_;
+  // Memory cut-short fetches may still write into (retire), oldest first;
+  // declared before the worker, so it outlives it.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<const void>>>
+      retired_;
   detail::context context_;
   detail::worker worker_;
   asio::posix::stream_descriptor efd_;  // a dup of the worker's event fd

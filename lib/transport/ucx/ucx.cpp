@@ -72,6 +72,8 @@ class ucx_transport final : public transport {
     return payload_receipt(std::make_unique<posted>(*this, std::move(pp)));
   }
 
+  void retire(std::shared_ptr<const void> owner) override { rt_->retire(std::move(owner)); }
+
   void close() noexcept override { c_->close(); }
   bool is_open() const noexcept override { return c_->is_open(); }
 
