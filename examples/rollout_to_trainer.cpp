@@ -115,7 +115,8 @@ int run(const options& o) {
     totals.running = o.workers;
     for (std::size_t w = 0; w < o.workers; ++w) {
       worker_config cfg{.host = o.host, .port = port, .transport = o.transport, .id = w, .count = o.workers,
-                        .batch = o.batch, .replay = replay};
+                        .batch = o.batch, .replay = replay,
+                        .stall_timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3))};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr](std::exception_ptr e, worker_report r) {
                        if (e) std::rethrow_exception(e);

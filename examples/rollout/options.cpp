@@ -52,7 +52,9 @@ options:
                       give both sides the same --workers, --batch and
                       --replay
   --transport NAME    tcp (default) or ucx (UCX_TLS picks UCX's transports; docs/ucx.md)
-  --timeout SECONDS   the trainer gives up after this long (default 60)
+  --timeout SECONDS   the trainer gives up after this long, and a worker
+                      once the trainer has taken nothing for this long
+                      (default 60)
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and

@@ -20,7 +20,11 @@ asio::awaitable<std::tuple<std::error_code, blobpipe::sender>> connect_sender(
   const auto give_up = std::chrono::steady_clock::now() + cfg.connect_patience;
   for (;;) {
     auto [ec, t] = co_await connect_transport(ex, cfg.transport, cfg.host, cfg.port);
-    if (!ec) co_return co_await blobpipe::sender::start(std::move(t));
+    if (!ec) {
+      blobpipe::sender_options opt;
+      opt.stall_timeout = cfg.stall_timeout;
+      co_return co_await blobpipe::sender::start(std::move(t), opt);
+    }
     if (ec != errc::peer_failed || std::chrono::steady_clock::now() >= give_up)
       co_return std::tuple{ec, blobpipe::sender{}};
     asio::steady_timer wait(ex, retry_interval);

@@ -40,6 +40,9 @@ struct worker_config {
   /// A refused connection is retried for this long: the trainer may be a
   /// second process that is still starting.
   std::chrono::milliseconds connect_patience{5000};
+  /// The worker gives up (timed_out) when the trainer takes nothing for
+  /// this long (sender_options::stall_timeout); 0: never.
+  std::chrono::milliseconds stall_timeout{0};
 };
 
 struct worker_report {
