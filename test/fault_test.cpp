@@ -44,6 +44,13 @@ struct outcome {
   }
 };
 
+/// A consumer whose 4 KiB window two 3 KiB entries overrun.
+consumer_options small_window() {
+  consumer_options o;
+  o.window_bytes = 4096;
+  return o;
+}
+
 sender_options small_chunks() {
   sender_options o;
   o.chunk_bytes = 256;
@@ -398,9 +405,7 @@ BOOST_AUTO_TEST_CASE(producer_cancelled_mid_blob_aborts_only_its_blob) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
-      consumer_options copt;
-      copt.window_bytes = 4096;
-      auto ep = r.await(connect(l, copt, small_chunks()));
+      auto ep = r.await(connect(l, small_window(), small_chunks()));
       const auto big = ramp(768, 1.0f);  // 3 KiB
       asio::cancellation_signal cancel;
       std::error_code victim_ec;
@@ -472,9 +477,7 @@ BOOST_AUTO_TEST_CASE(consumer_gone_while_producers_wait_on_backpressure) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
-      consumer_options copt;
-      copt.window_bytes = 4096;
-      auto ep = r.await(connect(l, copt, small_chunks()));
+      auto ep = r.await(connect(l, small_window(), small_chunks()));
       const auto big = ramp(768, 1.0f);  // 3 KiB: two of them exceed the window
       std::vector<std::error_code> results;
       int waiting = 0;

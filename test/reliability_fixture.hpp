@@ -167,6 +167,13 @@ class kill_switch final : public transport {
   asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
     co_return co_await inner_->receive_payload(dest);
   }
+  // Receives pass through whole, so the inner transport's posted receives
+  // and its retired memory (UCX) keep working under the decorator.
+  std::size_t payload_window() const noexcept override { return inner_->payload_window(); }
+  payload_receipt post_payload(std::span<std::byte> dest) override {
+    return inner_->post_payload(dest);
+  }
+  void retire(std::shared_ptr<const void> owner) override { inner_->retire(std::move(owner)); }
   void close() noexcept override { inner_->close(); }
   bool is_open() const noexcept override { return inner_->is_open(); }
   bool killed() const { return killed_; }
@@ -177,6 +184,16 @@ class kill_switch final : public transport {
   std::uint64_t frames_ = 0, acks_ = 0;
   bool killed_ = false;
 };
+
+/// A reconnect_link wrapper that loses the `nth` (0-based) delivery
+/// acknowledgement the consumer of connection 0 sends: the connection ends
+/// there instead, and later connections run undisturbed.
+inline auto lose_first_connections_ack(std::uint64_t nth) {
+  return [nth](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+    return std::make_unique<kill_switch>(std::move(t), kill_switch::never,
+                                         conn == 0 ? nth : kill_switch::never);
+  };
+}
 
 // ---- links: where reconnecting senders get their connections ---------------
 

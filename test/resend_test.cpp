@@ -214,10 +214,7 @@ BOOST_AUTO_TEST_CASE(resent_blob_whose_ack_was_lost_is_dropped_as_duplicate) {
     BOOST_TEST_CONTEXT(link_name(k)) {
       runner r;
       auto l = make_link(k, r.ex());
-      l->wrap_c = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
-        return std::make_unique<kill_switch>(std::move(t), kill_switch::never,
-                                             conn == 0 ? 0 : kill_switch::never);
-      };
+      l->wrap_c = lose_first_connections_ack(0);
       delivery_checker check;
       auto out = stream(r, *l, check, 20, 1, fast_retry());
       BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
@@ -236,10 +233,7 @@ BOOST_AUTO_TEST_CASE(producer_abort_is_reported_once_across_a_lost_ack) {
       runner r;
       auto l = make_link(k, r.ex());
       // Delivery acks on connection 0: #0 blob 0, #1 the abort of blob 1.
-      l->wrap_c = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
-        return std::make_unique<kill_switch>(std::move(t), kill_switch::never,
-                                             conn == 0 ? 1 : kill_switch::never);
-      };
+      l->wrap_c = lose_first_connections_ack(1);
       auto log = std::make_shared<delivery_log>();
       delivery_checker check;
       std::vector<event> aborts;
