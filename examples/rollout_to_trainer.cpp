@@ -9,14 +9,20 @@
 // how a sample is built from it (corpus, sample, pickle), the worker and
 // trainer coroutines (workers, trainer), and what the trainer checks
 // (batch_check, replay_check). This file wires them onto one io_context.
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
 
 #include "blobpipe/tcp.hpp"
 #include "examples/rollout/check.hpp"
@@ -57,7 +63,55 @@ std::string user_path(const std::string& p) {
   return (std::filesystem::path(cwd) / p).string();
 }
 
+// Each connection costs a descriptor at either end it has in this process
+// (UCX a few more). Asking for more than the process may open would end in
+// failed accepts and connects stuck in the kernel's retries, so raise the
+// soft limit as far as the hard one allows, or say why not.
+std::optional<std::string> check_descriptor_budget(const options& o) {
+  const rlim_t per_worker = o.mode == role::both ? 2 : 1;
+  const rlim_t spare = 64;  // the corpus, stdio, the listener, UCX's own
+  const rlim_t need = static_cast<rlim_t>(o.workers) * per_worker * (o.transport == "ucx" ? 4 : 1) + spare;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need)
+    return std::nullopt;
+  if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
+    lim.rlim_cur = need;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) return std::nullopt;
+  }
+  return "--workers " + std::to_string(o.workers) + " needs about " + std::to_string(need) +
+         " file descriptors; this process may open " + std::to_string(lim.rlim_cur) +
+         " (hard limit " + std::to_string(lim.rlim_max) + "; see ulimit -n)";
+}
+
+// SIGINT and SIGTERM end the run early with a summary of what arrived;
+// a SIGINT the shell had us ignore (a background job) stays ignored.
+void watch_signals(asio::io_context& ctx, asio::signal_set& signals,
+                   const std::shared_ptr<trainer>& tr, int& status, bool& interrupted) {
+  struct sigaction old {};
+  if (::sigaction(SIGINT, nullptr, &old) != 0 || old.sa_handler != SIG_IGN) signals.add(SIGINT);
+  signals.add(SIGTERM);
+  signals.async_wait([&ctx, &signals, &status, &interrupted, tr](std::error_code ec, int signo) {
+    if (ec) return;
+    interrupted = true;
+    status = 128 + signo;
+    // A second signal acts as usual (ends the process at once).
+    std::error_code ignored;
+    signals.clear(ignored);
+    const std::string name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+    if (tr) {
+      tr->interrupt(name);
+    } else {
+      std::cerr << "rollout_to_trainer: interrupted by " << name << "\n";
+      ctx.stop();  // destroying the workers' frames closes their connections
+    }
+  });
+}
+
 int run(const options& o) {
+  if (auto why = check_descriptor_budget(o)) {
+    std::cerr << "rollout_to_trainer: " << *why << "\n";
+    return exit_usage;
+  }
   std::shared_ptr<const replay_set> replay;
   std::shared_ptr<const sample_builder> builder;
   if (o.replay_dir) {
@@ -75,6 +129,8 @@ int run(const options& o) {
   asio::io_context ctx;
   auto ex = ctx.get_executor();
   int status = exit_ok;
+  bool interrupted = false;
+  asio::signal_set signals(ctx);
   std::uint16_t port = o.port;
 
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
@@ -82,8 +138,7 @@ int run(const options& o) {
   if (o.mode != role::workers) {
     auto l = listen_transport(ex, o.transport, o.port, o.host);
     if (!l) {
-      std::cerr << "rollout_to_trainer: listen on " << o.host << ":" << o.port << ": "
-                << l.message() << "\n";
+      std::cerr << "rollout_to_trainer: " << l.message() << "\n";
       return exit_mismatch;
     }
     port = (*l)->port();
@@ -92,11 +147,14 @@ int run(const options& o) {
                        .timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3)),
                        .tty = stdout_is_tty()};
     tr = std::make_shared<trainer>(ex, std::move(*l), std::move(check), cfg, std::cout);
-    asio::co_spawn(ex, tr->run(), [&status](std::exception_ptr e, bool ok) {
+    asio::co_spawn(ex, tr->run(), [&](std::exception_ptr e, bool ok) {
       if (e) std::rethrow_exception(e);
-      if (!ok) status = exit_mismatch;
+      if (!ok && !interrupted) status = exit_mismatch;
+      std::error_code ignored;
+      signals.cancel(ignored);
     });
   }
+  watch_signals(ctx, signals, tr, status, interrupted);
 
   std::cout << "rollout_to_trainer: " << o.workers << " rollout worker(s) -> trainer, "
             << o.transport << " " << o.host << ":" << port << ", ";
@@ -120,7 +178,7 @@ int run(const options& o) {
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr](std::exception_ptr e, worker_report r) {
                        if (e) std::rethrow_exception(e);
-                       if (r.ec) {
+                       if (r.ec && !interrupted) {
                          std::cerr << r.what << "\n";
                          totals.failed = true;
                        }
@@ -128,19 +186,26 @@ int run(const options& o) {
                        totals.entries += r.stats.entries_sent;
                        totals.bytes += r.stats.bytes_sent;
                        totals.credit_waits += r.stats.credit_waits;
-                       if (--totals.running == 0 && tr) tr->stop_accepting();
+                       if (--totals.running == 0) {
+                         if (tr) tr->stop_accepting();
+                         std::error_code ignored;
+                         if (o.mode == role::workers) signals.cancel(ignored);
+                       }
                      });
     }
   }
 
   ctx.run();
 
-  if (o.mode != role::trainer) {
+  if (o.mode == role::workers && interrupted) {
+    std::cout << "workers: interrupted; " << o.workers - totals.running << " of " << o.workers
+              << " connection(s) had ended, sending " << totals.blobs << " blobs\n";
+  } else if (o.mode != role::trainer) {
     std::cout << "workers: " << o.workers << " connection(s) sent " << totals.blobs
               << " blobs, " << totals.entries << " entries, " << totals.bytes
               << " bytes (entries + tails); waited for window credit " << totals.credit_waits
               << " time(s)\n";
-    if (totals.failed) status = exit_mismatch;
+    if (totals.failed && !interrupted) status = exit_mismatch;
   }
   return status;
 }

@@ -59,7 +59,10 @@ options:
 
 exit status: 0 every sample (or replayed blob) arrived complete and
 identical; 1 something was missing or different, or a connection failed;
-2 bad command line.
+2 bad command line (or more --workers than the process may open
+connections for); 130 / 143 interrupted by SIGINT / SIGTERM (the trainer
+first prints what had arrived). With --connect, 0 means every sample was
+delivered and acknowledged; only the trainer checks the data.
 )";
 }
 

@@ -109,6 +109,11 @@ asio::awaitable<void> trainer::watchdog(std::shared_ptr<trainer> self) {
   self->stop();
 }
 
+void trainer::interrupt(std::string why) {
+  interrupted_ = std::move(why);
+  stop();
+}
+
 void trainer::stop() noexcept {
   stopping_ = true;
   stop_accepting();
@@ -134,6 +139,10 @@ bool trainer::print_summary() {
   }
   out_.flags(flags);
   bool ok = check_->report(out_);
+  if (!interrupted_.empty()) {
+    out_ << "FAIL: interrupted by " << interrupted_ << "\n";
+    ok = false;
+  }
   if (timed_out_) {
     out_ << "FAIL: timed out after " << ms(cfg_.timeout).count() / 1e3 << " s\n";
     ok = false;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -53,6 +54,10 @@ class trainer : public std::enable_shared_from_this<trainer> {
   /// ended): stop waiting in accept.
   void stop_accepting() noexcept;
 
+  /// Ends the run now (say, on SIGINT): closes every connection; the
+  /// summary reports what arrived and fails with "interrupted by `why`".
+  void interrupt(std::string why);
+
  private:
   using clock = std::chrono::steady_clock;
 
@@ -74,6 +79,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   bool accepting_ = true;
   bool stopping_ = false;   // our own close(): `closed` errors are expected
   bool timed_out_ = false;
+  std::string interrupted_;  // interrupt()'s reason; empty if not interrupted
   std::size_t active_ = 0;  // consume() coroutines still running
   asio::steady_timer idle_;      // cancelled when active_ drops to 0
   asio::steady_timer deadline_;  // the watchdog's timer
