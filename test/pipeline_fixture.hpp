@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <ostream>
 #include <memory>
@@ -193,6 +194,32 @@ class gate {
  private:
   asio::steady_timer t_;
   bool open_ = false;
+};
+
+/// What a consumer saw of a stream of memory-assembled blobs, each checked
+/// byte for byte against what its sender built.
+struct stream_tally {
+  int complete = 0, aborted = 0, mismatched = 0;
+  event last;  ///< the end_of_stream event, once seen
+
+  /// Counts `ev`; blob_id k (from 1) must equal `want(k)`, a byte vector.
+  /// True once `ev` ended the stream.
+  template <class Want>
+  bool add(const event& ev, Want&& want) {
+    if (ev.kind == event_kind::blob_complete) {
+      ++complete;
+      const auto bytes = want(ev.blob_id);
+      if (ev.blob->bytes.size() != bytes.size() ||
+          std::memcmp(ev.blob->bytes.data(), bytes.data(), bytes.size()) != 0)
+        ++mismatched;
+    } else if (ev.kind == event_kind::blob_aborted) {
+      ++aborted;
+    } else if (ev.kind == event_kind::end_of_stream) {
+      last = ev;
+      return true;
+    }
+    return false;
+  }
 };
 
 /// Lets other ready coroutines run `n` times (a "slow" step without sleeping).

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 
 #include <asio/steady_timer.hpp>
 
@@ -84,10 +83,7 @@ int child_main(int port_fd, bool drop) {
   return rc;  // exiting drops the connection (drop: with a blob open)
 }
 
-struct parent_result {
-  int complete = 0, aborted = 0, mismatched = 0;
-  event last;
-};
+using parent_result = stream_tally;
 
 parent_result run_pair(bool drop) {
   int fds[2];
@@ -117,20 +113,12 @@ parent_result run_pair(bool drop) {
       auto [ec, started] = co_await consumer::start(std::move(t), copt);
       BOOST_TEST_REQUIRE(!ec);
       c = std::move(started);
-      for (;;) {
+      const auto want = [](std::uint64_t id) {
+        return expected_bytes(make_spec(static_cast<int>(id) - 1));
+      };
+      for (bool end = false; !end;) {
         auto ev = co_await c.next();
-        if (ev.kind == event_kind::blob_complete) {
-          ++out.complete;
-          const auto want = expected_bytes(make_spec(static_cast<int>(ev.blob_id) - 1));
-          if (ev.blob->bytes.size() != want.size() ||
-              std::memcmp(ev.blob->bytes.data(), want.data(), want.size()) != 0)
-            ++out.mismatched;
-        } else if (ev.kind == event_kind::blob_aborted) {
-          ++out.aborted;
-        } else if (ev.kind == event_kind::end_of_stream) {
-          out.last = ev;
-          break;
-        }
+        end = out.add(ev, want);
       }
     };
     r.spawn(consume());

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 
 #include <asio/posix/stream_descriptor.hpp>
 
@@ -35,9 +34,7 @@ namespace bdata = boost::unit_test::data;
 
 namespace {
 
-struct outcome {
-  int complete = 0, aborted = 0, mismatched = 0;
-  event last;
+struct outcome : stream_tally {
   int peer_status = -1;
   bool selected = true;
   std::string why;
@@ -73,20 +70,12 @@ outcome run_with_peer(const ucx_link& link, const char* mode) {
     auto [ec, started] = co_await consumer::start(std::move(t), copt);
     BOOST_TEST_REQUIRE(!ec);
     c = std::move(started);
-    for (;;) {
+    const auto want = [](std::uint64_t id) {
+      return ucx_blob_bytes(ucx_blob(static_cast<int>(id) - 1));
+    };
+    for (bool end = false; !end;) {
       auto ev = co_await c.next();
-      if (ev.kind == event_kind::blob_complete) {
-        ++out.complete;
-        auto want = ucx_blob_bytes(ucx_blob(static_cast<int>(ev.blob_id) - 1));
-        if (ev.blob->bytes.size() != want.size() ||
-            std::memcmp(ev.blob->bytes.data(), want.data(), want.size()) != 0)
-          ++out.mismatched;
-      } else if (ev.kind == event_kind::blob_aborted) {
-        ++out.aborted;
-      } else if (ev.kind == event_kind::end_of_stream) {
-        out.last = ev;
-        break;
-      }
+      end = out.add(ev, want);
     }
     co_await exited.async_wait(asio::posix::stream_descriptor::wait_read,
                                asio::experimental::as_tuple(asio::use_awaitable));
