@@ -8,6 +8,7 @@
 #include "lib/cuda/staging.hpp"
 #include "lib/cuda/testing.hpp"
 #include "test/cuda_case_util.hpp"
+#include "test/forwarding_transport.hpp"
 
 namespace blobpipe::cuda_cases {
 namespace {
@@ -337,37 +338,23 @@ void failed_landing_copy_aborts_blob(checker& ck, backend) {
 /// A transport that moves device memory itself (as UCX with cuda_copy
 /// would): the emulator's device memory is host memory, so a loopback
 /// pair can stand in for it. Counts what came through the device calls.
-class device_loopback final : public transport {
+class device_loopback final : public forwarding_transport {
  public:
   device_loopback(std::unique_ptr<transport> inner, int& device_frames)
-      : inner_(std::move(inner)), device_frames_(device_frames) {}
-  asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> p) override {
-    return inner_->send(h, p);
-  }
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    return inner_->receive_header();
-  }
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> d) override {
-    return inner_->receive_payload(d);
-  }
-  void close() noexcept override { inner_->close(); }
-  bool is_open() const noexcept override { return inner_->is_open(); }
+      : forwarding_transport(std::move(inner)), device_frames_(device_frames) {}
   bool accepts_device_memory() const noexcept override { return true; }
   asio::awaitable<std::error_code> send_device(const frame_header& h,
                                                std::span<const asio::const_buffer> p,
                                                int) override {
     ++device_frames_;
-    return inner_->send(h, p);
+    return inner().send(h, p);
   }
   asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> d, int) override {
     ++device_frames_;
-    return inner_->receive_payload(d);
+    return inner().receive_payload(d);
   }
 
  private:
-  std::unique_ptr<transport> inner_;
   int& device_frames_;
 };
 

@@ -22,6 +22,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include "test/forwarding_transport.hpp"
 #include "test/pipeline_fixture.hpp"
 #include "test/ucx_links.hpp"
 
@@ -143,43 +144,26 @@ struct delivery_checker {
 /// would: the peer sees it end) instead of sending frame number `kill_at`
 /// (0-based, counting every frame this side sends), or instead of the
 /// `kill_at_ack`-th delivery acknowledgement (an ack naming a blob).
-class kill_switch final : public transport {
+class kill_switch final : public forwarding_transport {
  public:
   static constexpr std::uint64_t never = ~std::uint64_t{0};
   kill_switch(std::unique_ptr<transport> inner, std::uint64_t kill_at,
               std::uint64_t kill_at_ack = never)
-      : inner_(std::move(inner)), kill_at_(kill_at), kill_at_ack_(kill_at_ack) {}
-  ~kill_switch() override { inner_->close(); }
+      : forwarding_transport(std::move(inner)), kill_at_(kill_at), kill_at_ack_(kill_at_ack) {}
+  ~kill_switch() override { inner().close(); }
 
-  asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
   asio::awaitable<std::error_code> send(const frame_header& h,
                                         std::span<const asio::const_buffer> payload) override {
     const bool ack = h.type == frame_type::ack && h.blob_id != 0;
     if (frames_++ == kill_at_ || (ack && acks_++ == kill_at_ack_)) {
       killed_ = true;
-      inner_->close();
+      inner().close();
     }
-    co_return co_await inner_->send(h, payload);
+    co_return co_await inner().send(h, payload);
   }
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    co_return co_await inner_->receive_header();
-  }
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    co_return co_await inner_->receive_payload(dest);
-  }
-  // Receives pass through whole, so the inner transport's posted receives
-  // and its retired memory (UCX) keep working under the decorator.
-  std::size_t payload_window() const noexcept override { return inner_->payload_window(); }
-  payload_receipt post_payload(std::span<std::byte> dest) override {
-    return inner_->post_payload(dest);
-  }
-  void retire(std::shared_ptr<const void> owner) override { inner_->retire(std::move(owner)); }
-  void close() noexcept override { inner_->close(); }
-  bool is_open() const noexcept override { return inner_->is_open(); }
   bool killed() const { return killed_; }
 
  private:
-  std::unique_ptr<transport> inner_;
   std::uint64_t kill_at_, kill_at_ack_;
   std::uint64_t frames_ = 0, acks_ = 0;
   bool killed_ = false;
