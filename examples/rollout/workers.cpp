@@ -94,7 +94,7 @@ asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_confi
   if (ec) {
     worker_report r;
     r.ec = ec;
-    r.what = describe(cfg, "connect", ec);
+    r.what = describe(cfg, "connect to " + cfg.host + ":" + std::to_string(cfg.port), ec);
     co_return r;
   }
 
