@@ -4,12 +4,17 @@
 // footer fields and entry rows (with SHA-256 of each entry's bytes), and
 // `verify` must exit 0. Invalid cases: both commands exit 2 with exactly one
 // stderr line `blobpipe: <expected_error>: ...`. Also covers the usage and
-// I/O exit codes that `blobpipe --help` documents.
+// I/O exit codes that `blobpipe --help` documents, including the refusal of
+// pipes and FIFOs (the footer is at the end, so FILE must be seekable).
 #define BOOST_TEST_MODULE cli_test
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -116,6 +121,15 @@ void check_invalid(const run_result& r, const std::string& category) {
   BOOST_TEST(count_lines(r.err) == 1u, "stderr: " << r.err);
   const std::string prefix = "blobpipe: " + category + ": ";
   BOOST_TEST(r.err.rfind(prefix, 0) == 0u, "stderr: " << r.err << "want prefix: " << prefix);
+}
+
+// Exit 3 with exactly one stderr line `blobpipe: io: ...` containing `what`.
+void check_io(const run_result& r, const std::string& what) {
+  BOOST_TEST(r.exit_code == 3, "exit " << r.exit_code << ", stderr: " << r.err);
+  BOOST_TEST(count_lines(r.err) == 1u, "stderr: " << r.err);
+  BOOST_TEST(r.err.rfind("blobpipe: io: ", 0) == 0u, "stderr: " << r.err);
+  BOOST_TEST(r.err.find(what) != std::string::npos, "stderr: " << r.err << "want: " << what);
+  BOOST_TEST(r.out.empty(), "stdout: " << r.out);
 }
 
 bool is_shard(const json& c) { return c.value("kind", "") == "shard"; }
@@ -238,6 +252,42 @@ BOOST_AUTO_TEST_CASE(missing_file_exits_3_and_names_it) {
   BOOST_TEST(r.err.find("/nonexistent/blobpipe/no.blob") != std::string::npos);
   auto d = run_cli({"verify", scratch_dir().string()});
   BOOST_TEST(d.exit_code == 3, "a directory is an I/O error; stderr: " << d.err);
+}
+
+// The footer is at the blob's end, so FILE must be a regular (seekable)
+// file. Opening a FIFO that has no writer must not wait for one: the
+// timeout turns the hang this guards against into a failure.
+BOOST_AUTO_TEST_CASE(fifo_without_writer_exits_3_at_once, *boost::unit_test::timeout(30)) {
+  const fs::path fifo = scratch_dir() / "cli_test_no_writer.fifo";
+  fs::remove(fifo);
+  BOOST_TEST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0, "mkfifo: " << std::strerror(errno));
+  for (const char* cmd : {"inspect", "verify"}) {
+    BOOST_TEST_CONTEXT(cmd) { check_io(run_cli({cmd, fifo.string()}), "not a regular file"); }
+  }
+  fs::remove(fifo);
+}
+
+// `blobpipe verify <(cat x.blob)`: a pipe holding a whole valid blob is
+// still refused as I/O, not reported as a format error (too_small).
+BOOST_AUTO_TEST_CASE(pipe_exits_3_not_a_format_error, *boost::unit_test::timeout(30)) {
+  const golden& g = golden::get();
+  std::ifstream in(g.dir / "single_f32.blob", std::ios::binary);
+  const std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST_REQUIRE(blob.size() == 115u);  // fits the pipe's buffer: no reader needed
+  for (const char* cmd : {"inspect", "verify"}) {
+    BOOST_TEST_CONTEXT(cmd) {
+      int fds[2];
+      BOOST_TEST_REQUIRE(::pipe(fds) == 0);
+      BOOST_TEST_REQUIRE(::write(fds[1], blob.data(), blob.size()) ==
+                         static_cast<ssize_t>(blob.size()));
+      ::close(fds[1]);
+      // The child inherits the read end, as a shell's process substitution
+      // passes it.
+      auto r = run_cli({cmd, "/dev/fd/" + std::to_string(fds[0])});
+      ::close(fds[0]);
+      check_io(r, "a pipe or FIFO");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors_exit_1) {

@@ -59,8 +59,11 @@ exit status:
      line `blobpipe: CATEGORY: message`, CATEGORY one of too_small,
      bad_footer, index_out_of_range, malformed_index, entry_out_of_range,
      shape_mismatch, unknown_kind, unknown_dtype
-  3  FILE cannot be opened or read (missing, unreadable, a directory);
-     stderr has one line `blobpipe: io: message`
+  3  FILE cannot be opened or read (missing, unreadable, a directory, or
+     not a regular file: a pipe, FIFO or device is refused, since the
+     footer is at the blob's end and FILE must be seekable), or the report
+     cannot be written to stdout; stderr has one line
+     `blobpipe: io: message`
 )";
 }
 

@@ -17,7 +17,7 @@ namespace blobpipe::cli {
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_usage = 1;    ///< bad command line
 inline constexpr int exit_invalid = 2;  ///< the blob is not a valid NVDP blob
-inline constexpr int exit_io = 3;       ///< the file cannot be opened or read
+inline constexpr int exit_io = 3;       ///< FILE cannot be opened or read, or is not a regular file
 
 enum class command { help, inspect, verify };
 

@@ -5,6 +5,7 @@
 // as the validated index says exist (never more than the file holds).
 #include "tools/commands.hpp"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,23 +49,51 @@ int fail_io(std::ostream& err, const std::string& what) {
   return exit_io;
 }
 
-// A blob file opened for reading. Refuses directories up front: fopen
-// accepts them on Linux and the failure would otherwise surface later as a
-// misleading format error.
+// A blob file opened for reading. Only regular files are accepted: the
+// footer is at the blob's end, so the file must be seekable; a pipe or FIFO
+// would otherwise fail later as a misleading format error (too_small), and
+// fopen accepts a directory on Linux.
 struct opened {
   file_ptr file;
   std::string error;  // empty on success
 };
 
+// What a non-regular, non-directory file is, for the error message.
+const char* special_file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a pipe or FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
 opened open_blob_file(const std::string& path) {
-  errno = 0;
-  file_ptr f(std::fopen(path.c_str(), "rb"));
-  if (!f) return {nullptr, "cannot open '" + path + "': " + std::strerror(errno)};
-  struct stat st {};
-  if (::fstat(::fileno(f.get()), &st) != 0) {
-    return {nullptr, "cannot stat '" + path + "': " + std::strerror(errno)};
+  auto os_error = [&](const char* what) {
+    return opened{nullptr, std::string(what) + " '" + path + "': " + std::strerror(errno)};
+  };
+  // O_NONBLOCK: opening a FIFO for reading otherwise blocks until a writer
+  // appears, possibly forever, before fstat could refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return os_error("cannot open");
+  file_ptr f(::fdopen(fd, "rb"));
+  if (!f) {
+    opened o = os_error("cannot open");
+    ::close(fd);
+    return o;
   }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return os_error("cannot stat");
   if (S_ISDIR(st.st_mode)) return {nullptr, "'" + path + "' is a directory"};
+  if (!S_ISREG(st.st_mode)) {
+    return {nullptr, "'" + path + "' is " + special_file_kind(st.st_mode) +
+                         ", not a regular file; the footer is at the blob's end, so FILE "
+                         "must be seekable (save a piped blob to a file first)"};
+  }
+  // Back to blocking reads, as fopen would have opened it.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return os_error("cannot read");
+  }
   return {std::move(f), {}};
 }
 
@@ -265,6 +294,8 @@ int run_verify(const options& o, std::ostream& out, std::ostream& err) {
   out << o.file << ": ok: " << s.index.entries.size() << " entries, " << data_bytes
       << " data bytes, blob " << s.index.nbytes << " bytes, footer v"
       << s.index.foot.version << ", tag " << tag_hex(s.index.foot.tag) << '\n';
+  out.flush();
+  if (!out) return fail_io(err, "cannot write the report to stdout");
   return exit_ok;
 }
 
