@@ -6,16 +6,69 @@
 # reconnects and resends run too. The trainer prints its RSS at the start
 # (after a 1% warm-up) and at the end; they should match within noise.
 set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/soak.sh [BLOBS] [CUT_EVERY]
+       bench/soak.sh --help
+
+The endurance soak (not a test; docs/reliability.md): BLOBS small blobs
+(default 1000000) from a rollout-worker process to a trainer process over
+TCP on 127.0.0.1, through a resend session; the trainer closes its
+connection every CUT_EVERY blobs (default 100000), so reconnects and
+resends run too. The trainer prints its RSS after a 1% warm-up and at the
+end; they should match within noise.
+
+BLOBS is a positive decimal integer; CUT_EVERY a decimal integer, 0 for
+no cuts.
+Environment: BLOBPIPE_SOAK_PORT, the trainer's port (default 7811).
+Builds //bench:soak with -c opt and leaves the bazel-bin symlinks alone.
+Exit status: 0 the soak ran; 2 bad usage; any other nonzero: it failed.
+EOF
+}
+
+for a in "$@"; do
+  if [[ $a == -h || $a == --help ]]; then usage; exit 0; fi
+done
+for a in "$@"; do
+  if [[ $a == -* ]]; then
+    echo "soak.sh: unknown option '$a'" >&2
+    usage >&2
+    exit 2
+  fi
+done
+if (($# > 2)); then
+  echo "soak.sh: too many arguments" >&2
+  usage >&2
+  exit 2
+fi
+if (($# >= 1)) && ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "soak.sh: BLOBS '$1' is not a positive decimal integer" >&2
+  usage >&2
+  exit 2
+fi
+if (($# == 2)) && ! [[ $2 =~ ^(0|[1-9][0-9]*)$ ]]; then
+  echo "soak.sh: CUT_EVERY '$2' is not a decimal integer" >&2
+  usage >&2
+  exit 2
+fi
+
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 blobs=${1:-1000000}
 cut=${2:-100000}
 port=${BLOBPIPE_SOAK_PORT:-7811}
-bazel/bazelw build -c opt //bench:soak >/dev/null 2>&1 || bazel/bazelw build -c opt //bench:soak
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)/bench/soak
+# --symlink_prefix=/ creates no convenience symlinks: an opt build would
+# otherwise repoint bazel-bin, which examples/README.md's commands use.
+build=(bazel/bazelw build -c opt --symlink_prefix=/ //bench:soak)
+"${build[@]}" >/dev/null 2>&1 || "${build[@]}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The opt tree is shared with other builds: run a copy, which no rebuild
+# can replace mid-soak.
+cp "$(bazel/bazelw info -c opt bazel-bin 2>/dev/null)/bench/soak" "$work/soak"
+bin=$work/soak
 mkfifo "$work/out"
 "$bin" consume "$port" "$blobs" "$cut" >"$work/out" &
 cpid=$!

@@ -51,11 +51,13 @@ if ! command -v ucx_perftest >/dev/null; then
   echo "ucx_perftest not found (Debian: ucx-utils)" >&2
   exit 1
 fi
-bazel build -c opt //bench:ucx_bench >&2
-# bazel-bin is a shared symlink another build may repoint: copy the binary.
+# --symlink_prefix=/ creates no convenience symlinks: an opt build would
+# otherwise repoint bazel-bin, which examples/README.md's commands use.
+bazel/bazelw build -c opt --symlink_prefix=/ //bench:ucx_bench >&2
+# The opt tree is shared with other builds: copy the binary out of it.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$(bazel info -c opt bazel-bin 2>/dev/null)/bench/ucx_bench" "$work/ucx_bench"
+cp "$(bazel/bazelw info -c opt bazel-bin 2>/dev/null)/bench/ucx_bench" "$work/ucx_bench"
 
 # perftest TEST TLS PORT -> overall bandwidth, MB/s
 perftest() {

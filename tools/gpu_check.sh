@@ -18,6 +18,7 @@
 #                    kept between runs, so a rerun only rebuilds changes)
 #   --jobs N         parallel compile jobs (default: nproc)
 #   --quick          smaller benchmark (256 MiB per mode instead of 1 GiB)
+#   --help           print the usage line
 # Output: one log, also copied to $OUT/gpu_check.log when $OUT is set (the
 # device tool's result folder). Exit status: 0 all passed; 1 a test or
 # benchmark failed; 2 bad usage or missing tools; 3 no device (not
@@ -29,13 +30,21 @@ build="$root/.gpu_build"
 jobs="$(nproc 2>/dev/null || echo 4)"
 dry_run=0
 bench_mib=1024
+usage="usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick]"
+# A usage error: one line saying what is wrong, then the usage line.
+bad_usage() { printf 'gpu_check: %s\n%s\n' "$1" "$usage" >&2; exit 2; }
 while (($#)); do
   case "$1" in
+    -h|--help) echo "$usage"; exit 0 ;;
     --dry-run) dry_run=1 ;;
-    --build-dir) build="$2"; shift ;;
-    --jobs) jobs="$2"; shift ;;
+    --build-dir)
+      (($# >= 2)) && [[ -n "$2" ]] || bad_usage "--build-dir needs a directory"
+      build="$2"; shift ;;
+    --jobs)
+      (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad_usage "--jobs needs a positive number"
+      jobs="$2"; shift ;;
     --quick) bench_mib=256 ;;
-    *) echo "usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick]" >&2; exit 2 ;;
+    *) bad_usage "unknown option '$1'" ;;
   esac
   shift
 done

@@ -5,7 +5,15 @@
 # carries that folder with the tree when asked (carry [".gpu_deps"]; at
 # most 64 MiB in all), and tools/gpu/CMakeLists.txt uses it.
 #   bash tools/gpu_prepare.sh
+# Takes no arguments. Exit status: 0 done; 1 a header is missing or the
+# copy is too big; 2 bad usage.
 set -euo pipefail
+usage="usage: $0 (no arguments; --help prints this)"
+if (($#)); then
+  if [[ $1 == -h || $1 == --help ]]; then echo "$usage"; exit 0; fi
+  printf 'gpu_prepare: unexpected argument %s\n%s\n' "'$1'" "$usage" >&2
+  exit 2
+fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="$root/.gpu_deps/include"
 rm -rf "$root/.gpu_deps"
