@@ -14,6 +14,8 @@
 // received buffer and keeps it alive (value::owner) until it is sent.
 //
 //   bazel/bazelw run //examples:custom_pipeline
+//
+// It takes no options but --help; anything else is a usage error (exit 2).
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -21,6 +23,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -34,8 +37,25 @@ namespace {
 using blobpipe::event_kind;
 using entry_ptr = std::shared_ptr<const blobpipe::received_entry>;
 
+constexpr int exit_ok = 0;
+constexpr int exit_mismatch = 1;  // the trainer got other samples than pass the filter
+constexpr int exit_usage = 2;     // bad command line
+
 constexpr std::int64_t samples = 12;
 constexpr float min_reward = 0.85f;
+
+void print_help(std::ostream& out) {
+  out << "usage: custom_pipeline [--help]\n\n"
+      << "Streams " << samples << " rollout samples, in one process, through two stages:\n"
+      << "  producer -> filter -> cast -> trainer   (each arrow a loopback transport)\n"
+      << "filter drops samples whose reward is below " << min_reward << "; cast sends\n"
+      << "generation_logprobs as bfloat16 instead of float32. The trainer prints each\n"
+      << "logprobs entry it receives and how many samples arrived.\n\n"
+      << "options:\n"
+      << "  --help   this text\n\n"
+      << "exit status: 0 the trainer received exactly the samples that pass the\n"
+      << "filter; 1 it did not; 2 bad command line.\n";
+}
 
 struct out_entry {
   std::string key;
@@ -168,7 +188,20 @@ asio::awaitable<void> train(std::unique_ptr<blobpipe::transport> t, int& receive
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      print_help(std::cout);
+      return exit_ok;
+    }
+  }
+  if (argc > 1) {
+    std::cerr << "custom_pipeline: unknown argument '" << argv[1]
+              << "' (it takes none; see --help)\nusage: custom_pipeline [--help]\n";
+    return exit_usage;
+  }
+
   asio::io_context ctx;
   auto ex = ctx.get_executor();
   auto [prod_out, filter_in] = blobpipe::loopback::make_pair(ex);
@@ -192,5 +225,5 @@ int main() {
   for (std::int64_t n = 0; n < samples; ++n) expected += builder.make(n).reward >= min_reward;
   std::cout << "trainer received " << received << " of " << samples << " samples ("
             << expected << " pass the filter)\n";
-  return received == expected ? 0 : 1;
+  return received == expected ? exit_ok : exit_mismatch;
 }
