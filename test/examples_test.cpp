@@ -5,9 +5,10 @@
 // processes (--listen / --connect), a replay of every valid golden blob,
 // and the failures it must report (missing samples, bad flags).
 // custom_pipeline: the filter and cast stages run and the trainer gets
-// exactly the samples that pass the filter.
+// exactly the samples that pass the filter; it refuses arguments but --help.
 #define BOOST_TEST_MODULE examples_test
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -137,10 +138,61 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
   BOOST_TEST(contains(help.out, "--replay DIR"), REPORT(help));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_reports_what_arrived_when_interrupted) {
+  // A trainer waiting for workers that never come is stopped by SIGTERM:
+  // it prints its summary and fails with the signal, long before --timeout.
+  const std::string port = std::to_string(free_port());
+  process trainer(example("rollout_to_trainer"),
+                  {"--listen", port, "--workers", "1", "--batch", "8", "--timeout", "120"});
+  // The banner comes once the trainer listens and its signal handler is set.
+  for (int i = 0; i < 300 && !contains(trainer.stdout_so_far(), "rollout worker(s) -> trainer");
+       ++i)
+    ::usleep(20'000);
+  trainer.signal(SIGTERM);
+  auto t = trainer.wait();
+  BOOST_TEST(t.exit_code == 128 + SIGTERM, REPORT(t));
+  BOOST_TEST(contains(t.out, "trainer: 0/8 samples complete"), REPORT(t));
+  BOOST_TEST(contains(t.out, "FAIL: interrupted by SIGTERM"), REPORT(t));
+  BOOST_TEST(!contains(t.out, "timed out"), REPORT(t));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_more_workers_than_descriptors) {
+  // With at most 100 descriptors, 1000 in-process workers cannot connect:
+  // a usage error up front instead of failed accepts and stuck connects.
+  const auto limited = [](const char* soft, std::vector<std::string> args) {
+    // sh -c SCRIPT EXE ARGS...: the script sees EXE as $0, ARGS as "$@".
+    std::vector<std::string> all{"-c", std::string("ulimit -S -n ") + soft +
+                                           " && ulimit -H -n 100 && exec \"$0\" \"$@\"",
+                                 example("rollout_to_trainer").string()};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_process("/bin/sh", all);
+  };
+  auto r = limited("64", {"--workers", "1000"});
+  BOOST_TEST(r.exit_code == 2, REPORT(r));
+  BOOST_TEST(contains(r.err, "--workers 1000 needs about"), REPORT(r));
+  BOOST_TEST(contains(r.err, "hard limit 100"), REPORT(r));
+  BOOST_TEST(r.out.empty(), REPORT(r));  // refused before anything ran
+  // 10 workers fit once the soft limit is raised to the hard one.
+  auto ok = limited("20", {"--workers", "10", "--batch", "20"});
+  BOOST_TEST(ok.exit_code == 0, REPORT(ok));
+}
+
 BOOST_AUTO_TEST_CASE(custom_pipeline_filters_and_casts) {
   auto r = run("custom_pipeline", {});
   BOOST_TEST(r.exit_code == 0, REPORT(r));
   BOOST_TEST(contains(r.out, "sample dropped"), REPORT(r));
   BOOST_TEST(contains(r.out, "float32 -> bfloat16"), REPORT(r));
   BOOST_TEST(contains(r.out, "bfloat16["), REPORT(r));
+}
+
+BOOST_AUTO_TEST_CASE(custom_pipeline_rejects_arguments_but_help) {
+  auto bad = run("custom_pipeline", {"--samples", "3"});
+  BOOST_TEST(bad.exit_code == 2, REPORT(bad));
+  BOOST_TEST(contains(bad.err, "unknown argument '--samples'"), REPORT(bad));
+  BOOST_TEST(contains(bad.err, "usage: custom_pipeline"), REPORT(bad));
+  BOOST_TEST(bad.out.empty(), REPORT(bad));  // refused before anything ran
+  auto help = run("custom_pipeline", {"--help"});
+  BOOST_TEST(help.exit_code == 0, REPORT(help));
+  BOOST_TEST(contains(help.out, "usage: custom_pipeline"), REPORT(help));
+  BOOST_TEST(contains(help.out, "exit status"), REPORT(help));
 }

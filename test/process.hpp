@@ -7,6 +7,7 @@
 // side by side. Failures to start are BOOST_TEST_REQUIRE failures.
 #pragma once
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +64,19 @@ class process {
     posix_spawn_file_actions_destroy(&fa);
     BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
   }
+
+  /// What the program has written to stdout so far (pread: the file
+  /// offset it shares with the program's stdout stays where it is).
+  std::string stdout_so_far() const {
+    std::string s;
+    char buf[1 << 16];
+    for (ssize_t n; (n = ::pread(out_.fd, buf, sizeof buf, static_cast<off_t>(s.size()))) > 0;)
+      s.append(buf, static_cast<size_t>(n));
+    return s;
+  }
+
+  /// Sends `sig` to the program.
+  void signal(int sig) const { BOOST_TEST_REQUIRE(::kill(pid_, sig) == 0); }
 
   /// Waits for the program to end; returns its status and output (and
   /// removes the temporary files).
