@@ -472,6 +472,32 @@ BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {
   BOOST_TEST((l.code() == errc::invalid_argument), l.message());
 }
 
+BOOST_AUTO_TEST_CASE(environment_settings_ucx_does_not_read_leave_cma_on) {
+  // UCX 1.13 reads UCX_CMA_MEMORY_INVALIDATE, not UCX_MEMORY_INVALIDATE
+  // (it warns that one is unused). Taking the latter as the user's choice
+  // once turned blobpipe's MEMORY_INVALIDATE=y off, and cma silently
+  // dropped out of every shared-memory endpoint (large payloads went over
+  // tcp at a third of the speed).
+  struct scoped_env {
+    const char* name;
+    scoped_env(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+    ~scoped_env() { ::unsetenv(name); }
+  };
+  scoped_env unread("UCX_MEMORY_INVALIDATE", "y");
+  scoped_env quiet("UCX_WARN_UNUSED_ENV_VARS", "n");
+  const ucx_link cma{"cma", {{{"TLS", "cma,tcp"}}}, "cma/memory"};
+  runner r;
+  std::string why;
+  bool uses_cma = false;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto [a, b] = co_await ucx_pair(cma);
+    uses_cma = selected(cma, *a, why);
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
+  BOOST_TEST(uses_cma, why);
+}
+
 BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
   runner r;
   auto [a, b] = r.await(ucx_pair(ucx_links()[0]));

@@ -16,8 +16,11 @@ namespace {
 // rendezvous reads) only with memory invalidation on. Without these the
 // shared-memory transports in UCX_TLS are silently unused. Each default
 // applies unless one of its environment variables is set or the caller's
-// overrides name it. The names are those ucp_config_modify resolves for
-// transport settings in UCX 1.13 (UCX_POSIX_ERROR_HANDLING is not one).
+// overrides name it. `name` is what ucp_config_modify resolves for the
+// setting in UCX 1.13 (UCX_POSIX_ERROR_HANDLING is not one); `env` lists
+// only variables UCX itself reads for it (UCX_MM_ERROR_HANDLING reaches
+// posix and sysv, UCX_MEMORY_INVALIDATE reaches nothing: UCX warns it is
+// unused, so it must not switch blobpipe's default off).
 struct peer_mode_default {
   const char* name;
   const char* value;
@@ -31,7 +34,7 @@ const peer_mode_default peer_mode_defaults[] = {
      {"all", "sm", "shm", "mm", "posix", "sysv"}},
     {"MEMORY_INVALIDATE",
      "y",
-     {"UCX_MEMORY_INVALIDATE", "UCX_CMA_MEMORY_INVALIDATE"},
+     {"UCX_CMA_MEMORY_INVALIDATE"},
      {"all", "sm", "shm", "cma"}},
 };
 
