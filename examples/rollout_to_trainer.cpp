@@ -68,11 +68,13 @@ std::string user_path(const std::string& p) {
 // failed accepts and connects stuck in the kernel's retries, so raise the
 // soft limit as far as the hard one allows, or say why not.
 std::optional<std::string> check_descriptor_budget(const options& o) {
-  const rlim_t per_worker = o.mode == role::both ? 2 : 1;
-  const rlim_t spare = 64;  // the corpus, stdio, the listener, UCX's own
-  const rlim_t need = static_cast<rlim_t>(o.workers) * per_worker * (o.transport == "ucx" ? 4 : 1) + spare;
+  const rlim_t ends = o.mode == role::both ? 2 : 1;      // connection ends in this process
+  const rlim_t per_end = o.transport == "ucx" ? 4 : 1;  // UCX: sockets, event fds
+  const rlim_t spare = 64;                              // stdio, the listener, UCX's own
+  const rlim_t need = static_cast<rlim_t>(o.workers) * ends * per_end + spare;
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need)
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+      lim.rlim_cur >= need)
     return std::nullopt;
   if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
     lim.rlim_cur = need;

@@ -2,6 +2,9 @@
 // produced, readers survive truncation and corruption, dtypes parse as
 // torch and numpy spell them, and the incremental planner matches plan().
 #define BOOST_TEST_MODULE format
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -325,7 +328,40 @@ BOOST_AUTO_TEST_CASE(read_index_file_reads_a_blob_at_an_offset) {
   BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
   BOOST_TEST(idx->entries.size() == 3u);
   BOOST_TEST((bp::read_index_file(path, 7, blob.size() + 1).code() == bp::errc::too_small));
-  BOOST_TEST((bp::read_index_file(path + ".missing").code() == bp::errc::too_small));
+  BOOST_TEST((bp::read_index_file(path + ".missing").code() == bp::errc::io));
+}
+
+// The footer is at the end, so only a regular file will do. A FIFO with no
+// writer must be refused at once, not waited on (the timeout turns such a
+// hang into a failure); a pipe holding a whole blob and a directory are
+// refused as io too, not reported as format errors.
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
+                     *boost::unit_test::timeout(30)) {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string fifo = dir + "/format_test_no_writer.fifo";
+  ::unlink(fifo.c_str());
+  BOOST_TEST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto r = bp::read_index_file(fifo);
+  BOOST_TEST((r.code() == bp::errc::io), r.message());
+  BOOST_TEST(r.message().find("not a regular file") != std::string::npos, r.message());
+  ::unlink(fifo.c_str());
+
+  auto blob = sample_blob();
+  int fds[2];
+  BOOST_TEST_REQUIRE(::pipe(fds) == 0);
+  BOOST_TEST_REQUIRE(::write(fds[1], blob.data(), blob.size()) == static_cast<ssize_t>(blob.size()));
+  ::close(fds[1]);
+  auto p = bp::read_index_file("/dev/fd/" + std::to_string(fds[0]));
+  BOOST_TEST((p.code() == bp::errc::io), p.message());
+  // The same pipe as an open FILE: it cannot seek, which is io as well.
+  std::FILE* f = ::fdopen(fds[0], "rb");
+  BOOST_TEST_REQUIRE(f != nullptr);
+  auto q = bp::read_index_file(f, 0, 0);
+  BOOST_TEST((q.code() == bp::errc::io), q.message());
+  std::fclose(f);
+
+  auto d = bp::read_index_file(dir);
+  BOOST_TEST((d.code() == bp::errc::io), d.message());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,9 +5,7 @@
 // as the validated index says exist (never more than the file holds).
 #include "tools/commands.hpp"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,11 +25,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-struct file_closer {
-  void operator()(std::FILE* f) const noexcept { std::fclose(f); }
-};
-using file_ptr = std::unique_ptr<std::FILE, file_closer>;
-
 // The category and message go on one line whatever the message holds, so
 // scripts can rely on `blobpipe: CATEGORY: ` being the whole of stderr.
 std::string one_line(std::string s) {
@@ -47,54 +40,6 @@ int fail(std::ostream& err, const error& e) {
 int fail_io(std::ostream& err, const std::string& what) {
   err << "blobpipe: io: " << one_line(what) << '\n';
   return exit_io;
-}
-
-// A blob file opened for reading. Only regular files are accepted: the
-// footer is at the blob's end, so the file must be seekable; a pipe or FIFO
-// would otherwise fail later as a misleading format error (too_small), and
-// fopen accepts a directory on Linux.
-struct opened {
-  file_ptr file;
-  std::string error;  // empty on success
-};
-
-// What a non-regular, non-directory file is, for the error message.
-const char* special_file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a pipe or FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
-
-opened open_blob_file(const std::string& path) {
-  auto os_error = [&](const char* what) {
-    return opened{nullptr, std::string(what) + " '" + path + "': " + std::strerror(errno)};
-  };
-  // O_NONBLOCK: opening a FIFO for reading otherwise blocks until a writer
-  // appears, possibly forever, before fstat could refuse it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return os_error("cannot open");
-  file_ptr f(::fdopen(fd, "rb"));
-  if (!f) {
-    opened o = os_error("cannot open");
-    ::close(fd);
-    return o;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return os_error("cannot stat");
-  if (S_ISDIR(st.st_mode)) return {nullptr, "'" + path + "' is a directory"};
-  if (!S_ISREG(st.st_mode)) {
-    return {nullptr, "'" + path + "' is " + special_file_kind(st.st_mode) +
-                         ", not a regular file; the footer is at the blob's end, so FILE "
-                         "must be seekable (save a piped blob to a file first)"};
-  }
-  // Back to blocking reads, as fopen would have opened it.
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    return os_error("cannot read");
-  }
-  return {std::move(f), {}};
 }
 
 // Reads `len` bytes at absolute file offset `off` into `out`. The caller
@@ -162,10 +107,11 @@ struct blob_session {
 // Opens FILE and reads footer + index. Returns a nonzero exit code, having
 // printed the one stderr line, on failure.
 int open_and_index(const options& o, std::ostream& err, blob_session& s) {
-  auto op = open_blob_file(o.file);
-  if (!op.file) return fail_io(err, op.error);
-  s.file = std::move(op.file);
+  auto file = open_blob_file(o.file);
+  if (!file) return fail_io(err, file.message());
+  s.file = std::move(*file);
   auto idx = read_index_file(s.file.get(), o.offset, o.nbytes);
+  if (!idx && idx.code() == errc::io) return fail_io(err, "'" + o.file + "': " + idx.message());
   if (!idx) return fail(err, idx.err());
   s.index = std::move(*idx);
   return exit_ok;

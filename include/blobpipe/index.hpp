@@ -52,11 +52,25 @@ struct blob_index {
 /// those of parse_index. Source: read_index (Python reference).
 [[nodiscard]] result<blob_index> read_index(std::span<const std::byte> blob);
 
+/// Closes a std::FILE.
+struct file_closer {
+  void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+using file_ptr = std::unique_ptr<std::FILE, file_closer>;
+
+/// Opens `path` to read a blob from it. Only a regular file will do: the
+/// footer is at the blob's end, so the file must be seekable; a pipe,
+/// FIFO, device or directory is refused, and opening a FIFO never waits
+/// for a writer. Errors: io (the message names the path and the OS error
+/// or the file's type).
+[[nodiscard]] result<file_ptr> open_blob_file(const std::string& path);
+
 /// Reads the blob stored at byte `off` of a file, `nbytes` long: the
 /// footer first, then the index — two reads, never the entry bytes.
-/// `nbytes` = 0 means "to the end of the file". Errors: as read_index, and
-/// too_small when the file is shorter than off + nbytes (the error names
-/// the OS error when a read fails). Source: read_index_file (Python reference).
+/// `nbytes` = 0 means "to the end of the file". Errors: as read_index;
+/// too_small when the file is shorter than off + nbytes; io when the file
+/// cannot be opened (as open_blob_file), seeked or read (the message names
+/// the OS error). Source: read_index_file (Python reference).
 [[nodiscard]] result<blob_index> read_index_file(const std::string& path,
                                                  std::uint64_t off = 0,
                                                  std::uint64_t nbytes = 0);

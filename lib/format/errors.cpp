@@ -26,6 +26,7 @@ class blobpipe_category final : public std::error_category {
       case errc::timed_out: return "timed out";
       case errc::aborted: return "blob aborted by its producer";
       case errc::cuda_failure: return "CUDA call failed";
+      case errc::io: return "file I/O failed";
     }
     return "unknown blobpipe error";
   }
@@ -58,6 +59,7 @@ const char* errc_name(errc e) noexcept {
     case errc::timed_out: return "timed_out";
     case errc::aborted: return "aborted";
     case errc::cuda_failure: return "cuda_failure";
+    case errc::io: return "io";
   }
   return "unknown";
 }

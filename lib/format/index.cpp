@@ -1,5 +1,9 @@
 #include "blobpipe/index.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -147,9 +151,9 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
     return make_error(c, what + ": " + std::strerror(errno));
   };
   if (file == nullptr) return make_error(errc::invalid_argument, "read_index_file: null file");
-  if (fseeko(file, 0, SEEK_END) != 0) return os_error(errc::too_small, "cannot seek");
+  if (fseeko(file, 0, SEEK_END) != 0) return os_error(errc::io, "cannot seek");
   const off_t size = ftello(file);
-  if (size < 0) return os_error(errc::too_small, "cannot tell file size");
+  if (size < 0) return os_error(errc::io, "cannot tell file size");
   const auto file_size = static_cast<std::uint64_t>(size);
   if (off > file_size)
     return make_error(errc::too_small, "offset " + std::to_string(off) + " is past the end (" +
@@ -161,9 +165,11 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
                                            " bytes is shorter than offset + nbytes");
   auto read_at = [&](std::uint64_t pos, std::span<std::byte> out) -> result<void> {
     if (fseeko(file, static_cast<off_t>(pos), SEEK_SET) != 0)
-      return os_error(errc::too_small, "cannot seek");
+      return os_error(errc::io, "cannot seek");
+    // The size was checked above: a short read means the file shrank or
+    // the read failed.
     if (std::fread(out.data(), 1, out.size(), file) != out.size())
-      return os_error(errc::too_small, "short read");
+      return os_error(errc::io, "short read");
     return {};
   };
   // Read 1: the footer (at most 32 bytes from the blob's end).
@@ -181,14 +187,51 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   return blob_index{*f, std::move(*entries), nbytes};
 }
 
+namespace {
+
+// What a file that is neither regular nor a directory is, for messages.
+const char* special_file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a pipe or FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+}  // namespace
+
+result<file_ptr> open_blob_file(const std::string& path) {
+  auto os_error = [&](const char* what) {
+    return make_error(errc::io, std::string(what) + " '" + path + "': " + std::strerror(errno));
+  };
+  // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer,
+  // possibly forever, before fstat could refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return os_error("cannot open");
+  file_ptr f(::fdopen(fd, "rb"));
+  if (!f) {
+    auto e = os_error("cannot open");
+    ::close(fd);
+    return e;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return os_error("cannot stat");
+  if (S_ISDIR(st.st_mode)) return make_error(errc::io, "'" + path + "' is a directory");
+  if (!S_ISREG(st.st_mode))
+    return make_error(errc::io, "'" + path + "' is " + special_file_kind(st.st_mode) +
+                                    ", not a regular file; the footer is at the blob's end, so "
+                                    "the file must be seekable (save a piped blob to a file first)");
+  // Back to blocking reads, as fopen would have opened it.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) return os_error("cannot read");
+  return f;
+}
+
 result<blob_index> read_index_file(const std::string& path, std::uint64_t off,
                                    std::uint64_t nbytes) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (!file)
-    return make_error(errc::too_small,
-                      "cannot open '" + path + "': " + std::strerror(errno));
-  return read_index_file(file.get(), off, nbytes);
+  auto file = open_blob_file(path);
+  if (!file) return file.err();
+  return read_index_file(file->get(), off, nbytes);
 }
 
 result<entry_view> view_entry(const Entry& e, std::span<const std::byte> entry_bytes) {
