@@ -72,7 +72,7 @@ class exception : public std::system_error {
   explicit exception(const error& e) : std::system_error(e.code, e.message) {}
 };
 
-/// A value or an error. Must be checked: `if (!r) ... r.error()`.
+/// A value or an error. Must be checked: `if (!r) ... r.err()`.
 template <class T>
 class [[nodiscard]] result {
  public:

@@ -1,12 +1,13 @@
 // blobpipe/index.hpp — reading blobs: footer, index, and typed entry views.
 //
 // Every reader validates before it uses a number from the bytes, in a fixed
-// order: footer inside the blob; index range inside the blob and before the
-// footer; msgpack well formed with sizes bounded by the bytes present; each
-// row six fields of the right types; each entry inside the data region
-// (overflow-checked) with prod(shape) x itemsize == len; known kind and
-// dtype. Nothing is allocated in proportion to a number read from the blob
-// before that number is checked against the bytes actually present.
+// order (docs/format.md "Validation order"): footer inside the blob; index
+// range inside the blob and before the footer; msgpack well formed with
+// sizes bounded by the bytes present; then row by row: six fields of the
+// right types, a known kind, the entry inside the data region
+// (overflow-checked), a known dtype, prod(shape) x itemsize == len. Nothing
+// is allocated in proportion to a number read from the blob before that
+// number is checked against the bytes actually present.
 //
 //   auto idx = blobpipe::read_index(blob);              // footer + index
 //   auto v = blobpipe::decode_entry(blob, idx->entries[0]);  // zero copy
@@ -70,7 +71,9 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 /// `nbytes` = 0 means "to the end of the file". Errors: as read_index;
 /// too_small when the file is shorter than off + nbytes; io when the file
 /// cannot be opened (as open_blob_file), seeked or read (the message names
-/// the OS error). Source: read_index_file (Python reference).
+/// the OS error); too_large when the index (at most the file's size)
+/// cannot be allocated; invalid_argument for a null `file`.
+/// Source: read_index_file (Python reference).
 [[nodiscard]] result<blob_index> read_index_file(const std::string& path,
                                                  std::uint64_t off = 0,
                                                  std::uint64_t nbytes = 0);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "checked.hpp"
 #include "entry_codec.hpp"
@@ -166,10 +167,12 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   auto read_at = [&](std::uint64_t pos, std::span<std::byte> out) -> result<void> {
     if (fseeko(file, static_cast<off_t>(pos), SEEK_SET) != 0)
       return os_error(errc::io, "cannot seek");
-    // The size was checked above: a short read means the file shrank or
-    // the read failed.
+    // The size was checked above: a short read means the read failed or
+    // the file ended early (it shrank, or is a procfs-like file whose size
+    // says nothing).
     if (std::fread(out.data(), 1, out.size(), file) != out.size())
-      return os_error(errc::io, "short read");
+      return std::ferror(file) ? os_error(errc::io, "short read")
+                               : make_error(errc::io, "short read: the file ended early");
     return {};
   };
   // Read 1: the footer (at most 32 bytes from the blob's end).
@@ -179,8 +182,16 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   auto f = read_footer({tail, tail_len});
   if (!f) return f.err();
   if (auto r = check_index_range(*f, nbytes); !r) return r.err();
-  // Read 2: the index, whose length is now bounded by the blob's size.
-  std::vector<std::byte> index(f->index_len);
+  // Read 2: the index, whose length is now bounded by the blob's size (a
+  // file may still claim gigabytes of it, so a failed allocation is an
+  // error, not an exception).
+  std::vector<std::byte> index;
+  try {
+    index.resize(f->index_len);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::too_large, "cannot allocate " + std::to_string(f->index_len) +
+                                           " bytes for the index");
+  }
   if (auto r = read_at(off + f->index_off, index); !r) return r.err();
   auto entries = parse_index(index, f->index_off);
   if (!entries) return entries.err();
