@@ -22,8 +22,8 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
 }  // namespace
 
 const char* usage_line() noexcept {
-  return "usage: blobpipe {inspect|verify} FILE [--offset N] [--nbytes N] "
-         "[--json] [--digest]; blobpipe --help";
+  return "usage: blobpipe inspect FILE [--offset N] [--nbytes N] [--json] [--digest]; "
+         "blobpipe verify FILE [--offset N] [--nbytes N]; blobpipe --help";
 }
 
 const char* help_text() noexcept {

@@ -18,7 +18,7 @@
 #                    kept between runs, so a rerun only rebuilds changes)
 #   --jobs N         parallel compile jobs (default: nproc)
 #   --quick          smaller benchmark (256 MiB per mode instead of 1 GiB)
-#   --help           print the usage line
+#   --help           print this text
 # Output: one log, also copied to $OUT/gpu_check.log when $OUT is set (the
 # device tool's result folder). Exit status: 0 all passed; 1 a test or
 # benchmark failed; 2 bad usage or missing tools; 3 no device (not
@@ -35,7 +35,7 @@ usage="usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick]"
 bad_usage() { printf 'gpu_check: %s\n%s\n' "$1" "$usage" >&2; exit 2; }
 while (($#)); do
   case "$1" in
-    -h|--help) echo "$usage"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     --dry-run) dry_run=1 ;;
     --build-dir)
       (($# >= 2)) && [[ -n "$2" ]] || bad_usage "--build-dir needs a directory"
