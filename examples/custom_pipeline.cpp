@@ -15,7 +15,8 @@
 //
 //   bazel/bazelw run //examples:custom_pipeline
 //
-// It takes no options but --help; anything else is a usage error (exit 2).
+// It takes no options but a lone --help; anything else is a usage error
+// (exit 2).
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -189,16 +190,23 @@ asio::awaitable<void> train(std::unique_ptr<blobpipe::transport> t, int& receive
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      print_help(std::cout);
-      return exit_ok;
-    }
+  const auto is_help = [](std::string_view a) { return a == "--help" || a == "-h"; };
+  if (argc == 2 && is_help(argv[1])) {
+    print_help(std::cout);
+    return exit_ok;
   }
   if (argc > 1) {
-    std::cerr << "custom_pipeline: unknown argument '" << argv[1]
-              << "' (it takes none; see --help)\nusage: custom_pipeline [--help]\n";
+    // Anything but a lone --help, --help with more included (as
+    // rollout_to_trainer does): name the first argument that is not it.
+    std::string_view bad = argv[1];
+    for (int i = 1; i < argc; ++i) {
+      if (!is_help(argv[i])) {
+        bad = argv[i];
+        break;
+      }
+    }
+    std::cerr << "custom_pipeline: unknown argument '" << bad
+              << "' (it takes only --help)\nusage: custom_pipeline [--help]\n";
     return exit_usage;
   }
 

@@ -200,8 +200,10 @@ int run(const options& o) {
   ctx.run();
 
   if (o.mode == role::workers && interrupted) {
-    std::cout << "workers: interrupted; " << o.workers - totals.running << " of " << o.workers
-              << " connection(s) had ended, sending " << totals.blobs << " blobs\n";
+    // A worker reports its counts when it ends; the others were cut off
+    // mid-stream, so only the trainer knows what they delivered.
+    std::cout << "workers: interrupted before " << totals.running << " of " << o.workers
+              << " connection(s) finished; the trainer reports what arrived\n";
   } else if (o.mode != role::trainer) {
     std::cout << "workers: " << o.workers << " connection(s) sent " << totals.blobs
               << " blobs, " << totals.entries << " entries, " << totals.bytes

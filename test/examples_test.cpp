@@ -191,6 +191,9 @@ BOOST_AUTO_TEST_CASE(custom_pipeline_rejects_arguments_but_help) {
   BOOST_TEST(contains(bad.err, "unknown argument '--samples'"), REPORT(bad));
   BOOST_TEST(contains(bad.err, "usage: custom_pipeline"), REPORT(bad));
   BOOST_TEST(bad.out.empty(), REPORT(bad));  // refused before anything ran
+  auto mixed = run("custom_pipeline", {"--help", "extra"});
+  BOOST_TEST(mixed.exit_code == 2, REPORT(mixed));
+  BOOST_TEST(contains(mixed.err, "unknown argument 'extra'"), REPORT(mixed));
   auto help = run("custom_pipeline", {"--help"});
   BOOST_TEST(help.exit_code == 0, REPORT(help));
   BOOST_TEST(contains(help.out, "usage: custom_pipeline"), REPORT(help));

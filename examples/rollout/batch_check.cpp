@@ -58,7 +58,7 @@ class batch_check final : public checker {
   }
 
   void on_aborted(std::size_t, const blobpipe::event& ev) override {
-    problems_.add("blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + ev.reason);
+    problems_.add(describe_abort(ev));
   }
 
   std::uint64_t done() const noexcept override { return complete_; }

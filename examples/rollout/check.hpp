@@ -25,6 +25,14 @@
 
 namespace rollout {
 
+/// One line for a blob_aborted event: the producer's reason, or the error
+/// that cut the blob short when it gave none.
+inline std::string describe_abort(const blobpipe::event& ev) {
+  std::string why = ev.reason;
+  if (why.empty()) why = ev.error ? blobpipe::errc_name(ev.error) : "no reason given";
+  return "blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + why;
+}
+
 class checker {
  public:
   virtual ~checker() = default;

@@ -48,9 +48,10 @@ options:
   --listen [HOST:]PORT  run only the trainer, listening there (HOST
                       defaults to 127.0.0.1); it expects --workers
                       connections
-  --connect HOST:PORT run only the rollout workers, connecting there;
-                      give both sides the same --workers, --batch and
-                      --replay
+  --connect HOST:PORT run only the rollout workers, connecting there
+                      (a refused connection is retried for 5 s while the
+                      trainer starts); give both sides the same
+                      --workers, --batch and --replay
   --transport NAME    tcp (default) or ucx (UCX_TLS picks UCX's transports; docs/ucx.md)
   --timeout SECONDS   the trainer gives up after this long, and a worker
                       once the trainer has taken nothing for this long
@@ -61,8 +62,9 @@ exit status: 0 every sample (or replayed blob) arrived complete and
 identical; 1 something was missing or different, or a connection failed;
 2 bad command line (or more --workers than the process may open
 connections for); 130 / 143 interrupted by SIGINT / SIGTERM (the trainer
-first prints what had arrived). With --connect, 0 means every sample was
-delivered and acknowledged; only the trainer checks the data.
+first prints what had arrived; a second signal ends it at once). With
+--connect, 0 means every sample was delivered and acknowledged; only the
+trainer checks the data.
 )";
 }
 

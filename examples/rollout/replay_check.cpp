@@ -57,7 +57,7 @@ class replay_check final : public checker {
 
   void on_aborted(std::size_t conn, const blobpipe::event& ev) override {
     in_flight_.erase({conn, ev.blob_id});
-    problems_.add("blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + ev.reason);
+    problems_.add(describe_abort(ev));
   }
 
   std::uint64_t done() const noexcept override { return matched_; }
