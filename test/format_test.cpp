@@ -349,7 +349,8 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
   auto blob = sample_blob();
   int fds[2];
   BOOST_TEST_REQUIRE(::pipe(fds) == 0);
-  BOOST_TEST_REQUIRE(::write(fds[1], blob.data(), blob.size()) == static_cast<ssize_t>(blob.size()));
+  BOOST_TEST_REQUIRE(::write(fds[1], blob.data(), blob.size()) ==
+                     static_cast<ssize_t>(blob.size()));
   ::close(fds[1]);
   auto p = bp::read_index_file("/dev/fd/" + std::to_string(fds[0]));
   BOOST_TEST((p.code() == bp::errc::io), p.message());

@@ -229,9 +229,10 @@ result<file_ptr> open_blob_file(const std::string& path) {
   if (::fstat(fd, &st) != 0) return os_error("cannot stat");
   if (S_ISDIR(st.st_mode)) return make_error(errc::io, "'" + path + "' is a directory");
   if (!S_ISREG(st.st_mode))
-    return make_error(errc::io, "'" + path + "' is " + special_file_kind(st.st_mode) +
-                                    ", not a regular file; the footer is at the blob's end, so "
-                                    "the file must be seekable (save a piped blob to a file first)");
+    return make_error(errc::io,
+                      "'" + path + "' is " + special_file_kind(st.st_mode) +
+                          ", not a regular file; the footer is at the blob's end, so the file "
+                          "must be seekable (save a piped blob to a file first)");
   // Back to blocking reads, as fopen would have opened it.
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) return os_error("cannot read");
