@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
     return exit_ok;
   }
   if (argc > 1) {
-    // Anything but a lone --help, --help with more included (as
-    // rollout_to_trainer does): name the first argument that is not it.
+    // Anything but a lone --help is a usage error: name the first
+    // argument that is not --help.
     std::string_view bad = argv[1];
     for (int i = 1; i < argc; ++i) {
       if (!is_help(argv[i])) {
