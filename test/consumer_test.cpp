@@ -198,8 +198,10 @@ BOOST_AUTO_TEST_CASE(cancelled_next_ends_the_stream_without_throwing) {
       // peer_failed, by transport and by where it was): any, but one.
       BOOST_TEST(first.kind == event_kind::blob_aborted);
       BOOST_TEST(first.error, "blob_aborted without an error");
+      BOOST_TEST(!first.reason.empty(), "blob_aborted with an error but no reason");
       BOOST_TEST(after.kind == event_kind::end_of_stream);
       BOOST_TEST(after.error, "end_of_stream without an error");
+      BOOST_TEST(!after.reason.empty(), "end_of_stream with an error but no reason");
       BOOST_TEST(producer_done);
     }
   }
@@ -361,6 +363,7 @@ BOOST_AUTO_TEST_CASE(consumer_close_ends_pending_next_and_waiting_producer) {
       std::error_code producer_ec;
       event last;
       std::vector<event_kind> kinds;
+      std::vector<std::string> reasons;
       const auto x = ramp(1024, 0.0f);  // 4 KiB
       consumer_options copt;
       copt.window_bytes = 4096;
@@ -379,6 +382,7 @@ BOOST_AUTO_TEST_CASE(consumer_close_ends_pending_next_and_waiting_producer) {
         for (;;) {
           auto ev = co_await ep.c.next();  // pending when close() runs
           kinds.push_back(ev.kind);
+          reasons.push_back(ev.reason);
           if (ev.kind == event_kind::end_of_stream) {
             last = ev;
             break;
@@ -398,6 +402,9 @@ BOOST_AUTO_TEST_CASE(consumer_close_ends_pending_next_and_waiting_producer) {
       BOOST_TEST((last.error == errc::closed));
       BOOST_TEST_REQUIRE(kinds.size() == 2u);  // blob aborted, then end
       BOOST_TEST(kinds[0] == event_kind::blob_aborted);
+      // Our own close comes with no words; the events still say why.
+      BOOST_TEST(!reasons[0].empty(), "blob_aborted without a reason");
+      BOOST_TEST(!last.reason.empty(), "end_of_stream without a reason");
       BOOST_TEST((producer_ec == errc::peer_closed || producer_ec == errc::peer_failed));
     }
   }

@@ -195,6 +195,34 @@ BOOST_AUTO_TEST_CASE(aborted_and_dropped_blobs_are_reported_aborted) {
   BOOST_TEST(!events.back().error);
 }
 
+// An abort without words still reaches the consumer with a reason: an
+// event's reason is never empty when its error is set.
+BOOST_AUTO_TEST_CASE(abort_without_reason_is_reported_with_one) {
+  runner r;
+  event aborted;
+  const auto x = ramp(10, 0.0f);
+  auto ep = r.await(connect(link_kind::loopback));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto a = ep.s.open_blob();
+    BLOBPIPE_CO_CHECK(a.emit("x", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(a.abort(""));
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::blob_aborted) aborted = ev;
+      if (ev.kind == event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((aborted.kind == event_kind::blob_aborted));
+  BOOST_TEST((aborted.error == errc::aborted));
+  BOOST_TEST(!aborted.reason.empty());
+}
+
 // Closing the sender fails a producer that waits for window credit, and
 // later calls fail with closed.
 BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {

@@ -25,12 +25,10 @@
 
 namespace rollout {
 
-/// One line for a blob_aborted event: the producer's reason, or the error
-/// that cut the blob short when it gave none.
+/// One line for a blob_aborted event (its reason says why: the producer's
+/// words or what broke).
 inline std::string describe_abort(const blobpipe::event& ev) {
-  std::string why = ev.reason;
-  if (why.empty()) why = ev.error ? blobpipe::errc_name(ev.error) : "no reason given";
-  return "blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + why;
+  return "blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + ev.reason;
 }
 
 class checker {

@@ -175,7 +175,9 @@ struct event {
   /// peer_closed, closed, or the error of file_slot_for. end_of_stream:
   /// empty after an orderly close, else why.
   std::error_code error;
-  std::string reason;  ///< one line: the producer's reason or what broke
+  /// One line: the producer's reason or what broke; never empty when
+  /// `error` is set.
+  std::string reason;
   /// blob_aborted in a resend session: only this attempt is void (the
   /// connection broke, or another connection delivered the same tag first).
   /// The sender holds the blob until it is delivered, so drop this

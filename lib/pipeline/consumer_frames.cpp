@@ -77,12 +77,18 @@ event blob_event(event_kind k, const open_blob& b) {
   return ev;
 }
 
+// event::reason is never empty when event::error is set: a producer's
+// abort without words, or a failure without a message, says its code.
+std::string reason_for(std::error_code ec, std::string reason) {
+  return ec && reason.empty() ? ec.message() : reason;
+}
+
 void abort_blob(consumer_state& s, open_blob& b, std::error_code ec, std::string reason,
                 bool resend = false) {
   if (!b.discard) {
     auto ev = blob_event(event_kind::blob_aborted, b);
     ev.error = ec;
-    ev.reason = std::move(reason);
+    ev.reason = reason_for(ec, std::move(reason));
     ev.resend = resend;
     s.pending.push_back(std::move(ev));
     ++s.stats.blobs_aborted;
@@ -482,7 +488,7 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   final_event = event{};
   final_event.kind = event_kind::end_of_stream;
   final_event.error = ec;
-  final_event.reason = std::move(reason);
+  final_event.reason = reason_for(ec, std::move(reason));
 }
 
 }  // namespace blobpipe::detail
