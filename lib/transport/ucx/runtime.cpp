@@ -147,13 +147,16 @@ void runtime::wait_fd() {
 }
 
 void runtime::retire(std::shared_ptr<const void> owner) {
-  if (owner) retired_.emplace_back(std::chrono::steady_clock::now() + retire_linger, std::move(owner));
+  if (!owner) return;
+  retired_.emplace_back(std::chrono::steady_clock::now() + retire_linger, std::move(owner));
 }
 
 void runtime::progress_pass() {
   assert(!in_progress_ && "ucp_worker_progress must not be re-entered");
-  if (!retired_.empty() && retired_.front().first < std::chrono::steady_clock::now())
-    retired_.pop_front();
+  // Retired memory whose linger is over goes now, all of it (kept in
+  // retire order, so the front expires first).
+  const auto start = std::chrono::steady_clock::now();
+  while (!retired_.empty() && retired_.front().first < start) retired_.pop_front();
   in_progress_ = true;
   unsigned events = 0;
   bool poll_on = false;
