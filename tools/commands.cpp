@@ -32,9 +32,11 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// A file that cannot be read (errc::io) exits 3, anything the blob's bytes
+// got wrong exits 2.
 int fail(std::ostream& err, const error& e) {
   err << "blobpipe: " << errc_name(e.code) << ": " << one_line(e.message) << '\n';
-  return exit_invalid;
+  return e.code == errc::io ? exit_io : exit_invalid;
 }
 
 int fail_io(std::ostream& err, const std::string& what) {
@@ -108,10 +110,9 @@ struct blob_session {
 // printed the one stderr line, on failure.
 int open_and_index(const options& o, std::ostream& err, blob_session& s) {
   auto file = open_blob_file(o.file);
-  if (!file) return fail_io(err, file.message());
+  if (!file) return fail(err, file.err());
   s.file = std::move(*file);
   auto idx = read_index_file(s.file.get(), o.offset, o.nbytes);
-  if (!idx && idx.code() == errc::io) return fail_io(err, "'" + o.file + "': " + idx.message());
   if (!idx) return fail(err, idx.err());
   s.index = std::move(*idx);
   return exit_ok;
