@@ -20,7 +20,7 @@ resends run too. The trainer prints its RSS after a 1% warm-up and at the
 end; they should match within noise.
 
 BLOBS is a positive decimal integer; CUT_EVERY a decimal integer, 0 for
-no cuts.
+no cuts (leading zeros are allowed and read as decimal: 010 is ten).
 Environment: BLOBPIPE_SOAK_PORT, the trainer's port (default 7811).
 Builds //bench:soak with -c opt and leaves the bazel-bin symlinks alone.
 Exit status: 0 the soak ran; 2 bad usage; any other nonzero: it failed.
@@ -42,12 +42,18 @@ if (($# > 2)); then
   usage >&2
   exit 2
 fi
-if (($# >= 1)) && ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
+# Decimal, leading zeros allowed (010 is ten): decimal() drops them as
+# text (no bash arithmetic, which reads 010 as octal and wraps on
+# overflow), and soak gets the result.
+decimal() { [[ $1 =~ ^0*([0-9]+)$ ]] && echo "${BASH_REMATCH[1]}"; }
+blobs=1000000
+cut=100000
+if (($# >= 1)) && ! { blobs=$(decimal "$1") && [[ $blobs != 0 ]]; }; then
   echo "soak.sh: BLOBS '$1' is not a positive decimal integer" >&2
   usage >&2
   exit 2
 fi
-if (($# == 2)) && ! [[ $2 =~ ^(0|[1-9][0-9]*)$ ]]; then
+if (($# == 2)) && ! cut=$(decimal "$2"); then
   echo "soak.sh: CUT_EVERY '$2' is not a decimal integer" >&2
   usage >&2
   exit 2
@@ -55,8 +61,6 @@ fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-blobs=${1:-1000000}
-cut=${2:-100000}
 port=${BLOBPIPE_SOAK_PORT:-7811}
 # --symlink_prefix=/ creates no convenience symlinks: an opt build would
 # otherwise repoint bazel-bin, which examples/README.md's commands use.
