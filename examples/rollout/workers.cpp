@@ -88,6 +88,16 @@ asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_c
 
 }  // namespace
 
+// -Wmismatched-new-delete (GCC 11 and later; seen with 12) is a false
+// positive on this coroutine: asio's frame allocator, awaitable_frame_base::
+// operator new, is inlined here down to std::aligned_alloc, but its matching
+// operator delete (which frees with std::free) is not, so GCC pairs
+// aligned_alloc with a class operator delete it cannot see into. The pair
+// is asio's own new/delete, and it matches.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_config cfg,
                                           std::shared_ptr<const sample_builder> builder) {
   auto [ec, s] = co_await connect_sender(ex, cfg);
@@ -113,5 +123,8 @@ asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_confi
   r.stats = s.stats();
   co_return r;
 }
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace rollout
