@@ -32,6 +32,7 @@
 
 #include "blobpipe/pipeline.hpp"
 #include "examples/rollout/sample.hpp"
+#include "tools/stdout_status.hpp"
 
 namespace {
 
@@ -55,7 +56,7 @@ void print_help(std::ostream& out) {
       << "options:\n"
       << "  --help   this text\n\n"
       << "exit status: 0 the trainer received exactly the samples that pass the\n"
-      << "filter; 1 it did not; 2 bad command line.\n";
+      << "filter; 1 it did not, or stdout could not be written; 2 bad command line.\n";
 }
 
 struct out_entry {
@@ -187,9 +188,7 @@ asio::awaitable<void> train(std::unique_ptr<blobpipe::transport> t, int& receive
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int program(int argc, char** argv) {
   const auto is_help = [](std::string_view a) { return a == "--help" || a == "-h"; };
   if (argc == 2 && is_help(argv[1])) {
     print_help(std::cout);
@@ -234,4 +233,10 @@ int main(int argc, char** argv) {
   std::cout << "trainer received " << received << " of " << samples << " samples ("
             << expected << " pass the filter)\n";
   return received == expected ? exit_ok : exit_mismatch;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return blobpipe::cli::finish_stdout("custom_pipeline", program(argc, argv), exit_mismatch);
 }

@@ -32,6 +32,7 @@
 #include "examples/rollout/sample.hpp"
 #include "examples/rollout/trainer.hpp"
 #include "examples/rollout/workers.hpp"
+#include "tools/stdout_status.hpp"
 
 namespace {
 
@@ -147,7 +148,8 @@ int run(const options& o) {
     auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
     trainer_config cfg{.connections = o.workers,
                        .timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3)),
-                       .tty = stdout_is_tty()};
+                       .tty = stdout_is_tty(),
+                       .remote_workers = o.mode == role::trainer};
     tr = std::make_shared<trainer>(ex, std::move(*l), std::move(check), cfg, std::cout);
     asio::co_spawn(ex, tr->run(), [&](std::exception_ptr e, bool ok) {
       if (e) std::rethrow_exception(e);
@@ -214,9 +216,7 @@ int run(const options& o) {
   return status;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int program(int argc, char** argv) {
   auto parsed = parse_options(argc, argv);
   if (auto* e = std::get_if<usage_error>(&parsed)) {
     std::cerr << "rollout_to_trainer: " << e->message << "\n";
@@ -234,4 +234,10 @@ int main(int argc, char** argv) {
     std::cerr << "rollout_to_trainer: " << ex.what() << "\n";
     return exit_mismatch;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return blobpipe::cli::finish_stdout("rollout_to_trainer", program(argc, argv), exit_mismatch);
 }

@@ -319,6 +319,18 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_1) {
   }
 }
 
+// Output that cannot be written (a full disk; /dev/full) is an I/O error,
+// not a success: exit 3 with one line `blobpipe: io: ...`, for --help too.
+BOOST_AUTO_TEST_CASE(stdout_write_error_exits_3) {
+  const golden& g = golden::get();
+  const std::string f = (g.dir / "single_f32.blob").string();
+  auto help = run_process(cli_path(), {"--help"}, "/dev/full");
+  check_io(help, "write error: No space left on device");
+  for (const char* cmd : {"inspect", "verify"}) {
+    BOOST_TEST_CONTEXT(cmd) { check_io(run_process(cli_path(), {cmd, f}, "/dev/full"), "write"); }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(help_exits_0_and_documents_exit_codes) {
   for (const char* flag : {"--help", "-h"}) {
     auto r = run_cli({flag});

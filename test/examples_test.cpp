@@ -56,6 +56,23 @@ std::uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
+// A --listen trainer and a --connect worker process on a free port, each
+// with its own further arguments, both run to their ends.
+struct two_processes {
+  run_result trainer, workers;
+};
+two_processes run_two_processes(const std::vector<std::string>& trainer_args,
+                                const std::vector<std::string>& worker_args) {
+  const std::string port = std::to_string(free_port());
+  std::vector<std::string> t_args{"--listen", port}, w_args{"--connect", "127.0.0.1:" + port};
+  t_args.insert(t_args.end(), trainer_args.begin(), trainer_args.end());
+  w_args.insert(w_args.end(), worker_args.begin(), worker_args.end());
+  process trainer(example("rollout_to_trainer"), t_args);
+  process workers(example("rollout_to_trainer"), w_args);
+  auto w = workers.wait();
+  return {trainer.wait(), std::move(w)};
+}
+
 #define REPORT(r) "exit " << (r).exit_code << "\nstdout:\n" << (r).out << "\nstderr:\n" << (r).err
 
 }  // namespace
@@ -99,13 +116,8 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_replays_every_valid_golden_blob) {
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_as_two_processes) {
-  const std::string port = std::to_string(free_port());
-  process trainer(example("rollout_to_trainer"),
-                  {"--listen", port, "--workers", "2", "--batch", "16", "--timeout", "15"});
-  process workers(example("rollout_to_trainer"),
-                  {"--connect", "127.0.0.1:" + port, "--workers", "2", "--batch", "16"});
-  auto w = workers.wait();
-  auto t = trainer.wait();
+  auto [t, w] = run_two_processes({"--workers", "2", "--batch", "16", "--timeout", "15"},
+                                  {"--workers", "2", "--batch", "16"});
   BOOST_TEST(w.exit_code == 0, REPORT(w));
   BOOST_TEST(contains(w.out, "sent 16 blobs"), REPORT(w));
   BOOST_TEST(t.exit_code == 0, REPORT(t));
@@ -114,17 +126,28 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_as_two_processes) {
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_fails_when_samples_are_missing) {
   // The workers make a smaller batch than the trainer waits for.
-  const std::string port = std::to_string(free_port());
-  process trainer(example("rollout_to_trainer"),
-                  {"--listen", port, "--workers", "1", "--batch", "8", "--timeout", "15"});
-  process workers(example("rollout_to_trainer"),
-                  {"--connect", "127.0.0.1:" + port, "--workers", "1", "--batch", "5"});
-  auto w = workers.wait();
-  auto t = trainer.wait();
+  auto [t, w] = run_two_processes({"--workers", "1", "--batch", "8", "--timeout", "15"},
+                                  {"--workers", "1", "--batch", "5"});
   BOOST_TEST(w.exit_code == 0, REPORT(w));
   BOOST_TEST(t.exit_code == 1, REPORT(t));
   BOOST_TEST(contains(t.out, "FAIL: the batch is incomplete"), REPORT(t));
   BOOST_TEST(contains(t.out, "sample 5 incomplete"), REPORT(t));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_timeout_says_what_it_waited_for) {
+  // The trainer expects 2 connections, the worker process makes 1: every
+  // sample arrives, then the trainer times out waiting for the second
+  // connection and says so (and that the --workers counts may differ).
+  auto [t, w] = run_two_processes({"--workers", "2", "--batch", "8", "--timeout", "2"},
+                                  {"--workers", "1", "--batch", "8"});
+  BOOST_TEST(w.exit_code == 0, REPORT(w));
+  BOOST_TEST(t.exit_code == 1, REPORT(t));
+  BOOST_TEST(contains(t.out, "trainer: 8/8 samples complete"), REPORT(t));
+  BOOST_TEST(contains(t.out, "FAIL: timed out after 2 s waiting for worker connections: accepted "
+                             "1 of the 2 expected (--workers 2), 1 of them ended; 8/8 samples "
+                             "complete"),
+             REPORT(t));
+  BOOST_TEST(contains(t.out, "started with a smaller --workers than this trainer's 2"), REPORT(t));
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
@@ -175,6 +198,22 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_more_workers_than_descriptors) {
   // 10 workers fit once the soft limit is raised to the hard one.
   auto ok = limited("20", {"--workers", "10", "--batch", "20"});
   BOOST_TEST(ok.exit_code == 0, REPORT(ok));
+}
+
+BOOST_AUTO_TEST_CASE(examples_fail_when_stdout_cannot_be_written) {
+  // Like coreutils: output to a full device (/dev/full) is a failure with a
+  // line on stderr, for --help and for a whole run.
+  for (const char* name : {"rollout_to_trainer", "custom_pipeline"}) {
+    BOOST_TEST_CONTEXT(name) {
+      auto help = run_process(example(name), {"--help"}, "/dev/full");
+      BOOST_TEST(help.exit_code == 1, REPORT(help));
+      BOOST_TEST(help.err == std::string(name) + ": write error: No space left on device\n",
+                 REPORT(help));
+    }
+  }
+  auto r = run_process(example("custom_pipeline"), {}, "/dev/full");
+  BOOST_TEST(r.exit_code == 1, REPORT(r));
+  BOOST_TEST(contains(r.err, "custom_pipeline: write error"), REPORT(r));
 }
 
 BOOST_AUTO_TEST_CASE(custom_pipeline_filters_and_casts) {

@@ -7,6 +7,7 @@
 // side by side. Failures to start are BOOST_TEST_REQUIRE failures.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,10 +47,12 @@ inline std::string slurp_fd(int fd) {
   return s;
 }
 
-/// A started program whose stdout and stderr go to temporary files.
+/// A started program whose stdout and stderr go to temporary files (or
+/// its stdout to `stdout_to`, say /dev/full; then `out` stays empty).
 class process {
  public:
-  process(const std::filesystem::path& exe, const std::vector<std::string>& args) {
+  process(const std::filesystem::path& exe, const std::vector<std::string>& args,
+          const std::optional<std::filesystem::path>& stdout_to = std::nullopt) {
     out_ = temp_file("out");
     err_ = temp_file("err");
     std::vector<std::string> all{exe.string()};
@@ -58,7 +62,11 @@ class process {
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out_.fd, 1);
+    if (stdout_to) {
+      posix_spawn_file_actions_addopen(&fa, 1, stdout_to->c_str(), O_WRONLY, 0);
+    } else {
+      posix_spawn_file_actions_adddup2(&fa, out_.fd, 1);
+    }
     posix_spawn_file_actions_adddup2(&fa, err_.fd, 2);
     int rc = ::posix_spawn(&pid_, all[0].c_str(), &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -114,8 +122,9 @@ class process {
 
 /// Runs `exe` with `args` to its end.
 inline run_result run_process(const std::filesystem::path& exe,
-                              const std::vector<std::string>& args) {
-  return process(exe, args).wait();
+                              const std::vector<std::string>& args,
+                              const std::optional<std::filesystem::path>& stdout_to = std::nullopt) {
+  return process(exe, args, stdout_to).wait();
 }
 
 }  // namespace blobpipe::testing

@@ -61,8 +61,8 @@ exit status:
      shape_mismatch, unknown_kind, unknown_dtype
   3  FILE cannot be opened or read (missing, unreadable, a directory, or
      not a regular file: a pipe, FIFO or device is refused, since the
-     footer is at the blob's end and FILE must be seekable), or the report
-     cannot be written to stdout; stderr has one line
+     footer is at the blob's end and FILE must be seekable), or stdout
+     cannot be written (the report, or this text); stderr has one line
      `blobpipe: io: message`
 )";
 }

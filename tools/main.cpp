@@ -4,8 +4,11 @@
 
 #include "tools/args.hpp"
 #include "tools/commands.hpp"
+#include "tools/stdout_status.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using namespace blobpipe::cli;
   auto parsed = parse_args(argc, argv);
   if (auto* bad = std::get_if<usage_error>(&parsed)) {
@@ -23,4 +26,11 @@ int main(int argc, char** argv) {
       return run_verify(o, std::cout, std::cerr);
   }
   return exit_usage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A write error is an I/O failure: exit 3, `blobpipe: io: write error: ...`.
+  return blobpipe::cli::finish_stdout("blobpipe: io", run(argc, argv), blobpipe::cli::exit_io);
 }

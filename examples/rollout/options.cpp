@@ -59,8 +59,8 @@ options:
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and
-identical; 1 something was missing or different, or a connection failed;
-2 bad command line (or more --workers than the process may open
+identical; 1 something was missing or different, a connection failed, or
+stdout could not be written; 2 bad command line (or more --workers than the process may open
 connections for); 130 / 143 interrupted by SIGINT / SIGTERM (the trainer
 first prints what had arrived; a second signal ends it at once). With
 --connect, 0 means every sample was delivered and acknowledged; only the

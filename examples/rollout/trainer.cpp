@@ -38,6 +38,7 @@ asio::awaitable<bool> trainer::run() {
       first_accept_ = clock::now();
       progress_.restart();
     }
+    ++accepted_;
     ++active_;
     asio::co_spawn(ex_, consume(self, conn, std::move(t)), asio::detached);
   }
@@ -106,6 +107,7 @@ asio::awaitable<void> trainer::watchdog(std::shared_ptr<trainer> self) {
   auto [ec] = co_await self->deadline_.async_wait(as_tuple(asio::use_awaitable));
   if (ec) co_return;  // cancelled: run() finished in time
   self->timed_out_ = true;
+  self->active_at_timeout_ = self->active_;
   self->stop();
 }
 
@@ -144,7 +146,7 @@ bool trainer::print_summary() {
     ok = false;
   }
   if (timed_out_) {
-    out_ << "FAIL: timed out after " << ms(cfg_.timeout).count() / 1e3 << " s\n";
+    print_timeout();
     ok = false;
   }
   if (!problems_.empty()) {
@@ -153,6 +155,31 @@ bool trainer::print_summary() {
     ok = false;
   }
   return ok;
+}
+
+// What the trainer was still waiting for when the watchdog fired: more
+// connections, or the end of streams it had accepted.
+void trainer::print_timeout() {
+  const auto secs = std::chrono::duration<double>(cfg_.timeout).count();
+  const std::size_t expected = cfg_.connections;
+  const bool short_of_connections = accepted_ < expected;
+  out_ << "FAIL: timed out after " << secs << " s waiting for ";
+  if (accepted_ == 0) {
+    out_ << "worker connections: none of the " << expected << " expected (--workers " << expected
+         << ") arrived";
+  } else if (short_of_connections) {
+    out_ << "worker connections: accepted " << accepted_ << " of the " << expected
+         << " expected (--workers " << expected << "), " << accepted_ - active_at_timeout_
+         << " of them ended";
+  } else {
+    out_ << active_at_timeout_ << " of " << accepted_ << " connection(s) to end";
+  }
+  out_ << "; " << check_->done() << "/" << check_->total() << " " << check_->unit()
+       << " complete\n";
+  if (cfg_.remote_workers && short_of_connections && accepted_ > 0 && active_at_timeout_ == 0)
+    out_ << "  every accepted connection ended and no more came: the workers (--connect) may "
+            "have been\n  started with a smaller --workers than this trainer's "
+         << expected << "; give both sides the same --workers\n";
 }
 
 }  // namespace rollout

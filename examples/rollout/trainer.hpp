@@ -37,6 +37,9 @@ struct trainer_config {
   std::size_t connections = 4;  ///< accept this many, then stop listening
   std::chrono::milliseconds timeout{60'000};  ///< give up after this long
   bool tty = false;             ///< redraw the progress line in place
+  /// The workers run in another process (--listen): a timeout with fewer
+  /// connections than expected may mean they were given another --workers.
+  bool remote_workers = false;
 };
 
 class trainer : public std::enable_shared_from_this<trainer> {
@@ -67,6 +70,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   asio::awaitable<void> drain(std::size_t conn, blobpipe::consumer& c);
   void stop() noexcept;
   bool print_summary();
+  void print_timeout();
 
   asio::any_io_executor ex_;
   std::unique_ptr<blobpipe::listener> listener_;
@@ -81,6 +85,8 @@ class trainer : public std::enable_shared_from_this<trainer> {
   bool timed_out_ = false;
   std::string interrupted_;  // interrupt()'s reason; empty if not interrupted
   std::size_t active_ = 0;  // consume() coroutines still running
+  std::size_t accepted_ = 0;          // connections accepted so far
+  std::size_t active_at_timeout_ = 0;  // streams still open when the watchdog fired
   asio::steady_timer idle_;      // cancelled when active_ drops to 0
   asio::steady_timer deadline_;  // the watchdog's timer
   // Closes connection `conn` (its transport before the handshake, its

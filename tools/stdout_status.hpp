@@ -1,0 +1,22 @@
+// tools/stdout_status.hpp — a program's exit status counts its stdout.
+//
+// Output to a full disk (or /dev/full) fails only when stdio flushes it,
+// often after main has decided to succeed. Like coreutils, the programs
+// (blobpipe, the examples) check once at the end:
+//
+//   int main(int argc, char** argv) {
+//     return blobpipe::cli::finish_stdout("custom_pipeline", run(argc, argv), 1);
+//   }
+#pragma once
+
+#include <string_view>
+
+namespace blobpipe::cli {
+
+/// Flushes std::cout and stdout. When they could not be written and
+/// `status` is 0, prints one line `prefix: write error: REASON` to stderr
+/// and returns `failure`; otherwise returns `status` (a program that has
+/// already failed has said why).
+int finish_stdout(std::string_view prefix, int status, int failure) noexcept;
+
+}  // namespace blobpipe::cli
