@@ -29,10 +29,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include <asio/experimental/awaitable_operators.hpp>
 
 #include <asio/detached.hpp>
+#include <asio/ip/tcp.hpp>
 
 #include "blobpipe/loopback.hpp"
 #include "test/ucx_frame_fixture.hpp"
@@ -464,6 +466,42 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address_and_conflicting_config) {
   // No overrides: the existing context is used as it is.
   auto same = ucx::listen(ctx.get_executor(), 0, "127.0.0.1");
   BOOST_TEST(same.has_value(), same.message());
+}
+
+// Leaves a connection to 127.0.0.1:`port` in TIME_WAIT on the port's side
+// (that side closes first), as a trainer's accepted connections are once
+// it has exited. Plain sockets: the state belongs to the kernel.
+void leave_time_wait(std::uint16_t& port) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), port});
+  port = acc.local_endpoint().port();
+  asio::ip::tcp::socket client(io);
+  client.connect(acc.local_endpoint());
+  asio::ip::tcp::socket served = acc.accept();
+  acc.close();
+  served.close();  // active close: TIME_WAIT stays here, on `port`
+  std::array<char, 1> b;
+  std::error_code ec;
+  client.read_some(asio::buffer(b), ec);  // the FIN
+  BOOST_TEST_REQUIRE((ec == asio::error::eof), ec.message());
+  client.close();  // its FIN, answered by the side in TIME_WAIT
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+BOOST_AUTO_TEST_CASE(listener_binds_a_port_left_in_time_wait) {
+  // UCX's tcp connection manager binds without SO_REUSEADDR by default
+  // (UCX_TCP_CM_REUSEADDR=n): a trainer restarted on its port failed with
+  // "Address already in use" for up to a minute. blobpipe turns it on.
+  std::uint16_t port = 0;
+  leave_time_wait(port);
+  asio::io_context ctx;
+  auto l = ucx::listen(ctx.get_executor(), port, "127.0.0.1", ucx_links()[0].opt);
+  BOOST_TEST(l.has_value(), l.message());
+  // SO_REUSEADDR still does not share a port with a live listener.
+  if (l) {
+    auto second = ucx::listen(ctx.get_executor(), port, "127.0.0.1");
+    BOOST_TEST(!second.has_value());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {

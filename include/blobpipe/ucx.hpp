@@ -29,8 +29,9 @@
 // sockaddr-capable transport must be allowed besides shared memory, e.g.
 // UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. Because every endpoint runs in
 // peer error mode, blobpipe turns on what UCX 1.13 requires of the shared
-// memory transports in that mode (MM_ERROR_HANDLING, MEMORY_INVALIDATE)
-// unless told otherwise. docs/ucx.md has the details.
+// memory transports in that mode (MM_ERROR_HANDLING, MEMORY_INVALIDATE),
+// and lets a listener bind a port whose old connections are in TIME_WAIT
+// (CM_REUSEADDR), unless told otherwise. docs/ucx.md has the details.
 //
 // Closing: close() says goodbye (an AM the peer answers) and then closes
 // the endpoint in flush mode (ucp_ep_close_nbx), so the peer sees

@@ -10,24 +10,37 @@ namespace blobpipe::ucx::detail {
 
 namespace {
 
-// Every blobpipe endpoint runs in UCP_ERR_HANDLING_MODE_PEER, and UCX 1.13
-// leaves a transport out of such an endpoint unless it can report peer
-// failures: posix and sysv only with their error handling on, cma (for
-// rendezvous reads) only with memory invalidation on. Without these the
-// shared-memory transports in UCX_TLS are silently unused. Each default
-// applies unless one of its environment variables is set or the caller's
-// overrides name it. `name` is what ucp_config_modify resolves for the
-// setting in UCX 1.13 (UCX_POSIX_ERROR_HANDLING is not one); `env` lists
-// only variables UCX itself reads for it (UCX_MM_ERROR_HANDLING reaches
-// posix and sysv, UCX_MEMORY_INVALIDATE reaches nothing: UCX warns it is
-// unused, so it must not switch blobpipe's default off).
-struct peer_mode_default {
+// blobpipe's UCX defaults. Each applies unless one of its environment
+// variables is set or the caller's overrides name it. `name` is what
+// ucp_config_modify resolves for the setting in UCX 1.13
+// (UCX_POSIX_ERROR_HANDLING is not one); `env` lists only variables UCX
+// itself reads for it (UCX_MM_ERROR_HANDLING reaches posix and sysv,
+// UCX_MEMORY_INVALIDATE reaches nothing: UCX warns it is unused, so it
+// must not switch blobpipe's default off).
+//
+// Peer error handling: every blobpipe endpoint runs in
+// UCP_ERR_HANDLING_MODE_PEER, and UCX 1.13 leaves a transport out of such
+// an endpoint unless it can report peer failures: posix and sysv only
+// with their error handling on, cma (for rendezvous reads) only with
+// memory invalidation on. Without these the shared-memory transports in
+// UCX_TLS are silently unused.
+//
+// Listening: UCX's connection managers bind a listener without
+// SO_REUSEADDR (UCX_TCP_CM_REUSEADDR=n, UCX_RDMA_CM_REUSEADDR=n), so a
+// listener could not come back on its port while earlier connections to it
+// sat in TIME_WAIT (up to a minute after a trainer restarts). blobpipe's
+// TCP listener sets it, as asio's acceptor does; so does this. A port
+// another listener holds still fails (SO_REUSEADDR does not allow two
+// listeners). The name is the field both CM tables share: "TCP_CM_REUSEADDR"
+// passes ucp_config_modify but the worker rejects it ("invalid
+// configuration") and applies nothing.
+struct ucx_default {
   const char* name;
   const char* value;
   std::initializer_list<const char*> env;  // settings that already say it
-  std::initializer_list<const char*> tls;  // UCX_TLS entries that need it
+  std::initializer_list<const char*> tls;  // UCX_TLS entries that need it; empty: always
 };
-const peer_mode_default peer_mode_defaults[] = {
+const ucx_default ucx_defaults[] = {
     {"MM_ERROR_HANDLING",
      "y",
      {"UCX_MM_ERROR_HANDLING", "UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"},
@@ -36,6 +49,7 @@ const peer_mode_default peer_mode_defaults[] = {
      "y",
      {"UCX_CMA_MEMORY_INVALIDATE"},
      {"all", "sm", "shm", "cma"}},
+    {"CM_REUSEADDR", "y", {"UCX_TCP_CM_REUSEADDR", "UCX_RDMA_CM_REUSEADDR"}, {}},
 };
 
 // Whether the transport list (UCX_TLS syntax: comma separated, "^" to
@@ -68,11 +82,12 @@ std::vector<std::pair<std::string, std::string>> effective_config(
   for (const auto& o : overrides)
     if (o.first == "TLS") tls = o.second;
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& d : peer_mode_defaults) {
+  for (const auto& d : ucx_defaults) {
     bool in_env = std::any_of(d.env.begin(), d.env.end(),
                               [](const char* e) { return std::getenv(e) != nullptr; });
     // Only where it matters: UCX warns about settings no transport used.
-    if (!named(d.name) && !in_env && may_use(tls, d.tls)) out.emplace_back(d.name, d.value);
+    if (!named(d.name) && !in_env && (d.tls.size() == 0 || may_use(tls, d.tls)))
+      out.emplace_back(d.name, d.value);
   }
   out.insert(out.end(), overrides.begin(), overrides.end());
   return out;

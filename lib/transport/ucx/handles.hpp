@@ -22,10 +22,10 @@
 
 namespace blobpipe::ucx::detail {
 
-/// The overrides ucp_config_modify applies: blobpipe's defaults for peer
-/// error mode (MM_ERROR_HANDLING=y so posix/sysv qualify,
-/// MEMORY_INVALIDATE=y so cma does; each unless set in the environment or
-/// named in `overrides`), then `overrides`.
+/// The overrides ucp_config_modify applies: blobpipe's defaults (for peer
+/// error mode MM_ERROR_HANDLING=y so posix/sysv qualify and
+/// MEMORY_INVALIDATE=y so cma does; CM_REUSEADDR=y for listeners; each
+/// unless set in the environment or named in `overrides`), then `overrides`.
 std::vector<std::pair<std::string, std::string>> effective_config(
     const std::vector<std::pair<std::string, std::string>>& overrides);
 
