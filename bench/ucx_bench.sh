@@ -77,6 +77,16 @@ cp "$(bazel/bazelw info -c opt bazel-bin 2>/dev/null)/bench/ucx_bench" "$work/uc
 export UCX_MM_ERROR_HANDLING=${UCX_MM_ERROR_HANDLING:-y}
 export UCX_CMA_MEMORY_INVALIDATE=${UCX_CMA_MEMORY_INVALIDATE:-y}
 
+# run_failed WHAT CLIENT_OUTPUT SERVER_LOG: says why a run gave no figure.
+run_failed() {
+  {
+    echo "$1: no result; client:"
+    tail -n 5 <<<"$2" | sed 's/^/    /'
+    echo "  server:"
+    tail -n 5 "$3" | sed 's/^/    /'
+  } >&2
+}
+
 # perftest TEST TLS PORT [-e] -> overall bandwidth, MB/s
 perftest() {
   local test=$1 tls=$2 port=$3 out
@@ -96,6 +106,7 @@ perftest() {
   wait "$server" || true
   # "Final: iters p50 avg overall bw_avg bw_overall rate_avg rate_overall"
   awk '/Final:/ {print $7}' <<<"$out"
+  grep -q 'Final:' <<<"$out" || run_failed "ucx_perftest $test $tls" "$out" "$work/server.log"
 }
 
 # blobpipe TLS PORT BUSY_POLL_US -> MB/s
@@ -110,6 +121,7 @@ blobpipe() {
           --busy-poll "$busy" 2>&1) || true
   wait "$server" || true
   sed -n 's/^blobpipe-ucx .*: \([0-9.]*\) MB\/s.*/\1/p' <<<"$out"
+  grep -q '^blobpipe-ucx ' <<<"$out" || run_failed "ucx_bench $tls" "$out" "$work/bp_server.log"
 }
 
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
