@@ -138,12 +138,13 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_timeout_says_what_it_waited_for) {
   // The trainer expects 2 connections, the worker process makes 1: every
   // sample arrives, then the trainer times out waiting for the second
   // connection and says so (and that the --workers counts may differ).
-  auto [t, w] = run_two_processes({"--workers", "2", "--batch", "8", "--timeout", "2"},
+  // 5 s leaves room for a slow start under the sanitizers.
+  auto [t, w] = run_two_processes({"--workers", "2", "--batch", "8", "--timeout", "5"},
                                   {"--workers", "1", "--batch", "8"});
   BOOST_TEST(w.exit_code == 0, REPORT(w));
   BOOST_TEST(t.exit_code == 1, REPORT(t));
   BOOST_TEST(contains(t.out, "trainer: 8/8 samples complete"), REPORT(t));
-  BOOST_TEST(contains(t.out, "FAIL: timed out after 2 s waiting for worker connections: accepted "
+  BOOST_TEST(contains(t.out, "FAIL: timed out after 5 s waiting for worker connections: accepted "
                              "1 of the 2 expected (--workers 2), 1 of them ended; 8/8 samples "
                              "complete"),
              REPORT(t));
