@@ -468,13 +468,14 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address_and_conflicting_config) {
   BOOST_TEST(same.has_value(), same.message());
 }
 
-// Leaves a connection to 127.0.0.1:`port` in TIME_WAIT on the port's side
-// (that side closes first), as a trainer's accepted connections are once
-// it has exited. Plain sockets: the state belongs to the kernel.
-void leave_time_wait(std::uint16_t& port) {
+// Returns a port of 127.0.0.1 with a connection left in TIME_WAIT on the
+// port's side (that side closed first), as a trainer's accepted
+// connections are once it has exited. Plain sockets: the state belongs to
+// the kernel.
+std::uint16_t leave_time_wait() {
   asio::io_context io;
-  asio::ip::tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), port});
-  port = acc.local_endpoint().port();
+  asio::ip::tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::uint16_t port = acc.local_endpoint().port();
   asio::ip::tcp::socket client(io);
   client.connect(acc.local_endpoint());
   asio::ip::tcp::socket served = acc.accept();
@@ -486,14 +487,14 @@ void leave_time_wait(std::uint16_t& port) {
   BOOST_TEST_REQUIRE((ec == asio::error::eof), ec.message());
   client.close();  // its FIN, answered by the side in TIME_WAIT
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return port;
 }
 
 BOOST_AUTO_TEST_CASE(listener_binds_a_port_left_in_time_wait) {
   // UCX's tcp connection manager binds without SO_REUSEADDR by default
   // (UCX_TCP_CM_REUSEADDR=n): a trainer restarted on its port failed with
   // "Address already in use" for up to a minute. blobpipe turns it on.
-  std::uint16_t port = 0;
-  leave_time_wait(port);
+  const std::uint16_t port = leave_time_wait();
   asio::io_context ctx;
   auto l = ucx::listen(ctx.get_executor(), port, "127.0.0.1", ucx_links()[0].opt);
   BOOST_TEST(l.has_value(), l.message());
