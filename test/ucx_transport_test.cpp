@@ -505,6 +505,41 @@ BOOST_AUTO_TEST_CASE(listener_binds_a_port_left_in_time_wait) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(ipv6_is_refused_before_ucx_sees_it) {
+  // Over an IPv6 address UCX 1.13's tcp wireup connects back to the peer's
+  // IPv4-only interface at the IPv6 address, is refused, and the worker
+  // then aborted the process at teardown (free(): invalid pointer).
+  runner r;
+  auto l6 = ucx::listen(r.ex(), 0, "::1", ucx_links()[0].opt);
+  BOOST_TEST((l6.code() == errc::invalid_argument), l6.message());
+  BOOST_TEST(l6.message().find("IPv6") != std::string::npos, l6.message());
+  // A v4-mapped address is the IPv4 one.
+  auto mapped = ucx::listen(r.ex(), 0, "::ffff:127.0.0.1", ucx_links()[0].opt);
+  BOOST_TEST_REQUIRE(mapped.has_value(), mapped.message());
+  std::error_code ec6, ec4;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto [e6, t6] = co_await ucx::connect(r.ex(), "::1", mapped->port(), {}, ucx_links()[0].opt);
+    ec6 = e6;
+    auto [e4, t4] = co_await ucx::connect(r.ex(), "localhost", mapped->port(), {},
+                                          ucx_links()[0].opt);
+    ec4 = e4;
+    mapped->close();
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
+  BOOST_TEST((ec6 == errc::invalid_argument), ec6.message());
+  BOOST_TEST(!ec4, ec4.message());  // "localhost" resolves to IPv4 only
+}
+
+BOOST_AUTO_TEST_CASE(listen_on_a_port_in_use_says_so) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor holder(io, {asio::ip::make_address("127.0.0.1"), 0});
+  auto l = ucx::listen(io.get_executor(), holder.local_endpoint().port(), "127.0.0.1",
+                       ucx_links()[0].opt);
+  BOOST_TEST((l.code() == errc::peer_failed), l.message());
+  BOOST_TEST(l.message().find("the port is in use") != std::string::npos, l.message());
+}
+
 BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {
   asio::io_context ctx;
   auto l = ucx::listen(ctx.get_executor(), 0, "127.0.0.1", {{{"RNDV_THRESH", "not-a-size"}}});

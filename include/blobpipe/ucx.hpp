@@ -120,25 +120,28 @@ class listener final : public blobpipe::listener {
                                  const options&);
 };
 
-/// Listens on `address`:`port` (IPv4 or IPv6 literal; port 0 picks an
-/// ephemeral port). Creates the io_context's UCX context and worker on the
-/// first call (ucp_init, ucp_worker_create).
-/// Errors: invalid_argument (address does not parse; config differing from
-/// the io_context's live UCX context; an unknown UCX config name),
-/// peer_failed (UCX could not be initialised, or ucp_listener_create failed,
-/// e.g. the port is taken; the message names the UCX status).
+/// Listens on `address`:`port` (an IPv4 literal, or a v4-mapped IPv6 one;
+/// port 0 picks an ephemeral port). IPv6 is refused: UCX 1.13's tcp
+/// transport cannot connect over it (docs/ucx.md). Creates the
+/// io_context's UCX context and worker on the first call (ucp_init,
+/// ucp_worker_create).
+/// Errors: invalid_argument (address does not parse or is IPv6; config
+/// differing from the io_context's live UCX context; an unknown UCX config
+/// name), peer_failed (UCX could not be initialised, or ucp_listener_create
+/// failed, e.g. the port is in use; the message names the UCX status).
 [[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
                                       const std::string& address = "127.0.0.1",
                                       const options& opt = {});
 
-/// Resolves `host` (asio resolver), creates an endpoint to the first
+/// Resolves `host` to IPv4 addresses (asio resolver; an IPv6 literal is
+/// refused, as in listen), creates an endpoint to the first
 /// address (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
 /// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER with an err_handler)
 /// and completes once UCX has connected it (ucp_ep_flush_nbx). Creates
 /// the io_context's UCX context and worker on the first call, as listen.
 /// Errors: peer_failed (resolve failed, nobody listens, UCX could not be
-/// initialised), invalid_argument (config as for listen), closed (the
-/// awaiting coroutine was cancelled).
+/// initialised), invalid_argument (config as for listen; an IPv6 literal
+/// `host`), closed (the awaiting coroutine was cancelled).
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt = {},
     options uopt = {});

@@ -145,6 +145,23 @@ ucp_ep_params_t ep_params(connection& c) {
 
 }  // namespace
 
+// UCX 1.13 cannot use an IPv6 connection manager address with its tcp
+// transport: the accepting side's wireup connects to the peer's tcp
+// interface at the IPv6 address, which listens on IPv4 only, is refused,
+// and the worker later aborts in ucp_worker_destroy (free(): invalid
+// pointer, or an assertion in tcp_sockcm_ep.c). So blobpipe takes IPv4
+// only, a v4-mapped IPv6 address as its IPv4 address. Empty when usable;
+// else why not.
+std::string ipv4_only(asio::ip::address& a) {
+  if (a.is_v4()) return {};
+  if (a.to_v6().is_v4_mapped()) {
+    a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+    return {};
+  }
+  return "IPv6 address '" + a.to_string() +
+         "': UCX 1.13's tcp transport cannot connect over IPv6 (docs/ucx.md); use an IPv4 address";
+}
+
 // ---- listener ----------------------------------------------------------------
 
 struct listener::impl : std::enable_shared_from_this<listener::impl> {
@@ -238,6 +255,7 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
   std::error_code ec;
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return {errc::invalid_argument, "ucx listen: bad address '" + address + "'"};
+  if (auto why = ipv4_only(addr); !why.empty()) return {errc::invalid_argument, "ucx listen: " + why};
   auto rt = runtime::of(ex, opt);
   if (!rt) return rt.err();
   asio::ip::tcp::endpoint ep(addr, port);
@@ -250,10 +268,12 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
   lp.conn_handler.cb = &listener::impl::on_conn_request;
   lp.conn_handler.arg = p.get();
   ucp_listener_h h = nullptr;
-  if (auto st = ucp_listener_create((*rt)->worker(), &lp, &h); st != UCS_OK)
-    return {errc::peer_failed,
-            detail::status_message(
-                ("ucx listen on " + address + ":" + std::to_string(port)).c_str(), st)};
+  if (auto st = ucp_listener_create((*rt)->worker(), &lp, &h); st != UCS_OK) {
+    std::string where = "ucx listen on " + address + ":" + std::to_string(port);
+    // UCX reports a failed bind (EADDRINUSE) as "Device is busy".
+    if (st == UCS_ERR_BUSY) where += ": the port is in use";
+    return {errc::peer_failed, detail::status_message(where.c_str(), st)};
+  }
   p->handle = detail::listener_handle(h);
 
   ucp_listener_attr_t attr{};
@@ -273,6 +293,10 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt,
     options uopt) {
+  // An IPv6 literal is refused (ipv4_only); a name resolves to IPv4 only.
+  std::error_code lec;
+  if (auto literal = asio::ip::make_address(host, lec); !lec && !ipv4_only(literal).empty())
+    co_return failed(errc::invalid_argument);
   auto rt = runtime::of(ex, uopt);
   if (!rt)
     co_return failed(rt.code() == make_error_code(errc::invalid_argument) ? errc::invalid_argument
@@ -280,7 +304,8 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   auto keep = *rt;  // the runtime lives across the waits below
 
   asio::ip::tcp::resolver resolver(ex);
-  auto [rec, endpoints] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
+  auto [rec, endpoints] =
+      co_await resolver.async_resolve(asio::ip::tcp::v4(), host, std::to_string(port), use_tuple);
   if (rec || endpoints.empty()) co_return failed(errc::peer_failed);
   asio::ip::tcp::endpoint target = endpoints.begin()->endpoint();
 
