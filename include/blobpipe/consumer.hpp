@@ -102,11 +102,13 @@ struct consumer_options {
   /// still yielded the moment their bytes are in. 1: one at a time.
   std::size_t payload_window = 4;
 
+  // `{}` on the members below: see sender_options::resend.
+
   /// Resend sessions (docs/wire.md "Delivery"): the tags of blobs already
   /// delivered, shared by every consumer that may serve the same sender
   /// across its reconnects (all connections one listener accepts). Null:
   /// delivery_log::process_default(). Its window is advertised in the hello.
-  std::shared_ptr<delivery_log> delivered;
+  std::shared_ptr<delivery_log> delivered{};
 
   /// Timeouts (0: none). next() ends the stream with timed_out, and closes
   /// the connection, when it has waited on the sender for this long with no
@@ -120,13 +122,13 @@ struct consumer_options {
   assemble_mode assemble = assemble_mode::none;
   /// assemble_mode::file: called at blob_begin to place the blob. An error
   /// aborts that blob (its bytes are still received, then dropped).
-  std::function<result<file_slot>(std::uint64_t blob_id, const tag_t& tag)> file_slot_for;
+  std::function<result<file_slot>(std::uint64_t blob_id, const tag_t& tag)> file_slot_for{};
 
   /// Land entries in CUDA device memory (docs/cuda.md "Consumer"): the
   /// selected entries are yielded with received_entry::device set once
   /// their bytes are on the device. start() fails with cuda_failure when
   /// there is no device, invalid_argument with another assemble mode.
-  cuda::landing_options landing;
+  cuda::landing_options landing{};
 };
 
 enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };

@@ -101,11 +101,14 @@ struct sender_options {
   /// the application on the far side too (credit comes back only when it
   /// releases entries), so set it above the longest it may hold entries.
   std::chrono::milliseconds stall_timeout{0};
-  resend_options resend;
+  // `{}` below changes nothing at run time; it lets callers name only the
+  // fields they set (`{.chunk_bytes = 256}`) without GCC's
+  // -Wmissing-field-initializers, which skips members that have one.
+  resend_options resend{};
   /// Device values (value::memory, docs/cuda.md): the pinned ring each
   /// staged entry borrows. emit of a device value fails with
   /// invalid_argument when pinned_chunk_bytes < 64 or pool_depth is 0.
-  cuda::staging_options staging;
+  cuda::staging_options staging{};
 };
 
 /// Counters for tests and benchmarks.
