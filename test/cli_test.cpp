@@ -319,6 +319,52 @@ BOOST_AUTO_TEST_CASE(usage_errors_exit_1) {
   }
 }
 
+// A number too large for 64 bits is a decimal integer all the same: the
+// message says it is out of range, and a malformed one is still "not".
+BOOST_AUTO_TEST_CASE(usage_error_says_out_of_range_for_a_too_large_number) {
+  for (const char* flag : {"--offset", "--nbytes"}) {
+    BOOST_TEST_CONTEXT(flag) {
+      auto r = run_cli({"verify", "f.blob", flag, "18446744073709551616"});
+      BOOST_TEST(r.exit_code == 1, "stderr: " << r.err);
+      BOOST_TEST(r.err.rfind(std::string("blobpipe: ") + flag +
+                                 ": '18446744073709551616' is out of range",
+                             0) == 0u,
+                 "stderr: " << r.err);
+      auto max = run_cli({"verify", "/nonexistent/f.blob", flag, "18446744073709551615"});
+      BOOST_TEST(max.exit_code == 3, "2^64 - 1 is in range; stderr: " << max.err);
+      auto typo = run_cli({"verify", "f.blob", flag, "18446744073709551616x"});
+      BOOST_TEST(typo.err.find("is not an unsigned decimal integer") != std::string::npos,
+                 "stderr: " << typo.err);
+    }
+  }
+}
+
+// `bazel run //tools:blobpipe -- verify ../shared/golden/x.blob` runs in the
+// runfiles tree; Bazel names the user's directory in BUILD_WORKING_DIRECTORY
+// and a relative FILE is relative to it. Reports name FILE as typed.
+BOOST_AUTO_TEST_CASE(relative_file_is_relative_to_build_working_directory) {
+  const golden& g = golden::get();
+  const std::string bwd = "BUILD_WORKING_DIRECTORY=" + g.dir.string();
+  auto v = run_process(cli_path(), {"verify", "single_f32.blob"}, std::nullopt, {bwd});
+  check_ok(v);
+  BOOST_TEST(v.out.rfind("single_f32.blob: ok: 1 entries", 0) == 0u, "stdout: " << v.out);
+  auto i = run_process(cli_path(), {"inspect", "--json", "single_f32.blob"}, std::nullopt, {bwd});
+  check_ok(i);
+  // From a subdirectory, with ../ as a user types it.
+  const fs::path sub = scratch_dir() / "cli_test_bwd";
+  fs::create_directories(sub);
+  fs::copy_file(g.dir / "single_f32.blob", scratch_dir() / "cli_test_bwd.blob",
+                fs::copy_options::overwrite_existing);
+  check_ok(run_process(cli_path(), {"verify", "../cli_test_bwd.blob"}, std::nullopt,
+                       {"BUILD_WORKING_DIRECTORY=" + sub.string()}));
+  // An absolute FILE stays as it is.
+  check_ok(run_process(cli_path(), {"verify", (g.dir / "single_f32.blob").string()}, std::nullopt,
+                       {"BUILD_WORKING_DIRECTORY=/nonexistent"}));
+  // A missing one names the directory it was looked for in.
+  auto missing = run_process(cli_path(), {"verify", "no.blob"}, std::nullopt, {bwd});
+  check_io(missing, (g.dir / "no.blob").string());
+}
+
 // Output that cannot be written (a full disk; /dev/full) is an I/O error,
 // not a success: exit 3 with one line `blobpipe: io: ...`, for --help too.
 BOOST_AUTO_TEST_CASE(stdout_write_error_exits_3) {
@@ -326,8 +372,17 @@ BOOST_AUTO_TEST_CASE(stdout_write_error_exits_3) {
   const std::string f = (g.dir / "single_f32.blob").string();
   auto help = run_process(cli_path(), {"--help"}, "/dev/full");
   check_io(help, "write error: No space left on device");
-  for (const char* cmd : {"inspect", "verify"}) {
-    BOOST_TEST_CONTEXT(cmd) { check_io(run_process(cli_path(), {cmd, f}, "/dev/full"), "write"); }
+  // The reports say the same, with the reason: a short one fails when it
+  // is flushed, inspect of many_entries (megabytes) while it is printed.
+  const std::string many = (g.dir / "many_entries.blob").string();
+  const std::vector<std::vector<std::string>> reports = {
+      {"inspect", f}, {"verify", f}, {"inspect", many}, {"inspect", many, "--json"}};
+  for (const auto& args : reports) {
+    BOOST_TEST_CONTEXT(args[0] << " " << args[1] << (args.size() > 2 ? " --json" : "")) {
+      auto r = run_process(cli_path(), args, "/dev/full");
+      check_io(r, "write error: No space left on device");
+      BOOST_TEST(r.err == help.err, "stderr: " << r.err);
+    }
   }
 }
 

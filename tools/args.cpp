@@ -10,13 +10,20 @@ namespace blobpipe::cli {
 namespace {
 
 // Strict unsigned decimal: no sign, no spaces, no suffix, no overflow, so a
-// typo such as `--offset 1k` is a usage error rather than offset 1.
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
+// typo such as `--offset 1k` is a usage error rather than offset 1. On
+// failure, `why` says which: not such a number, or one above 2^64 - 1.
+std::optional<std::uint64_t> parse_u64(std::string_view s, std::string& why) {
   std::uint64_t v = 0;
-  if (s.empty()) return std::nullopt;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return v;
+  if (!s.empty() && end == s.data() + s.size()) {
+    if (ec == std::errc{}) return v;
+    if (ec == std::errc::result_out_of_range) {
+      why = "is out of range (at most 18446744073709551615)";
+      return std::nullopt;
+    }
+  }
+  why = "is not an unsigned decimal integer";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -31,7 +38,9 @@ const char* help_text() noexcept {
        blobpipe verify  FILE [--offset N] [--nbytes N]
        blobpipe --help
 
-Reads an NVDP blob (format v3, or legacy v2) stored in FILE.
+Reads an NVDP blob (format v3, or legacy v2) stored in FILE. A relative
+FILE is relative to the working directory, or under `bazel run` to where
+the command was typed (BUILD_WORKING_DIRECTORY).
 
 commands:
   inspect   print the footer (version, tag, index_off, index_len, nbytes)
@@ -53,8 +62,8 @@ options:
 
 exit status:
   0  success
-  1  usage error (unknown command or flag, missing FILE, N not a decimal
-     unsigned integer)
+  1  usage error (unknown command or flag, missing FILE, N not an
+     unsigned decimal integer or above 18446744073709551615)
   2  FILE holds no valid blob at the given range; stderr has exactly one
      line `blobpipe: CATEGORY: message`, CATEGORY one of too_small,
      bad_footer, index_out_of_range, malformed_index, entry_out_of_range,
@@ -112,11 +121,9 @@ std::variant<options, usage_error> parse_args(int argc, const char* const* argv)
       } else {
         return usage_error{std::string(name) + " needs a value"};
       }
-      auto n = parse_u64(text);
-      if (!n) {
-        return usage_error{std::string(name) + ": '" + std::string(text) +
-                           "' is not an unsigned decimal integer"};
-      }
+      std::string why;
+      auto n = parse_u64(text, why);
+      if (!n) return usage_error{std::string(name) + ": '" + std::string(text) + "' " + why};
       (name == "--offset" ? o.offset : o.nbytes) = *n;
       continue;
     }

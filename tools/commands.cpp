@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "blobpipe/format.hpp"
+#include "tools/stdout_status.hpp"
+#include "tools/user_path.hpp"
 
 namespace blobpipe::cli {
 namespace {
@@ -42,6 +44,16 @@ int fail(std::ostream& err, const error& e) {
 int fail_io(std::ostream& err, const std::string& what) {
   err << "blobpipe: io: " << one_line(what) << '\n';
   return exit_io;
+}
+
+// Flushes the report; when it could not be written (a full disk, a closed
+// stdout), says why in the words main uses for --help (stdout_status.hpp).
+// errno is the failed write's: once `out` has failed it writes nothing
+// more, and formatting sets no errno.
+int finish_report(std::ostream& out, std::ostream& err) {
+  out.flush();
+  if (!out) return fail_io(err, write_error_text(errno));
+  return exit_ok;
 }
 
 // Reads `len` bytes at absolute file offset `off` into `out`. The caller
@@ -108,8 +120,10 @@ struct blob_session {
 
 // Opens FILE and reads footer + index. Returns a nonzero exit code, having
 // printed the one stderr line, on failure.
+// A relative FILE is relative to where the user typed the command, also
+// under `bazel run` (user_path); reports name FILE as it was typed.
 int open_and_index(const options& o, std::ostream& err, blob_session& s) {
-  auto file = open_blob_file(o.file);
+  auto file = open_blob_file(user_path(o.file));
   if (!file) return fail(err, file.err());
   s.file = std::move(*file);
   auto idx = read_index_file(s.file.get(), o.offset, o.nbytes);
@@ -214,14 +228,13 @@ int run_inspect(const options& o, std::ostream& out, std::ostream& err) {
       digests.push_back(sha256_hex(v->bytes));
     }
   }
+  errno = 0;  // finish_report reads the reason of a failed write here
   if (o.json) {
     print_json(s.index, digests, out);
   } else {
     print_text(s.index, digests, out);
   }
-  out.flush();
-  if (!out) return fail_io(err, "cannot write the report to stdout");
-  return exit_ok;
+  return finish_report(out, err);
 }
 
 int run_verify(const options& o, std::ostream& out, std::ostream& err) {
@@ -238,12 +251,11 @@ int run_verify(const options& o, std::ostream& out, std::ostream& err) {
     if (!v) return fail(err, v.err());
     data_bytes += e.len;
   }
+  errno = 0;  // finish_report reads the reason of a failed write here
   out << o.file << ": ok: " << s.index.entries.size() << " entries, " << data_bytes
       << " data bytes, blob " << s.index.nbytes << " bytes, footer v"
       << s.index.foot.version << ", tag " << tag_hex(s.index.foot.tag) << '\n';
-  out.flush();
-  if (!out) return fail_io(err, "cannot write the report to stdout");
-  return exit_ok;
+  return finish_report(out, err);
 }
 
 }  // namespace blobpipe::cli

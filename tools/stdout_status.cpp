@@ -8,6 +8,10 @@
 
 namespace blobpipe::cli {
 
+std::string write_error_text(int err) {
+  return err ? std::string("write error: ") + std::strerror(err) : std::string("write error");
+}
+
 int finish_stdout(std::string_view prefix, int status, int failure) noexcept {
   // std::cout writes through stdio, so its flush is stdout's fflush: the
   // errno of a write that fails there (say ENOSPC) is the reason. A write
@@ -22,8 +26,12 @@ int finish_stdout(std::string_view prefix, int status, int failure) noexcept {
   }
   failed = failed || std::ferror(stdout) != 0;
   if (!failed || status != 0) return status;
-  std::fprintf(stderr, "%.*s: write error%s%s\n", static_cast<int>(prefix.size()), prefix.data(),
-               err ? ": " : "", err ? std::strerror(err) : "");
+  try {
+    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(prefix.size()), prefix.data(),
+                 write_error_text(err).c_str());
+  } catch (...) {
+    std::fprintf(stderr, "%.*s: write error\n", static_cast<int>(prefix.size()), prefix.data());
+  }
   return failure;
 }
 
