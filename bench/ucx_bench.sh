@@ -40,9 +40,20 @@
 # Reports, never gates: the exit status is 0 unless a run fails.
 set -euo pipefail
 
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 if [[ $# -gt 0 ]]; then
-  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
-  [[ "$1" == -h || "$1" == --help ]] && exit 0
+  # --help / -h: the text above on stdout, exit 0. Anything else is an
+  # error (settings come from the environment): say which, help on stderr.
+  if [[ $# -eq 1 && ( "$1" == -h || "$1" == --help ) ]]; then
+    usage
+    exit 0
+  fi
+  bad=${2-}  # only repeated --help / -h; else the first other argument
+  for a in "$@"; do
+    if [[ "$a" != -h && "$a" != --help ]]; then bad=$a; break; fi
+  done
+  echo "ucx_bench.sh: unknown argument '$bad'" >&2
+  usage >&2
   exit 2
 fi
 
