@@ -14,7 +14,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -27,12 +26,14 @@
 #include "blobpipe/tcp.hpp"
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/corpus.hpp"
+#include "examples/rollout/listener.hpp"
 #include "examples/rollout/options.hpp"
 #include "examples/rollout/replay.hpp"
 #include "examples/rollout/sample.hpp"
 #include "examples/rollout/trainer.hpp"
 #include "examples/rollout/workers.hpp"
 #include "tools/stdout_status.hpp"
+#include "tools/user_path.hpp"
 
 namespace {
 
@@ -51,17 +52,13 @@ void print_replay_set(const replay_set& set, const std::string& dir) {
     bytes += b.entry_bytes();
   }
   std::cout << "replay: " << set.blobs.size() << " valid blobs in " << dir << " (" << entries
-            << " entries, " << bytes << " bytes); skipping " << set.skipped.size()
-            << " invalid:\n";
+            << " entries, " << bytes << " bytes)";
+  if (set.skipped.empty()) {
+    std::cout << "; no invalid ones\n";
+  } else {
+    std::cout << "; skipping " << set.skipped.size() << " invalid:\n";
+  }
   for (const auto& s : set.skipped) std::cout << "  skip " << s << "\n";
-}
-
-// `bazel run` starts the program in its runfiles tree; a relative path
-// the user typed is relative to where they typed it.
-std::string user_path(const std::string& p) {
-  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (!cwd || !*cwd || std::filesystem::path(p).is_absolute()) return p;
-  return (std::filesystem::path(cwd) / p).string();
 }
 
 // Each connection costs a descriptor at either end it has in this process
@@ -118,7 +115,8 @@ int run(const options& o) {
   std::shared_ptr<const replay_set> replay;
   std::shared_ptr<const sample_builder> builder;
   if (o.replay_dir) {
-    auto set = load_replay(user_path(*o.replay_dir));
+    // Under `bazel run`, relative to where the user typed the command.
+    auto set = load_replay(blobpipe::cli::user_path(*o.replay_dir));
     if (!set) {
       std::cerr << "rollout_to_trainer: --replay " << set.message() << "\n";
       return exit_usage;
@@ -135,19 +133,29 @@ int run(const options& o) {
   bool interrupted = false;
   asio::signal_set signals(ctx);
   std::uint16_t port = o.port;
+  std::string host = o.host;
 
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
-    auto l = listen_transport(ex, o.transport, o.port, o.host);
+    auto addr = listen_address(ex, o.host, o.transport);
+    if (!addr) {
+      std::cerr << "rollout_to_trainer: --listen: " << addr.message()
+                << " (give an IP address, [IPv6], or a host name)\n";
+      return exit_usage;
+    }
+    host = *addr;
+    auto l = listen_transport(ex, o.transport, o.port, host);
     if (!l) {
+      // An address the transport refuses (UCX: IPv6) is a bad command line;
+      // one it cannot bind (in use, not this host's) a failure to run.
       std::cerr << "rollout_to_trainer: " << l.message() << "\n";
-      return exit_mismatch;
+      return l.code() == blobpipe::errc::invalid_argument ? exit_usage : exit_mismatch;
     }
     port = (*l)->port();
     auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
     trainer_config cfg{.connections = o.workers,
-                       .timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3)),
+                       .timeout = timeout_ms(o),
                        .tty = stdout_is_tty(),
                        .remote_workers = o.mode == role::trainer};
     tr = std::make_shared<trainer>(ex, std::move(*l), std::move(check), cfg, std::cout);
@@ -161,7 +169,7 @@ int run(const options& o) {
   watch_signals(ctx, signals, tr, status, interrupted);
 
   std::cout << "rollout_to_trainer: " << o.workers << " rollout worker(s) -> trainer, "
-            << o.transport << " " << o.host << ":" << port << ", ";
+            << o.transport << " " << host_port(host, port) << ", ";
   if (replay) {
     std::cout << "replaying " << replay->blobs.size() << " blobs\n";
   } else {
@@ -178,7 +186,7 @@ int run(const options& o) {
     for (std::size_t w = 0; w < o.workers; ++w) {
       worker_config cfg{.host = o.host, .port = port, .transport = o.transport, .id = w, .count = o.workers,
                         .batch = o.batch, .replay = replay,
-                        .stall_timeout = std::chrono::milliseconds(static_cast<long>(o.timeout_s * 1e3))};
+                        .stall_timeout = timeout_ms(o)};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr](std::exception_ptr e, worker_report r) {
                        if (e) std::rethrow_exception(e);

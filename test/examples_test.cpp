@@ -61,10 +61,16 @@ std::uint16_t free_port() {
 struct two_processes {
   run_result trainer, workers;
 };
+// With `listen_host` and `connect_host` the trainer gets
+// --listen LISTEN_HOST:PORT (else --listen PORT) and the workers
+// --connect CONNECT_HOST:PORT.
 two_processes run_two_processes(const std::vector<std::string>& trainer_args,
-                                const std::vector<std::string>& worker_args) {
+                                const std::vector<std::string>& worker_args,
+                                const std::string& listen_host = "",
+                                const std::string& connect_host = "127.0.0.1") {
   const std::string port = std::to_string(free_port());
-  std::vector<std::string> t_args{"--listen", port}, w_args{"--connect", "127.0.0.1:" + port};
+  std::vector<std::string> t_args{"--listen", listen_host.empty() ? port : listen_host + ":" + port},
+      w_args{"--connect", connect_host + ":" + port};
   t_args.insert(t_args.end(), trainer_args.begin(), trainer_args.end());
   w_args.insert(w_args.end(), worker_args.begin(), worker_args.end());
   process trainer(example("rollout_to_trainer"), t_args);
@@ -151,6 +157,113 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_timeout_says_what_it_waited_for) {
   BOOST_TEST(contains(t.out, "started with a smaller --workers than this trainer's 2"), REPORT(t));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_trainer_with_fewer_workers_says_so) {
+  // The opposite of the timeout case: the trainer takes 2 connections, the
+  // workers make 4; both accepted ones end in order and half the samples
+  // never come. The trainer says why it may be, and lists only the first
+  // few missing samples.
+  auto [t, w] = run_two_processes({"--workers", "2", "--batch", "32", "--timeout", "30"},
+                                  {"--workers", "4", "--batch", "32"});
+  BOOST_TEST(w.exit_code == 1, REPORT(w));  // two of its workers found no trainer
+  BOOST_TEST(t.exit_code == 1, REPORT(t));
+  BOOST_TEST(contains(t.out, "trainer: 16/32 samples complete"), REPORT(t));
+  BOOST_TEST(contains(t.out, "FAIL: the batch is incomplete or differs"), REPORT(t));
+  BOOST_TEST(contains(t.out, "all 2 connection(s) this trainer expected (--workers 2) ended in "
+                             "order, 16 samples short"),
+             REPORT(t));
+  BOOST_TEST(contains(t.out, "started with a larger --workers than this\n  trainer's 2"),
+             REPORT(t));
+  std::size_t listed = 0;
+  for (std::size_t at = 0; (at = t.out.find(" incomplete: missing", at)) != std::string::npos; ++at)
+    ++listed;
+  BOOST_TEST(listed == 10u, REPORT(t));
+  BOOST_TEST(contains(t.out, "  ... and 6 more\n"), REPORT(t));
+  BOOST_TEST(!contains(t.out, "timed out"), REPORT(t));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_listens_on_a_host_name_and_bracketed_ipv6) {
+  // --listen takes the host forms --connect takes: a name (localhost
+  // listens on 127.0.0.1), an IPv6 address with or without brackets.
+  auto [t, w] = run_two_processes({"--workers", "1", "--batch", "4", "--timeout", "15"},
+                                  {"--workers", "1", "--batch", "4"}, "localhost", "localhost");
+  BOOST_TEST(t.exit_code == 0, REPORT(t));
+  BOOST_TEST(contains(t.out, "tcp 127.0.0.1:"), REPORT(t));
+  BOOST_TEST(w.exit_code == 0, REPORT(w));
+  // IPv6 loopback, where this machine has it.
+  const int s6 = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_loopback;
+  const bool have_v6 = s6 >= 0 && ::bind(s6, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+  if (s6 >= 0) ::close(s6);
+  if (have_v6) {
+    auto [t6, w6] = run_two_processes({"--workers", "1", "--batch", "4", "--timeout", "15"},
+                                      {"--workers", "1", "--batch", "4"}, "[::1]", "[::1]");
+    BOOST_TEST(t6.exit_code == 0, REPORT(t6));
+    BOOST_TEST(contains(t6.out, "tcp [::1]:"), REPORT(t6));
+    BOOST_TEST(w6.exit_code == 0, REPORT(w6));
+  } else {
+    BOOST_TEST_MESSAGE("no IPv6 loopback here: [::1] not tried");
+  }
+  // What it cannot take is a usage error (exit 2) that says what it can.
+  for (const char* bad : {"[127.0.0.1]:5000", "[::1:5000", ":5000"}) {
+    BOOST_TEST_CONTEXT(bad) {
+      auto r = run("rollout_to_trainer", {"--listen", bad});
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(contains(r.err, "expected [HOST:]PORT with PORT > 0 (HOST: a name"), REPORT(r));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_timeouts_out_of_range) {
+  // Seconds become std::chrono::milliseconds: inf or 1e308 would overflow
+  // and time out at once ("timed out after -9.22e+15 s").
+  for (const char* t : {"inf", "1e10", "1e308", "1e400", "99999999999999999999", "31536000.5",
+                        "0", "-5", "0.0001"}) {
+    BOOST_TEST_CONTEXT(t) {
+      auto r = run("rollout_to_trainer", {"--timeout", t, "--batch", "4"});
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(r.err == "rollout_to_trainer: --timeout: '" + std::string(t) +
+                              "' is out of range: give 0.001 to 31536000 seconds (365 days)\n",
+                 REPORT(r));
+      BOOST_TEST(r.out.empty(), REPORT(r));
+    }
+  }
+  for (const char* t : {"nan", "soon", "5s", ""}) {
+    BOOST_TEST_CONTEXT(t) {
+      auto r = run("rollout_to_trainer", {"--timeout", t});
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(contains(r.err, "is not a number of seconds"), REPORT(r));
+    }
+  }
+  auto year = run("rollout_to_trainer", {"--timeout", "31536000", "--batch", "4", "--workers", "1"});
+  BOOST_TEST(year.exit_code == 0, REPORT(year));
+  auto help = run("rollout_to_trainer", {"--help"});
+  BOOST_TEST(contains(help.out, "from 0.001 to 31536000, i.e. 365 days"), REPORT(help));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_names_an_error_once) {
+  // Nobody listens: the worker gives up after its 5 s of retries and says
+  // so, the code's name once (not "peer_failed (peer failed)").
+  const std::string port = std::to_string(free_port());
+  auto r = run("rollout_to_trainer", {"--connect", "127.0.0.1:" + port, "--workers", "1"});
+  BOOST_TEST(r.exit_code == 1, REPORT(r));
+  BOOST_TEST(r.err == "worker 0: connect to 127.0.0.1:" + port +
+                          ": peer_failed: could not connect, retried for 5 s (is a trainer "
+                          "listening there?)\n",
+             REPORT(r));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_replay_of_a_dir_without_invalid_blobs) {
+  const fs::path dir = scratch_dir() / "replay_none_invalid";
+  fs::create_directories(dir);
+  auto r = run("rollout_to_trainer", {"--replay", dir.string()});
+  BOOST_TEST(contains(r.out, "replay: 0 valid blobs in " + dir.string() +
+                                 " (0 entries, 0 bytes); no invalid ones\n"),
+             REPORT(r));
+  BOOST_TEST(!contains(r.out, "invalid:"), REPORT(r));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
   auto rdma = run("rollout_to_trainer", {"--transport", "rdma"});
   BOOST_TEST(rdma.exit_code == 2, REPORT(rdma));
@@ -212,9 +325,15 @@ BOOST_AUTO_TEST_CASE(examples_fail_when_stdout_cannot_be_written) {
                  REPORT(help));
     }
   }
+  // A whole run fails to write long before the end (the banner is flushed
+  // first): std::cout keeps no reason for that, only that it failed.
   auto r = run_process(example("custom_pipeline"), {}, "/dev/full");
   BOOST_TEST(r.exit_code == 1, REPORT(r));
   BOOST_TEST(contains(r.err, "custom_pipeline: write error"), REPORT(r));
+  auto t = run_process(example("rollout_to_trainer"), {"--batch", "4", "--workers", "1"},
+                       "/dev/full");
+  BOOST_TEST(t.exit_code == 1, REPORT(t));
+  BOOST_TEST(contains(t.err, "rollout_to_trainer: write error"), REPORT(t));
 }
 
 BOOST_AUTO_TEST_CASE(custom_pipeline_filters_and_casts) {

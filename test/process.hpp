@@ -47,12 +47,32 @@ inline std::string slurp_fd(int fd) {
   return s;
 }
 
+/// This process's environment with `extra` ("NAME=value" each) added,
+/// replacing a variable of the same name.
+inline std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env(extra);
+  for (char** e = environ; *e; ++e) {
+    const std::string var = *e;
+    const std::string name = var.substr(0, var.find('=') + 1);
+    bool replaced = false;
+    for (const auto& x : extra) replaced = replaced || x.starts_with(name);
+    if (!replaced) env.push_back(var);
+  }
+  return env;
+}
+
 /// A started program whose stdout and stderr go to temporary files (or
-/// its stdout to `stdout_to`, say /dev/full; then `out` stays empty).
+/// its stdout to `stdout_to`, say /dev/full; then `out` stays empty). It
+/// gets this process's environment plus `extra_env` ("NAME=value" each).
 class process {
  public:
   process(const std::filesystem::path& exe, const std::vector<std::string>& args,
-          const std::optional<std::filesystem::path>& stdout_to = std::nullopt) {
+          const std::optional<std::filesystem::path>& stdout_to = std::nullopt,
+          const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> env = environment_with(extra_env);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     out_ = temp_file("out");
     err_ = temp_file("err");
     std::vector<std::string> all{exe.string()};
@@ -68,7 +88,7 @@ class process {
       posix_spawn_file_actions_adddup2(&fa, out_.fd, 1);
     }
     posix_spawn_file_actions_adddup2(&fa, err_.fd, 2);
-    int rc = ::posix_spawn(&pid_, all[0].c_str(), &fa, nullptr, argv.data(), environ);
+    int rc = ::posix_spawn(&pid_, all[0].c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     BOOST_TEST_REQUIRE(rc == 0, "cannot start " << exe << ": " << std::strerror(rc));
   }
@@ -123,8 +143,9 @@ class process {
 /// Runs `exe` with `args` to its end.
 inline run_result run_process(const std::filesystem::path& exe,
                               const std::vector<std::string>& args,
-                              const std::optional<std::filesystem::path>& stdout_to = std::nullopt) {
-  return process(exe, args, stdout_to).wait();
+                              const std::optional<std::filesystem::path>& stdout_to = std::nullopt,
+                              const std::vector<std::string>& extra_env = {}) {
+  return process(exe, args, stdout_to, extra_env).wait();
 }
 
 }  // namespace blobpipe::testing

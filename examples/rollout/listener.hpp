@@ -14,12 +14,42 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
 
 #include "blobpipe/errors.hpp"
 #include "blobpipe/tcp.hpp"
 #include "blobpipe/ucx.hpp"
 
 namespace rollout {
+
+/// "host:port", or "[host]:port" for an IPv6 address.
+inline std::string host_port(const std::string& host, std::uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+/// The address to listen on for --listen's HOST: an IP address as it is;
+/// a name resolved as --connect resolves it, taking its first IPv4 address
+/// (or, over tcp, its first address when it has no IPv4 one).
+/// Errors: invalid_argument (the name does not resolve).
+inline blobpipe::result<std::string> listen_address(asio::any_io_executor ex,
+                                                    const std::string& host,
+                                                    const std::string& transport) {
+  std::error_code ec;
+  (void)asio::ip::make_address(host, ec);
+  if (!ec) return host;
+  asio::ip::tcp::resolver resolver(ex);
+  auto found = transport == "ucx" ? resolver.resolve(asio::ip::tcp::v4(), host, "0", ec)
+                                  : resolver.resolve(host, "0", ec);
+  if (ec || found.empty()) {
+    return {blobpipe::errc::invalid_argument,
+            "cannot resolve '" + host + "'" + (ec ? ": " + ec.message() : std::string())};
+  }
+  for (const auto& e : found)
+    if (e.endpoint().address().is_v4()) return e.endpoint().address().to_string();
+  return found.begin()->endpoint().address().to_string();
+}
 
 /// A listen() result as an owned blobpipe::listener.
 template <class Listener>

@@ -2,6 +2,7 @@
 #include "examples/rollout/options.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <string_view>
 
 namespace rollout {
@@ -13,15 +14,22 @@ bool parse_number(std::string_view s, T& out) {
   return ec == std::errc{} && end == s.data() + s.size();
 }
 
-// "[HOST:]PORT" (--listen) or "HOST:PORT" (--connect).
+// "[HOST:]PORT" (--listen) or "HOST:PORT" (--connect). HOST is a name, an
+// IPv4 or IPv6 address, or an IPv6 address in brackets ([::1]:5555); the
+// last colon ends it.
 bool parse_endpoint(std::string_view s, bool host_required, options& o) {
   std::size_t colon = s.rfind(':');
   if (colon == std::string_view::npos) {
     if (host_required) return false;
     return parse_number(s, o.port);
   }
-  if (colon == 0) return false;
-  o.host = std::string(s.substr(0, colon));
+  std::string_view host = s.substr(0, colon);
+  if (host.starts_with('[') && host.ends_with(']') && host.size() > 2) {
+    host = host.substr(1, host.size() - 2);
+    if (host.find(':') == std::string_view::npos) return false;  // brackets hold IPv6
+  }
+  if (host.empty() || host.find_first_of("[] ") != std::string_view::npos) return false;
+  o.host = std::string(host);
   return parse_number(s.substr(colon + 1), o.port);
 }
 
@@ -45,26 +53,31 @@ options:
                       (entries with their keys, dtypes, shapes and the
                       blob's tag); the trainer compares every entry with
                       the file's bytes
-  --listen [HOST:]PORT  run only the trainer, listening there (HOST
-                      defaults to 127.0.0.1); it expects --workers
-                      connections
+  --listen [HOST:]PORT  run only the trainer, listening there; it expects
+                      --workers connections. HOST (default 127.0.0.1) is
+                      an IPv4 address, an IPv6 address (::1, or [::1]
+                      with brackets), or a host name, which listens on its
+                      first IPv4 address (localhost: 127.0.0.1); ucx takes
+                      IPv4 only
   --connect HOST:PORT run only the rollout workers, connecting there
-                      (a refused connection is retried for 5 s while the
-                      trainer starts); give both sides the same
-                      --workers, --batch and --replay
+                      (HOST as for --listen; a name is tried at each of
+                      its addresses; a refused connection is retried for
+                      5 s while the trainer starts); give both sides the
+                      same --workers, --batch and --replay
   --transport NAME    tcp (default) or ucx (UCX_TLS picks UCX's transports; docs/ucx.md)
   --timeout SECONDS   the trainer gives up after this long, and a worker
                       once the trainer has taken nothing for this long
-                      (default 60)
+                      (default 60; from 0.001 to 31536000, i.e. 365 days)
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and
 identical; 1 something was missing or different, a connection failed, or
-stdout could not be written; 2 bad command line (or more --workers than the process may open
-connections for); 130 / 143 interrupted by SIGINT / SIGTERM (the trainer
-first prints what had arrived; a second signal ends it at once). With
---connect, 0 means every sample was delivered and acknowledged; only the
-trainer checks the data.
+stdout could not be written; 2 bad command line (also a --listen HOST that
+does not resolve or that the transport refuses, or more --workers than the
+process may open connections for); 130 / 143 interrupted by SIGINT /
+SIGTERM (the trainer first prints what had arrived; a second signal ends
+it at once). With --connect, 0 means every sample was delivered and
+acknowledged; only the trainer checks the data.
 )";
 }
 
@@ -102,11 +115,11 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
       o.replay_dir = std::string(val);
     } else if (name == "--listen") {
       if (!need() || !parse_endpoint(val, false, o) || o.port == 0)
-        return bad("expected [HOST:]PORT with PORT > 0");
+        return bad("expected [HOST:]PORT with PORT > 0 (HOST: a name, an IP address, or [IPv6])");
       listen = true;
     } else if (name == "--connect") {
       if (!need() || !parse_endpoint(val, true, o) || o.port == 0)
-        return bad("expected HOST:PORT with PORT > 0");
+        return bad("expected HOST:PORT with PORT > 0 (HOST: a name, an IP address, or [IPv6])");
       connect = true;
     } else if (name == "--transport") {
       if (!need()) return bad("expected a transport name");
@@ -114,8 +127,20 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
         return bad("unknown transport '" + std::string(val) + "' (supported: tcp, ucx)");
       o.transport = std::string(val);
     } else if (name == "--timeout") {
-      if (!need() || !parse_number(val, o.timeout_s) || !(o.timeout_s > 0))
-        return bad("expected a positive number of seconds");
+      // inf, nan, 1e400 (out of range for from_chars) and the like would
+      // overflow the timers' milliseconds: refuse them, naming the range.
+      double t = 0;
+      if (!need()) return bad("expected a number of seconds");
+      auto [end, ec] = std::from_chars(val.data(), val.data() + val.size(), t);
+      const bool number = end == val.data() + val.size() &&
+                          (ec == std::errc{} || ec == std::errc::result_out_of_range);
+      if (!number || std::isnan(t))
+        return bad("'" + std::string(val) + "' is not a number of seconds");
+      static_assert(min_timeout_s == 0.001 && max_timeout_s == 31536000, "as --help says");
+      if (ec != std::errc{} || !std::isfinite(t) || t < min_timeout_s || t > max_timeout_s)
+        return bad("'" + std::string(val) +
+                   "' is out of range: give 0.001 to 31536000 seconds (365 days)");
+      o.timeout_s = t;
     } else {
       return usage_error{"unknown option '" + std::string(arg) + "' (see --help)"};
     }

@@ -4,6 +4,7 @@
 //   if (auto* e = std::get_if<rollout::usage_error>(&parsed)) ...
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -35,12 +36,23 @@ struct options {
   double timeout_s = 60;       ///< the trainer gives up after this long
 };
 
+/// --timeout's range in seconds: from a millisecond (the timers' unit) to
+/// a year (365 days; far inside std::chrono::milliseconds).
+inline constexpr double min_timeout_s = 0.001;
+inline constexpr double max_timeout_s = 365.0 * 24 * 3600;
+
+/// --timeout as the timers take it (REQUIRES: within the range above).
+inline std::chrono::milliseconds timeout_ms(const options& o) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout_s * 1e3));
+}
+
 struct usage_error {
   std::string message;  ///< one line
 };
 
 /// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a
-/// --transport other than tcp, --listen with --connect, and zero counts.
+/// --transport other than tcp or ucx, --listen with --connect, zero counts,
+/// and a --timeout outside [min_timeout_s, max_timeout_s] (inf and nan too).
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv);
 
 /// What --help prints.

@@ -3,6 +3,8 @@
 
 #include <iomanip>
 
+#include "examples/rollout/error_text.hpp"
+
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -31,7 +33,7 @@ asio::awaitable<bool> trainer::run() {
   for (std::size_t conn = 0; accepting_ && conn < cfg_.connections; ++conn) {
     auto [ec, t] = co_await listener_->accept();
     if (ec) {
-      if (!stopping_ && accepting_) problems_.add(std::string("accept: ") + blobpipe::errc_name(ec));
+      if (!stopping_ && accepting_) problems_.add("accept: " + error_text(ec));
       break;
     }
     if (!first_accept_) {
@@ -65,8 +67,8 @@ asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_
   auto [ec, c] = co_await blobpipe::consumer::start(std::move(t));
   if (ec) {
     if (!self->stopping_)
-      self->problems_.add("connection " + std::to_string(conn) +
-                          ": handshake: " + blobpipe::errc_name(ec));
+      self->problems_.add("connection " + std::to_string(conn) + ": handshake: " +
+                          error_text(ec));
   } else {
     self->closers_[conn] = [&c] { c.close(); };
     co_await self->drain(conn, c);
@@ -94,7 +96,7 @@ asio::awaitable<void> trainer::drain(std::size_t conn, blobpipe::consumer& c) {
       case event_kind::end_of_stream:
         if (ev.error && !stopping_)
           problems_.add("connection " + std::to_string(conn) + " ended: " +
-                        blobpipe::errc_name(ev.error) + " " + ev.reason);
+                        error_text(ev.error, ev.reason));
         co_return;
     }
     last_data_ = clock::now();
@@ -148,6 +150,8 @@ bool trainer::print_summary() {
   if (timed_out_) {
     print_timeout();
     ok = false;
+  } else if (interrupted_.empty() && problems_.empty()) {
+    print_short_of_data();
   }
   if (!problems_.empty()) {
     out_ << "FAIL: connection problems\n";
@@ -180,6 +184,22 @@ void trainer::print_timeout() {
     out_ << "  every accepted connection ended and no more came: the workers (--connect) may "
             "have been\n  started with a smaller --workers than this trainer's "
          << expected << "; give both sides the same --workers\n";
+}
+
+// Every connection this trainer expected came and ended in order, and data
+// is still missing: the opposite case of print_timeout's hint. The workers
+// may run more connections than this trainer takes (the extra ones find it
+// no longer listening), or build another batch.
+void trainer::print_short_of_data() {
+  if (!cfg_.remote_workers || accepted_ < cfg_.connections || check_->done() >= check_->total())
+    return;
+  const std::size_t n = cfg_.connections;
+  out_ << "  all " << n << " connection(s) this trainer expected (--workers " << n
+       << ") ended in order, " << check_->total() - check_->done() << " " << check_->unit()
+       << " short:\n  the workers (--connect) may have been started with a larger --workers "
+          "than this\n  trainer's "
+       << n << " (or another --batch or --replay); give both sides the same --workers,\n"
+       << "  --batch and --replay\n";
 }
 
 }  // namespace rollout

@@ -71,6 +71,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   void stop() noexcept;
   bool print_summary();
   void print_timeout();
+  void print_short_of_data();
 
   asio::any_io_executor ex_;
   std::unique_ptr<blobpipe::listener> listener_;

@@ -5,6 +5,9 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <sstream>
+
+#include "examples/rollout/error_text.hpp"
 #include "examples/rollout/listener.hpp"
 
 namespace rollout {
@@ -15,26 +18,54 @@ using blobpipe::errc;
 
 constexpr auto retry_interval = std::chrono::milliseconds(100);
 
-asio::awaitable<std::tuple<std::error_code, blobpipe::sender>> connect_sender(
-    asio::any_io_executor ex, const worker_config& cfg) {
+// A connected, started sender, or why not: the step that failed and the
+// error as error_text prints it.
+struct connected {
+  std::error_code ec;
+  blobpipe::sender sender;
+  std::string step, why;
+};
+
+asio::awaitable<connected> connect_sender(asio::any_io_executor ex, const worker_config& cfg) {
+  const std::string where = host_port(cfg.host, cfg.port);
   const auto give_up = std::chrono::steady_clock::now() + cfg.connect_patience;
   for (;;) {
     auto [ec, t] = co_await connect_transport(ex, cfg.transport, cfg.host, cfg.port);
     if (!ec) {
       blobpipe::sender_options opt;
       opt.stall_timeout = cfg.stall_timeout;
-      co_return co_await blobpipe::sender::start(std::move(t), opt);
+      auto [sec, s] = co_await blobpipe::sender::start(std::move(t), opt);
+      if (sec == errc::peer_failed || sec == errc::peer_closed) {
+        // Accepted (by the kernel), then dropped before the trainer's hello:
+        // say, a trainer that takes fewer connections than this --workers.
+        co_return connected{sec, {}, "handshake with " + where,
+                            error_text(sec, "the trainer dropped the connection before its hello "
+                                            "(does it expect fewer --workers?)")};
+      }
+      if (sec) co_return connected{sec, {}, "handshake with " + where, error_text(sec)};
+      co_return connected{{}, std::move(s), {}, {}};
     }
-    if (ec != errc::peer_failed || std::chrono::steady_clock::now() >= give_up)
-      co_return std::tuple{ec, blobpipe::sender{}};
+    if (ec != errc::peer_failed) co_return connected{ec, {}, "connect to " + where, error_text(ec)};
+    // peer_failed: the name did not resolve or nothing accepted there (the
+    // library says no more); a trainer still starting gets time.
+    if (std::chrono::steady_clock::now() >= give_up) {
+      const auto secs = std::chrono::duration<double>(cfg.connect_patience).count();
+      std::ostringstream why;
+      why << "could not connect, retried for " << secs << " s (is a trainer listening there?)";
+      co_return connected{ec, {}, "connect to " + where, error_text(ec, why.str())};
+    }
     asio::steady_timer wait(ex, retry_interval);
     co_await wait.async_wait(as_tuple(asio::use_awaitable));
   }
 }
 
-std::string describe(const worker_config& cfg, const std::string& step, std::error_code ec) {
-  return "worker " + std::to_string(cfg.id) + ": " + step + ": " + blobpipe::errc_name(ec) +
-         " (" + ec.message() + ")";
+std::string describe(const worker_config& cfg, const std::string& step, const std::string& why) {
+  return "worker " + std::to_string(cfg.id) + ": " + step + ": " + why;
+}
+
+std::string describe(const worker_config& cfg, const std::string& step, std::error_code ec,
+                     std::string_view reason = {}) {
+  return describe(cfg, step, error_text(ec, reason));
 }
 
 // Streams samples id, id + count, ... < batch. Each sample's vectors live
@@ -48,7 +79,7 @@ asio::awaitable<worker_report> stream_samples(blobpipe::sender& s, const worker_
     for (const field& f : fields(smp)) {
       if (auto ec = co_await blob.emit(f.key, f.value)) {
         r.ec = ec;
-        r.what = describe(cfg, "emit " + f.key, ec);
+        r.what = describe(cfg, "emit " + f.key, ec, blob.last_error());
         co_return r;
       }
     }
@@ -72,7 +103,8 @@ asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_c
     for (std::size_t i = 0; i < src.index.entries.size(); ++i) {
       if (auto ec = co_await blob.emit(src.index.entries[i].key, entry_value(src, i))) {
         r.ec = ec;
-        r.what = describe(cfg, src.name + ": emit entry " + std::to_string(i), ec);
+        r.what = describe(cfg, src.name + ": emit entry " + std::to_string(i), ec,
+                          blob.last_error());
         co_return r;
       }
     }
@@ -100,13 +132,14 @@ asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_c
 #endif
 asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_config cfg,
                                           std::shared_ptr<const sample_builder> builder) {
-  auto [ec, s] = co_await connect_sender(ex, cfg);
-  if (ec) {
+  auto c = co_await connect_sender(ex, cfg);
+  if (c.ec) {
     worker_report r;
-    r.ec = ec;
-    r.what = describe(cfg, "connect to " + cfg.host + ":" + std::to_string(cfg.port), ec);
+    r.ec = c.ec;
+    r.what = describe(cfg, c.step, c.why);
     co_return r;
   }
+  blobpipe::sender& s = c.sender;
 
   worker_report r;
   if (cfg.replay) {
