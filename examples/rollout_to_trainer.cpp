@@ -123,6 +123,11 @@ int run(const options& o) {
     }
     replay = std::make_shared<const replay_set>(std::move(*set));
     print_replay_set(*replay, *o.replay_dir);
+    if (replay->blobs.empty()) {
+      std::cerr << "rollout_to_trainer: --replay " << *o.replay_dir
+                << ": no valid *.blob file to replay\n";
+      return exit_usage;
+    }
   } else {
     builder = std::make_shared<const sample_builder>(corpus::embedded());
   }

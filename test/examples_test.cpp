@@ -254,14 +254,18 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_names_an_error_once) {
              REPORT(r));
 }
 
-BOOST_AUTO_TEST_CASE(rollout_to_trainer_replay_of_a_dir_without_invalid_blobs) {
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_replay_of_a_dir_without_blobs_is_a_usage_error) {
+  // Nothing to replay is a bad command line, not a run that sends nothing
+  // and succeeds; what was found is still listed first.
   const fs::path dir = scratch_dir() / "replay_none_invalid";
   fs::create_directories(dir);
   auto r = run("rollout_to_trainer", {"--replay", dir.string()});
+  BOOST_TEST(r.exit_code == 2, REPORT(r));
   BOOST_TEST(contains(r.out, "replay: 0 valid blobs in " + dir.string() +
                                  " (0 entries, 0 bytes); no invalid ones\n"),
              REPORT(r));
   BOOST_TEST(!contains(r.out, "invalid:"), REPORT(r));
+  BOOST_TEST(contains(r.err, "no valid *.blob file to replay"), REPORT(r));
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {

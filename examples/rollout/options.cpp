@@ -73,8 +73,8 @@ options:
 exit status: 0 every sample (or replayed blob) arrived complete and
 identical; 1 something was missing or different, a connection failed, or
 stdout could not be written; 2 bad command line (also a --listen HOST that
-does not resolve or that the transport refuses, or more --workers than the
-process may open connections for); 130 / 143 interrupted by SIGINT /
+does not resolve or that the transport refuses, a --replay DIR without a
+valid blob, or more --workers than the process may open connections for); 130 / 143 interrupted by SIGINT /
 SIGTERM (the trainer first prints what had arrived; a second signal ends
 it at once). With --connect, 0 means every sample was delivered and
 acknowledged; only the trainer checks the data.
