@@ -540,6 +540,48 @@ BOOST_AUTO_TEST_CASE(listen_on_a_port_in_use_says_so) {
   BOOST_TEST(l.message().find("the port is in use") != std::string::npos, l.message());
 }
 
+BOOST_AUTO_TEST_CASE(closing_a_listener_while_clients_connect) {
+  // A trainer accepts one connection and closes its listener while more
+  // clients connect. UCX 1.13 crashed (SIGSEGV on its async thread) when
+  // the ucp_listener was destroyed with one of them half accepted; the
+  // listener now lingers, rejecting them, and lets the port go 2 s later.
+  runner r;
+  auto lis = ucx::listen(r.ex(), 0, "127.0.0.1", ucx_links()[0].opt).value();
+  const std::uint16_t port = lis.port();
+  constexpr int clients = 8;
+  int ended = 0, connected = 0;
+  std::error_code accepted, unexpected;
+  std::vector<std::unique_ptr<transport>> keep;
+  auto client = [&]() -> asio::awaitable<void> {
+    auto [ec, t] = co_await ucx::connect(r.ex(), "127.0.0.1", port, {}, ucx_links()[0].opt);
+    if (ec && ec != errc::peer_failed) unexpected = ec;  // refused ones fail so
+    if (!ec) ++connected, keep.push_back(std::move(t));
+    ++ended;
+  };
+  auto server = [&]() -> asio::awaitable<void> {
+    auto [ec, t] = co_await lis.accept();
+    accepted = ec;
+    lis.close();
+    if (t) keep.push_back(std::move(t));
+  };
+  for (int i = 0; i < clients; ++i) r.spawn(client());
+  r.spawn(server());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
+  BOOST_TEST(!accepted, accepted.message());
+  BOOST_TEST(ended == clients);  // none hangs
+  BOOST_TEST(connected >= 1);
+  BOOST_TEST(!unexpected, unexpected.message());
+  keep.clear();
+  // While it lingers the port is still bound; after the linger it is free.
+  auto again = ucx::listen(r.ex(), port, "127.0.0.1", ucx_links()[0].opt);
+  BOOST_TEST(!again.has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  r.ctx.restart();
+  r.ctx.run_for(std::chrono::milliseconds(200));  // the linger's end runs
+  auto later = ucx::listen(r.ex(), port, "127.0.0.1", ucx_links()[0].opt);
+  BOOST_TEST(later.has_value(), later.message());
+}
+
 BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {
   asio::io_context ctx;
   auto l = ucx::listen(ctx.get_executor(), 0, "127.0.0.1", {{{"RNDV_THRESH", "not-a-size"}}});

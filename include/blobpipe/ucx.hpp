@@ -109,7 +109,13 @@ class listener final : public blobpipe::listener {
   /// Errors: closed (close() called, before or while waiting).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
       transport_options opt = {}) override;
-  /// ucp_listener_destroy; connections not yet accepted are closed too.
+  /// Stops accepting at once; connections not yet accepted are closed too.
+  /// UCX 1.13 crashes when a ucp_listener is destroyed while a connection
+  /// to it is half accepted, so the port stays bound, rejecting every
+  /// request that still comes (ucp_listener_reject: the client's connect
+  /// fails with peer_failed), until 2 s pass without one; then
+  /// ucp_listener_destroy. Meanwhile the io_context's run() does not return
+  /// (as with a closing connection). docs/ucx.md "Gaps".
   void close() noexcept override;
 
  private:

@@ -14,6 +14,7 @@
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
@@ -164,12 +165,27 @@ std::string ipv4_only(asio::ip::address& a) {
 
 // ---- listener ----------------------------------------------------------------
 
+// Closing a listener: UCX 1.13 must not destroy a ucp_listener while a
+// connection to it is half accepted (the TCP connection manager took the
+// socket but has not yet read the client's request): the request then
+// arrives on UCX's async thread for the freed listener and the process
+// dies in ucp_cm_server_conn_request_cb (seen when more clients connect
+// than a trainer accepts before it closes its listener). So close() stops
+// accepting at once, but the ucp_listener lingers, rejecting every request
+// that still comes (ucp_listener_reject: the client's connect fails), and
+// is destroyed only after close_linger without one. Like a closing
+// connection, the lingering listener keeps the runtime (and so the
+// io_context's run()) alive that long.
 struct listener::impl : std::enable_shared_from_this<listener::impl> {
-  explicit impl(std::shared_ptr<runtime> r) : rt(std::move(r)), ready(rt->executor()) {}
-  ~impl() { close(); }
+  explicit impl(std::shared_ptr<runtime> r)
+      : rt(std::move(r)), ready(rt->executor()), linger(rt->executor()) {}
+  // Not closed (never owned by a listener object): nothing can be half
+  // accepted that anyone waits for; the handle goes with the runtime.
+  ~impl() = default;
 
   // Inside ucp_worker_progress: only queue the request; endpoints are
-  // created from the executor's queue.
+  // created (or, once closed, the requests rejected) from the executor's
+  // queue.
   static void on_conn_request(ucp_conn_request_h req, void* arg) {
     auto* self = static_cast<impl*>(arg);
     self->requests.push_back(req);
@@ -179,7 +195,10 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   }
 
   void take_requests() {
-    if (closed) return;
+    if (closed) {
+      reject_requests();
+      return;
+    }
     while (!requests.empty()) {
       ucp_conn_request_h req = requests.front();
       requests.pop_front();
@@ -196,20 +215,34 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     rt->kick();
   }
 
+  // Rejects what is queued and (re)starts the linger: the ucp_listener
+  // goes once close_linger passes without a request.
+  void reject_requests() {
+    if (!handle.get()) return;  // gone already; UCX queues nothing for it any more
+    for (auto req : requests) ucp_listener_reject(handle.get(), req);
+    requests.clear();
+    rt->kick();
+    linger.expires_after(detail::close_linger);
+    linger.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec) return;  // restarted by a later request (or shut down)
+      // A request queued just now (its take_requests not run yet) is
+      // rejected first, and the linger starts over.
+      if (!self->requests.empty()) return self->reject_requests();
+      self->handle.reset();
+      // A closed listener, like a closed acceptor, must not keep the
+      // io_context running once it is gone: let go of the runtime
+      // (closing connections keep it alive themselves until done).
+      self->rt.reset();
+    });
+  }
+
   void close() noexcept {
     if (closed) return;
     closed = true;
-    for (auto req : requests) ucp_listener_reject(handle.get(), req);
-    requests.clear();
-    handle.reset();
     for (auto& c : backlog) c->close();
     backlog.clear();
     ready.notify_all();
-    rt->kick();
-    // A closed listener, like a closed acceptor, must not keep the
-    // io_context running: let go of the runtime (closing connections keep
-    // it alive themselves until they are done).
-    rt.reset();
+    reject_requests();
   }
 
   // Runtime first: destroyed last.
@@ -219,6 +252,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   std::deque<ucp_conn_request_h> requests;
   std::deque<std::shared_ptr<connection>> backlog;
   blobpipe::detail::async_condition ready;
+  asio::steady_timer linger;  // see "Closing a listener"
   bool closed = false;
 };
 
