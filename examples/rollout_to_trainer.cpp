@@ -140,6 +140,16 @@ int run(const options& o) {
   std::uint16_t port = o.port;
   std::string host = o.host;
 
+  // Workers of their own (--connect): a HOST that no retry can reach (a
+  // name that does not resolve, an address the transport refuses) is a
+  // bad command line, said before any worker starts.
+  if (o.mode == role::workers) {
+    if (auto addr = connect_address(ex, o.host, o.transport); !addr) {
+      std::cerr << "rollout_to_trainer: --connect: " << addr.message() << "\n";
+      return exit_usage;
+    }
+  }
+
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
@@ -191,7 +201,8 @@ int run(const options& o) {
     for (std::size_t w = 0; w < o.workers; ++w) {
       worker_config cfg{.host = o.host, .port = port, .transport = o.transport, .id = w, .count = o.workers,
                         .batch = o.batch, .replay = replay,
-                        .stall_timeout = timeout_ms(o)};
+                        .stall_timeout = timeout_ms(o),
+                        .remote_trainer = o.mode == role::workers};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr](std::exception_ptr e, worker_report r) {
                        if (e) std::rethrow_exception(e);

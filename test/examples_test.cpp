@@ -155,6 +155,7 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_timeout_says_what_it_waited_for) {
                              "complete"),
              REPORT(t));
   BOOST_TEST(contains(t.out, "started with a smaller --workers than this trainer's 2"), REPORT(t));
+  BOOST_TEST(!contains(t.out, "OK:"), REPORT(t));  // one verdict, FAIL
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_trainer_with_fewer_workers_says_so) {
@@ -205,12 +206,41 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_listens_on_a_host_name_and_bracketed_ipv
   } else {
     BOOST_TEST_MESSAGE("no IPv6 loopback here: [::1] not tried");
   }
-  // What it cannot take is a usage error (exit 2) that says what it can.
-  for (const char* bad : {"[127.0.0.1]:5000", "[::1:5000", ":5000"}) {
+  // What it cannot take is a usage error (exit 2) that says what it can;
+  // a HOST with a colon is an IPv6 address or nothing (a bare "::1" is not
+  // host ":" port 1).
+  for (const char* bad : {"[127.0.0.1]:5000", "[::1:5000", ":5000", "::1", "a:b:5000",
+                          "[x:y]:5000"}) {
     BOOST_TEST_CONTEXT(bad) {
       auto r = run("rollout_to_trainer", {"--listen", bad});
       BOOST_TEST(r.exit_code == 2, REPORT(r));
       BOOST_TEST(contains(r.err, "expected [HOST:]PORT with PORT > 0 (HOST: a name"), REPORT(r));
+    }
+  }
+  auto c = run("rollout_to_trainer", {"--connect", "::1"});
+  BOOST_TEST(c.exit_code == 2, REPORT(c));
+  BOOST_TEST(contains(c.err, "--connect: expected HOST:PORT with PORT > 0"), REPORT(c));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_a_connect_host_it_cannot_reach) {
+  // Said at once (exit 2), before any worker starts, instead of 5 s of
+  // retries: a name that does not resolve, and IPv6 over ucx (UCX 1.13's
+  // tcp transport cannot connect over it), bracketed or not.
+  auto name = run("rollout_to_trainer", {"--connect", "nonexistent.invalid:5630"});
+  BOOST_TEST(name.exit_code == 2, REPORT(name));
+  BOOST_TEST(contains(name.err, "rollout_to_trainer: --connect: cannot resolve "
+                                "'nonexistent.invalid'"),
+             REPORT(name));
+  BOOST_TEST(name.out.empty(), REPORT(name));
+  for (const char* v6 : {"[::1]:5630", "::1:5630"}) {
+    BOOST_TEST_CONTEXT(v6) {
+      auto r = run("rollout_to_trainer", {"--connect", v6, "--transport", "ucx"});
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(r.err == "rollout_to_trainer: --connect: IPv6 address '::1': UCX 1.13's tcp "
+                          "transport cannot connect over IPv6 (docs/ucx.md); use an IPv4 "
+                          "address\n",
+                 REPORT(r));
+      BOOST_TEST(r.out.empty(), REPORT(r));
     }
   }
 }

@@ -61,6 +61,11 @@ class batch_check final : public checker {
     problems_.add(describe_abort(ev));
   }
 
+  std::string ok_text() const override {
+    return "every sample arrived complete (" + std::to_string(field_count) +
+           " keys) and identical to what its worker built";
+  }
+
   std::uint64_t done() const noexcept override { return complete_; }
   std::uint64_t total() const noexcept override { return slots_.size(); }
   const char* unit() const noexcept override { return "samples"; }
@@ -89,11 +94,7 @@ class batch_check final : public checker {
                 : 0.0)
         << " nats\n";
     out.unsetf(std::ios::floatfield);
-    if (missing.empty() && problems_.empty()) {
-      out << "OK: every sample arrived complete (" << field_count
-          << " keys) and identical to what its worker built\n";
-      return true;
-    }
+    if (missing.empty() && problems_.empty()) return true;
     out << "FAIL: the batch is incomplete or differs\n";
     problems_.print(out);
     missing.print(out);

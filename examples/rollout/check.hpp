@@ -10,6 +10,7 @@
 //   auto c = rollout::make_batch_check(builder, 256);
 //   c->on_entry(conn, *ev.entry);   // ... for every event
 //   bool ok = c->report(std::cout);
+//   if (ok) std::cout << "OK: " << c->ok_text() << "\n";
 #pragma once
 
 #include <cstddef>
@@ -51,9 +52,14 @@ class checker {
   virtual std::uint64_t entries() const noexcept = 0;
   virtual std::uint64_t bytes() const noexcept = 0;
 
-  /// Prints the verdict and what went wrong; true when everything
-  /// expected arrived, complete and identical, and nothing else did.
+  /// Prints what arrived and, when something is missing or different, a
+  /// FAIL line and what went wrong; true when everything expected arrived,
+  /// complete and identical, and nothing else did.
   virtual bool report(std::ostream& out) const = 0;
+  /// What a true report() means, for the caller's one "OK: ..." line: it
+  /// prints that only when the whole run passed (not, say, when the data
+  /// was all there but the trainer then timed out waiting for a connection).
+  virtual std::string ok_text() const = 0;
 };
 
 /// Checks samples 0 .. batch-1, five entries each (sample.hpp).

@@ -4,6 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <string_view>
+#include <system_error>
+
+#include <asio/ip/address_v6.hpp>
 
 namespace rollout {
 namespace {
@@ -16,7 +19,8 @@ bool parse_number(std::string_view s, T& out) {
 
 // "[HOST:]PORT" (--listen) or "HOST:PORT" (--connect). HOST is a name, an
 // IPv4 or IPv6 address, or an IPv6 address in brackets ([::1]:5555); the
-// last colon ends it.
+// last colon ends it. A HOST with a colon must be an IPv6 address, so a
+// bare "::1" (no port) is refused rather than read as ":" port 1.
 bool parse_endpoint(std::string_view s, bool host_required, options& o) {
   std::size_t colon = s.rfind(':');
   if (colon == std::string_view::npos) {
@@ -24,11 +28,14 @@ bool parse_endpoint(std::string_view s, bool host_required, options& o) {
     return parse_number(s, o.port);
   }
   std::string_view host = s.substr(0, colon);
-  if (host.starts_with('[') && host.ends_with(']') && host.size() > 2) {
-    host = host.substr(1, host.size() - 2);
-    if (host.find(':') == std::string_view::npos) return false;  // brackets hold IPv6
-  }
+  const bool bracketed = host.starts_with('[') && host.ends_with(']') && host.size() > 2;
+  if (bracketed) host = host.substr(1, host.size() - 2);
   if (host.empty() || host.find_first_of("[] ") != std::string_view::npos) return false;
+  if (bracketed || host.find(':') != std::string_view::npos) {
+    std::error_code ec;
+    (void)asio::ip::make_address_v6(std::string(host), ec);
+    if (ec) return false;  // brackets, or a colon, hold an IPv6 address
+  }
   o.host = std::string(host);
   return parse_number(s.substr(colon + 1), o.port);
 }
@@ -72,12 +79,13 @@ options:
 
 exit status: 0 every sample (or replayed blob) arrived complete and
 identical; 1 something was missing or different, a connection failed, or
-stdout could not be written; 2 bad command line (also a --listen HOST that
-does not resolve or that the transport refuses, a --replay DIR without a
-valid blob, or more --workers than the process may open connections for); 130 / 143 interrupted by SIGINT /
-SIGTERM (the trainer first prints what had arrived; a second signal ends
-it at once). With --connect, 0 means every sample was delivered and
-acknowledged; only the trainer checks the data.
+stdout could not be written; 2 bad command line (also a --listen or
+--connect HOST that does not resolve or that the transport refuses, a
+--replay DIR without a valid blob, or more --workers than the process may
+open connections for); 130 / 143 interrupted by SIGINT / SIGTERM (the
+trainer first prints what had arrived; a second signal ends it at once).
+With --connect, 0 means every sample was delivered and acknowledged; only
+the trainer checks the data.
 )";
 }
 

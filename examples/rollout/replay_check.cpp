@@ -60,6 +60,11 @@ class replay_check final : public checker {
     problems_.add(describe_abort(ev));
   }
 
+  std::string ok_text() const override {
+    return "replayed " + std::to_string(matched_) +
+           " blobs; every entry is byte-identical to its file";
+  }
+
   std::uint64_t done() const noexcept override { return matched_; }
   std::uint64_t total() const noexcept override { return set_->blobs.size(); }
   const char* unit() const noexcept override { return "blobs"; }
@@ -74,10 +79,7 @@ class replay_check final : public checker {
         << " entries, " << std::fixed << std::setprecision(2)
         << static_cast<double>(bytes_) / 1e6 << " MB\n";
     out.unsetf(std::ios::floatfield);
-    if (missing.empty() && problems_.empty()) {
-      out << "OK: replayed " << matched_ << " blobs; every entry is byte-identical to its file\n";
-      return true;
-    }
+    if (missing.empty() && problems_.empty()) return true;
     out << "FAIL: replayed blobs are missing or differ\n";
     problems_.print(out);
     missing.print(out);

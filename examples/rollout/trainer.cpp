@@ -158,6 +158,8 @@ bool trainer::print_summary() {
     problems_.print(out_);
     ok = false;
   }
+  // The one verdict: OK only when nothing above failed.
+  if (ok) out_ << "OK: " << check_->ok_text() << "\n";
   return ok;
 }
 

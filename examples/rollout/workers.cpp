@@ -37,17 +37,19 @@ asio::awaitable<connected> connect_sender(asio::any_io_executor ex, const worker
       auto [sec, s] = co_await blobpipe::sender::start(std::move(t), opt);
       if (sec == errc::peer_failed || sec == errc::peer_closed) {
         // Accepted (by the kernel), then dropped before the trainer's hello:
-        // say, a trainer that takes fewer connections than this --workers.
-        co_return connected{sec, {}, "handshake with " + where,
-                            error_text(sec, "the trainer dropped the connection before its hello "
-                                            "(does it expect fewer --workers?)")};
+        // say, a trainer of another process that takes fewer connections
+        // than this --workers (in this process, one that gave up).
+        std::string why = "the trainer dropped the connection before its hello";
+        if (cfg.remote_trainer) why += " (does it expect fewer --workers?)";
+        co_return connected{sec, {}, "handshake with " + where, error_text(sec, why)};
       }
       if (sec) co_return connected{sec, {}, "handshake with " + where, error_text(sec)};
       co_return connected{{}, std::move(s), {}, {}};
     }
     if (ec != errc::peer_failed) co_return connected{ec, {}, "connect to " + where, error_text(ec)};
-    // peer_failed: the name did not resolve or nothing accepted there (the
-    // library says no more); a trainer still starting gets time.
+    // peer_failed: nothing accepted there (the library says no more; the
+    // host resolved when the program started); a trainer still starting
+    // gets time.
     if (std::chrono::steady_clock::now() >= give_up) {
       const auto secs = std::chrono::duration<double>(cfg.connect_patience).count();
       std::ostringstream why;

@@ -43,6 +43,9 @@ struct worker_config {
   /// The worker gives up (timed_out) when the trainer takes nothing for
   /// this long (sender_options::stall_timeout); 0: never.
   std::chrono::milliseconds stall_timeout{0};
+  /// The trainer runs in another process (--connect): a connection it
+  /// drops before its hello may mean it was given fewer --workers.
+  bool remote_trainer = false;
 };
 
 struct worker_report {
