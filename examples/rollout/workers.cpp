@@ -53,7 +53,9 @@ asio::awaitable<connected> connect_sender(asio::any_io_executor ex, const worker
     if (std::chrono::steady_clock::now() >= give_up) {
       const auto secs = std::chrono::duration<double>(cfg.connect_patience).count();
       std::ostringstream why;
-      why << "could not connect, retried for " << secs << " s (is a trainer listening there?)";
+      why << "could not connect, retried for " << secs << " s";
+      // In this process the trainer listens already, or has given up.
+      if (cfg.remote_trainer) why << " (is a trainer listening there?)";
       co_return connected{ec, {}, "connect to " + where, error_text(ec, why.str())};
     }
     asio::steady_timer wait(ex, retry_interval);

@@ -44,7 +44,8 @@ struct worker_config {
   /// this long (sender_options::stall_timeout); 0: never.
   std::chrono::milliseconds stall_timeout{0};
   /// The trainer runs in another process (--connect): a connection it
-  /// drops before its hello may mean it was given fewer --workers.
+  /// drops before its hello may mean it was given fewer --workers, and one
+  /// nobody accepts that it is not running; the messages say so only then.
   bool remote_trainer = false;
 };
 
