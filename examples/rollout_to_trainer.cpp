@@ -144,8 +144,8 @@ int run(const options& o) {
   // name that does not resolve, an address the transport refuses) is a
   // bad command line, said before any worker starts.
   if (o.mode == role::workers) {
-    if (auto addr = connect_address(ex, o.host, o.transport); !addr) {
-      std::cerr << "rollout_to_trainer: --connect: " << addr.message() << "\n";
+    if (auto ok = check_connect_host(ex, o.host, o.transport); !ok) {
+      std::cerr << "rollout_to_trainer: --connect: " << ok.message() << "\n";
       return exit_usage;
     }
   }

@@ -513,6 +513,9 @@ BOOST_AUTO_TEST_CASE(ipv6_is_refused_before_ucx_sees_it) {
   auto l6 = ucx::listen(r.ex(), 0, "::1", ucx_links()[0].opt);
   BOOST_TEST((l6.code() == errc::invalid_argument), l6.message());
   BOOST_TEST(l6.message().find("IPv6") != std::string::npos, l6.message());
+  BOOST_TEST((ucx::check_host("::1").code() == errc::invalid_argument));
+  BOOST_TEST(ucx::check_host("::ffff:127.0.0.1").has_value());
+  BOOST_TEST(ucx::check_host("localhost").has_value());
   // A v4-mapped address is the IPv4 one.
   auto mapped = ucx::listen(r.ex(), 0, "::ffff:127.0.0.1", ucx_links()[0].opt);
   BOOST_TEST_REQUIRE(mapped.has_value(), mapped.message());

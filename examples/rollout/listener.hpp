@@ -52,25 +52,19 @@ inline blobpipe::result<std::string> listen_address(asio::any_io_executor ex,
 }
 
 /// --connect's HOST checked before any worker starts, so that what no
-/// retry can fix is said once: an IP address the transport takes as it is
-/// (over ucx IPv4 only, or a v4-mapped IPv6 one), a name only if it
-/// resolves as listen_address resolves it. Returns `host` (the workers
-/// connect by name: over tcp each of its addresses is tried).
-/// Errors: invalid_argument (an IPv6 address over ucx; a name that does
-/// not resolve).
-inline blobpipe::result<std::string> connect_address(asio::any_io_executor ex,
-                                                     const std::string& host,
-                                                     const std::string& transport) {
-  std::error_code ec;
-  const auto a = asio::ip::make_address(host, ec);
-  if (!ec && transport == "ucx" && a.is_v6() && !a.to_v6().is_v4_mapped()) {
-    return {blobpipe::errc::invalid_argument,
-            "IPv6 address '" + host +
-                "': UCX 1.13's tcp transport cannot connect over IPv6 (docs/ucx.md); use an "
-                "IPv4 address"};
+/// retry can fix is said once: an address the transport refuses (over ucx
+/// IPv6, ucx::check_host), a name that does not resolve as listen_address
+/// resolves it. The workers still connect by name (over tcp each of its
+/// addresses is tried).
+/// Errors: invalid_argument (either case).
+inline blobpipe::result<void> check_connect_host(asio::any_io_executor ex,
+                                                 const std::string& host,
+                                                 const std::string& transport) {
+  if (transport == "ucx") {
+    if (auto ok = blobpipe::ucx::check_host(host); !ok) return ok;
   }
   if (auto found = listen_address(ex, host, transport); !found) return found.err();
-  return host;
+  return {};
 }
 
 /// A listen() result as an owned blobpipe::listener.

@@ -139,8 +139,14 @@ class listener final : public blobpipe::listener {
                                       const std::string& address = "127.0.0.1",
                                       const options& opt = {});
 
+/// Whether connect() takes `host`: a name (resolved to IPv4 addresses), an
+/// IPv4 literal or a v4-mapped IPv6 one. Nothing is resolved here.
+/// Errors: invalid_argument (an IPv6 literal: UCX 1.13's tcp transport
+/// cannot connect over it; docs/ucx.md "Gaps"; the message says so).
+[[nodiscard]] result<void> check_host(const std::string& host);
+
 /// Resolves `host` to IPv4 addresses (asio resolver; an IPv6 literal is
-/// refused, as in listen), creates an endpoint to the first
+/// refused, see check_host), creates an endpoint to the first
 /// address (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
 /// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER with an err_handler)
 /// and completes once UCX has connected it (ucp_ep_flush_nbx). Creates

@@ -144,8 +144,6 @@ ucp_ep_params_t ep_params(connection& c) {
   return p;
 }
 
-}  // namespace
-
 // UCX 1.13 cannot use an IPv6 connection manager address with its tcp
 // transport: the accepting side's wireup connects to the peer's tcp
 // interface at the IPv6 address, which listens on IPv4 only, is refused,
@@ -162,6 +160,8 @@ std::string ipv4_only(asio::ip::address& a) {
   return "IPv6 address '" + a.to_string() +
          "': UCX 1.13's tcp transport cannot connect over IPv6 (docs/ucx.md); use an IPv4 address";
 }
+
+}  // namespace
 
 // ---- listener ----------------------------------------------------------------
 
@@ -324,13 +324,19 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
 
 // ---- connect -------------------------------------------------------------------
 
+result<void> check_host(const std::string& host) {
+  std::error_code ec;
+  auto literal = asio::ip::make_address(host, ec);
+  if (ec) return {};  // a name: connect resolves it to IPv4 addresses
+  if (auto why = ipv4_only(literal); !why.empty()) return {errc::invalid_argument, why};
+  return {};
+}
+
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt,
     options uopt) {
-  // An IPv6 literal is refused (ipv4_only); a name resolves to IPv4 only.
-  std::error_code lec;
-  if (auto literal = asio::ip::make_address(host, lec); !lec && !ipv4_only(literal).empty())
-    co_return failed(errc::invalid_argument);
+  // An IPv6 literal is refused (check_host); a name resolves to IPv4 only.
+  if (!check_host(host)) co_return failed(errc::invalid_argument);
   auto rt = runtime::of(ex, uopt);
   if (!rt)
     co_return failed(rt.code() == make_error_code(errc::invalid_argument) ? errc::invalid_argument
