@@ -7,12 +7,18 @@
 #   ucx_perftest -t stream_bw -e   } blobpipe's endpoints
 #   ucx_perftest -t tag_bw         } without it
 #   ucx_perftest -t stream_bw      }
+#   ucx_raw_bench                  raw UCP connected as blobpipe is
+#                                  (//bench:ucx_raw_bench: listener, peer
+#                                  error handling, one active message per
+#                                  frame; no blobpipe, no Asio; polling)
 #   ucx_bench --server / --client  blobpipe (//bench:ucx_bench), as an
 #                                  application runs it (busy_poll 200 us)
 #   ucx_bench ... --busy-poll 1000000  the same, polling like ucx_perftest
 # and prints every run, then the best of each in MB/s (MB = 2^20 bytes,
 # ucx_perftest's unit) and blobpipe's ratio to the best ucx_perftest
-# figure of the four, against the target 0.90.
+# figure of the four, against the target 0.90. The raw column is not a
+# target: blobpipe / raw is what blobpipe's own layers cost, raw / the
+# best ucx_perftest figure what UCX charges for the connection style.
 #
 # Why four: blobpipe's endpoints use UCP_ERR_HANDLING_MODE_PEER, so that a
 # dead peer is reported instead of hanging (docs/ucx.md), and UCX 1.13
@@ -82,11 +88,12 @@ if ! command -v ucx_perftest >/dev/null; then
 fi
 # --symlink_prefix=/ creates no convenience symlinks: an opt build would
 # otherwise repoint bazel-bin, which examples/README.md's commands use.
-bazel/bazelw build -c opt --symlink_prefix=/ //bench:ucx_bench >&2
-# The opt tree is shared with other builds: copy the binary out of it.
+bazel/bazelw build -c opt --symlink_prefix=/ //bench:ucx_bench //bench:ucx_raw_bench >&2
+# The opt tree is shared with other builds: copy the binaries out of it.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$(bazel/bazelw info -c opt bazel-bin 2>/dev/null)/bench/ucx_bench" "$work/ucx_bench"
+bin=$(bazel/bazelw info -c opt bazel-bin 2>/dev/null)/bench
+cp "$bin/ucx_bench" "$bin/ucx_raw_bench" "$work/"
 
 # The shared-memory settings blobpipe applies under peer error handling
 # (lib/transport/ucx/handles.cpp), given to ucx_perftest as well.
@@ -140,6 +147,27 @@ blobpipe() {
   grep -q '^blobpipe-ucx ' <<<"$out" || run_failed "ucx_bench $tls" "$out" "$work/bp_server.log"
 }
 
+# raw TLS PORT -> MB/s
+raw() {
+  local tls=$1 port=$2 out
+  UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_raw_bench" --server --port "$port" \
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" >"$work/raw_server.log" 2>&1 &
+  local server=$!
+  # The client fails at once while the server is not listening yet.
+  for _ in $(seq 100); do
+    if out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_raw_bench" --client \
+               127.0.0.1 --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" \
+               --window "$WINDOW" 2>&1); then
+      break
+    fi
+    grep -q 'ucp_ep_flush_nbx' <<<"$out" || break  # failed after connecting
+    sleep 0.1
+  done
+  wait "$server" || true
+  sed -n 's/^ucx-raw .*: \([0-9.]*\) MB\/s.*/\1/p' <<<"$out"
+  grep -q '^ucx-raw ' <<<"$out" || run_failed "ucx_raw_bench $tls" "$out" "$work/raw_server.log"
+}
+
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
 
 pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
@@ -147,7 +175,7 @@ printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe
   "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$pinned"
 summary=()
 for tls in $TLS_LIST; do
-  tag=() stream=() tag_plain=() stream_plain=() bp=() spin=()
+  tag=() stream=() tag_plain=() stream_plain=() rawr=() bp=() spin=()
   for i in $(seq "$REPEAT"); do
     # A fresh port each run (the last may linger in TIME_WAIT), counted
     # here: a $(...) subshell cannot move PORT.
@@ -155,29 +183,34 @@ for tls in $TLS_LIST; do
     stream+=("$(perftest stream_bw "$tls" $((PORT + 1)) -e)")
     tag_plain+=("$(perftest tag_bw "$tls" $((PORT + 2)))")
     stream_plain+=("$(perftest stream_bw "$tls" $((PORT + 3)))")
-    bp+=("$(blobpipe "$tls" $((PORT + 4)) 200)")
-    spin+=("$(blobpipe "$tls" $((PORT + 5)) 1000000)")
-    PORT=$((PORT + 6))
-    printf '  %-8s run %s: tag_bw -e %s, stream_bw -e %s, tag_bw %s, stream_bw %s, blobpipe %s, spin %s\n' \
+    rawr+=("$(raw "$tls" $((PORT + 4)))")
+    bp+=("$(blobpipe "$tls" $((PORT + 5)) 200)")
+    spin+=("$(blobpipe "$tls" $((PORT + 6)) 1000000)")
+    PORT=$((PORT + 7))
+    printf '  %-8s run %s: tag_bw -e %s, stream_bw -e %s, tag_bw %s, stream_bw %s, raw %s, blobpipe %s, spin %s\n' \
       "$tls" "$i" "${tag[-1]}" "${stream[-1]}" "${tag_plain[-1]}" "${stream_plain[-1]}" \
-      "${bp[-1]}" "${spin[-1]}"
+      "${rawr[-1]}" "${bp[-1]}" "${spin[-1]}"
   done
   t=$(best "${tag[@]}") s=$(best "${stream[@]}") n=$(best "${tag_plain[@]}")
-  m=$(best "${stream_plain[@]}") b=$(best "${bp[@]}") p=$(best "${spin[@]}")
-  if [[ -z "$t" || -z "$s" || -z "$n" || -z "$m" || -z "$b" || -z "$p" ]]; then
+  m=$(best "${stream_plain[@]}") w=$(best "${rawr[@]}") b=$(best "${bp[@]}")
+  p=$(best "${spin[@]}")
+  if [[ -z "$t" || -z "$s" || -z "$n" || -z "$m" || -z "$w" || -z "$b" || -z "$p" ]]; then
     echo "$tls: a run failed (tag_bw -e '$t', stream_bw -e '$s', tag_bw '$n'," \
-      "stream_bw '$m', blobpipe '$b', spin '$p')" >&2
+      "stream_bw '$m', raw '$w', blobpipe '$b', spin '$p')" >&2
     exit 1
   fi
-  summary+=("$(awk -v tls="$tls" -v t="$t" -v s="$s" -v n="$n" -v m="$m" -v b="$b" -v p="$p" 'BEGIN {
+  summary+=("$(awk -v tls="$tls" -v t="$t" -v s="$s" -v n="$n" -v m="$m" -v w="$w" -v b="$b" \
+                   -v p="$p" 'BEGIN {
     ref = t; if (s > ref) ref = s; if (n > ref) ref = n; if (m > ref) ref = m;
     r = b / ref; q = p / ref;
-    printf "%-8s %10.1f %10.1f %10.1f %10.1f %10.1f %6.2fx %-4s %10.1f %6.2fx %-4s", tls, t, s, n,
-           m, b, r, (r >= 0.90 ? "PASS" : "MISS"), p, q, (q >= 0.90 ? "PASS" : "MISS")
+    printf "%-8s %10.1f %10.1f %10.1f %10.1f %10.1f %5.2fx %10.1f %6.2fx %-4s %10.1f %6.2fx %-4s",
+           tls, t, s, n, m, w, w / ref, b, r, (r >= 0.90 ? "PASS" : "MISS"), p, q,
+           (q >= 0.90 ? "PASS" : "MISS")
   }')")
 done
-printf '%-8s %10s %10s %10s %10s %10s %12s %10s %12s\n' "UCX_TLS" "tag_bw -e" "stream -e" \
-  "tag_bw" "stream" "blobpipe" "ratio" "spin" "ratio"
+printf '%-8s %10s %10s %10s %10s %10s %6s %10s %12s %10s %12s\n' "UCX_TLS" "tag_bw -e" \
+  "stream -e" "tag_bw" "stream" "raw" "ratio" "blobpipe" "ratio" "spin" "ratio"
 printf '%s\n' "${summary[@]}"
-echo "(best of $REPEAT, MB/s, MB = 2^20 bytes; ratio = blobpipe / the best ucx_perftest column,"
-echo " target >= 0.90; blobpipe: event-driven default (busy_poll 200 us); spin: busy_poll 1 s)"
+echo "(best of $REPEAT, MB/s, MB = 2^20 bytes; ratio = column / the best ucx_perftest column,"
+echo " target >= 0.90 for blobpipe; raw: UCP connected as blobpipe is, no blobpipe (a reference,"
+echo " not a target); blobpipe: event-driven default (busy_poll 200 us); spin: busy_poll 1 s)"
