@@ -38,7 +38,7 @@
 #
 # Environment: SIZE (bytes, 1048576), ITERS (10000: a run lasts seconds;
 # with 2000, 0.2 s, one scheduling hiccup moved a result by 30% on a small
-# VM), WARMUP (100), WINDOW (blobpipe sends outstanding, 8), RX_WINDOW
+# VM), WARMUP (100), WINDOW (sends outstanding, blobpipe and raw, 8), RX_WINDOW
 # (blobpipe payload fetches outstanding, transport::post_payload, 4),
 # RX_BUFFERS (receive buffers used in turn, 1 as in ucx_perftest),
 # REPEAT (3), TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
