@@ -20,7 +20,7 @@
 // Source: UCX examples/ucp_client_server.c (listener and endpoints),
 // src/tools/perf/lib/ucp_tests.cc (am_bw's receive path).
 //
-//   ucx_raw_bench --server [--port P] [--size BYTES] [--iters N] [--warmup N]
+//   ucx_raw_bench --server [--port P] [--size BYTES (1..2^30)] [--iters N] [--warmup N]
 //   ucx_raw_bench --client HOST [same options] [--window W]
 //
 // Prints "ucx-raw size=S iters=N window=W: X MB/s" (MB = 2^20 bytes).
@@ -30,6 +30,7 @@
 #include <ucp/api/ucp.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,7 @@ namespace {
 constexpr unsigned am_frame = 0;
 constexpr unsigned am_ack = 1;
 constexpr std::size_t header_bytes = 24;  // blobpipe's frame header size
+constexpr std::size_t max_size = std::size_t(1) << 30;  // --size limit, bytes
 
 struct args {
   bool server = false;
@@ -74,8 +76,9 @@ args parse(int argc, char** argv) {
     auto number = [&]() -> long {
       char* end = nullptr;
       const char* s = next();
+      errno = 0;
       long v = std::strtol(s, &end, 10);
-      if (*s == '\0' || *end != '\0' || v < 1) usage();
+      if (*s == '\0' || *end != '\0' || errno == ERANGE || v < 1) usage();
       return v;
     };
     if (k == "--server") {
@@ -89,6 +92,7 @@ args parse(int argc, char** argv) {
       a.port = unsigned(v);
     } else if (k == "--size") {
       a.size = std::size_t(number());
+      if (a.size > max_size) usage();  // allocated at once, at both ends
     } else if (k == "--iters") {
       a.iters = number();
     } else if (k == "--warmup") {
