@@ -153,6 +153,115 @@ BOOST_AUTO_TEST_CASE(multi_chunk_entries_arrive_intact_with_fetches_overlapped) 
   }
 }
 
+// Released entry buffers are reused by later entries of the same size
+// (consumer_options::recycle_bytes), never while an entry still holds one,
+// and a reused buffer holds exactly the new entry's bytes: entry 0 is held
+// for the whole run, entries 1..5 are dropped as soon as they arrive, so
+// entries 2..5 land in entry 1's buffer and entry 0's bytes stay intact.
+BOOST_AUTO_TEST_CASE(released_entry_buffers_are_reused_held_ones_never) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto a = ramp(64 << 10, 1.0f);  // 256 KiB, above buffer_pool::min_bytes
+      const auto b = ramp(64 << 10, 7.0f);  // the same size, other bytes
+      auto ep = r.await(connect(l));
+      std::shared_ptr<const received_entry> held;
+      int entries = 0, mismatched = 0, shared_with_held = 0;
+      consumer_stats st;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        for (int i = 0; i < 6; ++i) {
+          auto v = value::tensor(i % 2 == 0 ? a : b);
+          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+        }
+        BLOBPIPE_CO_CHECK(blob.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::end_of_stream) {
+            BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
+            break;
+          }
+          if (ev.kind != event_kind::entry_ready) continue;
+          ++entries;
+          const auto& want = ev.entry->index % 2 == 0 ? a : b;
+          if (!same_bytes(ev.entry->view.bytes, want.data(), want.size() * 4)) ++mismatched;
+          if (ev.entry->index == 0)
+            held = ev.entry;
+          else if (held && ev.entry->view.bytes.data() == held->view.bytes.data())
+            ++shared_with_held;
+        }
+        st = ep.c.stats();
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(entries == 6);
+      BOOST_TEST(mismatched == 0);
+      BOOST_TEST(shared_with_held == 0);
+      BOOST_TEST_REQUIRE(held != nullptr);
+      BOOST_TEST(same_bytes(held->view.bytes, a.data(), a.size() * 4));
+      BOOST_TEST(st.buffers_reused == 4u);
+      BOOST_TEST(st.recycle_kept_bytes == std::uint64_t(256 << 10));  // entry 5's buffer
+    }
+  }
+}
+
+// What is kept never exceeds recycle_bytes: an entry larger than it is
+// freed, and the least recently released buffer goes when a new one would
+// not fit. With recycle_bytes 0 nothing is kept or reused.
+BOOST_AUTO_TEST_CASE(recycling_stays_within_recycle_bytes_and_can_be_off) {
+  // Entries of 256 KiB, 192 KiB and 1 MiB, twice, each dropped at once.
+  // With 512 KiB: the second 256 KiB and 192 KiB entries reuse the first
+  // ones' buffers; the 1 MiB ones are never kept.
+  const std::vector<std::size_t> floats = {64 << 10, 48 << 10, 256 << 10,
+                                           64 << 10, 48 << 10, 256 << 10};
+  for (std::uint64_t recycle : {std::uint64_t(512) << 10, std::uint64_t(0)}) {
+    BOOST_TEST_CONTEXT("recycle_bytes " << recycle) {
+      runner r;
+      consumer_options copt;
+      copt.recycle_bytes = recycle;
+      auto ep = r.await(connect(link_kind::loopback, copt));
+      std::vector<std::vector<float>> sources;  // values are views: kept alive here
+      for (std::size_t i = 0; i < floats.size(); ++i) sources.push_back(ramp(floats[i], float(i)));
+      std::uint64_t most_kept = 0;
+      int entries = 0, mismatched = 0;
+      consumer_stats st;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        for (std::size_t i = 0; i < sources.size(); ++i) {
+          auto v = value::tensor(sources[i]);
+          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+        }
+        BLOBPIPE_CO_CHECK(blob.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          most_kept = std::max(most_kept, ep.c.stats().recycle_kept_bytes);
+          if (ev.kind == event_kind::end_of_stream) break;
+          if (ev.kind != event_kind::entry_ready) continue;
+          ++entries;
+          const auto& want = sources[ev.entry->index];
+          if (!same_bytes(ev.entry->view.bytes, want.data(), want.size() * 4)) ++mismatched;
+        }
+        st = ep.c.stats();
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(entries == 6);
+      BOOST_TEST(mismatched == 0);
+      BOOST_TEST(most_kept <= recycle);
+      BOOST_TEST(st.buffers_reused == (recycle > 0 ? 2u : 0u));
+      if (recycle > 0) BOOST_TEST(most_kept == std::uint64_t(448) << 10);  // 256 + 192 KiB
+    }
+  }
+}
+
 // Cancelling a next() that waits for the sender ends the stream without
 // throwing: the blob in flight is reported aborted and the stream ends. The entry is 4 MiB in 64 KiB chunks, so over UCX the
 // cancellation most likely lands while chunks are posted: those are waited

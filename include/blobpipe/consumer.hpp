@@ -64,6 +64,7 @@ struct consumer_state;
 }
 
 inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
+inline constexpr std::uint64_t default_recycle_bytes = 64ull << 20;  ///< 64 MiB
 
 /// Where a complete blob ends up, besides the per-entry views.
 enum class assemble_mode {
@@ -101,6 +102,16 @@ struct consumer_options {
   /// awaited, with all before it, as soon as it is posted, so entries are
   /// still yielded the moment their bytes are in. 1: one at a time.
   std::size_t payload_window = 4;
+  /// Entry buffers kept for later entries once released, bytes (0: none).
+  /// Bytes landing in fresh memory cost a page fault and a zeroed page per
+  /// 4 KiB, and the C allocator returns buffers of several MiB to the
+  /// kernel when they are freed, so without reuse every large entry pays
+  /// that again (docs/ucx.md "The pipeline over UCX": 16 MiB entries over
+  /// UCX tcp, +55%). Buffers of 64 KiB and more are kept, in size classes
+  /// (at most 12.5% larger than the entry); once this is exceeded the
+  /// least recently released go first. Kept buffers are memory on top of
+  /// the window (consumer_stats::recycle_kept_bytes).
+  std::uint64_t recycle_bytes = default_recycle_bytes;
 
   // `{}` on the members below: see sender_options::resend.
 
@@ -203,6 +214,10 @@ struct consumer_stats {
   /// Chunks posted while earlier ones were still posted and not waited
   /// for (consumer_options::payload_window): the receives that overlapped.
   std::uint64_t chunks_overlapped = 0;
+  /// Entries that landed in a buffer kept from a released entry
+  /// (consumer_options::recycle_bytes), and the bytes kept for reuse now.
+  std::uint64_t buffers_reused = 0;
+  std::uint64_t recycle_kept_bytes = 0;
 };
 
 /// Receives blobs from one transport. Move-only; destroying it closes the

@@ -177,7 +177,10 @@ std::uint64_t consumer::window_bytes() const noexcept {
   return state_ ? state_->opt.window_bytes : 0;
 }
 consumer_stats consumer::stats() const noexcept {
-  return state_ ? state_->stats : consumer_stats{};
+  if (!state_) return consumer_stats{};
+  consumer_stats st = state_->stats;
+  st.recycle_kept_bytes = state_->recycled->kept_bytes();
+  return st;
 }
 
 }  // namespace blobpipe

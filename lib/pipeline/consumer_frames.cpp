@@ -224,8 +224,10 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
       abort_blob(s, b, buf.code(), "entry '" + e->key + "': " + buf.message());
     }
   } else if (!b.discard) {
-    lease->own = allocate_aligned(e->len);
+    bool reused = false;
+    lease->own = s.recycled->acquire(e->len, reused);
     if (!lease->own) co_return status(errc::too_large, "cannot allocate " + num(e->len) + " bytes");
+    if (reused) ++s.stats.buffers_reused;
     dest = lease->own.get();
   }
   s.reserve(e->len);

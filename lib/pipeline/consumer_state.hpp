@@ -46,7 +46,8 @@ struct open_blob {
 struct consumer_state {
   consumer_state(std::unique_ptr<transport> tr, consumer_options o)
       : t(std::move(tr)), ex(t->get_executor()), opt(std::move(o)),
-        dog(ex, opt.stall_timeout, opt.idle_timeout), ack_cv(ex) {}
+        dog(ex, opt.stall_timeout, opt.idle_timeout), ack_cv(ex),
+        recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {}
 
   /// Counts `n` bytes as buffered (a new entry or tail).
   void reserve(std::uint64_t n) noexcept;
@@ -83,6 +84,8 @@ struct consumer_state {
   async_condition ack_cv;
   consumer_stats stats;
   std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
+  // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
+  std::shared_ptr<buffer_pool> recycled;
 };
 
 /// consumer::next() with the caller's cancellation turned into errors.

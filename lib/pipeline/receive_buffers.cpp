@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -13,10 +14,89 @@
 
 namespace blobpipe::detail {
 
+void aligned_free::operator()(std::byte* p) const noexcept {
+  if (auto kept_by = pool.lock())
+    kept_by->give_back(p, size);
+  else
+    std::free(p);
+}
+
 aligned_bytes allocate_aligned(std::uint64_t n) noexcept {
   const std::uint64_t size = align_up(n == 0 ? 1 : n);  // aligned_alloc wants a multiple
   if (size < n) return aligned_bytes{};
   return aligned_bytes(static_cast<std::byte*>(std::aligned_alloc(ALIGN, size)));
+}
+
+std::uint64_t buffer_pool::size_class(std::uint64_t n) noexcept {
+  if (n < min_bytes) return n;
+  // n in [2^k, 2^(k+1)) rounds up to a multiple of 2^k / 8 (a multiple
+  // of ALIGN, as k >= 16).
+  const std::uint64_t step = std::bit_floor(n) / 8;
+  const std::uint64_t up = (n + step - 1) / step * step;
+  return up < n ? n : up;  // (no class above 2^63: n itself)
+}
+
+buffer_pool::~buffer_pool() {
+  for (const kept& k : order_) std::free(k.p);
+}
+
+aligned_bytes buffer_pool::acquire(std::uint64_t n, bool& reused) noexcept {
+  reused = false;
+  if (n < min_bytes || capacity_ == 0) return allocate_aligned(n);
+  const std::uint64_t size = align_up(size_class(n));
+  if (size < n) return aligned_bytes{};
+  aligned_free owner{weak_from_this(), size};
+  {
+    std::lock_guard lock(mu_);
+    // The most recently returned block of the class: its pages are the
+    // likeliest to be in cache.
+    if (auto it = by_size_.upper_bound(size);
+        it != by_size_.begin() && (--it)->first == size) {
+      std::byte* p = it->second->p;
+      order_.erase(it->second);
+      by_size_.erase(it);
+      kept_bytes_ -= size;
+      reused = true;
+      return aligned_bytes(p, std::move(owner));
+    }
+  }
+  return aligned_bytes(static_cast<std::byte*>(std::aligned_alloc(ALIGN, size)), std::move(owner));
+}
+
+void buffer_pool::give_back(std::byte* p, std::uint64_t size) noexcept {
+  if (p == nullptr) return;
+  std::lock_guard lock(mu_);
+  if (size > capacity_) {
+    std::free(p);
+    return;
+  }
+  try {
+    order_.push_back({size, p});
+    by_size_.emplace(size, std::prev(order_.end()));
+  } catch (...) {  // no memory for the bookkeeping: free the block instead
+    if (!order_.empty() && order_.back().p == p) order_.pop_back();
+    std::free(p);
+    return;
+  }
+  kept_bytes_ += size;
+  while (kept_bytes_ > capacity_) {  // the least recently returned go first
+    const kept oldest = order_.front();
+    auto [lo, hi] = by_size_.equal_range(oldest.size);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == order_.begin()) {
+        by_size_.erase(it);
+        break;
+      }
+    }
+    order_.pop_front();
+    kept_bytes_ -= oldest.size;
+    std::free(oldest.p);
+  }
+}
+
+std::uint64_t buffer_pool::kept_bytes() const noexcept {
+  std::lock_guard lock(mu_);
+  return kept_bytes_;
 }
 
 result<std::shared_ptr<reserved_region>> reserved_region::make(std::uint64_t nbytes) {

@@ -6,21 +6,77 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 
 #include "blobpipe/errors.hpp"
 
 namespace blobpipe::detail {
 
+class buffer_pool;
+
+/// Frees a block, or hands it back to the pool it came from while that
+/// pool still exists.
 struct aligned_free {
-  void operator()(std::byte* p) const noexcept { std::free(p); }
+  std::weak_ptr<buffer_pool> pool;  ///< empty: not from a pool
+  std::uint64_t size = 0;           ///< the block's size, bytes (pool blocks)
+  void operator()(std::byte* p) const noexcept;
 };
 /// A heap block aligned to ALIGN (64) bytes.
 using aligned_bytes = std::unique_ptr<std::byte[], aligned_free>;
 
 /// `n` bytes (at least one), 64-byte aligned; null when allocation fails.
 aligned_bytes allocate_aligned(std::uint64_t n) noexcept;
+
+/// Entry buffers released by their holders, kept for later entries
+/// (consumer_options::recycle_bytes). The first bytes that land in a fresh
+/// block cost a page fault and a zeroed page per 4 KiB, and blocks of
+/// several MiB come fresh from the kernel nearly every time (the
+/// allocator maps and unmaps them); a kept block costs neither.
+///
+/// Blocks of at least min_bytes come in size classes, eight per power of
+/// two (a block is at most 12.5% larger than asked for), and are reused
+/// only within their class. At most `capacity` bytes are kept; the least
+/// recently returned blocks go first. Smaller requests are plain
+/// allocations, which the C allocator recycles by itself.
+/// Thread-safe: a block may come back on any thread.
+class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
+ public:
+  static constexpr std::uint64_t min_bytes = 64 << 10;
+
+  explicit buffer_pool(std::uint64_t capacity) noexcept : capacity_(capacity) {}
+  buffer_pool(const buffer_pool&) = delete;
+  buffer_pool& operator=(const buffer_pool&) = delete;
+  ~buffer_pool();
+
+  /// A block of at least `n` bytes, 64-byte aligned; null when allocation
+  /// fails. `reused` says whether it is a kept one.
+  aligned_bytes acquire(std::uint64_t n, bool& reused) noexcept;
+
+  /// Bytes kept for reuse now (at most the capacity).
+  std::uint64_t kept_bytes() const noexcept;
+
+  /// The size a request for `n` bytes is rounded up to (n itself below
+  /// min_bytes).
+  static std::uint64_t size_class(std::uint64_t n) noexcept;
+
+ private:
+  friend struct aligned_free;
+  void give_back(std::byte* p, std::uint64_t size) noexcept;
+
+  struct kept {
+    std::uint64_t size;
+    std::byte* p;
+  };
+  mutable std::mutex mu_;
+  const std::uint64_t capacity_;
+  std::uint64_t kept_bytes_ = 0;
+  std::list<kept> order_;  // least recently returned first
+  std::multimap<std::uint64_t, std::list<kept>::iterator> by_size_;
+};
 
 /// Address space for one blob under assembly. Pages are committed only
 /// when bytes land (MAP_NORESERVE), and untouched pages read as zero, so
