@@ -7,9 +7,13 @@
 #define BOOST_TEST_MODULE consumer
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <mutex>
+#include <thread>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -258,6 +262,84 @@ BOOST_AUTO_TEST_CASE(recycling_stays_within_recycle_bytes_and_can_be_off) {
       BOOST_TEST(most_kept <= recycle);
       BOOST_TEST(st.buffers_reused == (recycle > 0 ? 2u : 0u));
       if (recycle > 0) BOOST_TEST(most_kept == std::uint64_t(448) << 10);  // 256 + 192 KiB
+    }
+  }
+}
+
+// Entries dropped on another thread (a trainer hands them to its own
+// threads) return their window credit all the same, without touching the
+// consumer's state off its executor (the tsan build checks that): with a
+// window of four entries, the sender can only finish if the credit of the
+// entries dropped elsewhere comes back.
+BOOST_AUTO_TEST_CASE(entries_dropped_on_another_thread_return_their_credit) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto a = ramp(64 << 10, 3.0f);  // 256 KiB
+      consumer_options copt;
+      copt.window_bytes = 4 * a.size() * sizeof(float);
+      auto ep = r.await(connect(l, copt));
+      constexpr int total = 32;
+      std::mutex mu;
+      std::condition_variable cv;
+      std::deque<std::shared_ptr<const received_entry>> handed;  // null: no more
+      std::atomic<int> dropped{0}, mismatched{0};
+      std::thread trainer([&] {
+        for (;;) {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return !handed.empty(); });
+          auto e = std::move(handed.front());
+          handed.pop_front();
+          lock.unlock();
+          if (!e) break;
+          if (!same_bytes(e->view.bytes, a.data(), a.size() * 4)) ++mismatched;
+          e.reset();  // the last reference: released on this thread
+          ++dropped;
+        }
+      });
+      auto hand = [&](std::shared_ptr<const received_entry> e) {
+        std::lock_guard lock(mu);
+        handed.push_back(std::move(e));
+        cv.notify_one();
+      };
+      int entries = 0;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        for (int i = 0; i < total; ++i) {
+          auto v = value::tensor(a);
+          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+        }
+        BLOBPIPE_CO_CHECK(blob.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::end_of_stream) {
+            BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
+            break;
+          }
+          if (ev.kind != event_kind::entry_ready) continue;
+          ++entries;
+          hand(std::move(ev.entry));
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      bool ran = false;
+      try {
+        ran = r.run();
+      } catch (...) {
+        hand(nullptr);
+        trainer.join();
+        throw;
+      }
+      hand(nullptr);
+      trainer.join();
+      BOOST_TEST_REQUIRE(ran);
+      BOOST_TEST(entries == total);
+      BOOST_TEST(dropped.load() == total);
+      BOOST_TEST(mismatched.load() == 0);
     }
   }
 }

@@ -33,7 +33,9 @@
 // credit then goes back to the sender. One entry larger than the whole
 // window is admitted when nothing else is buffered.
 //
-// Threading: one next() at a time, on the transport's executor.
+// Threading: one next() at a time, on the transport's executor. Entries
+// may be held and dropped on any thread: dropped elsewhere, an entry's
+// window credit goes back through a post to that executor.
 // Source: docs/wire.md "Consumer", "Flow control", "Limits".
 #pragma once
 

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <array>
 
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/strand.hpp>
+
 #include "blobpipe/layout.hpp"
 #include "lib/pipeline/consumer_state.hpp"
 
@@ -17,15 +21,38 @@ status violation(std::string what) { return {errc::protocol_violation, std::move
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
 
+/// Whether this thread is running `ex` now (io_context executors and
+/// strands of them; false for any other kind, which is then posted to).
+bool running_in_this_thread(const asio::any_io_executor& ex) noexcept {
+  using io_executor = asio::io_context::executor_type;
+  if (auto* io = ex.target<io_executor>()) return io->running_in_this_thread();
+  if (auto* st = ex.target<asio::strand<io_executor>>()) return st->running_in_this_thread();
+  return false;
+}
+
 /// Owns an entry's bytes and its window credit; see received_entry::storage.
+/// An application may drop entries on any thread (a trainer hands them to
+/// its own threads), but the consumer's state belongs to its executor:
+/// from elsewhere the credit goes back through a post there, and the
+/// state is never touched (nor kept alive) on the dropping thread.
 struct entry_lease {
   std::weak_ptr<consumer_state> owner;
+  asio::any_io_executor ex;  // the owner's
   std::uint64_t credit = 0;
   aligned_bytes own;
   std::shared_ptr<reserved_region> region;
   std::shared_ptr<const void> device;  // consumer_options::landing: the device buffer
   ~entry_lease() {
-    if (auto s = owner.lock()) s->release(credit);
+    if (running_in_this_thread(ex)) {
+      if (auto s = owner.lock()) s->release(credit);
+    } else if (!owner.expired()) {
+      try {
+        asio::post(ex, [owner = std::move(owner), n = credit] {
+          if (auto s = owner.lock()) s->release(n);
+        });
+      } catch (...) {  // out of memory for the handler: the credit is lost
+      }
+    }
   }
 };
 
@@ -207,6 +234,7 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
 
   auto lease = std::make_shared<entry_lease>();
   lease->owner = sp;
+  lease->ex = s.ex;
   std::byte* dest = nullptr;
   if (!b.discard && b.region) {
     dest = b.region->data() + e->off;  // validate_entry: off + len <= max_blob_bytes
