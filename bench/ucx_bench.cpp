@@ -18,6 +18,17 @@
 // with one empty ack frame, so the time covers delivery, not just handing
 // off. UCX settings come from the environment (UCX_TLS, ...), as for
 // ucx_perftest.
+//
+// --pipeline ENTRY_BYTES (1..2^32) runs the whole pipeline instead (blobpipe::sender
+// and blobpipe::consumer over the same transport, both with defaults
+// otherwise): the client emits entries of ENTRY_BYTES, views of one reused
+// source buffer, in blobs of up to 64 entries, cut into data frames of
+// --size bytes (sender_options::chunk_bytes), warmup * size bytes first,
+// then iters * size; the consumer drops every entry at once. The server
+// reports, from the warm-up blob's completion to the last blob's: the
+// rate at which entries arrive, as an application sees it.
+// --recycle-bytes sets the server's consumer_options::recycle_bytes (0:
+// every entry in a fresh buffer).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,10 +46,12 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include "blobpipe/pipeline.hpp"
 #include "blobpipe/ucx.hpp"
 
 namespace bp = blobpipe;
 using clock_type = std::chrono::steady_clock;
+constexpr double mib = 1024.0 * 1024.0;
 
 namespace {
 
@@ -52,6 +65,8 @@ struct args {
   int window = 8;        // sends outstanding at once
   int rx_window = 4;     // receives outstanding at once (server)
   int rx_buffers = 1;    // destination buffers they land in, in turn (server)
+  std::uint64_t entry_bytes = 0;  // --pipeline: bytes per entry; 0: frames only
+  std::uint64_t recycle_bytes = bp::default_recycle_bytes;  // --pipeline server
   bp::ucx::options ucx;  // busy_poll from --busy-poll; UCX_* from the environment
 };
 
@@ -59,13 +74,14 @@ struct args {
   std::fprintf(stderr,
                "usage: ucx_bench (--server | --client HOST) [--port P] [--size BYTES]\n"
                "                 [--iters N] [--warmup N] [--window W] [--rx-window W]\n"
-               "                 [--rx-buffers B] [--busy-poll US]\n");
+               "                 [--rx-buffers B] [--busy-poll US] [--pipeline ENTRY_BYTES]\n"
+               "                 [--recycle-bytes B]\n");
   std::exit(2);
 }
 
 args parse(int argc, char** argv) {
   args a;
-  bool role = false;
+  bool role = false, pipeline = false;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto next = [&]() -> const char* {
@@ -92,11 +108,16 @@ args parse(int argc, char** argv) {
       a.rx_buffers = std::atoi(next());
     else if (k == "--busy-poll")
       a.ucx.busy_poll = std::chrono::microseconds(std::atoi(next()));
+    else if (k == "--pipeline")
+      a.entry_bytes = std::strtoull(next(), nullptr, 10), pipeline = true;
+    else if (k == "--recycle-bytes")
+      a.recycle_bytes = std::strtoull(next(), nullptr, 10);
     else
       usage();
   }
   if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1 ||
-      a.rx_window < 1 || a.rx_buffers < 1)
+      a.rx_window < 1 || a.rx_buffers < 1 ||
+      (pipeline && (a.entry_bytes == 0 || a.entry_bytes > (std::uint64_t(1) << 32))))
     usage();
   return a;
 }
@@ -133,6 +154,10 @@ asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::size_t windo
   co_return !co_await bp::send_frame(t, {.type = bp::frame_type::ack}, {});
 }
 
+asio::awaitable<void> serve_pipeline(const args& a, std::unique_ptr<bp::transport> t, int& rc);
+asio::awaitable<void> run_pipeline_client(const args& a, std::unique_ptr<bp::transport> t,
+                                          int& rc);
+
 asio::awaitable<void> serve(const args& a, int& rc) {
   auto ex = co_await asio::this_coro::executor;
   auto l = bp::ucx::listen(ex, a.port, "0.0.0.0", a.ucx);
@@ -143,6 +168,7 @@ asio::awaitable<void> serve(const args& a, int& rc) {
   auto [ec, t] = co_await l->accept();
   l->close();
   if (ec) co_return;
+  if (a.entry_bytes > 0) co_return co_await serve_pipeline(a, std::move(t), rc);
   std::vector<std::vector<std::byte>> dest(a.rx_buffers, std::vector<std::byte>(a.size));
   if (!co_await drain(*t, a.warmup, a.rx_window, dest)) co_return;
   if (!co_await drain(*t, a.iters, a.rx_window, dest)) co_return;
@@ -211,6 +237,7 @@ asio::awaitable<void> run_client(const args& a, int& rc) {
     std::fprintf(stderr, "client: could not connect to %s:%u\n", a.host.c_str(), a.port);
     co_return;
   }
+  if (a.entry_bytes > 0) co_return co_await run_pipeline_client(a, std::move(t), rc);
   std::vector<std::byte> src(a.size, std::byte{0x5a});
   bool failed = false;
   (void)co_await round(*t, a, a.warmup, src, failed);
@@ -221,6 +248,96 @@ asio::awaitable<void> run_client(const args& a, int& rc) {
               a.size, (unsigned long long)a.iters, a.window, mb / secs, a.iters / secs, secs);
   std::printf("%s\n", bp::ucx::describe(*t).value().c_str());
   t->close();
+  rc = 0;
+}
+
+
+// --pipeline, server: a consumer that drops every entry at once and times
+// from the warm-up blob's completion to the last blob's.
+asio::awaitable<void> serve_pipeline(const args& a, std::unique_ptr<bp::transport> t, int& rc) {
+  bp::consumer_options opt;
+  opt.max_chunk_bytes = std::uint32_t(a.size);
+  opt.recycle_bytes = a.recycle_bytes;
+  auto [ec, c] = co_await bp::consumer::start(std::move(t), opt);
+  if (ec) {
+    std::fprintf(stderr, "server: consumer::start: %s\n", ec.message().c_str());
+    co_return;
+  }
+  clock_type::time_point start, end;
+  std::uint64_t blobs = 0, timed_bytes = 0, bytes = 0;
+  for (;;) {
+    bp::event ev = co_await c.next();
+    if (ev.kind == bp::event_kind::entry_ready) {
+      bytes += ev.entry->entry.len;  // ev, and the entry, are dropped here
+    } else if (ev.kind == bp::event_kind::blob_complete) {
+      if (blobs++ == 0) {
+        start = clock_type::now();
+        bytes = 0;
+      } else {
+        end = clock_type::now();
+        timed_bytes = bytes;
+      }
+    } else if (ev.kind == bp::event_kind::blob_aborted) {
+      std::fprintf(stderr, "server: blob aborted: %s\n", ev.reason.c_str());
+      co_return;
+    } else {
+      if (ev.error) {
+        std::fprintf(stderr, "server: %s %s\n", ev.error.message().c_str(), ev.reason.c_str());
+        co_return;
+      }
+      break;
+    }
+  }
+  if (blobs < 2) {
+    std::fprintf(stderr, "server: no timed blob arrived\n");
+    co_return;
+  }
+  const double secs = std::chrono::duration<double>(end - start).count();
+  const auto st = c.stats();
+  std::printf("blobpipe-pipeline entry=%llu chunk=%zu: %.2f MB/s (%llu bytes in %.3f s; %llu "
+              "buffers reused)\n",
+              (unsigned long long)a.entry_bytes, a.size, double(timed_bytes) / mib / secs,
+              (unsigned long long)timed_bytes, secs, (unsigned long long)st.buffers_reused);
+  rc = 0;
+}
+
+// --pipeline, client: `bytes` of entries of entry_bytes in blobs of up to
+// 64 entries.
+asio::awaitable<bool> emit_bytes(bp::sender& s, const args& a, const std::vector<std::byte>& src,
+                                 std::uint64_t bytes) {
+  constexpr std::uint64_t entries_per_blob = 64;
+  std::uint64_t entries = std::max<std::uint64_t>(1, (bytes + a.entry_bytes - 1) / a.entry_bytes);
+  while (entries > 0) {
+    auto blob = s.open_blob();
+    for (std::uint64_t i = 0; i < entries_per_blob && entries > 0; ++i, --entries) {
+      auto v = bp::value::tensor_bytes(src, "uint8", {std::int64_t(src.size())});
+      if (auto ec = co_await blob.emit("e" + std::to_string(i), std::move(v))) {
+        std::fprintf(stderr, "client: emit: %s\n", ec.message().c_str());
+        co_return false;
+      }
+    }
+    if (auto ec = co_await blob.finish()) {
+      std::fprintf(stderr, "client: finish: %s\n", ec.message().c_str());
+      co_return false;
+    }
+  }
+  co_return true;
+}
+
+asio::awaitable<void> run_pipeline_client(const args& a, std::unique_ptr<bp::transport> t,
+                                          int& rc) {
+  auto [ec, s] = co_await bp::sender::start(std::move(t), {.chunk_bytes = std::uint32_t(a.size)});
+  if (ec) {
+    std::fprintf(stderr, "client: sender::start: %s\n", ec.message().c_str());
+    co_return;
+  }
+  std::vector<std::byte> src(a.entry_bytes, std::byte{0x5a});
+  if (!co_await emit_bytes(s, a, src, a.warmup * a.size)) co_return;
+  if (!co_await emit_bytes(s, a, src, a.iters * a.size)) co_return;
+  if (auto e = co_await s.shutdown()) {
+    std::fprintf(stderr, "client: shutdown: %s\n", e.message().c_str());
+    co_return;
+  }
   rc = 0;
 }
 

@@ -14,6 +14,11 @@
 #   ucx_bench --server / --client  blobpipe (//bench:ucx_bench), as an
 #                                  application runs it (busy_poll 200 us)
 #   ucx_bench ... --busy-poll 1000000  the same, polling like ucx_perftest
+#   ucx_bench ... --pipeline ENTRY     the whole pipeline (blobpipe::sender
+#                                  to blobpipe::consumer, defaults): entries
+#                                  of ENTRY bytes in SIZE-byte data frames,
+#                                  SIZE * ITERS bytes in all, each entry
+#                                  dropped on arrival; timed by the consumer
 # and prints every run, then the best of each in MB/s (MB = 2^20 bytes,
 # ucx_perftest's unit) and blobpipe's ratio to the best ucx_perftest
 # figure of the four, against the target 0.90. The raw column is not a
@@ -41,6 +46,8 @@
 # VM), WARMUP (100), WINDOW (sends outstanding, blobpipe and raw, 8), RX_WINDOW
 # (blobpipe payload fetches outstanding, transport::post_payload, 4),
 # RX_BUFFERS (receive buffers used in turn, 1 as in ucx_perftest),
+# ENTRY (bytes per entry in the pipeline column; SIZE: one data frame
+# per entry, like one ucx_perftest message),
 # REPEAT (3), TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
 # PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
 # Reports, never gates: the exit status is 0 unless a run fails.
@@ -69,6 +76,7 @@ WARMUP=${WARMUP:-100}
 WINDOW=${WINDOW:-8}
 RX_WINDOW=${RX_WINDOW:-4}
 RX_BUFFERS=${RX_BUFFERS:-1}
+ENTRY=${ENTRY:-$SIZE}
 REPEAT=${REPEAT:-3}
 TLS_LIST=${TLS_LIST:-"tcp sm,tcp"}
 PORT=${PORT:-13500}
@@ -147,6 +155,22 @@ blobpipe() {
   grep -q '^blobpipe-ucx ' <<<"$out" || run_failed "ucx_bench $tls" "$out" "$work/bp_server.log"
 }
 
+# pipeline TLS PORT -> MB/s (the consumer's figure)
+pipeline() {
+  local tls=$1 port=$2 out
+  UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_bench" --server --port "$port" \
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --pipeline "$ENTRY" \
+    >"$work/pipe_server.log" 2>&1 &
+  local server=$!
+  out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_bench" --client 127.0.0.1 \
+          --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" \
+          --pipeline "$ENTRY" 2>&1) || true
+  wait "$server" || true
+  sed -n 's/^blobpipe-pipeline .*: \([0-9.]*\) MB\/s.*/\1/p' "$work/pipe_server.log"
+  grep -q '^blobpipe-pipeline ' "$work/pipe_server.log" ||
+    run_failed "ucx_bench --pipeline $tls" "$out" "$work/pipe_server.log"
+}
+
 # raw TLS PORT -> MB/s
 raw() {
   local tls=$1 port=$2 out
@@ -171,11 +195,11 @@ raw() {
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
 
 pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
-printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s%s\n' \
-  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$pinned"
+printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s; pipeline entries of %s bytes%s\n' \
+  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$ENTRY" "$pinned"
 summary=()
 for tls in $TLS_LIST; do
-  tag=() stream=() tag_plain=() stream_plain=() rawr=() bp=() spin=()
+  tag=() stream=() tag_plain=() stream_plain=() rawr=() bp=() spin=() pipe=()
   for i in $(seq "$REPEAT"); do
     # A fresh port each run (the last may linger in TIME_WAIT), counted
     # here: a $(...) subshell cannot move PORT.
@@ -186,31 +210,34 @@ for tls in $TLS_LIST; do
     rawr+=("$(raw "$tls" $((PORT + 4)))")
     bp+=("$(blobpipe "$tls" $((PORT + 5)) 200)")
     spin+=("$(blobpipe "$tls" $((PORT + 6)) 1000000)")
-    PORT=$((PORT + 7))
-    printf '  %-8s run %s: tag_bw -e %s, stream_bw -e %s, tag_bw %s, stream_bw %s, raw %s, blobpipe %s, spin %s\n' \
+    pipe+=("$(pipeline "$tls" $((PORT + 7)))")
+    PORT=$((PORT + 8))
+    printf '  %-8s run %s: tag_bw -e %s, stream_bw -e %s, tag_bw %s, stream_bw %s, raw %s, blobpipe %s, spin %s, pipeline %s\n' \
       "$tls" "$i" "${tag[-1]}" "${stream[-1]}" "${tag_plain[-1]}" "${stream_plain[-1]}" \
-      "${rawr[-1]}" "${bp[-1]}" "${spin[-1]}"
+      "${rawr[-1]}" "${bp[-1]}" "${spin[-1]}" "${pipe[-1]}"
   done
   t=$(best "${tag[@]}") s=$(best "${stream[@]}") n=$(best "${tag_plain[@]}")
   m=$(best "${stream_plain[@]}") w=$(best "${rawr[@]}") b=$(best "${bp[@]}")
-  p=$(best "${spin[@]}")
-  if [[ -z "$t" || -z "$s" || -z "$n" || -z "$m" || -z "$w" || -z "$b" || -z "$p" ]]; then
+  p=$(best "${spin[@]}") e=$(best "${pipe[@]}")
+  if [[ -z "$t" || -z "$s" || -z "$n" || -z "$m" || -z "$w" || -z "$b" || -z "$p" || -z "$e" ]]; then
     echo "$tls: a run failed (tag_bw -e '$t', stream_bw -e '$s', tag_bw '$n'," \
-      "stream_bw '$m', raw '$w', blobpipe '$b', spin '$p')" >&2
+      "stream_bw '$m', raw '$w', blobpipe '$b', spin '$p', pipeline '$e')" >&2
     exit 1
   fi
   summary+=("$(awk -v tls="$tls" -v t="$t" -v s="$s" -v n="$n" -v m="$m" -v w="$w" -v b="$b" \
-                   -v p="$p" 'BEGIN {
+                   -v p="$p" -v e="$e" 'BEGIN {
     ref = t; if (s > ref) ref = s; if (n > ref) ref = n; if (m > ref) ref = m;
     r = b / ref; q = p / ref;
-    printf "%-8s %10.1f %10.1f %10.1f %10.1f %10.1f %5.2fx %10.1f %6.2fx %-4s %10.1f %6.2fx %-4s",
+    printf "%-8s %10.1f %10.1f %10.1f %10.1f %10.1f %5.2fx %10.1f %6.2fx %-4s %10.1f %6.2fx %-4s %10.1f %5.2fx",
            tls, t, s, n, m, w, w / ref, b, r, (r >= 0.90 ? "PASS" : "MISS"), p, q,
-           (q >= 0.90 ? "PASS" : "MISS")
+           (q >= 0.90 ? "PASS" : "MISS"), e, e / ref
   }')")
 done
-printf '%-8s %10s %10s %10s %10s %10s %6s %10s %12s %10s %12s\n' "UCX_TLS" "tag_bw -e" \
-  "stream -e" "tag_bw" "stream" "raw" "ratio" "blobpipe" "ratio" "spin" "ratio"
+printf '%-8s %10s %10s %10s %10s %10s %6s %10s %12s %10s %12s %10s %6s\n' "UCX_TLS" "tag_bw -e" \
+  "stream -e" "tag_bw" "stream" "raw" "ratio" "blobpipe" "ratio" "spin" "ratio" "pipeline" \
+  "ratio"
 printf '%s\n' "${summary[@]}"
 echo "(best of $REPEAT, MB/s, MB = 2^20 bytes; ratio = column / the best ucx_perftest column,"
 echo " target >= 0.90 for blobpipe; raw: UCP connected as blobpipe is, no blobpipe (a reference,"
-echo " not a target); blobpipe: event-driven default (busy_poll 200 us); spin: busy_poll 1 s)"
+echo " not a target); blobpipe: event-driven default (busy_poll 200 us); spin: busy_poll 1 s;"
+echo " pipeline: sender to consumer, entries of $ENTRY bytes, as an application receives them)"
