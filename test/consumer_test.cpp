@@ -217,11 +217,15 @@ BOOST_AUTO_TEST_CASE(released_entry_buffers_are_reused_held_ones_never) {
 // freed, and the least recently released buffer goes when a new one would
 // not fit. With recycle_bytes 0 nothing is kept or reused.
 BOOST_AUTO_TEST_CASE(recycling_stays_within_recycle_bytes_and_can_be_off) {
-  // Entries of 256 KiB, 192 KiB and 1 MiB, twice, each dropped at once.
-  // With 512 KiB: the second 256 KiB and 192 KiB entries reuse the first
-  // ones' buffers; the 1 MiB ones are never kept.
-  const std::vector<std::size_t> floats = {64 << 10, 48 << 10, 256 << 10,
-                                           64 << 10, 48 << 10, 256 << 10};
+  // Entries of 256 KiB, 192 KiB and 1 MiB, twice, then 128 KiB and
+  // 256 KiB, each dropped at once. With 512 KiB: the second 256 KiB and
+  // 192 KiB entries reuse the first ones' buffers (kept: 448 KiB); the
+  // 1 MiB ones are never kept; the 128 KiB one evicts the least recently
+  // released, the 256 KiB buffer (kept: 192 + 128 KiB), so the last entry
+  // finds none to reuse and its buffer evicts the 192 KiB one (kept:
+  // 128 + 256 KiB). Evicting the newest instead would reuse a third time.
+  const std::vector<std::size_t> floats = {64 << 10, 48 << 10, 256 << 10, 64 << 10,
+                                           48 << 10, 256 << 10, 32 << 10, 64 << 10};
   for (std::uint64_t recycle : {std::uint64_t(512) << 10, std::uint64_t(0)}) {
     BOOST_TEST_CONTEXT("recycle_bytes " << recycle) {
       runner r;
@@ -257,11 +261,16 @@ BOOST_AUTO_TEST_CASE(recycling_stays_within_recycle_bytes_and_can_be_off) {
       r.spawn(produce());
       r.spawn(consume());
       BOOST_TEST_REQUIRE(r.run());
-      BOOST_TEST(entries == 6);
+      BOOST_TEST(entries == int(floats.size()));
       BOOST_TEST(mismatched == 0);
       BOOST_TEST(most_kept <= recycle);
       BOOST_TEST(st.buffers_reused == (recycle > 0 ? 2u : 0u));
-      if (recycle > 0) BOOST_TEST(most_kept == std::uint64_t(448) << 10);  // 256 + 192 KiB
+      if (recycle > 0) {
+        BOOST_TEST(most_kept == std::uint64_t(448) << 10);
+        BOOST_TEST(st.recycle_kept_bytes == std::uint64_t(384) << 10);
+      } else {
+        BOOST_TEST(st.recycle_kept_bytes == 0u);
+      }
     }
   }
 }

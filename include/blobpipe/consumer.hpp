@@ -34,8 +34,9 @@
 // window is admitted when nothing else is buffered.
 //
 // Threading: one next() at a time, on the transport's executor. Entries
-// may be held and dropped on any thread: dropped elsewhere, an entry's
-// window credit goes back through a post to that executor.
+// may be held and dropped on any thread, as long as that executor's
+// execution context (the io_context) still exists: dropped elsewhere, an
+// entry's window credit goes back through a post to that executor.
 // Source: docs/wire.md "Consumer", "Flow control", "Limits".
 #pragma once
 
@@ -110,9 +111,10 @@ struct consumer_options {
   /// kernel when they are freed, so without reuse every large entry pays
   /// that again (docs/ucx.md "The pipeline over UCX": 16 MiB entries over
   /// UCX tcp, +55%). Buffers of 64 KiB and more are kept, in size classes
-  /// (at most 12.5% larger than the entry); once this is exceeded the
-  /// least recently released go first. Kept buffers are memory on top of
-  /// the window (consumer_stats::recycle_kept_bytes).
+  /// (at most 12.5% larger than the entry; that rounding is memory beyond
+  /// the window too); once this is exceeded the least recently released
+  /// go first, and a buffer larger than this is never kept. Kept buffers
+  /// are memory on top of the window (consumer_stats::recycle_kept_bytes).
   std::uint64_t recycle_bytes = default_recycle_bytes;
 
   // `{}` on the members below: see sender_options::resend.
@@ -216,8 +218,9 @@ struct consumer_stats {
   /// Chunks posted while earlier ones were still posted and not waited
   /// for (consumer_options::payload_window): the receives that overlapped.
   std::uint64_t chunks_overlapped = 0;
-  /// Entries that landed in a buffer kept from a released entry
-  /// (consumer_options::recycle_bytes), and the bytes kept for reuse now.
+  /// Entries given a buffer kept from a released entry at entry_begin
+  /// (consumer_options::recycle_bytes; counted even if the blob is later
+  /// aborted), and the bytes kept for reuse now.
   std::uint64_t buffers_reused = 0;
   std::uint64_t recycle_kept_bytes = 0;
 };

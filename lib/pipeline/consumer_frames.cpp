@@ -43,9 +43,13 @@ struct entry_lease {
   std::shared_ptr<reserved_region> region;
   std::shared_ptr<const void> device;  // consumer_options::landing: the device buffer
   ~entry_lease() {
+    own.reset();  // back to the pool before the credit lets the next entry in
+    // The consumer gone, there is no credit to give back, and `ex` may
+    // name an io_context that is gone too (entries may outlive both).
+    if (owner.expired()) return;
     if (running_in_this_thread(ex)) {
       if (auto s = owner.lock()) s->release(credit);
-    } else if (!owner.expired()) {
+    } else {
       try {
         asio::post(ex, [owner = std::move(owner), n = credit] {
           if (auto s = owner.lock()) s->release(n);
@@ -234,7 +238,8 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
 
   auto lease = std::make_shared<entry_lease>();
   lease->owner = sp;
-  lease->ex = s.ex;
+  // Untracked: a held entry must not keep the io_context's run() going.
+  lease->ex = asio::prefer(s.ex, asio::execution::outstanding_work.untracked);
   std::byte* dest = nullptr;
   if (!b.discard && b.region) {
     dest = b.region->data() + e->off;  // validate_entry: off + len <= max_blob_bytes
