@@ -157,6 +157,34 @@ BOOST_AUTO_TEST_CASE(multi_chunk_entries_arrive_intact_with_fetches_overlapped) 
   }
 }
 
+namespace {
+
+// Sends one blob whose entry i ("e<i>") is a view of *sources[i], then
+// shuts the sender down.
+asio::awaitable<void> send_blob_of(sender& s, const std::vector<const std::vector<float>*>& sources) {
+  auto blob = s.open_blob();
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    auto v = value::tensor(*sources[i]);
+    BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+  }
+  BLOBPIPE_CO_CHECK(blob.finish());
+  BLOBPIPE_CO_CHECK(s.shutdown());
+}
+
+// Hands every entry to `on_entry` (the event's reference moved in, so the
+// entry is dropped when on_entry lets go of it, before the next frame is
+// read) until the stream ends; returns the end_of_stream event.
+asio::awaitable<event> for_each_entry(
+    consumer& c, std::function<void(std::shared_ptr<const received_entry>)> on_entry) {
+  for (;;) {
+    auto ev = co_await c.next();
+    if (ev.kind == event_kind::end_of_stream) co_return ev;
+    if (ev.kind == event_kind::entry_ready) on_entry(std::move(ev.entry));
+  }
+}
+
+}  // namespace
+
 // Released entry buffers are reused by later entries of the same size
 // (consumer_options::recycle_bytes), never while an entry still holds one,
 // and a reused buffer holds exactly the new entry's bytes: entry 0 is held
@@ -168,45 +196,31 @@ BOOST_AUTO_TEST_CASE(released_entry_buffers_are_reused_held_ones_never) {
       runner r;
       const auto a = ramp(64 << 10, 1.0f);  // 256 KiB, above buffer_pool::min_bytes
       const auto b = ramp(64 << 10, 7.0f);  // the same size, other bytes
+      const std::vector<const std::vector<float>*> sources = {&a, &b, &a, &b, &a, &b};
       auto ep = r.await(connect(l));
       std::shared_ptr<const received_entry> held;
       int entries = 0, mismatched = 0, shared_with_held = 0;
-      consumer_stats st;
-      auto produce = [&]() -> asio::awaitable<void> {
-        auto blob = ep.s.open_blob();
-        for (int i = 0; i < 6; ++i) {
-          auto v = value::tensor(i % 2 == 0 ? a : b);
-          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
-        }
-        BLOBPIPE_CO_CHECK(blob.finish());
-        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      event end;
+      auto on_entry = [&](std::shared_ptr<const received_entry> e) {
+        ++entries;
+        const auto& want = *sources[e->index];
+        if (!same_bytes(e->view.bytes, want.data(), want.size() * 4)) ++mismatched;
+        if (e->index == 0)
+          held = e;
+        else if (held && e->view.bytes.data() == held->view.bytes.data())
+          ++shared_with_held;
       };
-      auto consume = [&]() -> asio::awaitable<void> {
-        for (;;) {
-          auto ev = co_await ep.c.next();
-          if (ev.kind == event_kind::end_of_stream) {
-            BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
-            break;
-          }
-          if (ev.kind != event_kind::entry_ready) continue;
-          ++entries;
-          const auto& want = ev.entry->index % 2 == 0 ? a : b;
-          if (!same_bytes(ev.entry->view.bytes, want.data(), want.size() * 4)) ++mismatched;
-          if (ev.entry->index == 0)
-            held = ev.entry;
-          else if (held && ev.entry->view.bytes.data() == held->view.bytes.data())
-            ++shared_with_held;
-        }
-        st = ep.c.stats();
-      };
-      r.spawn(produce());
+      auto consume = [&]() -> asio::awaitable<void> { end = co_await for_each_entry(ep.c, on_entry); };
+      r.spawn(send_blob_of(ep.s, sources));
       r.spawn(consume());
       BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
       BOOST_TEST(entries == 6);
       BOOST_TEST(mismatched == 0);
       BOOST_TEST(shared_with_held == 0);
       BOOST_TEST_REQUIRE(held != nullptr);
       BOOST_TEST(same_bytes(held->view.bytes, a.data(), a.size() * 4));
+      const auto st = ep.c.stats();
       BOOST_TEST(st.buffers_reused == 4u);
       BOOST_TEST(st.recycle_kept_bytes == std::uint64_t(256 << 10));  // entry 5's buffer
     }
@@ -226,44 +240,35 @@ BOOST_AUTO_TEST_CASE(recycling_stays_within_recycle_bytes_and_can_be_off) {
   // 128 + 256 KiB). Evicting the newest instead would reuse a third time.
   const std::vector<std::size_t> floats = {64 << 10, 48 << 10, 256 << 10, 64 << 10,
                                            48 << 10, 256 << 10, 32 << 10, 64 << 10};
+  std::vector<std::vector<float>> values;  // entries are views: kept alive here
+  std::vector<const std::vector<float>*> sources;
+  for (std::size_t i = 0; i < floats.size(); ++i) values.push_back(ramp(floats[i], float(i)));
+  for (const auto& v : values) sources.push_back(&v);
   for (std::uint64_t recycle : {std::uint64_t(512) << 10, std::uint64_t(0)}) {
     BOOST_TEST_CONTEXT("recycle_bytes " << recycle) {
       runner r;
       consumer_options copt;
       copt.recycle_bytes = recycle;
       auto ep = r.await(connect(link_kind::loopback, copt));
-      std::vector<std::vector<float>> sources;  // values are views: kept alive here
-      for (std::size_t i = 0; i < floats.size(); ++i) sources.push_back(ramp(floats[i], float(i)));
       std::uint64_t most_kept = 0;
       int entries = 0, mismatched = 0;
-      consumer_stats st;
-      auto produce = [&]() -> asio::awaitable<void> {
-        auto blob = ep.s.open_blob();
-        for (std::size_t i = 0; i < sources.size(); ++i) {
-          auto v = value::tensor(sources[i]);
-          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
-        }
-        BLOBPIPE_CO_CHECK(blob.finish());
-        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      event end;
+      auto on_entry = [&](std::shared_ptr<const received_entry> e) {
+        // Sampled before the entry goes: what earlier releases left kept.
+        most_kept = std::max(most_kept, ep.c.stats().recycle_kept_bytes);
+        ++entries;
+        const auto& want = values[e->index];
+        if (!same_bytes(e->view.bytes, want.data(), want.size() * 4)) ++mismatched;
       };
-      auto consume = [&]() -> asio::awaitable<void> {
-        for (;;) {
-          auto ev = co_await ep.c.next();
-          most_kept = std::max(most_kept, ep.c.stats().recycle_kept_bytes);
-          if (ev.kind == event_kind::end_of_stream) break;
-          if (ev.kind != event_kind::entry_ready) continue;
-          ++entries;
-          const auto& want = sources[ev.entry->index];
-          if (!same_bytes(ev.entry->view.bytes, want.data(), want.size() * 4)) ++mismatched;
-        }
-        st = ep.c.stats();
-      };
-      r.spawn(produce());
+      auto consume = [&]() -> asio::awaitable<void> { end = co_await for_each_entry(ep.c, on_entry); };
+      r.spawn(send_blob_of(ep.s, sources));
       r.spawn(consume());
       BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
       BOOST_TEST(entries == int(floats.size()));
       BOOST_TEST(mismatched == 0);
       BOOST_TEST(most_kept <= recycle);
+      const auto st = ep.c.stats();
       BOOST_TEST(st.buffers_reused == (recycle > 0 ? 2u : 0u));
       if (recycle > 0) {
         BOOST_TEST(most_kept == std::uint64_t(448) << 10);
@@ -285,10 +290,10 @@ BOOST_AUTO_TEST_CASE(entries_dropped_on_another_thread_return_their_credit) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
       const auto a = ramp(64 << 10, 3.0f);  // 256 KiB
+      const std::vector<const std::vector<float>*> sources(32, &a);
       consumer_options copt;
       copt.window_bytes = 4 * a.size() * sizeof(float);
       auto ep = r.await(connect(l, copt));
-      constexpr int total = 32;
       std::mutex mu;
       std::condition_variable cv;
       std::deque<std::shared_ptr<const received_entry>> handed;  // null: no more
@@ -306,34 +311,16 @@ BOOST_AUTO_TEST_CASE(entries_dropped_on_another_thread_return_their_credit) {
           ++dropped;
         }
       });
+      int entries = 0;
       auto hand = [&](std::shared_ptr<const received_entry> e) {
+        if (e) ++entries;
         std::lock_guard lock(mu);
         handed.push_back(std::move(e));
         cv.notify_one();
       };
-      int entries = 0;
-      auto produce = [&]() -> asio::awaitable<void> {
-        auto blob = ep.s.open_blob();
-        for (int i = 0; i < total; ++i) {
-          auto v = value::tensor(a);
-          BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
-        }
-        BLOBPIPE_CO_CHECK(blob.finish());
-        BLOBPIPE_CO_CHECK(ep.s.shutdown());
-      };
-      auto consume = [&]() -> asio::awaitable<void> {
-        for (;;) {
-          auto ev = co_await ep.c.next();
-          if (ev.kind == event_kind::end_of_stream) {
-            BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
-            break;
-          }
-          if (ev.kind != event_kind::entry_ready) continue;
-          ++entries;
-          hand(std::move(ev.entry));
-        }
-      };
-      r.spawn(produce());
+      event end;
+      auto consume = [&]() -> asio::awaitable<void> { end = co_await for_each_entry(ep.c, hand); };
+      r.spawn(send_blob_of(ep.s, sources));
       r.spawn(consume());
       bool ran = false;
       try {
@@ -346,8 +333,9 @@ BOOST_AUTO_TEST_CASE(entries_dropped_on_another_thread_return_their_credit) {
       hand(nullptr);
       trainer.join();
       BOOST_TEST_REQUIRE(ran);
-      BOOST_TEST(entries == total);
-      BOOST_TEST(dropped.load() == total);
+      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
+      BOOST_TEST(entries == int(sources.size()));
+      BOOST_TEST(dropped.load() == int(sources.size()));
       BOOST_TEST(mismatched.load() == 0);
     }
   }
