@@ -28,7 +28,8 @@
 // reports, from the warm-up blob's completion to the last blob's: the
 // rate at which entries arrive, as an application sees it.
 // --recycle-bytes sets the server's consumer_options::recycle_bytes (0:
-// every entry in a fresh buffer).
+// every entry in a fresh buffer); --producers N (client) shares the timed
+// bytes among N coroutines emitting blobs at once on the one sender.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,6 +68,7 @@ struct args {
   int rx_buffers = 1;    // destination buffers they land in, in turn (server)
   std::uint64_t entry_bytes = 0;  // --pipeline: bytes per entry; 0: frames only
   std::uint64_t recycle_bytes = bp::default_recycle_bytes;  // --pipeline server
+  int producers = 1;  // --pipeline client: coroutines emitting blobs at once
   bp::ucx::options ucx;  // busy_poll from --busy-poll; UCX_* from the environment
 };
 
@@ -75,7 +77,7 @@ struct args {
                "usage: ucx_bench (--server | --client HOST) [--port P] [--size BYTES]\n"
                "                 [--iters N] [--warmup N] [--window W] [--rx-window W]\n"
                "                 [--rx-buffers B] [--busy-poll US] [--pipeline ENTRY_BYTES]\n"
-               "                 [--recycle-bytes B]\n");
+               "                 [--recycle-bytes B] [--producers N]\n");
   std::exit(2);
 }
 
@@ -112,11 +114,13 @@ args parse(int argc, char** argv) {
       a.entry_bytes = std::strtoull(next(), nullptr, 10), pipeline = true;
     else if (k == "--recycle-bytes")
       a.recycle_bytes = std::strtoull(next(), nullptr, 10);
+    else if (k == "--producers")
+      a.producers = std::atoi(next());
     else
       usage();
   }
   if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1 ||
-      a.rx_window < 1 || a.rx_buffers < 1 ||
+      a.rx_window < 1 || a.rx_buffers < 1 || a.producers < 1 || a.producers > 1024 ||
       (pipeline && (a.entry_bytes == 0 || a.entry_bytes > (std::uint64_t(1) << 32))))
     usage();
   return a;
@@ -333,7 +337,20 @@ asio::awaitable<void> run_pipeline_client(const args& a, std::unique_ptr<bp::tra
   }
   std::vector<std::byte> src(a.entry_bytes, std::byte{0x5a});
   if (!co_await emit_bytes(s, a, src, a.warmup * a.size)) co_return;
-  if (!co_await emit_bytes(s, a, src, a.iters * a.size)) co_return;
+  // The timed bytes, shared out among --producers coroutines.
+  auto ex = co_await asio::this_coro::executor;
+  int running = a.producers;
+  bool ok = true;
+  asio::steady_timer done(ex, asio::steady_timer::time_point::max());
+  for (int p = 0; p < a.producers; ++p) {
+    const std::uint64_t share = a.iters * a.size / std::uint64_t(a.producers);
+    asio::co_spawn(ex, emit_bytes(s, a, src, share), [&](std::exception_ptr e, bool r) {
+      ok = ok && r && !e;
+      if (--running == 0) done.cancel();
+    });
+  }
+  co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  if (!ok) co_return;
   if (auto e = co_await s.shutdown()) {
     std::fprintf(stderr, "client: shutdown: %s\n", e.message().c_str());
     co_return;
