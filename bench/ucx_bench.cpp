@@ -188,8 +188,25 @@ asio::awaitable<void> serve(const args& a, int& rc) {
   rc = 0;
 }
 
+// Runs the coroutines of `work` at once on this executor and waits for
+// all of them: false when one returned false or threw.
+asio::awaitable<bool> all_of(std::vector<asio::awaitable<bool>> work) {
+  auto ex = co_await asio::this_coro::executor;
+  std::size_t running = work.size();
+  bool ok = true;
+  asio::steady_timer done(ex, asio::steady_timer::time_point::max());
+  for (auto& w : work) {
+    asio::co_spawn(ex, std::move(w), [&](std::exception_ptr e, bool r) {
+      ok = ok && r && !e;
+      if (--running == 0) done.cancel();
+    });
+  }
+  if (running > 0) co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  co_return ok;
+}
+
 // Sends frames numbered [next, end) from `src`, `window` coroutines at once.
-asio::awaitable<void> send_some(bp::transport& t, const std::vector<std::byte>& src,
+asio::awaitable<bool> send_some(bp::transport& t, const std::vector<std::byte>& src,
                                 std::uint64_t& next, std::uint64_t end, bool& failed) {
   while (next < end && !failed) {
     std::uint64_t id = next++;
@@ -200,22 +217,17 @@ asio::awaitable<void> send_some(bp::transport& t, const std::vector<std::byte>& 
       failed = true;
     }
   }
+  co_return !failed;
 }
 
 // One round: `n` frames out, then the receiver's ack back. Seconds taken.
 asio::awaitable<double> round(bp::transport& t, const args& a, std::uint64_t n,
                               const std::vector<std::byte>& src, bool& failed) {
-  auto ex = co_await asio::this_coro::executor;
   auto start = clock_type::now();
   std::uint64_t next = 0;
-  int running = a.window;
-  asio::steady_timer done(ex, asio::steady_timer::time_point::max());
-  for (int w = 0; w < a.window; ++w) {
-    asio::co_spawn(ex, send_some(t, src, next, n, failed), [&](std::exception_ptr) {
-      if (--running == 0) done.cancel();
-    });
-  }
-  co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  std::vector<asio::awaitable<bool>> senders;
+  for (int w = 0; w < a.window; ++w) senders.push_back(send_some(t, src, next, n, failed));
+  if (!co_await all_of(std::move(senders))) failed = true;
   auto [ec, h] = co_await t.receive_header();  // the ack: all n delivered
   if (ec) {
     std::fprintf(stderr, "client: waiting for ack: %s\n", ec.message().c_str());
@@ -338,19 +350,10 @@ asio::awaitable<void> run_pipeline_client(const args& a, std::unique_ptr<bp::tra
   std::vector<std::byte> src(a.entry_bytes, std::byte{0x5a});
   if (!co_await emit_bytes(s, a, src, a.warmup * a.size)) co_return;
   // The timed bytes, shared out among --producers coroutines.
-  auto ex = co_await asio::this_coro::executor;
-  int running = a.producers;
-  bool ok = true;
-  asio::steady_timer done(ex, asio::steady_timer::time_point::max());
-  for (int p = 0; p < a.producers; ++p) {
-    const std::uint64_t share = a.iters * a.size / std::uint64_t(a.producers);
-    asio::co_spawn(ex, emit_bytes(s, a, src, share), [&](std::exception_ptr e, bool r) {
-      ok = ok && r && !e;
-      if (--running == 0) done.cancel();
-    });
-  }
-  co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-  if (!ok) co_return;
+  const std::uint64_t share = a.iters * a.size / std::uint64_t(a.producers);
+  std::vector<asio::awaitable<bool>> producers;
+  for (int p = 0; p < a.producers; ++p) producers.push_back(emit_bytes(s, a, src, share));
+  if (!co_await all_of(std::move(producers))) co_return;
   if (auto e = co_await s.shutdown()) {
     std::fprintf(stderr, "client: shutdown: %s\n", e.message().c_str());
     co_return;

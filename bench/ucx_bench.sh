@@ -140,36 +140,34 @@ perftest() {
   grep -q 'Final:' <<<"$out" || run_failed "ucx_perftest $test $tls" "$out" "$work/server.log"
 }
 
-# blobpipe TLS PORT BUSY_POLL_US -> MB/s
-blobpipe() {
-  local tls=$1 port=$2 busy=$3 out
+# ucx_bench_pair TLS PORT PREFIX [ARGS...] -> MB/s: //bench:ucx_bench as
+# server and client, ARGS given to both (each end ignores the other's);
+# the figure is on the line starting with PREFIX, printed by the client
+# (frames: blobpipe-ucx) or the server (--pipeline: blobpipe-pipeline).
+ucx_bench_pair() {
+  local tls=$1 port=$2 prefix=$3 out
+  local extra=("${@:4}")
   UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_bench" --server --port "$port" \
-    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --rx-window "$RX_WINDOW" \
-    --rx-buffers "$RX_BUFFERS" --busy-poll "$busy" >"$work/bp_server.log" 2>&1 &
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" "${extra[@]}" >"$work/bp_server.log" 2>&1 &
   local server=$!
   out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_bench" --client 127.0.0.1 \
-          --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --window "$WINDOW" \
-          --busy-poll "$busy" 2>&1) || true
+          --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" "${extra[@]}" 2>&1) ||
+    true
   wait "$server" || true
-  sed -n 's/^blobpipe-ucx .*: \([0-9.]*\) MB\/s.*/\1/p' <<<"$out"
-  grep -q '^blobpipe-ucx ' <<<"$out" || run_failed "ucx_bench $tls" "$out" "$work/bp_server.log"
+  local both
+  both=$(printf '%s\n' "$out"; cat "$work/bp_server.log")
+  sed -n "s/^$prefix .*: \([0-9.]*\) MB\/s.*/\1/p" <<<"$both"
+  grep -q "^$prefix " <<<"$both" || run_failed "ucx_bench ${extra[*]} $tls" "$out" "$work/bp_server.log"
+}
+
+# blobpipe TLS PORT BUSY_POLL_US -> MB/s (frames)
+blobpipe() {
+  ucx_bench_pair "$1" "$2" blobpipe-ucx --window "$WINDOW" --rx-window "$RX_WINDOW" \
+    --rx-buffers "$RX_BUFFERS" --busy-poll "$3"
 }
 
 # pipeline TLS PORT -> MB/s (the consumer's figure)
-pipeline() {
-  local tls=$1 port=$2 out
-  UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_bench" --server --port "$port" \
-    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --pipeline "$ENTRY" \
-    >"$work/pipe_server.log" 2>&1 &
-  local server=$!
-  out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_bench" --client 127.0.0.1 \
-          --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" \
-          --pipeline "$ENTRY" 2>&1) || true
-  wait "$server" || true
-  sed -n 's/^blobpipe-pipeline .*: \([0-9.]*\) MB\/s.*/\1/p' "$work/pipe_server.log"
-  grep -q '^blobpipe-pipeline ' "$work/pipe_server.log" ||
-    run_failed "ucx_bench --pipeline $tls" "$out" "$work/pipe_server.log"
-}
+pipeline() { ucx_bench_pair "$1" "$2" blobpipe-pipeline --pipeline "$ENTRY"; }
 
 # raw TLS PORT -> MB/s
 raw() {
