@@ -99,11 +99,13 @@ struct consumer_options {
   std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
   std::uint64_t max_entries_per_blob = 1u << 24;
   /// Chunk payloads fetched at once (transport::post_payload) when the
-  /// transport allows more than one (payload_window(); UCX does): an
-  /// entry's next chunk starts arriving before the previous one has
-  /// ended, instead of each costing a round trip. An entry's last chunk is
-  /// awaited, with all before it, as soon as it is posted, so entries are
-  /// still yielded the moment their bytes are in. 1: one at a time.
+  /// transport allows more than one (payload_window(); UCX does): the next
+  /// chunk, of the same entry or of a later one (another producer's),
+  /// starts arriving before the previous one has ended, instead of each
+  /// costing a round trip. Entries are still yielded in frame order, each
+  /// as soon as its bytes and those of the entries before it are in: while
+  /// no further frame is waiting (transport::header_ready), next() waits
+  /// for the oldest fetch rather than the next frame. 1: one at a time.
   std::size_t payload_window = 4;
   /// Entry buffers kept for later entries once released, bytes (0: none).
   /// Bytes landing in fresh memory cost a page fault and a zeroed page per

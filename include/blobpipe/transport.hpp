@@ -63,6 +63,8 @@ class payload_receipt {
     virtual ~pending() = default;
     /// Completes when the bytes are in the destination, or failed.
     virtual asio::awaitable<std::error_code> wait() = 0;
+    /// Whether wait() would complete at once. Default: false (not known).
+    virtual bool ready() const noexcept { return false; }
   };
 
   /// An empty receipt: wait() returns invalid_argument.
@@ -86,6 +88,11 @@ class payload_receipt {
   /// Errors: those of transport::receive_payload; invalid_argument on an
   /// empty receipt or a second wait().
   asio::awaitable<std::error_code> wait();
+
+  /// Whether wait() would complete without waiting: the bytes are in (or
+  /// the receive failed) already. A receive that only starts inside wait()
+  /// (the default post_payload) is never ready; an empty receipt is.
+  bool ready() const noexcept { return p_ ? p_->ready() : true; }
 
  private:
   std::unique_ptr<pending> p_;
@@ -129,6 +136,13 @@ class transport {
   /// Waits for the next frame header, decoded and checked
   /// (decode_frame_header with the options' max_frame_bytes).
   virtual asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() = 0;
+
+  /// Whether receive_header() would complete without waiting for the peer:
+  /// a frame (or the end of the stream) is here already. A receiver with
+  /// payloads posted uses it to choose between the next header and the
+  /// oldest receipt. Default: false (not known; the caller then waits for
+  /// the receipt first). UCX: a frame is queued, or the connection ended.
+  virtual bool header_ready() const noexcept { return false; }
 
   /// Receives the whole payload of the frame whose header was returned last
   /// directly into `dest`. REQUIRES: dest.size() == that header's length > 0.

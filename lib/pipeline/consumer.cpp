@@ -141,14 +141,19 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     if (s->ended) co_return s->final_event;
     s->dog.owes(!s->blobs.empty());
     s->dog.begin_wait();
-    auto [ec, h] = co_await s->t->receive_header();
-    s->dog.progress();
-    s->dog.owes(true);  // the payload (if any) is due now
     result<void> r;
-    if (ec) {
-      r = error{ec, s->t->last_error().empty() ? ec.message() : s->t->last_error()};
+    if (should_land(*s)) {
+      // An entry's bytes are (nearly) in and no frame waits: yield it first.
+      r = co_await land_oldest(*s);
     } else {
-      r = co_await on_frame(s, h);
+      auto [ec, h] = co_await s->t->receive_header();
+      s->dog.progress();
+      s->dog.owes(true);  // the payload (if any) is due now
+      if (ec) {
+        r = error{ec, s->t->last_error().empty() ? ec.message() : s->t->last_error()};
+      } else {
+        r = co_await on_frame(s, h);
+      }
     }
     if (!r) co_await abandon_posted(*s);
     s->dog.progress();

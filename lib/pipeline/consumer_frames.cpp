@@ -4,6 +4,7 @@
 // consumer.cpp drives them from next().
 #include <algorithm>
 #include <array>
+#include <iterator>
 
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -79,13 +80,10 @@ asio::awaitable<status> read_small(consumer_state& s, std::uint32_t len,
 }
 
 /// Waits for posted chunk payloads, oldest first, until at most `keep` are
-/// in flight.
+/// in flight; the entries they complete become events.
 asio::awaitable<status> settle(consumer_state& s, std::size_t keep) {
   while (s.posted.size() > keep) {
-    auto r = std::move(s.posted.front());
-    s.posted.pop_front();
-    auto ec = co_await r.wait();
-    if (ec) co_return error{ec, s.t->last_error()};
+    if (auto r = co_await land_oldest(s); !r) co_return r;
   }
   co_return status{};
 }
@@ -165,14 +163,21 @@ asio::awaitable<status> on_blob_begin(consumer_state& s, const frame_header& h) 
   co_return status{};
 }
 
-/// The current entry has all its bytes: make its view, sink it, yield it.
-status finish_entry(consumer_state& s, open_blob& b) {
-  auto cur = std::move(b.cur);
-  std::byte* const landed = b.dest;
-  const bool on_device = std::exchange(b.on_device, false);
+/// Takes the blob's current entry out: all its bytes are received, or
+/// posted (the next entry_begin may come before they land).
+std::shared_ptr<received_entry> close_entry(open_blob& b) {
   b.device_keep.reset();
   b.dest = nullptr;
   b.received = 0;
+  b.on_device = false;
+  return std::move(b.cur);
+}
+
+/// An entry of `b` has all its bytes: make its view, sink it, yield it.
+/// `on_device`: it landed in device memory at `device` (consumer_options
+/// landing; null when empty).
+status yield_entry(consumer_state& s, open_blob& b, std::shared_ptr<received_entry> cur,
+                   bool on_device = false, std::byte* device = nullptr) {
   if (b.discard) return {};
   Entry at_zero = cur->entry;  // decode over the entry's own bytes
   at_zero.off = 0;
@@ -183,7 +188,7 @@ status finish_entry(consumer_state& s, open_blob& b) {
   cur->view.entry = &cur->entry;
   if (on_device) {  // consumer_options::landing: every copy is done
     cur->memory = memory_kind::cuda_device;
-    cur->device = cuda::device_view{&cur->entry, landed, cur->entry.len, s.landing->device(),
+    cur->device = cuda::device_view{&cur->entry, device, cur->entry.len, s.landing->device(),
                                     cur->view.type, cur->view.shape};
     cur->view.bytes = {};  // device memory: not for the CPU
     ++s.stats.device_entries;
@@ -202,6 +207,13 @@ status finish_entry(consumer_state& s, open_blob& b) {
   ev.entry = std::move(cur);
   s.pending.push_back(std::move(ev));
   return {};
+}
+
+/// The blob's current entry has all its bytes, received in order: yield it.
+status finish_entry(consumer_state& s, open_blob& b) {
+  const bool on_device = b.on_device;
+  std::byte* const device = b.dest;
+  return yield_entry(s, b, close_entry(b), on_device, device);
 }
 
 asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const frame_header& h) {
@@ -276,7 +288,11 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
   b.data_end = align_up(b.entries.back().off + b.entries.back().len);
   b.cur = std::move(cur);
   b.dest = dest;
-  if (b.cur->entry.len == 0) co_return finish_entry(s, b);
+  if (b.cur->entry.len == 0) {
+    // Yielded at once, so after the entries still landing.
+    if (auto r = co_await settle(s, 0); !r) co_return r;
+    co_return finish_entry(s, b);
+  }
   co_return status{};
 }
 
@@ -296,13 +312,17 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
   if (h.length > e.len - b.received)
     co_return violation("data: chunk runs past the end of entry '" + e.key + "' (offset " +
                         num(h.arg) + " + " + num(h.length) + " > " + num(e.off + e.len) + ")");
-  // A chunk with more of its entry to come, landing in the entry's buffer:
-  // post it and go on to the next frame while it arrives.
-  const bool last = h.length == e.len - b.received;
-  if (b.dest && !b.on_device && !last && s.payload_window > 1) {
+  // A chunk landing in its entry's buffer: post it and go on to the next
+  // frame while it arrives. The chunk that completes the entry carries it,
+  // to be yielded once it lands (next_event, land_oldest).
+  if (b.dest && !b.on_device && s.payload_window > 1) {
     if (!s.posted.empty()) ++s.stats.chunks_overlapped;
-    s.posted.push_back(s.t->post_payload(std::span(b.dest + b.received, h.length)));
+    posted_chunk c;
+    c.blob_id = b.id;
+    c.receipt = s.t->post_payload(std::span(b.dest + b.received, h.length));
     b.received += h.length;
+    if (b.received == e.len) c.completes = close_entry(b);
+    s.posted.push_back(std::move(c));
     co_return co_await settle(s, s.payload_window - 1);
   }
   {
@@ -445,20 +465,52 @@ asio::awaitable<status> on_blob_abort(consumer_state& s, const frame_header& h) 
 
 }  // namespace
 
+bool should_land(const consumer_state& s) noexcept {
+  // Chunks that complete no entry have nothing to yield: they stay posted.
+  auto last = std::find_if(s.posted.begin(), s.posted.end(),
+                           [](const posted_chunk& c) { return c.completes != nullptr; });
+  if (last == s.posted.end()) return false;
+  if (!s.t->header_ready()) return true;
+  return std::all_of(s.posted.begin(), std::next(last),
+                     [](const posted_chunk& c) { return c.receipt.ready(); });
+}
+
+asio::awaitable<result<void>> land_oldest(consumer_state& s) {
+  auto c = std::move(s.posted.front());
+  s.posted.pop_front();
+  if (auto ec = co_await c.receipt.wait()) co_return error{ec, s.t->last_error()};
+  if (!c.completes) co_return status{};
+  // Blobs end (tail, abort, end()) only with nothing posted.
+  auto it = s.blobs.find(c.blob_id);
+  if (it == s.blobs.end()) co_return status{};
+  co_return yield_entry(s, it->second, std::move(c.completes));
+}
+
 asio::awaitable<void> abandon_posted(consumer_state& s) {
   if (s.posted.empty()) co_return;
   s.t->close();
+  // Entries are yielded oldest first: none behind one that was lost.
+  bool intact = true;
   while (!s.posted.empty()) {
-    auto r = std::move(s.posted.front());
+    if (intact) {
+      intact = static_cast<bool>(co_await land_oldest(s));
+      continue;
+    }
+    auto c = std::move(s.posted.front());
     s.posted.pop_front();
-    (void)co_await r.wait();
+    (void)co_await c.receipt.wait();
   }
 }
 
 asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h) {
   consumer_state& s = *sp;
-  if (h.type != frame_type::data) {
-    // Every other frame may end entries or blobs: posted chunks land first.
+  // Frames that may end entries or blobs wait for the posted chunks to
+  // land first, so events keep the frames' order. An entry_begin need not
+  // (its entry is yielded after those before it), unless it may end the
+  // blob: a device buffer it cannot get aborts the blob at once.
+  const bool in_order = h.type == frame_type::data ||
+                        (h.type == frame_type::entry_begin && !s.landing);
+  if (!in_order) {
     auto r = co_await settle(s, 0);
     if (!r) co_return r;
   }
@@ -481,6 +533,17 @@ asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const
       break;
   }
   co_return violation(std::string("unexpected ") + frame_type_name(h.type) + " frame from sender");
+}
+
+consumer_state::~consumer_state() {
+  if (posted.empty()) return;
+  t->close();
+  for (auto& c : posted)
+    if (c.completes) t->retire(c.completes->storage);
+  for (auto& [id, b] : blobs) {
+    if (b.cur) t->retire(b.cur->storage);
+    t->retire(b.region);
+  }
 }
 
 void consumer_state::reserve(std::uint64_t n) noexcept {
@@ -517,7 +580,11 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   ack_stopped = true;
   dog.stop();
   t->close();
-  posted.clear();  // normally empty (next() waits them out); ends any fetch left
+  // Normally empty (next() waits them out first); ends any fetch left.
+  if (ec)
+    for (auto& c : posted)
+      if (c.completes) t->retire(c.completes->storage);
+  posted.clear();
   blobs.clear();  // partial entries return their credit (no acks any more)
   ack_cv.notify_all();
   final_event = event{};

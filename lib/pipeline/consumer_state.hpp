@@ -43,11 +43,26 @@ struct open_blob {
   std::shared_ptr<const void> device_keep;  // cur's device buffer, for the copies
 };
 
+/// A chunk payload posted (transport::post_payload), not yet waited for.
+struct posted_chunk {
+  std::uint64_t blob_id = 0;
+  /// The entry this chunk completes, yielded once it has landed (null:
+  /// more of the entry follows). Before `receipt`, so that a receipt still
+  /// in flight ends (closing the transport) before its buffer can go.
+  std::shared_ptr<received_entry> completes;
+  payload_receipt receipt;
+};
+
 struct consumer_state {
   consumer_state(std::unique_ptr<transport> tr, consumer_options o)
       : t(std::move(tr)), ex(t->get_executor()), opt(std::move(o)),
         dog(ex, opt.stall_timeout, opt.idle_timeout), ack_cv(ex),
         recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {}
+  /// With chunks still posted (the application dropped the consumer
+  /// between next() calls), hands their buffers to the transport to keep.
+  ~consumer_state();
+  consumer_state(const consumer_state&) = delete;
+  consumer_state& operator=(const consumer_state&) = delete;
 
   /// Counts `n` bytes as buffered (a new entry or tail).
   void reserve(std::uint64_t n) noexcept;
@@ -67,8 +82,9 @@ struct consumer_state {
   event final_event;              // end_of_stream, repeated forever
   std::vector<std::byte> scratch; // payloads of discarded blobs
   // Chunk payloads posted and not yet waited for, oldest first (after
-  // `blobs`: destroyed before the buffers they write into).
-  std::deque<payload_receipt> posted;
+  // `blobs`: destroyed before the buffers they write into). Entries whose
+  // last chunk is here are yielded in this order as their bytes land.
+  std::deque<posted_chunk> posted;
   std::size_t payload_window = 1;  // min(opt.payload_window, t->payload_window())
   // Flow control.
   std::uint64_t pending_ack = 0;
@@ -95,9 +111,21 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);
 /// error ends the stream.
 asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h);
 
+/// Whether next() should wait for the oldest posted chunk rather than read
+/// the next frame: a posted chunk completes an entry, and either no frame
+/// is waiting or that chunk and all before it have landed. So an entry is
+/// yielded as soon as its bytes are in, while the fetches of later entries
+/// stay in flight as long as their frames keep coming.
+bool should_land(const consumer_state& s) noexcept;
+
+/// Waits for the oldest posted chunk; if it completes an entry, that entry
+/// becomes an event. An error ends the stream.
+asio::awaitable<result<void>> land_oldest(consumer_state& s);
+
 /// After a failure: ends the chunk payloads still posted (closing the
 /// transport) and waits for them, so none still writes into a buffer
-/// consumer_state::end() frees.
+/// consumer_state::end() frees. Entries whose bytes had all landed, with
+/// every posted chunk before them, are still yielded (before the aborts).
 asio::awaitable<void> abandon_posted(consumer_state& s);
 
 }  // namespace blobpipe::detail

@@ -78,6 +78,12 @@ class connection : public std::enable_shared_from_this<connection> {
                                                    ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
   void close() noexcept;
   bool is_open() const noexcept;
+  /// Whether receive_header() completes without waiting: a frame is
+  /// queued, or it returns an error at once (closed, peer gone, a payload
+  /// not yet received).
+  bool header_ready() const noexcept {
+    return closed_by_us_ || current_.has_value() || !rx_.empty() || peer_gone();
+  }
 
   /// A payload receive started by post_payload: ended already (`slot`
   /// null, `ec` its outcome) or a rendezvous fetch UCX still runs.
@@ -93,6 +99,10 @@ class connection : public std::enable_shared_from_this<connection> {
   posted_payload post_payload(std::span<std::byte> dest,
                               ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
   asio::awaitable<std::error_code> wait_payload(posted_payload& pp);
+  /// Whether wait_payload(pp) completes at once (UCX called back already).
+  static bool payload_ready(const posted_payload& pp) noexcept {
+    return !pp.slot || !pp.slot->pending();
+  }
   /// For a posted payload nobody will wait for: closes the connection if
   /// the fetch is still running, then forgets it.
   void drop_payload(posted_payload& pp) noexcept;

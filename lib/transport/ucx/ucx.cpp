@@ -52,6 +52,8 @@ class ucx_transport final : public transport {
     co_return r;
   }
 
+  bool header_ready() const noexcept override { return c_->header_ready(); }
+
   asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
     auto ec = co_await c_->receive_payload(dest);
     note(ec);
@@ -114,6 +116,7 @@ class ucx_transport final : public transport {
       t_->note(ec);
       co_return ec;
     }
+    bool ready() const noexcept override { return c_->payload_ready(pp_); }
 
    private:
     ucx_transport* t_;

@@ -1,0 +1,302 @@
+// How the consumer schedules posted payloads (consumer_options
+// payload_window; lib/pipeline/consumer_frames.cpp), against a scripted
+// transport whose posted fetches land only when the test lands them, in
+// any order, as UCX's rendezvous fetches may:
+//
+// - fetches of later entries are posted while earlier ones are in flight,
+//   up to payload_window;
+// - entries are yielded oldest first, whatever order their fetches end in,
+//   and one whose bytes are in is yielded without waiting for another frame;
+// - a frame that ends the blob waits for the blob's fetches, so its event
+//   comes after the entries'.
+#define BOOST_TEST_MODULE consumer_overlap
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "blobpipe/consumer.hpp"
+#include "blobpipe/transport.hpp"
+#include "blobpipe/wire.hpp"
+
+using namespace blobpipe;
+
+namespace {
+
+/// A transport that plays frames the test pushes; payloads posted with
+/// post_payload land when the test calls land(i), not before.
+class scripted_transport final : public transport {
+ public:
+  explicit scripted_transport(asio::any_io_executor ex) : ex_(ex), changed_(ex) {
+    changed_.expires_at(asio::steady_timer::time_point::max());
+  }
+
+  void push(frame_header h, std::vector<std::byte> payload = {}) {
+    h.length = static_cast<std::uint32_t>(payload.size());
+    frames_.push_back({h, std::move(payload)});
+    changed_.cancel();
+  }
+  /// Posted fetches so far, and how many have landed.
+  std::size_t posted() const { return fetches_.size(); }
+  std::size_t landed() const {
+    std::size_t n = 0;
+    for (const auto& f : fetches_) n += f.landed;
+    return n;
+  }
+  /// Lands fetch `i` (in post order): its bytes reach the destination.
+  void land(std::size_t i) {
+    auto& f = fetches_.at(i);
+    std::memcpy(f.dest.data(), f.bytes.data(), f.bytes.size());
+    f.landed = true;
+    changed_.cancel();
+  }
+  /// Fetch `i` lands as it is posted (as a cma read does).
+  void land_when_posted(std::size_t i) { at_once_.push_back(i); }
+
+  asio::any_io_executor get_executor() const override { return ex_; }
+  asio::awaitable<std::error_code> send(const frame_header&,
+                                        std::span<const asio::const_buffer>) override {
+    co_return closed_ ? make_error_code(errc::closed) : std::error_code{};
+  }
+  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
+    while (frames_.empty() && !closed_) co_await wait_change();
+    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
+    current_ = std::move(frames_.front());
+    frames_.pop_front();
+    co_return std::tuple{std::error_code{}, current_.h};
+  }
+  bool header_ready() const noexcept override { return closed_ || !frames_.empty(); }
+  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+    if (dest.size() != current_.payload.size()) co_return make_error_code(errc::invalid_argument);
+    std::memcpy(dest.data(), current_.payload.data(), dest.size());
+    co_return std::error_code{};
+  }
+  std::size_t payload_window() const noexcept override {
+    return std::numeric_limits<std::size_t>::max();
+  }
+  payload_receipt post_payload(std::span<std::byte> dest) override {
+    fetches_.push_back({dest, std::move(current_.payload), false});
+    const std::size_t i = fetches_.size() - 1;
+    if (std::find(at_once_.begin(), at_once_.end(), i) != at_once_.end()) land(i);
+    return payload_receipt(std::make_unique<receipt>(*this, i));
+  }
+  void close() noexcept override {
+    closed_ = true;
+    changed_.cancel();
+  }
+  bool is_open() const noexcept override { return !closed_; }
+
+ private:
+  struct frame {
+    frame_header h;
+    std::vector<std::byte> payload;
+  };
+  struct fetch {
+    std::span<std::byte> dest;
+    std::vector<std::byte> bytes;
+    bool landed = false;
+  };
+  class receipt final : public payload_receipt::pending {
+   public:
+    receipt(scripted_transport& t, std::size_t i) : t_(&t), i_(i) {}
+    asio::awaitable<std::error_code> wait() override {
+      while (!ready()) co_await t_->wait_change();
+      co_return t_->fetches_[i_].landed ? std::error_code{} : make_error_code(errc::closed);
+    }
+    bool ready() const noexcept override { return t_->fetches_[i_].landed || t_->closed_; }
+
+   private:
+    scripted_transport* t_;
+    std::size_t i_;
+  };
+
+  asio::awaitable<void> wait_change() {
+    co_await changed_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    changed_.expires_at(asio::steady_timer::time_point::max());
+  }
+
+  asio::any_io_executor ex_;
+  asio::steady_timer changed_;  // cancelled on every change: wakes all waiters
+  std::deque<frame> frames_;
+  frame current_;
+  std::deque<fetch> fetches_;
+  std::vector<std::size_t> at_once_;
+  bool closed_ = false;
+};
+
+frame_header header(frame_type type, std::uint64_t blob_id = 0, std::uint64_t arg = 0) {
+  return frame_header{.type = type, .blob_id = blob_id, .arg = arg};
+}
+
+std::vector<std::byte> bytes_of(std::size_t n, int seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::byte(static_cast<unsigned char>(seed + i));
+  return v;
+}
+
+constexpr std::size_t entry_bytes = 64;  // one chunk each; a multiple of ALIGN
+
+/// Pushes the sender's hello and blob 1's blob_begin.
+void push_start(scripted_transport& t) {
+  t.push(header(frame_type::hello), encode_hello(hello{}));
+  const auto tag = make_tag("overlap").value();
+  t.push(header(frame_type::blob_begin, 1), std::vector<std::byte>(tag.begin(), tag.end()));
+}
+
+/// Pushes entry `i` of blob 1 ("e<i>", uint8 x 64, bytes_of(64, i)): its
+/// entry_begin and its one data frame.
+void push_entry(scripted_transport& t, std::size_t i) {
+  Entry e{.key = "e" + std::to_string(i), .off = i * entry_bytes, .len = entry_bytes,
+          .kind = 'n', .dtype = "|u1", .shape = shape_t{std::int64_t(entry_bytes)}};
+  t.push(header(frame_type::entry_begin, 1, i), encode_entry_begin(e.key, e.meta()));
+  t.push(header(frame_type::data, 1, e.off), bytes_of(entry_bytes, int(i)));
+}
+
+/// A consumer over a scripted transport, driven by polling its io_context:
+/// every event next() yields is kept, in order.
+struct harness {
+  asio::io_context ctx;
+  scripted_transport* t = nullptr;  // owned by the consumer
+  consumer c;
+  std::vector<event> events;
+  bool ended = false;
+
+  explicit harness(consumer_options opt = {}) {
+    auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+    t = owned.get();
+    push_start(*t);
+    asio::co_spawn(ctx, run(std::move(owned), opt), asio::detached);
+    ctx.poll();
+  }
+  asio::awaitable<void> run(std::unique_ptr<transport> owned, consumer_options opt) {
+    auto [ec, started] = co_await consumer::start(std::move(owned), opt);
+    if (ec) {
+      ended = true;
+      co_return;
+    }
+    c = std::move(started);
+    while (!ended) {
+      events.push_back(co_await c.next());
+      ended = events.back().kind == event_kind::end_of_stream;
+    }
+  }
+  void poll() {
+    ctx.restart();
+    ctx.poll();
+  }
+  /// The keys of the entries yielded so far, in order ("-" for other events).
+  std::string keys() const {
+    std::string out;
+    for (const auto& ev : events) {
+      if (!out.empty()) out += ' ';
+      out += ev.kind == event_kind::entry_ready ? ev.entry->entry.key : std::string("-");
+    }
+    return out;
+  }
+  /// Whether entry event `k` carries entry i's bytes.
+  bool intact(std::size_t k, std::size_t i) const {
+    const auto want = bytes_of(entry_bytes, int(i));
+    const auto got = events.at(k).entry->view.bytes;
+    return got.size() == want.size() && std::memcmp(got.data(), want.data(), want.size()) == 0;
+  }
+};
+
+}  // namespace
+
+// Six one-chunk entries queued: four fetches go out at once (the window),
+// landing newest first yields nothing until the oldest is in, then the
+// entries come oldest first, each with its own bytes; the last two are
+// yielded as they land, with no frame after them.
+BOOST_AUTO_TEST_CASE(later_entries_fetch_while_earlier_land_and_yield_oldest_first) {
+  consumer_options opt;
+  opt.payload_window = 4;
+  harness h(opt);
+  for (std::size_t i = 0; i < 6; ++i) push_entry(*h.t, i);
+  h.poll();
+  BOOST_TEST(h.t->posted() == 4u);  // e0..e3 in flight, e4's frames wait
+  BOOST_TEST(h.events.empty());
+  for (std::size_t i : {3, 2, 1}) h.t->land(i);
+  h.poll();
+  BOOST_TEST(h.events.empty(), "yielded before e0 landed: " << h.keys());
+  h.t->land(0);
+  h.poll();
+  BOOST_TEST(h.keys() == "e0 e1 e2 e3");
+  BOOST_TEST(h.t->posted() == 6u);
+  h.t->land(5);
+  h.poll();
+  BOOST_TEST(h.keys() == "e0 e1 e2 e3");
+  h.t->land(4);
+  h.poll();
+  BOOST_TEST(h.keys() == "e0 e1 e2 e3 e4 e5");
+  for (std::size_t k = 0; k < h.events.size(); ++k) BOOST_TEST(h.intact(k, k), "e" << k);
+  BOOST_TEST(h.c.stats().chunks_overlapped == 4u);  // e1..e3 behind e0, e5 behind e4
+  h.t->push(header(frame_type::close));
+  h.poll();
+  BOOST_TEST(h.ended);
+  BOOST_TEST(h.events.size() == 8u);  // + blob 1 aborted (left open) + end_of_stream
+}
+
+// payload_window 1: each fetch lands before the next frame is read.
+BOOST_AUTO_TEST_CASE(payload_window_one_fetches_one_entry_at_a_time) {
+  consumer_options opt;
+  opt.payload_window = 1;
+  harness h(opt);
+  for (std::size_t i = 0; i < 3; ++i) push_entry(*h.t, i);
+  h.poll();
+  BOOST_TEST(h.t->posted() <= 1u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (h.t->posted() > i) h.t->land(i);
+    h.poll();
+  }
+  BOOST_TEST(h.keys() == "e0 e1 e2");
+  BOOST_TEST(h.c.stats().chunks_overlapped == 0u);
+}
+
+// A blob_abort read while the blob's last entry is still landing: the
+// entry is yielded first, then the abort.
+BOOST_AUTO_TEST_CASE(frame_ending_the_blob_waits_for_its_fetches) {
+  harness h;
+  push_entry(*h.t, 0);
+  const std::string why = "producer gave up";
+  h.t->push(header(frame_type::blob_abort, 1),
+            std::vector<std::byte>(reinterpret_cast<const std::byte*>(why.data()),
+                                   reinterpret_cast<const std::byte*>(why.data() + why.size())));
+  h.poll();
+  BOOST_TEST(h.t->posted() == 1u);
+  BOOST_TEST(h.events.empty());
+  h.t->land(0);
+  h.poll();
+  BOOST_TEST_REQUIRE(h.events.size() == 2u);
+  BOOST_TEST(h.keys() == "e0 -");
+  BOOST_TEST((h.events[1].kind == event_kind::blob_aborted));
+  BOOST_TEST(h.events[1].reason == why);
+}
+
+// A failure with fetches in flight: the stream ends with it, the blob is
+// aborted, and no entry behind one whose bytes never came is yielded (e1
+// landed, but e0 before it did not).
+BOOST_AUTO_TEST_CASE(failure_with_fetches_in_flight_yields_nothing_behind_a_lost_one) {
+  harness h;
+  h.t->land_when_posted(1);
+  for (std::size_t i = 0; i < 3; ++i) push_entry(*h.t, i);
+  h.t->push(header(frame_type::data, 99, 0), bytes_of(8, 0));  // data for an unknown blob
+  h.poll();
+  BOOST_TEST(h.t->posted() == 3u);
+  BOOST_TEST(h.t->landed() == 1u);
+  BOOST_TEST(h.ended);
+  BOOST_TEST(h.keys() == "- -");
+  BOOST_TEST_REQUIRE(h.events.size() == 2u);
+  BOOST_TEST((h.events[0].kind == event_kind::blob_aborted));
+  BOOST_TEST((h.events[1].error == errc::protocol_violation), h.events[1].reason);
+}
