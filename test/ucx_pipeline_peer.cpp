@@ -1,9 +1,12 @@
 // The sending process of ucx_pipeline_test: connects to 127.0.0.1:PORT
 // over UCX with UCX_TLS=TLS and streams ucx_blob(0..ucx_blob_count-1).
 //
-//   ucx_pipeline_peer TLS PORT all    shutdown() after the last blob
-//   ucx_pipeline_peer TLS PORT crash  then opens one more blob, emits an
-//                                     entry and dies by SIGKILL with it open
+//   ucx_pipeline_peer TLS PORT all         shutdown() after the last blob
+//   ucx_pipeline_peer TLS PORT concurrent  the same blobs, each from its own
+//                                          producer at once, then shutdown()
+//   ucx_pipeline_peer TLS PORT crash       opens one more blob after them,
+//                                          emits an entry and dies by SIGKILL
+//                                          with it open
 //
 // Exit status: 0, or the step that failed (10 + n).
 #include <signal.h>
@@ -27,21 +30,48 @@ namespace bp = blobpipe;
 
 namespace {
 
+// Emits blob i's entries into `blob` and finishes it; 0 or the failed step.
+asio::awaitable<int> emit_blob(bp::blob_writer blob, int i) {
+  const auto spec = bp::testing::ucx_blob(i);
+  for (std::size_t e = 0; e < spec.keys.size(); ++e)
+    if (co_await blob.emit(spec.keys[e], bp::value::tensor(spec.data[e]))) co_return 12;
+  if (co_await blob.finish()) co_return 13;
+  co_return 0;
+}
+
+// All blobs at once, one producer each (ids in order: opened first).
+asio::awaitable<int> emit_concurrently(bp::sender& s) {
+  auto ex = co_await asio::this_coro::executor;
+  int running = bp::testing::ucx_blob_count, failed = 0;
+  for (int i = 0; i < bp::testing::ucx_blob_count; ++i)
+    asio::co_spawn(ex, emit_blob(s.open_blob(bp::testing::ucx_blob(i).tag), i),
+                   [&](std::exception_ptr e, int rc) {
+                     if (e) rc = 20;
+                     if (rc != 0 && failed == 0) failed = rc;
+                     --running;
+                   });
+  asio::steady_timer poll(ex);
+  while (running > 0) {
+    poll.expires_after(std::chrono::milliseconds(1));
+    co_await poll.async_wait(asio::use_awaitable);
+  }
+  co_return failed;
+}
+
 // Streams the blobs; returns the exit status.
-asio::awaitable<int> stream(bp::ucx::options opt, std::uint16_t port, bool crash) {
+asio::awaitable<int> stream(bp::ucx::options opt, std::uint16_t port, std::string mode) {
   auto ex = co_await asio::this_coro::executor;
   auto [ec, t] = co_await bp::ucx::connect(ex, "127.0.0.1", port, {}, opt);
   if (ec) co_return 10;
   auto [sec, s] = co_await bp::sender::start(std::move(t));
   if (sec) co_return 11;
-  for (int i = 0; i < bp::testing::ucx_blob_count; ++i) {
-    auto spec = bp::testing::ucx_blob(i);
-    auto blob = s.open_blob(spec.tag);
-    for (std::size_t e = 0; e < spec.keys.size(); ++e)
-      if (co_await blob.emit(spec.keys[e], bp::value::tensor(spec.data[e]))) co_return 12;
-    if (co_await blob.finish()) co_return 13;
+  if (mode == "concurrent") {
+    if (int rc = co_await emit_concurrently(s)) co_return rc;
+  } else {
+    for (int i = 0; i < bp::testing::ucx_blob_count; ++i)
+      if (int rc = co_await emit_blob(s.open_blob(bp::testing::ucx_blob(i).tag), i)) co_return rc;
   }
-  if (!crash) co_return (co_await s.shutdown()) ? 14 : 0;
+  if (mode != "crash") co_return (co_await s.shutdown()) ? 14 : 0;
   const auto partial = bp::testing::ucx_blob(0).data[1];
   auto open = s.open_blob();
   if (co_await open.emit("partial", bp::value::tensor(partial))) co_return 15;
@@ -60,12 +90,12 @@ asio::awaitable<int> stream(bp::ucx::options opt, std::uint16_t port, bool crash
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: ucx_pipeline_peer TLS PORT all|crash\n");
+    std::fprintf(stderr, "usage: ucx_pipeline_peer TLS PORT all|concurrent|crash\n");
     return 2;
   }
   const bp::ucx::options opt{{{"TLS", argv[1]}}};
   const auto port = static_cast<std::uint16_t>(std::atoi(argv[2]));
-  const bool crash = std::string(argv[3]) == "crash";
+  const std::string mode = argv[3];
   asio::io_context ctx;
   int rc = 1;
   // -Wmismatched-new-delete (GCC 11 and later; seen with 12) is a false
@@ -81,7 +111,7 @@ int main(int argc, char** argv) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
-  asio::co_spawn(ctx, stream(opt, port, crash), [&](std::exception_ptr e, int status) {
+  asio::co_spawn(ctx, stream(opt, port, mode), [&](std::exception_ptr e, int status) {
     rc = status;
     if (!e) return;
     rc = 20;
