@@ -311,9 +311,10 @@ asio::awaitable<void> serve_pipeline(const args& a, std::unique_ptr<bp::transpor
   const double secs = std::chrono::duration<double>(end - start).count();
   const auto st = c.stats();
   std::printf("blobpipe-pipeline entry=%llu chunk=%zu: %.2f MB/s (%llu bytes in %.3f s; %llu "
-              "buffers reused)\n",
+              "buffers reused, %llu chunks overlapped)\n",
               (unsigned long long)a.entry_bytes, a.size, double(timed_bytes) / mib / secs,
-              (unsigned long long)timed_bytes, secs, (unsigned long long)st.buffers_reused);
+              (unsigned long long)timed_bytes, secs, (unsigned long long)st.buffers_reused,
+              (unsigned long long)st.chunks_overlapped);
   rc = 0;
 }
 
