@@ -31,12 +31,15 @@
 // every entry in a fresh buffer); --producers N (client) shares the timed
 // bytes among N coroutines emitting blobs at once on the one sender.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -83,46 +86,58 @@ struct args {
 
 args parse(int argc, char** argv) {
   args a;
-  bool role = false, pipeline = false;
+  bool role = false;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) usage();
       return argv[++i];
     };
+    // A whole decimal number in [lo, hi]; anything else is a usage error
+    // (not a silent 0, as atoi would read "64M").
+    auto number = [&](std::uint64_t lo, std::uint64_t hi) -> std::uint64_t {
+      const std::string_view s = next();
+      std::uint64_t v = 0;
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi) {
+        std::fprintf(stderr, "ucx_bench: %s '%s': not a whole number from %llu to %llu\n",
+                     k.c_str(), std::string(s).c_str(), (unsigned long long)lo,
+                     (unsigned long long)hi);
+        usage();
+      }
+      return v;
+    };
+    constexpr std::uint64_t any = std::numeric_limits<std::uint64_t>::max();
     if (k == "--server")
       a.server = role = true;
     else if (k == "--client")
       a.host = next(), role = true;
     else if (k == "--port")
-      a.port = static_cast<std::uint16_t>(std::atoi(next()));
+      a.port = static_cast<std::uint16_t>(number(0, 65535));
     else if (k == "--size")
-      a.size = std::strtoull(next(), nullptr, 10);
+      a.size = number(1, bp::default_max_frame_bytes);
     else if (k == "--iters")
-      a.iters = std::strtoull(next(), nullptr, 10);
+      a.iters = number(1, any);
     else if (k == "--warmup")
-      a.warmup = std::strtoull(next(), nullptr, 10);
+      a.warmup = number(0, any);
     else if (k == "--window")
-      a.window = std::atoi(next());
+      a.window = static_cast<int>(number(1, 1 << 20));
     else if (k == "--rx-window")
-      a.rx_window = std::atoi(next());
+      a.rx_window = static_cast<int>(number(1, 1 << 20));
     else if (k == "--rx-buffers")
-      a.rx_buffers = std::atoi(next());
+      a.rx_buffers = static_cast<int>(number(1, 1 << 20));
     else if (k == "--busy-poll")
-      a.ucx.busy_poll = std::chrono::microseconds(std::atoi(next()));
+      a.ucx.busy_poll = std::chrono::microseconds(number(0, std::uint64_t(1) << 40));
     else if (k == "--pipeline")
-      a.entry_bytes = std::strtoull(next(), nullptr, 10), pipeline = true;
+      a.entry_bytes = number(1, std::uint64_t(1) << 32);
     else if (k == "--recycle-bytes")
-      a.recycle_bytes = std::strtoull(next(), nullptr, 10);
+      a.recycle_bytes = number(0, any);
     else if (k == "--producers")
-      a.producers = std::atoi(next());
+      a.producers = static_cast<int>(number(1, 1024));
     else
       usage();
   }
-  if (!role || a.size == 0 || a.size > bp::default_max_frame_bytes || a.window < 1 ||
-      a.rx_window < 1 || a.rx_buffers < 1 || a.producers < 1 || a.producers > 1024 ||
-      (pipeline && (a.entry_bytes == 0 || a.entry_bytes > (std::uint64_t(1) << 32))))
-    usage();
+  if (!role) usage();
   return a;
 }
 
