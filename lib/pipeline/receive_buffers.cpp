@@ -65,33 +65,37 @@ aligned_bytes buffer_pool::acquire(std::uint64_t n, bool& reused) noexcept {
 
 void buffer_pool::give_back(std::byte* p, std::uint64_t size) noexcept {
   if (p == nullptr) return;
-  std::lock_guard lock(mu_);
-  if (size > capacity_) {
-    std::free(p);
-    return;
-  }
-  try {
-    order_.push_back({size, p});
-    by_size_.emplace(size, std::prev(order_.end()));
-  } catch (...) {  // no memory for the bookkeeping: free the block instead
-    if (!order_.empty() && order_.back().p == p) order_.pop_back();
-    std::free(p);
-    return;
-  }
-  kept_bytes_ += size;
-  while (kept_bytes_ > capacity_) {  // the least recently returned go first
-    const kept oldest = order_.front();
-    auto [lo, hi] = by_size_.equal_range(oldest.size);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second == order_.begin()) {
-        by_size_.erase(it);
-        break;
+  // Blocks leaving the pool are freed after the lock is released, so a
+  // thread dropping an entry never holds up the consumer's next acquire
+  // with a free() (which may unmap megabytes).
+  std::list<kept> evicted;
+  {
+    std::lock_guard lock(mu_);
+    if (size <= capacity_) {  // else not kept: freed below
+      try {
+        order_.push_back({size, p});
+        by_size_.emplace(size, std::prev(order_.end()));
+        kept_bytes_ += size;
+        p = nullptr;
+      } catch (...) {  // no memory for the bookkeeping: free the block instead
+        if (!order_.empty() && order_.back().p == p) order_.pop_back();
       }
     }
-    order_.pop_front();
-    kept_bytes_ -= oldest.size;
-    std::free(oldest.p);
+    while (kept_bytes_ > capacity_) {  // the least recently returned go first
+      const auto oldest = order_.begin();
+      auto [lo, hi] = by_size_.equal_range(oldest->size);
+      for (auto it = lo; it != hi; ++it) {
+        if (it->second == oldest) {
+          by_size_.erase(it);
+          break;
+        }
+      }
+      kept_bytes_ -= oldest->size;
+      evicted.splice(evicted.end(), order_, oldest);
+    }
   }
+  std::free(p);
+  for (const kept& k : evicted) std::free(k.p);
 }
 
 std::uint64_t buffer_pool::kept_bytes() const noexcept {
