@@ -8,21 +8,29 @@
 // - entries are yielded oldest first, whatever order their fetches end in,
 //   and one whose bytes are in is yielded without waiting for another frame;
 // - a frame that ends the blob waits for the blob's fetches, so its event
-//   comes after the entries'.
+//   comes after the entries';
+// - when the stream fails (a bad frame, close(), the stall watchdog, a
+//   cancelled next(), the io_context destroyed) no entry behind a lost
+//   fetch is yielded, and the buffer of a fetch cut short is retired
+//   (transport::retire), as UCX may still land it after the close.
 #define BOOST_TEST_MODULE consumer_overlap
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
@@ -35,7 +43,9 @@ using namespace blobpipe;
 namespace {
 
 /// A transport that plays frames the test pushes; payloads posted with
-/// post_payload land when the test calls land(i), not before.
+/// post_payload land when the test calls land(i), not before. Like UCX,
+/// it may still write a fetch cut short by a close (land_late), and keeps
+/// what retire() is given beyond its own life (keep_retired).
 class scripted_transport final : public transport {
  public:
   explicit scripted_transport(asio::any_io_executor ex) : ex_(ex), changed_(ex) {
@@ -63,6 +73,20 @@ class scripted_transport final : public transport {
   }
   /// Fetch `i` lands as it is posted (as a cma read does).
   void land_when_posted(std::size_t i) { at_once_.push_back(i); }
+  /// Fetch `i`'s bytes reach its destination after its receive was cut
+  /// short: under ASan, a use-after-free unless that buffer was retired.
+  void land_late(std::size_t i) {
+    auto& f = fetches_.at(i);
+    std::memcpy(f.dest.data(), f.bytes.data(), f.bytes.size());
+  }
+  /// Where fetch `i` lands.
+  std::span<std::byte> dest(std::size_t i) const { return fetches_.at(i).dest; }
+  using kept = std::vector<std::shared_ptr<const void>>;
+  /// What retire() was given; outlives the transport, as UCX's runtime does.
+  std::shared_ptr<const kept> keep_retired() const { return retired_; }
+  void retire(std::shared_ptr<const void> owner) override {
+    if (owner) retired_->push_back(std::move(owner));
+  }
 
   asio::any_io_executor get_executor() const override { return ex_; }
   asio::awaitable<std::error_code> send(const frame_header&,
@@ -111,7 +135,16 @@ class scripted_transport final : public transport {
    public:
     receipt(scripted_transport& t, std::size_t i) : t_(&t), i_(i) {}
     asio::awaitable<std::error_code> wait() override {
-      while (!ready()) co_await t_->wait_change();
+      while (!ready()) {
+        co_await t_->wait_change();
+        // As UCX's request_slot::wait: cancelled, it closes the
+        // connection and waits on for the fetch to end.
+        auto cs = co_await asio::this_coro::cancellation_state;
+        if (cs.cancelled() != asio::cancellation_type::none) {
+          co_await asio::this_coro::reset_cancellation_state();
+          t_->close();
+        }
+      }
       co_return t_->fetches_[i_].landed ? std::error_code{} : make_error_code(errc::closed);
     }
     bool ready() const noexcept override { return t_->fetches_[i_].landed || t_->closed_; }
@@ -132,6 +165,7 @@ class scripted_transport final : public transport {
   frame current_;
   std::deque<fetch> fetches_;
   std::vector<std::size_t> at_once_;
+  std::shared_ptr<kept> retired_ = std::make_shared<kept>();
   bool closed_ = false;
 };
 
@@ -166,8 +200,10 @@ void push_entry(scripted_transport& t, std::size_t i) {
 /// A consumer over a scripted transport, driven by polling its io_context:
 /// every event next() yields is kept, in order.
 struct harness {
-  asio::io_context ctx;
-  scripted_transport* t = nullptr;  // owned by the consumer
+  asio::cancellation_signal cancel;  // cancels the coroutine calling next()
+  asio::io_context ctx;              // (after `cancel`: destroyed first)
+  scripted_transport* t = nullptr;   // owned by the consumer
+  std::shared_ptr<const scripted_transport::kept> retired;
   consumer c;
   std::vector<event> events;
   bool ended = false;
@@ -175,8 +211,10 @@ struct harness {
   explicit harness(consumer_options opt = {}) {
     auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
     t = owned.get();
+    retired = t->keep_retired();
     push_start(*t);
-    asio::co_spawn(ctx, run(std::move(owned), opt), asio::detached);
+    asio::co_spawn(ctx, run(std::move(owned), opt),
+                   asio::bind_cancellation_slot(cancel.slot(), asio::detached));
     ctx.poll();
   }
   asio::awaitable<void> run(std::unique_ptr<transport> owned, consumer_options opt) {
@@ -285,9 +323,13 @@ BOOST_AUTO_TEST_CASE(frame_ending_the_blob_waits_for_its_fetches) {
 
 // A failure with fetches in flight: the stream ends with it, the blob is
 // aborted, and no entry behind one whose bytes never came is yielded (e1
-// landed, but e0 before it did not).
+// landed, but e0 before it did not). The buffers of e0 and e2, whose
+// fetches were cut short, are retired: writing into them afterwards (as
+// UCX may) is no use-after-free (recycling off, so ASan would see one).
 BOOST_AUTO_TEST_CASE(failure_with_fetches_in_flight_yields_nothing_behind_a_lost_one) {
-  harness h;
+  consumer_options opt;
+  opt.recycle_bytes = 0;
+  harness h(opt);
   h.t->land_when_posted(1);
   for (std::size_t i = 0; i < 3; ++i) push_entry(*h.t, i);
   h.t->push(header(frame_type::data, 99, 0), bytes_of(8, 0));  // data for an unknown blob
@@ -299,4 +341,100 @@ BOOST_AUTO_TEST_CASE(failure_with_fetches_in_flight_yields_nothing_behind_a_lost
   BOOST_TEST_REQUIRE(h.events.size() == 2u);
   BOOST_TEST((h.events[0].kind == event_kind::blob_aborted));
   BOOST_TEST((h.events[1].error == errc::protocol_violation), h.events[1].reason);
+  BOOST_TEST(h.retired->size() == 2u);
+  h.t->land_late(0);
+  h.t->land_late(2);
+}
+
+// The stream ended while next() waits for e0's fetch and e1's has landed:
+// by close(), by the stall watchdog, by cancelling next(). Each time e1 is
+// not yielded, and e0's buffer is retired.
+BOOST_AUTO_TEST_CASE(stream_ended_while_a_fetch_is_pending_yields_nothing_behind_it) {
+  enum class by { close, stall, cancel };
+  for (by how : {by::close, by::stall, by::cancel}) {
+    BOOST_TEST_CONTEXT("ended by " << int(how)) {
+      consumer_options opt;
+      opt.recycle_bytes = 0;
+      if (how == by::stall) opt.stall_timeout = std::chrono::milliseconds(40);
+      harness h(opt);
+      push_entry(*h.t, 0);
+      push_entry(*h.t, 1);
+      h.poll();
+      BOOST_TEST(h.t->posted() == 2u);
+      h.t->land(1);
+      h.poll();
+      BOOST_TEST(h.events.empty());
+      if (how == by::close) h.c.close();
+      if (how == by::cancel) h.cancel.emit(asio::cancellation_type::terminal);
+      h.ctx.restart();
+      h.ctx.run_for(std::chrono::milliseconds(how == by::stall ? 500 : 50));
+      BOOST_TEST_REQUIRE(h.ended);
+      BOOST_TEST(h.keys() == "- -");  // blob 1 aborted, end_of_stream
+      if (how == by::stall)
+        BOOST_TEST((h.events.back().error == errc::timed_out), h.events.back().reason);
+      BOOST_TEST(h.retired->size() == 1u);
+      h.t->land_late(0);
+    }
+  }
+}
+
+// The application drops the consumer between next() calls, with the
+// fetches of e1..e3 in flight: their buffers are retired, so fetches UCX
+// still lands after the close write into live memory.
+BOOST_AUTO_TEST_CASE(consumer_dropped_with_fetches_in_flight_retires_their_buffers) {
+  asio::io_context ctx;
+  auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+  scripted_transport* t = owned.get();
+  const auto retired = t->keep_retired();
+  push_start(*t);
+  for (std::size_t i = 0; i < 4; ++i) push_entry(*t, i);
+  consumer_options opt;
+  opt.recycle_bytes = 0;
+  std::string first;
+  std::vector<std::span<std::byte>> dests;
+  auto take_one = [&]() -> asio::awaitable<void> {
+    auto [ec, c] = co_await consumer::start(std::move(owned), opt);
+    if (ec) co_return;
+    auto ev = co_await c.next();
+    if (ev.kind == event_kind::entry_ready) first = ev.entry->entry.key;
+    for (std::size_t i = 1; i < t->posted(); ++i) dests.push_back(t->dest(i));
+  };  // the consumer goes here, with e1..e3 posted
+  asio::co_spawn(ctx, take_one(), asio::detached);
+  ctx.poll();
+  BOOST_TEST(t->posted() == 4u);
+  t->land(0);
+  ctx.restart();
+  ctx.run_for(std::chrono::milliseconds(50));
+  BOOST_TEST(first == "e0");
+  BOOST_TEST_REQUIRE(dests.size() == 3u);
+  BOOST_TEST(retired->size() >= 3u);
+  for (auto d : dests) std::memset(d.data(), 0xab, d.size());  // landing late
+}
+
+// The io_context destroyed while next() waits for e0's fetch: the
+// coroutine goes with it, and e0's buffer is still retired.
+BOOST_AUTO_TEST_CASE(io_context_destroyed_while_next_waits_for_a_fetch) {
+  std::shared_ptr<const scripted_transport::kept> retired;
+  std::span<std::byte> dest;
+  {
+    asio::io_context ctx;
+    auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+    scripted_transport* t = owned.get();
+    retired = t->keep_retired();
+    push_start(*t);
+    push_entry(*t, 0);
+    consumer_options opt;
+    opt.recycle_bytes = 0;
+    auto consume = [&]() -> asio::awaitable<void> {
+      auto [ec, c] = co_await consumer::start(std::move(owned), opt);
+      if (ec) co_return;
+      for (;;) (void)co_await c.next();
+    };
+    asio::co_spawn(ctx, consume(), asio::detached);
+    ctx.poll();
+    BOOST_TEST_REQUIRE(t->posted() == 1u);
+    dest = t->dest(0);
+  }
+  BOOST_TEST(retired->size() >= 1u);
+  std::memset(dest.data(), 0xab, dest.size());  // landing late
 }

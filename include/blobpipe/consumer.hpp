@@ -256,7 +256,9 @@ class consumer {
   asio::awaitable<event> next();
 
   /// Closes now: a pending next() yields the open blobs as aborted (closed)
-  /// then end_of_stream (closed); the sender sees peer_closed.
+  /// then end_of_stream (closed); the sender sees peer_closed. Entries
+  /// whose fetches had already landed (payload_window above 1), with every
+  /// fetch before them, are yielded before the aborts.
   void close() noexcept;
 
   std::uint32_t chunk_bytes() const noexcept;   ///< negotiated, bytes

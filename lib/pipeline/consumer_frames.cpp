@@ -476,10 +476,19 @@ bool should_land(const consumer_state& s) noexcept {
 }
 
 asio::awaitable<result<void>> land_oldest(consumer_state& s) {
+  // Waited for where it is listed: should this wait be cut off (the
+  // io_context destroyed with it), ~consumer_state still finds the chunk.
+  const std::error_code ec = co_await s.posted.front().receipt.wait();
   auto c = std::move(s.posted.front());
   s.posted.pop_front();
-  if (auto ec = co_await c.receipt.wait()) co_return error{ec, s.t->last_error()};
-  if (!c.completes) co_return status{};
+  if (ec) {
+    // A fetch cut short may still land (UCX): the transport keeps its
+    // buffer. Entries go out oldest first, so none behind it does.
+    if (c.completes) s.t->retire(c.completes->storage);
+    s.fetch_lost = true;
+    co_return error{ec, s.t->last_error()};
+  }
+  if (!c.completes || s.fetch_lost) co_return status{};
   // Blobs end (tail, abort, end()) only with nothing posted.
   auto it = s.blobs.find(c.blob_id);
   if (it == s.blobs.end()) co_return status{};
@@ -489,17 +498,7 @@ asio::awaitable<result<void>> land_oldest(consumer_state& s) {
 asio::awaitable<void> abandon_posted(consumer_state& s) {
   if (s.posted.empty()) co_return;
   s.t->close();
-  // Entries are yielded oldest first: none behind one that was lost.
-  bool intact = true;
-  while (!s.posted.empty()) {
-    if (intact) {
-      intact = static_cast<bool>(co_await land_oldest(s));
-      continue;
-    }
-    auto c = std::move(s.posted.front());
-    s.posted.pop_front();
-    (void)co_await c.receipt.wait();
-  }
+  while (!s.posted.empty()) (void)co_await land_oldest(s);
 }
 
 asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const frame_header& h) {
@@ -580,11 +579,7 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   ack_stopped = true;
   dog.stop();
   t->close();
-  // Normally empty (next() waits them out first); ends any fetch left.
-  if (ec)
-    for (auto& c : posted)
-      if (c.completes) t->retire(c.completes->storage);
-  posted.clear();
+  posted.clear();  // empty: next() lands or abandons every posted chunk first
   blobs.clear();  // partial entries return their credit (no acks any more)
   ack_cv.notify_all();
   final_event = event{};

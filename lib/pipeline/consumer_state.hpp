@@ -48,7 +48,9 @@ struct posted_chunk {
   std::uint64_t blob_id = 0;
   /// The entry this chunk completes, yielded once it has landed (null:
   /// more of the entry follows). Before `receipt`, so that a receipt still
-  /// in flight ends (closing the transport) before its buffer can go.
+  /// in flight is dropped (closing the transport) before its buffer can
+  /// go; the buffer itself is retired (transport::retire), as a fetch cut
+  /// short may still land.
   std::shared_ptr<received_entry> completes;
   payload_receipt receipt;
 };
@@ -86,6 +88,7 @@ struct consumer_state {
   // last chunk is here are yielded in this order as their bytes land.
   std::deque<posted_chunk> posted;
   std::size_t payload_window = 1;  // min(opt.payload_window, t->payload_window())
+  bool fetch_lost = false;  // a posted chunk failed: no entry after it is yielded
   // Flow control.
   std::uint64_t pending_ack = 0;
   std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
@@ -119,13 +122,16 @@ asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const
 bool should_land(const consumer_state& s) noexcept;
 
 /// Waits for the oldest posted chunk; if it completes an entry, that entry
-/// becomes an event. An error ends the stream.
+/// becomes an event. If it failed, the buffer it was landing in is retired
+/// (transport::retire: a cut-short fetch may still land) and no later entry
+/// is yielded. An error ends the stream.
 asio::awaitable<result<void>> land_oldest(consumer_state& s);
 
 /// After a failure: ends the chunk payloads still posted (closing the
-/// transport) and waits for them, so none still writes into a buffer
-/// consumer_state::end() frees. Entries whose bytes had all landed, with
-/// every posted chunk before them, are still yielded (before the aborts).
+/// transport) and waits for each (land_oldest), so UCX has let go of them
+/// or their buffers are retired before consumer_state::end() drops the
+/// rest. Entries whose bytes had landed, with every chunk posted before
+/// them, are still yielded (before the aborts).
 asio::awaitable<void> abandon_posted(consumer_state& s);
 
 }  // namespace blobpipe::detail
