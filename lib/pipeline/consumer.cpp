@@ -143,7 +143,8 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     s->dog.begin_wait();
     result<void> r;
     if (should_land(*s)) {
-      // An entry's bytes are (nearly) in and no frame waits: yield it first.
+      // A posted chunk completes an entry, and either no frame is waiting
+      // or it has landed: yield that entry before reading on.
       r = co_await land_oldest(*s);
     } else {
       auto [ec, h] = co_await s->t->receive_header();
