@@ -67,7 +67,7 @@ struct args {
   std::uint64_t iters = 2000;
   std::uint64_t warmup = 100;
   int window = 8;        // sends outstanding at once
-  int rx_window = 4;     // receives outstanding at once (server)
+  int rx_window = 16;    // receives outstanding at once (server), as a consumer's
   int rx_buffers = 1;    // destination buffers they land in, in turn (server)
   std::uint64_t entry_bytes = 0;  // --pipeline: bytes per entry; 0: frames only
   std::uint64_t recycle_bytes = bp::default_recycle_bytes;  // --pipeline server

@@ -44,7 +44,8 @@
 # Environment: SIZE (bytes, 1048576), ITERS (10000: a run lasts seconds;
 # with 2000, 0.2 s, one scheduling hiccup moved a result by 30% on a small
 # VM), WARMUP (100), WINDOW (sends outstanding, blobpipe and raw, 8), RX_WINDOW
-# (blobpipe payload fetches outstanding, transport::post_payload, 4),
+# (blobpipe payload fetches outstanding, transport::post_payload, 16 as
+# consumer_options::payload_window),
 # RX_BUFFERS (receive buffers used in turn, 1 as in ucx_perftest),
 # ENTRY (bytes per entry in the pipeline column; SIZE: one data frame
 # per entry, like one ucx_perftest message),
@@ -74,7 +75,7 @@ SIZE=${SIZE:-1048576}
 ITERS=${ITERS:-10000}
 WARMUP=${WARMUP:-100}
 WINDOW=${WINDOW:-8}
-RX_WINDOW=${RX_WINDOW:-4}
+RX_WINDOW=${RX_WINDOW:-16}
 RX_BUFFERS=${RX_BUFFERS:-1}
 ENTRY=${ENTRY:-$SIZE}
 REPEAT=${REPEAT:-3}
