@@ -537,11 +537,14 @@ asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const
 consumer_state::~consumer_state() {
   if (posted.empty()) return;
   t->close();
-  for (auto& c : posted)
-    if (c.completes) t->retire(c.completes->storage);
-  for (auto& [id, b] : blobs) {
-    if (b.cur) t->retire(b.cur->storage);
-    t->retire(b.region);
+  try {
+    for (auto& c : posted)
+      if (c.completes) t->retire(c.completes->storage);
+    for (auto& [id, b] : blobs) {
+      if (b.cur) t->retire(b.cur->storage);
+      t->retire(b.region);
+    }
+  } catch (...) {  // out of memory to keep them: nothing better to do here
   }
 }
 
