@@ -107,9 +107,9 @@ struct consumer_options {
   /// no further frame is waiting (transport::header_ready), next() waits
   /// for the oldest fetch rather than the next frame. 1: one at a time.
   /// It bounds fetches in flight, not memory (window_bytes does): 16 lets
-  /// a receiver fetch all that 16 producers (or one sender's 16 sends)
-  /// have in flight; over UCX tcp it moved 1 MiB frames 12% above 4
-  /// (docs/ucx.md "Benchmark").
+  /// a consumer fetch a data frame from each of 16 producers at once. Over
+  /// UCX tcp, 1 MiB frames with 8 in flight moved 12% faster with 16 than
+  /// with 4 (docs/ucx.md "Benchmark").
   std::size_t payload_window = 16;
   /// Entry buffers kept for later entries once released, bytes (0: none).
   /// Bytes landing in fresh memory cost a page fault and a zeroed page per
