@@ -37,6 +37,7 @@
 #include "blobpipe/consumer.hpp"
 #include "blobpipe/transport.hpp"
 #include "blobpipe/wire.hpp"
+#include "test/forwarding_transport.hpp"
 
 using namespace blobpipe;
 
@@ -376,6 +377,44 @@ BOOST_AUTO_TEST_CASE(stream_ended_while_a_fetch_is_pending_yields_nothing_behind
       h.t->land_late(0);
     }
   }
+}
+
+// An entry of two chunks whose first fetch is cut short by close() while
+// its last (small, so at once, as an eager payload is) has landed: the
+// entry's buffer is retired all the same, since UCX may still land the
+// first chunk into it.
+BOOST_AUTO_TEST_CASE(cut_short_first_chunk_retires_its_entry_whose_last_landed) {
+  consumer_options opt;
+  opt.recycle_bytes = 0;
+  opt.max_chunk_bytes = 64;  // the 128-byte entry goes as two data frames
+  harness h(opt);
+  Entry e{.key = "two", .off = 0, .len = 128, .kind = 'n', .dtype = "|u1",
+          .shape = shape_t{128}};
+  h.t->land_when_posted(1);  // the last chunk
+  h.t->push(header(frame_type::entry_begin, 1, 0), encode_entry_begin(e.key, e.meta()));
+  h.t->push(header(frame_type::data, 1, 0), bytes_of(64, 0));
+  h.t->push(header(frame_type::data, 1, 64), bytes_of(64, 64));
+  h.poll();
+  BOOST_TEST_REQUIRE(h.t->posted() == 2u);
+  h.c.close();
+  h.ctx.restart();
+  h.ctx.run_for(std::chrono::milliseconds(50));
+  BOOST_TEST_REQUIRE(h.ended);
+  BOOST_TEST(h.keys() == "- -");
+  BOOST_TEST(h.retired->size() >= 1u);
+  h.t->land_late(0);
+}
+
+// Test decorators (test/forwarding_transport.hpp) pass header_ready()
+// through, so the fault and resend suites over UCX schedule as UCX does.
+BOOST_AUTO_TEST_CASE(forwarding_transport_passes_header_ready_through) {
+  asio::io_context ctx;
+  auto inner = std::make_unique<scripted_transport>(ctx.get_executor());
+  scripted_transport* t = inner.get();
+  blobpipe::testing::forwarding_transport fw(std::move(inner));
+  BOOST_TEST(!fw.header_ready());
+  t->push(header(frame_type::hello), encode_hello(hello{}));
+  BOOST_TEST(fw.header_ready());
 }
 
 // The application drops the consumer between next() calls, with the

@@ -24,6 +24,7 @@ class forwarding_transport : public transport {
   asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
     return inner_->receive_header();
   }
+  bool header_ready() const noexcept override { return inner_->header_ready(); }
   asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
     return inner_->receive_payload(dest);
   }

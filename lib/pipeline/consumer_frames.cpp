@@ -319,6 +319,7 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
     if (!s.posted.empty()) ++s.stats.chunks_overlapped;
     posted_chunk c;
     c.blob_id = b.id;
+    c.lands_in = b.cur->storage;
     c.receipt = s.t->post_payload(std::span(b.dest + b.received, h.length));
     b.received += h.length;
     if (b.received == e.len) c.completes = close_entry(b);
@@ -477,14 +478,16 @@ bool should_land(const consumer_state& s) noexcept {
 
 asio::awaitable<result<void>> land_oldest(consumer_state& s) {
   // Waited for where it is listed: should this wait be cut off (the
-  // io_context destroyed with it), ~consumer_state still finds the chunk.
+  // io_context destroyed with it), ~consumer_state still finds the chunk's
+  // buffer (lands_in) to retire.
   const std::error_code ec = co_await s.posted.front().receipt.wait();
   auto c = std::move(s.posted.front());
   s.posted.pop_front();
   if (ec) {
     // A fetch cut short may still land (UCX): the transport keeps its
-    // buffer. Entries go out oldest first, so none behind it does.
-    if (c.completes) s.t->retire(c.completes->storage);
+    // buffer, whichever chunk of its entry it was. Entries go out oldest
+    // first, so none behind it does.
+    s.t->retire(std::move(c.lands_in));
     s.fetch_lost = true;
     co_return error{ec, s.t->last_error()};
   }
@@ -538,8 +541,7 @@ consumer_state::~consumer_state() {
   if (posted.empty()) return;
   t->close();
   try {
-    for (auto& c : posted)
-      if (c.completes) t->retire(c.completes->storage);
+    for (auto& c : posted) t->retire(c.lands_in);
     for (auto& [id, b] : blobs) {
       if (b.cur) t->retire(b.cur->storage);
       t->retire(b.region);

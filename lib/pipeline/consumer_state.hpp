@@ -47,11 +47,13 @@ struct open_blob {
 struct posted_chunk {
   std::uint64_t blob_id = 0;
   /// The entry this chunk completes, yielded once it has landed (null:
-  /// more of the entry follows). Before `receipt`, so that a receipt still
-  /// in flight is dropped (closing the transport) before its buffer can
-  /// go; the buffer itself is retired (transport::retire), as a fetch cut
-  /// short may still land.
+  /// more of the entry follows).
   std::shared_ptr<received_entry> completes;
+  /// What owns the memory the chunk lands in (its entry's storage). Should
+  /// the fetch be cut short, this goes to transport::retire, as UCX may
+  /// still land it. Declared before `receipt`, so a receipt still in
+  /// flight is dropped (closing the transport) before its buffer can go.
+  std::shared_ptr<const void> lands_in;
   payload_receipt receipt;
 };
 
