@@ -56,6 +56,31 @@ std::uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
+// A loopback port bound and never listened on, for as long as this lives:
+// connecting to it is refused, and no other test can take it meanwhile (a
+// port free_port() found may be bound again by a test running in parallel).
+class refusing_port {
+ public:
+  refusing_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    BOOST_TEST_REQUIRE(fd_ >= 0);
+    BOOST_TEST_REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    BOOST_TEST_REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~refusing_port() { ::close(fd_); }
+  refusing_port(const refusing_port&) = delete;
+  refusing_port& operator=(const refusing_port&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  std::uint16_t port_ = 0;
+};
+
 // A --listen trainer and a --connect worker process on a free port, each
 // with its own further arguments, both run to their ends.
 struct two_processes {
@@ -275,7 +300,8 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_timeouts_out_of_range) {
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_names_an_error_once) {
   // Nobody listens: the worker gives up after its 5 s of retries and says
   // so, the code's name once (not "peer_failed (peer failed)").
-  const std::string port = std::to_string(free_port());
+  const refusing_port nobody;
+  const std::string port = std::to_string(nobody.port());
   auto r = run("rollout_to_trainer", {"--connect", "127.0.0.1:" + port, "--workers", "1"});
   BOOST_TEST(r.exit_code == 1, REPORT(r));
   BOOST_TEST(r.err == "worker 0: connect to 127.0.0.1:" + port +
