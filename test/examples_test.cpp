@@ -41,24 +41,10 @@ bool contains(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
-// A port nothing listens on right now (the kernel's next ephemeral port).
-// Another process could take it before the trainer binds; unlikely enough
-// on a test machine, and the failure would be loud (listen fails).
-std::uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  BOOST_TEST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  BOOST_TEST_REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 // A loopback port bound and never listened on, for as long as this lives:
 // connecting to it is refused, and no other test can take it meanwhile (a
-// port free_port() found may be bound again by a test running in parallel).
+// port found free and let go may be bound again by a test running in
+// parallel).
 class refusing_port {
  public:
   refusing_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
@@ -81,24 +67,45 @@ class refusing_port {
   std::uint16_t port_ = 0;
 };
 
-// A --listen trainer and a --connect worker process on a free port, each
-// with its own further arguments, both run to their ends.
+// Waits (up to 6 s) for a --listen trainer's first line and returns the
+// port it names ("... -> trainer, tcp HOST:PORT, ..."), or "" if none came.
+std::string listening_port(const process& trainer) {
+  for (int i = 0; i < 300; ++i) {
+    const std::string out = trainer.stdout_so_far();
+    const auto line_end = out.find('\n');
+    const auto at = out.find(" -> trainer, ");
+    if (at != std::string::npos && line_end != std::string::npos) {
+      const auto end = out.find(", ", at + 13);
+      const auto colon = out.rfind(':', end);
+      if (end != std::string::npos && colon != std::string::npos && colon > at)
+        return out.substr(colon + 1, end - colon - 1);
+    }
+    ::usleep(20'000);
+  }
+  return {};
+}
+
+// A --listen trainer on a free port (PORT 0, read back from its first
+// line, so no other test can take the port in between) and a --connect
+// worker process, each with its own further arguments, both run to their
+// ends.
 struct two_processes {
   run_result trainer, workers;
 };
 // With `listen_host` and `connect_host` the trainer gets
-// --listen LISTEN_HOST:PORT (else --listen PORT) and the workers
+// --listen LISTEN_HOST:0 (else --listen 0) and the workers
 // --connect CONNECT_HOST:PORT.
 two_processes run_two_processes(const std::vector<std::string>& trainer_args,
                                 const std::vector<std::string>& worker_args,
                                 const std::string& listen_host = "",
                                 const std::string& connect_host = "127.0.0.1") {
-  const std::string port = std::to_string(free_port());
-  std::vector<std::string> t_args{"--listen", listen_host.empty() ? port : listen_host + ":" + port},
-      w_args{"--connect", connect_host + ":" + port};
+  std::vector<std::string> t_args{"--listen", listen_host.empty() ? "0" : listen_host + ":0"};
   t_args.insert(t_args.end(), trainer_args.begin(), trainer_args.end());
-  w_args.insert(w_args.end(), worker_args.begin(), worker_args.end());
   process trainer(example("rollout_to_trainer"), t_args);
+  const std::string port = listening_port(trainer);
+  BOOST_TEST_REQUIRE(!port.empty(), "the trainer named no port: " << trainer.stdout_so_far());
+  std::vector<std::string> w_args{"--connect", connect_host + ":" + port};
+  w_args.insert(w_args.end(), worker_args.begin(), worker_args.end());
   process workers(example("rollout_to_trainer"), w_args);
   auto w = workers.wait();
   return {trainer.wait(), std::move(w)};
@@ -239,7 +246,8 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_listens_on_a_host_name_and_bracketed_ipv
     BOOST_TEST_CONTEXT(bad) {
       auto r = run("rollout_to_trainer", {"--listen", bad});
       BOOST_TEST(r.exit_code == 2, REPORT(r));
-      BOOST_TEST(contains(r.err, "expected [HOST:]PORT with PORT > 0 (HOST: a name"), REPORT(r));
+      BOOST_TEST(contains(r.err, "expected [HOST:]PORT (PORT 0: a free one; HOST: a name"),
+                 REPORT(r));
     }
   }
   auto c = run("rollout_to_trainer", {"--connect", "::1"});
@@ -338,13 +346,10 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_reports_what_arrived_when_interrupted) {
   // A trainer waiting for workers that never come is stopped by SIGTERM:
   // it prints its summary and fails with the signal, long before --timeout.
-  const std::string port = std::to_string(free_port());
   process trainer(example("rollout_to_trainer"),
-                  {"--listen", port, "--workers", "1", "--batch", "8", "--timeout", "120"});
+                  {"--listen", "0", "--workers", "1", "--batch", "8", "--timeout", "120"});
   // The banner comes once the trainer listens and its signal handler is set.
-  for (int i = 0; i < 300 && !contains(trainer.stdout_so_far(), "rollout worker(s) -> trainer");
-       ++i)
-    ::usleep(20'000);
+  BOOST_TEST_REQUIRE(!listening_port(trainer).empty(), trainer.stdout_so_far());
   trainer.signal(SIGTERM);
   auto t = trainer.wait();
   BOOST_TEST(t.exit_code == 128 + SIGTERM, REPORT(t));

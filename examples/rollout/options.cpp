@@ -61,11 +61,12 @@ options:
                       blob's tag); the trainer compares every entry with
                       the file's bytes
   --listen [HOST:]PORT  run only the trainer, listening there; it expects
-                      --workers connections. HOST (default 127.0.0.1) is
-                      an IPv4 address, an IPv6 address (::1, or [::1]
-                      with brackets), or a host name, which listens on its
-                      first IPv4 address (localhost: 127.0.0.1); ucx takes
-                      IPv4 only
+                      --workers connections (PORT 0: a free port, named
+                      in the first line of output). HOST (default
+                      127.0.0.1) is an IPv4 address, an IPv6 address
+                      (::1, or [::1] with brackets), or a host name,
+                      which listens on its first IPv4 address
+                      (localhost: 127.0.0.1); ucx takes IPv4 only
   --connect HOST:PORT run only the rollout workers, connecting there
                       (HOST as for --listen; a name is tried at each of
                       its addresses; a refused connection is retried for
@@ -122,8 +123,9 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
       if (!need() || val.empty()) return bad("expected a directory");
       o.replay_dir = std::string(val);
     } else if (name == "--listen") {
-      if (!need() || !parse_endpoint(val, false, o) || o.port == 0)
-        return bad("expected [HOST:]PORT with PORT > 0 (HOST: a name, an IP address, or [IPv6])");
+      if (!need() || !parse_endpoint(val, false, o))
+        return bad("expected [HOST:]PORT (PORT 0: a free one; HOST: a name, an IP address, or "
+                   "[IPv6])");
       listen = true;
     } else if (name == "--connect") {
       if (!need() || !parse_endpoint(val, true, o) || o.port == 0)
