@@ -31,7 +31,7 @@ struct options {
   std::size_t batch = 256;     ///< samples in the global batch
   std::optional<std::string> replay_dir;  ///< stream the blobs of this directory
   std::string host = "127.0.0.1";  ///< --listen address / --connect host
-  std::uint16_t port = 0;      ///< 0: an ephemeral port (role::both only)
+  std::uint16_t port = 0;      ///< 0: an ephemeral port (role::both, or --listen 0)
   std::string transport = "tcp";
   double timeout_s = 60;       ///< the trainer gives up after this long
 };
