@@ -510,9 +510,9 @@ asio::awaitable<result<void>> on_frame(std::shared_ptr<consumer_state> sp, const
   // land first, so events keep the frames' order. An entry_begin need not
   // (its entry is yielded after those before it), unless it may end the
   // blob: a device buffer it cannot get aborts the blob at once.
-  const bool in_order = h.type == frame_type::data ||
-                        (h.type == frame_type::entry_begin && !s.landing);
-  if (!in_order) {
+  const bool may_overlap = h.type == frame_type::data ||
+                           (h.type == frame_type::entry_begin && !s.landing);
+  if (!may_overlap) {
     auto r = co_await settle(s, 0);
     if (!r) co_return r;
   }
@@ -541,12 +541,16 @@ consumer_state::~consumer_state() {
   if (posted.empty()) return;
   t->close();
   try {
-    for (auto& c : posted) t->retire(c.lands_in);
-    for (auto& [id, b] : blobs) {
-      if (b.cur) t->retire(b.cur->storage);
-      t->retire(b.region);
-    }
+    retire_receive_buffers();
   } catch (...) {  // out of memory to keep them: nothing better to do here
+  }
+}
+
+void consumer_state::retire_receive_buffers() {
+  for (auto& c : posted) t->retire(c.lands_in);
+  for (auto& [id, b] : blobs) {
+    if (b.cur) t->retire(b.cur->storage);
+    t->retire(b.region);
   }
 }
 
@@ -572,15 +576,8 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   // delivered and sends it again on its next connection, unless it ended
   // the session itself (an orderly close).
   const bool resend = ec && session != NO_SESSION;
-  for (auto& [id, b] : blobs) {
-    abort_blob(*this, b, blob_ec, blob_reason, resend);
-    if (ec) {
-      // A receive cut short may still be landing (UCX): the transport
-      // keeps the memory it was writing into until that cannot happen.
-      if (b.cur) t->retire(b.cur->storage);
-      t->retire(b.region);
-    }
-  }
+  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
+  if (ec) retire_receive_buffers();  // a receive cut short may still be landing
   ack_stopped = true;
   dog.stop();
   t->close();

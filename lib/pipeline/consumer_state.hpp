@@ -74,6 +74,10 @@ struct consumer_state {
   void release(std::uint64_t n) noexcept;
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
   void end(std::error_code ec, std::string reason);
+  /// Hands the memory a receive cut short may still write into (UCX lands
+  /// such fetches late) to transport::retire: the buffers of posted chunks
+  /// and of the open blobs' current entries and regions.
+  void retire_receive_buffers();
 
   std::unique_ptr<transport> t;
   asio::any_io_executor ex;
