@@ -51,7 +51,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/pipeline.hpp"
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 
 namespace bp = blobpipe;
 using clock_type = std::chrono::steady_clock;

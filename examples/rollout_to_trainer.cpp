@@ -23,7 +23,7 @@
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
 
-#include "blobpipe/tcp.hpp"
+#include "blobpipe/transport/tcp.hpp"
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/listener.hpp"

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "blobpipe/dtype.hpp"
+#include "blobpipe/format/dtype.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view s(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "blobpipe/index.hpp"
+#include "blobpipe/format/index.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto e = blobpipe::Entry::from_meta("k", std::as_bytes(std::span(data, size)));

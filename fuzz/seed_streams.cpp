@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "blobpipe/format.hpp"
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 
 namespace fs = std::filesystem;
 using namespace blobpipe;

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <span>
 
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto in = std::as_bytes(std::span(data, size));

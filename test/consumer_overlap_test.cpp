@@ -34,9 +34,9 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
-#include "blobpipe/consumer.hpp"
-#include "blobpipe/transport.hpp"
-#include "blobpipe/wire.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
+#include "blobpipe/transport/transport.hpp"
+#include "blobpipe/protocol/wire.hpp"
 #include "test/forwarding_transport.hpp"
 
 using namespace blobpipe;

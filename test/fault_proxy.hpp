@@ -42,7 +42,7 @@
 #include <asio/write.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 
 namespace blobpipe::testing {
 

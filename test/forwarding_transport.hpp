@@ -8,7 +8,7 @@
 #include <memory>
 #include <utility>
 
-#include "blobpipe/transport.hpp"
+#include "blobpipe/transport/transport.hpp"
 
 namespace blobpipe::testing {
 

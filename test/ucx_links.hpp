@@ -20,7 +20,7 @@
 
 #include <asio/this_coro.hpp>
 
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 
 namespace blobpipe::testing {
 

@@ -23,7 +23,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "blobpipe/pipeline.hpp"
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 #include "test/ucx_pipeline_spec.hpp"
 
 namespace bp = blobpipe;

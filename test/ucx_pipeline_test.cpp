@@ -22,7 +22,7 @@
 
 #include <asio/posix/stream_descriptor.hpp>
 
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 #include "test/pipeline_fixture.hpp"
 #include "test/ucx_links.hpp"
 #include "test/ucx_pipeline_spec.hpp"

@@ -13,7 +13,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 
 namespace bp = blobpipe;
 

@@ -36,7 +36,7 @@
 #include <asio/detached.hpp>
 #include <asio/ip/tcp.hpp>
 
-#include "blobpipe/loopback.hpp"
+#include "blobpipe/transport/loopback.hpp"
 #include "test/ucx_frame_fixture.hpp"
 
 extern char** environ;

@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 
 using namespace blobpipe;
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "blobpipe/consumer.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
 #include "examples/rollout/replay.hpp"
 #include "examples/rollout/sample.hpp"
 

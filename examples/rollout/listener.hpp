@@ -18,8 +18,8 @@
 #include <asio/ip/tcp.hpp>
 
 #include "blobpipe/errors.hpp"
-#include "blobpipe/tcp.hpp"
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/tcp.hpp"
+#include "blobpipe/transport/ucx.hpp"
 
 namespace rollout {
 

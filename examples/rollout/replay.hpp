@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "blobpipe/errors.hpp"
-#include "blobpipe/index.hpp"
+#include "blobpipe/format/index.hpp"
 
 namespace rollout {
 

@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "examples/rollout/corpus.hpp"
 
 namespace rollout {

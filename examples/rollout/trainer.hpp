@@ -27,7 +27,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 
-#include "blobpipe/consumer.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/progress.hpp"

@@ -22,7 +22,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
-#include "blobpipe/producer.hpp"
+#include "blobpipe/pipeline/producer.hpp"
 #include "examples/rollout/replay.hpp"
 #include "examples/rollout/sample.hpp"
 

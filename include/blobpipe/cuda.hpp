@@ -36,10 +36,10 @@
 #include <span>
 #include <string>
 
-#include "blobpipe/dtype.hpp"
-#include "blobpipe/entry.hpp"
+#include "blobpipe/format/dtype.hpp"
+#include "blobpipe/format/entry.hpp"
 #include "blobpipe/errors.hpp"
-#include "blobpipe/memory_kind.hpp"
+#include "blobpipe/format/memory_kind.hpp"
 
 namespace blobpipe::cuda {
 

@@ -6,9 +6,9 @@
 // Source: nemo_rl.data_plane.nixl.blob_format (v3), docs/wire.md.
 #pragma once
 
-#include "blobpipe/dtype.hpp"
-#include "blobpipe/entry.hpp"
+#include "blobpipe/format/dtype.hpp"
+#include "blobpipe/format/entry.hpp"
 #include "blobpipe/errors.hpp"
-#include "blobpipe/footer.hpp"
-#include "blobpipe/index.hpp"
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/footer.hpp"
+#include "blobpipe/format/index.hpp"
+#include "blobpipe/format/layout.hpp"

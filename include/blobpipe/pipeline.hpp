@@ -17,11 +17,11 @@
 // Source: docs/wire.md.
 #pragma once
 
-#include "blobpipe/consumer.hpp"
-#include "blobpipe/delivery.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
+#include "blobpipe/pipeline/delivery.hpp"
 #include "blobpipe/format.hpp"
-#include "blobpipe/loopback.hpp"
-#include "blobpipe/producer.hpp"
-#include "blobpipe/tcp.hpp"
-#include "blobpipe/transport.hpp"
-#include "blobpipe/wire.hpp"
+#include "blobpipe/transport/loopback.hpp"
+#include "blobpipe/pipeline/producer.hpp"
+#include "blobpipe/transport/tcp.hpp"
+#include "blobpipe/transport/transport.hpp"
+#include "blobpipe/protocol/wire.hpp"

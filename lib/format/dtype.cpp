@@ -1,4 +1,4 @@
-#include "blobpipe/dtype.hpp"
+#include "blobpipe/format/dtype.hpp"
 
 #include <array>
 #include <bit>

@@ -1,8 +1,8 @@
-#include "blobpipe/entry.hpp"
+#include "blobpipe/format/entry.hpp"
 
 #include <msgpack.hpp>
 
-#include "blobpipe/dtype.hpp"
+#include "blobpipe/format/dtype.hpp"
 #include "checked.hpp"
 #include "entry_codec.hpp"
 #include "msgpack_bounded.hpp"

@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "blobpipe/entry.hpp"
+#include "blobpipe/format/entry.hpp"
 
 namespace blobpipe::detail {
 

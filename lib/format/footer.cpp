@@ -1,4 +1,4 @@
-#include "blobpipe/footer.hpp"
+#include "blobpipe/format/footer.hpp"
 
 #include <cstring>
 #include <random>

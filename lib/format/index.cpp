@@ -1,4 +1,4 @@
-#include "blobpipe/index.hpp"
+#include "blobpipe/format/index.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 
 #include <msgpack.hpp>
 

@@ -2,7 +2,7 @@
 // next() reads one frame at a time and hands it to the frame handlers
 // (consumer_frames.cpp), which turn frames into events. Acknowledgements
 // flow back from a separate coroutine as the user releases entries.
-#include "blobpipe/consumer.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <asio/detached.hpp>
 #include <asio/this_coro.hpp>
 
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/consumer_state.hpp"
 
 namespace blobpipe {

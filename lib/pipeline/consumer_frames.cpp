@@ -10,7 +10,7 @@
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/consumer_state.hpp"
 
 namespace blobpipe::detail {

@@ -13,7 +13,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
-#include "blobpipe/consumer.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
 #include "lib/pipeline/watchdog.hpp"

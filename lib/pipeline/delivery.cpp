@@ -1,6 +1,6 @@
 // The delivery log (blobpipe/delivery.hpp): per session, a FIFO of the
 // last `window` tags with a hash set beside it for lookups.
-#include "blobpipe/delivery.hpp"
+#include "blobpipe/pipeline/delivery.hpp"
 
 #include <algorithm>
 #include <cstring>

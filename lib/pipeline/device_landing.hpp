@@ -25,9 +25,9 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
-#include "blobpipe/consumer.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/cuda.hpp"
-#include "blobpipe/transport.hpp"
+#include "blobpipe/transport/transport.hpp"
 #include "lib/pipeline/device_copies.hpp"
 
 namespace blobpipe::detail {

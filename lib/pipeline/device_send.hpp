@@ -27,7 +27,7 @@
 #include <asio/awaitable.hpp>
 
 #include "blobpipe/cuda.hpp"
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "lib/cuda/staging.hpp"
 
 namespace blobpipe::detail {

@@ -1,7 +1,7 @@
 // The sender and its blob writers (docs/wire.md "Sender", "Flow control").
 // Each entry is planned with layout_builder and sent at once: entry_begin,
 // then data frames pointing at the value's own memory; the tail goes last.
-#include "blobpipe/producer.hpp"
+#include "blobpipe/pipeline/producer.hpp"
 
 #include <algorithm>
 #include <array>

@@ -6,7 +6,7 @@
 
 #include <asio/buffer.hpp>
 
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 #include "lib/cuda/staging.hpp"
 #include "lib/pipeline/device_send.hpp"
 

@@ -9,7 +9,7 @@
 #include <asio/awaitable.hpp>
 
 #include "blobpipe/cuda.hpp"
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/sender_state.hpp"
 
 namespace blobpipe::detail {

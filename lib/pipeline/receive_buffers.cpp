@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "blobpipe/footer.hpp"
-#include "blobpipe/layout.hpp"
+#include "blobpipe/format/footer.hpp"
+#include "blobpipe/format/layout.hpp"
 
 namespace blobpipe::detail {
 

@@ -24,8 +24,8 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 
-#include "blobpipe/producer.hpp"
-#include "blobpipe/wire.hpp"
+#include "blobpipe/pipeline/producer.hpp"
+#include "blobpipe/protocol/wire.hpp"
 #include "lib/pipeline/sender_state.hpp"
 #include "lib/transport/async_sync.hpp"
 

@@ -10,9 +10,9 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
-#include "blobpipe/layout.hpp"
-#include "blobpipe/producer.hpp"
-#include "blobpipe/transport.hpp"
+#include "blobpipe/format/layout.hpp"
+#include "blobpipe/pipeline/producer.hpp"
+#include "blobpipe/transport/transport.hpp"
 #include "lib/pipeline/watchdog.hpp"
 #include "lib/transport/async_sync.hpp"
 

@@ -1,4 +1,4 @@
-#include "blobpipe/transport.hpp"
+#include "blobpipe/transport/transport.hpp"
 
 #include <array>
 #include <utility>

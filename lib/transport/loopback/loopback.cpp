@@ -1,7 +1,7 @@
 // In-process transport pair (docs/wire.md "Transport"). A send parks its
 // frame in the peer's queue and waits until the receiver has copied the
 // payload into its destination: one copy, no staging buffer.
-#include "blobpipe/loopback.hpp"
+#include "blobpipe/transport/loopback.hpp"
 
 #include <algorithm>
 #include <array>

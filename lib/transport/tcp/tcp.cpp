@@ -1,7 +1,7 @@
 // TCP transport (docs/wire.md "TCP"): one scatter-gather write per frame,
 // header-then-payload reads with the payload read straight into the
 // caller's destination.
-#include "blobpipe/tcp.hpp"
+#include "blobpipe/transport/tcp.hpp"
 
 #include <array>
 #include <vector>

@@ -40,9 +40,9 @@
 #include <asio/steady_timer.hpp>
 #include <ucp/api/ucp.h>
 
-#include "blobpipe/transport.hpp"
-#include "blobpipe/ucx.hpp"
-#include "blobpipe/wire.hpp"
+#include "blobpipe/transport/transport.hpp"
+#include "blobpipe/transport/ucx.hpp"
+#include "blobpipe/protocol/wire.hpp"
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/handles.hpp"
 #include "lib/transport/ucx/request.hpp"

@@ -41,7 +41,7 @@
 #include <ucp/api/ucp.h>
 
 #include "blobpipe/errors.hpp"
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 #include "lib/transport/ucx/handles.hpp"
 
 namespace blobpipe::ucx::detail {

@@ -1,6 +1,6 @@
 // The public UCX transport API (blobpipe/ucx.hpp): listener, listen,
 // connect, and the transport object over a connection.
-#include "blobpipe/ucx.hpp"
+#include "blobpipe/transport/ucx.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

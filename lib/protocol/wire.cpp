@@ -1,5 +1,5 @@
 // The frame codec (docs/wire.md "Frame header", "Handshake", "entry_begin").
-#include "blobpipe/wire.hpp"
+#include "blobpipe/protocol/wire.hpp"
 
 #include <cstring>
 

@@ -1,0 +1,277 @@
+// blobpipe/pipeline/consumer.hpp — receiving streamed blobs as events.
+//
+// `co_await consumer.next()` reads frames and yields one event at a time:
+//   entry_ready    — an entry's bytes have all arrived: tag, Entry and a
+//                    zero-copy entry_view into the receive buffer. Yielded
+//                    before later entries of the blob and before its tail.
+//   blob_complete  — the tail arrived and the received index and footer
+//                    agree with the entries seen (keys, offsets, lengths,
+//                    kinds, dtypes, shapes) and the tag from blob_begin.
+//   blob_aborted   — the producer aborted the blob, or the connection ended
+//                    or broke before its tail; never followed by complete.
+//   end_of_stream  — the connection ended; `error` is empty after an
+//                    orderly close, else why (protocol_violation, peer_closed,
+//                    peer_failed, closed). Every later next() repeats it.
+//
+//   auto [ec, c] = co_await blobpipe::consumer::start(std::move(t), {.window_bytes = 64 << 20});
+//   for (;;) {
+//     auto ev = co_await c.next();
+//     if (ev.kind == blobpipe::event_kind::end_of_stream) break;
+//     if (ev.kind == blobpipe::event_kind::entry_ready)
+//       use(ev.entry->view);          // bytes valid while ev.entry is held
+//   }
+//
+// Zero copy: the receive path reads each data frame's header, then reads
+// its payload straight into the entry's final buffer at the chunk's offset
+// (a 64-byte aligned buffer per entry, or the blob's assembly buffer).
+//
+// Memory: bytes of entries not yet released, plus a tail while it is being
+// checked, count as buffered; the sender only sends what fits the window
+// (blobpipe/producer.hpp), and the consumer rejects a sender that overruns
+// it (protocol_violation). An entry is released when the last copy of its
+// `std::shared_ptr<const received_entry>` is dropped; its bytes' window
+// credit then goes back to the sender. One entry larger than the whole
+// window is admitted when nothing else is buffered.
+//
+// Threading: one next() at a time, on the transport's executor. Entries
+// may be held and dropped on any thread, as long as that executor's
+// execution context (the io_context) still exists: dropped elsewhere, an
+// entry's window credit goes back through a post to that executor.
+// Source: docs/wire.md "Consumer", "Flow control", "Limits".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/pipeline/delivery.hpp"
+#include "blobpipe/cuda.hpp"
+#include "blobpipe/format/entry.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/format/footer.hpp"
+#include "blobpipe/format/index.hpp"
+#include "blobpipe/transport/transport.hpp"
+#include "blobpipe/protocol/wire.hpp"
+
+namespace blobpipe {
+
+namespace detail {
+struct consumer_state;
+}
+
+inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
+inline constexpr std::uint64_t default_recycle_bytes = 64ull << 20;  ///< 64 MiB
+
+/// Where a complete blob ends up, besides the per-entry views.
+enum class assemble_mode {
+  none,    ///< entries only; each in its own 64-byte aligned buffer
+  memory,  ///< the whole blob in one buffer (completed_blob::bytes)
+  file,    ///< written at an offset of a file (consumer_options::file_slot)
+};
+
+/// Where assemble_mode::file writes one blob: at `offset` of `fd`.
+struct file_slot {
+  int fd = -1;               ///< open for writing; not closed by the consumer
+  std::uint64_t offset = 0;  ///< bytes from file start of the blob's byte 0
+};
+
+struct consumer_options {
+  /// Most bytes buffered at once (entries not released + a tail being
+  /// checked), advertised to the sender in the handshake.
+  std::uint64_t window_bytes = default_window_bytes;
+  /// Largest data frame accepted, bytes; the handshake picks
+  /// min(this, the sender's proposal).
+  std::uint32_t max_chunk_bytes = default_chunk_bytes;
+  std::uint32_t max_key_bytes = default_max_key_bytes;    ///< bytes
+  std::uint32_t max_meta_bytes = default_max_meta_bytes;  ///< bytes
+  std::uint64_t max_entry_bytes = 1ull << 32;   ///< one entry's len, bytes
+  std::uint32_t max_tail_bytes = 256u << 20;    ///< index + footer, bytes
+  /// Whole blob (data + tail), bytes. assemble_mode::memory reserves this
+  /// much address space per open blob (pages are committed as bytes land).
+  std::uint64_t max_blob_bytes = 1ull << 32;
+  std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
+  std::uint64_t max_entries_per_blob = 1u << 24;
+  /// Chunk payloads fetched at once (transport::post_payload) when the
+  /// transport allows more than one (payload_window(); UCX does): the next
+  /// chunk, of the same entry or of a later one (another producer's),
+  /// starts arriving before the previous one has ended, instead of each
+  /// costing a round trip. Entries are still yielded in frame order, each
+  /// as soon as its bytes and those of the entries before it are in: while
+  /// no further frame is waiting (transport::header_ready), next() waits
+  /// for the oldest fetch rather than the next frame. 1: one at a time.
+  /// It bounds fetches in flight, not memory (window_bytes does): 16 lets
+  /// a consumer fetch a data frame from each of 16 producers at once. Over
+  /// UCX tcp, 1 MiB frames with 8 in flight moved 12% faster with 16 than
+  /// with 4 (docs/ucx.md "Benchmark").
+  std::size_t payload_window = 16;
+  /// Entry buffers kept for later entries once released, bytes (0: none).
+  /// Bytes landing in fresh memory cost a page fault and a zeroed page per
+  /// 4 KiB, and the C allocator returns buffers of several MiB to the
+  /// kernel when they are freed, so without reuse every large entry pays
+  /// that again (docs/ucx.md "The pipeline over UCX": 16 MiB entries over
+  /// UCX tcp, +55%). Buffers of 64 KiB and more are kept, in size classes
+  /// (at most 12.5% larger than the entry; that rounding is memory beyond
+  /// the window too); once this is exceeded the least recently released
+  /// go first, and a buffer larger than this is never kept. Kept buffers
+  /// are memory on top of the window (consumer_stats::recycle_kept_bytes).
+  std::uint64_t recycle_bytes = default_recycle_bytes;
+
+  // `{}` on the members below: see sender_options::resend.
+
+  /// Resend sessions (docs/wire.md "Delivery"): the tags of blobs already
+  /// delivered, shared by every consumer that may serve the same sender
+  /// across its reconnects (all connections one listener accepts). Null:
+  /// delivery_log::process_default(). Its window is advertised in the hello.
+  std::shared_ptr<delivery_log> delivered{};
+
+  /// Timeouts (0: none). next() ends the stream with timed_out, and closes
+  /// the connection, when it has waited on the sender for this long with no
+  /// byte arriving: `stall_timeout` while the sender owes bytes (a frame's
+  /// payload is incomplete, or a blob is open), `idle_timeout` always. An
+  /// idle producer sends nothing, so idle_timeout also ends a healthy but
+  /// quiet connection; a resend session then reconnects.
+  std::chrono::milliseconds stall_timeout{0};
+  std::chrono::milliseconds idle_timeout{0};
+
+  assemble_mode assemble = assemble_mode::none;
+  /// assemble_mode::file: called at blob_begin to place the blob. An error
+  /// aborts that blob (its bytes are still received, then dropped).
+  std::function<result<file_slot>(std::uint64_t blob_id, const tag_t& tag)> file_slot_for{};
+
+  /// Land entries in CUDA device memory (docs/cuda.md "Consumer"): the
+  /// selected entries are yielded with received_entry::device set once
+  /// their bytes are on the device. start() fails with cuda_failure when
+  /// there is no device, invalid_argument with another assemble mode.
+  cuda::landing_options landing{};
+};
+
+enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };
+
+/// A received entry. Holding it keeps its bytes (and their window credit);
+/// dropping the last shared_ptr releases both.
+struct received_entry {
+  std::uint64_t blob_id = 0;
+  tag_t tag = NO_TAG;
+  std::size_t index = 0;   ///< position in the blob (index row number)
+  Entry entry;             ///< row as announced (offsets from blob start)
+  entry_view view;         ///< typed, zero-copy; view.entry == &entry
+  /// Keeps view.bytes alive and returns the window credit when released.
+  std::shared_ptr<const void> storage;
+  /// cuda_device when the entry landed in device memory
+  /// (consumer_options::landing): `device` then views it, and view.bytes
+  /// is empty (view.type and view.shape are set). host otherwise.
+  memory_kind memory = memory_kind::host;
+  cuda::device_view device;  ///< memory == cuda_device; kept alive by `storage`
+
+  received_entry() = default;
+  received_entry(const received_entry&) = delete;  // view.entry points into *this
+  received_entry& operator=(const received_entry&) = delete;
+};
+
+/// A blob whose tail checked out.
+struct completed_blob {
+  std::uint64_t blob_id = 0;
+  blob_index index;               ///< footer + rows parsed from the tail
+  std::uint64_t nbytes = 0;       ///< whole blob, bytes
+  /// assemble_mode::memory: the whole blob, byte-identical to write(plan)
+  /// (pads zero); empty otherwise.
+  std::span<const std::byte> bytes;
+  file_slot file;                 ///< assemble_mode::file: where it was written
+  std::shared_ptr<const void> storage;  ///< keeps `bytes` alive
+};
+
+/// One thing that happened on the stream (see the file comment).
+struct event {
+  event_kind kind = event_kind::end_of_stream;
+  std::uint64_t blob_id = 0;
+  tag_t tag = NO_TAG;
+  std::shared_ptr<const received_entry> entry;  ///< entry_ready
+  std::shared_ptr<const completed_blob> blob;   ///< blob_complete
+  /// blob_aborted: aborted (the producer aborted), protocol_violation,
+  /// peer_closed, closed, or the error of file_slot_for. end_of_stream:
+  /// empty after an orderly close, else why.
+  std::error_code error;
+  /// One line: the producer's reason or what broke; never empty when
+  /// `error` is set.
+  std::string reason;
+  /// blob_aborted in a resend session: only this attempt is void (the
+  /// connection broke, or another connection delivered the same tag first).
+  /// The sender holds the blob until it is delivered, so drop this
+  /// attempt's entries and expect the tag again (on a consumer sharing this
+  /// delivery_log), unless it already completed there. Every tag ends
+  /// exactly once in blob_complete or in blob_aborted with resend false.
+  bool resend = false;
+};
+
+/// Counters for tests and benchmarks.
+struct consumer_stats {
+  std::uint64_t buffered_bytes = 0;      ///< now
+  std::uint64_t buffered_high_water = 0; ///< most ever buffered, bytes
+  std::uint64_t entries_received = 0;
+  std::uint64_t blobs_completed = 0;
+  std::uint64_t blobs_aborted = 0;
+  std::uint64_t acks_sent = 0;
+  std::uint64_t device_entries = 0;  ///< entries landed in device memory
+  std::uint64_t device_chunks = 0;   ///< host-to-device copies from pinned buffers
+  std::uint64_t duplicates_dropped = 0;  ///< resent blobs already delivered
+  /// Chunks posted while earlier ones were still posted and not waited
+  /// for (consumer_options::payload_window): the receives that overlapped.
+  std::uint64_t chunks_overlapped = 0;
+  /// Entries given a buffer kept from a released entry at entry_begin
+  /// (consumer_options::recycle_bytes; counted even if the blob is later
+  /// aborted), and the bytes kept for reuse now.
+  std::uint64_t buffers_reused = 0;
+  std::uint64_t recycle_kept_bytes = 0;
+};
+
+/// Receives blobs from one transport. Move-only; destroying it closes the
+/// connection (as close()).
+class consumer {
+ public:
+  consumer() = default;
+  consumer(consumer&&) noexcept = default;
+  consumer& operator=(consumer&&) noexcept;
+  ~consumer();
+
+  /// Waits for the sender's hello, checks it, answers with the negotiated
+  /// chunk size, this window and the delivery log's window. On error the
+  /// transport is closed. stall_timeout and idle_timeout apply to the
+  /// sender's hello as well.
+  /// Errors: protocol_violation (bad hello or a non-hello first frame),
+  /// invalid_argument (options out of range, e.g. payload_window 0), peer_closed, peer_failed, closed,
+  /// cuda_failure (landing enabled without a device: cuda::device_count()
+  /// says why).
+  static asio::awaitable<std::tuple<std::error_code, consumer>> start(
+      std::unique_ptr<transport> t, consumer_options opt = {});
+
+  /// The next event. Never throws for stream problems: a broken peer yields
+  /// blob_aborted for each open blob, then end_of_stream with the error.
+  /// Cancelling the awaiting coroutine (terminal) ends the stream the same
+  /// way, with the error the interrupted wait reported (operation_aborted,
+  /// closed, peer_failed), instead of throwing out of a half-read frame.
+  /// REQUIRES: no other next() pending on this consumer.
+  asio::awaitable<event> next();
+
+  /// Closes now: a pending next() yields the open blobs as aborted (closed)
+  /// then end_of_stream (closed); the sender sees peer_closed. Entries
+  /// whose fetches had already landed (payload_window above 1), with every
+  /// fetch before them, are yielded before the aborts.
+  void close() noexcept;
+
+  std::uint32_t chunk_bytes() const noexcept;   ///< negotiated, bytes
+  std::uint64_t window_bytes() const noexcept;
+  consumer_stats stats() const noexcept;
+
+ private:
+  explicit consumer(std::shared_ptr<detail::consumer_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::consumer_state> state_;
+};
+
+}  // namespace blobpipe

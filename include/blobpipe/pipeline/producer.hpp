@@ -1,0 +1,257 @@
+// blobpipe/pipeline/producer.hpp — streaming blobs out: sender and blob_writer.
+//
+// A `sender` owns one transport. Any number of coroutines open blobs on it
+// and emit (key, value) pairs; each entry is planned incrementally
+// (layout_builder: entry i's offset depends only on entries before it) and
+// sent at once, before later values exist. Entries are split into data
+// frames of at most the negotiated chunk size, so blobs from concurrent
+// producers interleave on the connection. `finish()` sends the index and
+// footer (write_tail) last.
+//
+//   auto [ec, s] = co_await blobpipe::sender::start(std::move(t));
+//   auto blob = s.open_blob();                          // random uuid4 tag
+//   co_await blob.emit("0@input_ids", blobpipe::value::tensor(ids));
+//   co_await blob.emit("reward", blobpipe::value::tensor(reward, {}));
+//   co_await blob.finish();
+//   co_await s.shutdown();                              // orderly close
+//
+// Zero copy: an entry's data frames point at the value's own memory
+// (planned_entry.source.data) when the value is contiguous. A strided value
+// is the one exception: write_entry gathers it into a temporary of
+// entry.len bytes, which is then sent the same way.
+//
+// Backpressure: the consumer grants a window (bytes). Before an entry
+// (entry.len bytes) or a tail (tail_size bytes) is sent, the sender waits
+// until the bytes it has sent and the consumer has not yet released, plus
+// the new ones, fit the window. An entry larger than the whole window is
+// admitted alone, once nothing else is outstanding, so a small window never
+// deadlocks. Waiting suspends the producer (no busy loop, nothing dropped).
+//
+// Resend sessions (at-least-once on the wire, exactly once to the
+// application): started with a connect function instead of a transport,
+// the sender copies each entry and tail into a kept blob, holds it until
+// the consumer acknowledges its delivery, and when the connection fails it
+// connects again and sends every kept blob from its start. The consumer
+// drops the ones it delivered already, by tag (blobpipe/delivery.hpp).
+// Kept bytes are bounded by resend_options::unacked_bytes; producers wait
+// when it is full. This costs one copy of every byte sent.
+//
+//   auto connect = [ex]() { return blobpipe::tcp::connect(ex, host, port); };
+//   auto [ec, s] = co_await blobpipe::sender::start(connect, {.resend = {.unacked_bytes = 64 << 20}});
+//
+// Threading: a sender and its blobs live on the transport's executor; call
+// them from coroutines on that executor only.
+// Source: docs/wire.md "Sender", "Flow control", "Delivery"; docs/reliability.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/cuda.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/format/footer.hpp"
+#include "blobpipe/format/layout.hpp"
+#include "blobpipe/transport/transport.hpp"
+
+namespace blobpipe {
+
+namespace detail {
+struct sender_state;
+struct blob_state;
+}  // namespace detail
+
+/// Makes one connection for a resend session; called again after each
+/// failure. Should honour cancellation (a stall_timeout races it).
+using connect_fn =
+    std::function<asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>>()>;
+
+/// Resend sessions only (sender::start with a connect_fn).
+struct resend_options {
+  /// Most bytes kept for resending (entries, tails, and their entry_begin
+  /// payloads), bytes. A producer whose entry does not fit waits for
+  /// deliveries, except for the oldest kept blob, which always proceeds
+  /// (so blobs larger than the budget, or many open blobs, cannot deadlock).
+  std::uint64_t unacked_bytes = 256ull << 20;
+  /// Consecutive failed connection attempts (connect or handshake) without
+  /// any acknowledgement in between before the sender gives up and fails
+  /// with the last error.
+  std::uint32_t max_attempts = 8;
+  /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
+  /// The first reconnect after a working connection broke is immediate.
+  std::chrono::milliseconds retry_delay{10};
+  std::chrono::milliseconds max_retry_delay{1000};
+};
+
+struct sender_options {
+  /// Largest data frame payload proposed in the handshake, bytes; the
+  /// consumer may lower it. Entries longer than this go out in chunks.
+  std::uint32_t chunk_bytes = default_chunk_bytes;
+  /// Longest the sender waits on the consumer with nothing arriving from it
+  /// and no send completing (0: no limit): a send the consumer does not
+  /// read, a producer waiting for window credit or for a delivery, the
+  /// handshake, shutdown. Exceeded: a plain sender fails with timed_out; a
+  /// resend session drops the connection and reconnects. Covers waits for
+  /// the application on the far side too (credit comes back only when it
+  /// releases entries), so set it above the longest it may hold entries.
+  std::chrono::milliseconds stall_timeout{0};
+  // `{}` below changes nothing at run time; it lets callers name only the
+  // fields they set (`{.chunk_bytes = 256}`) without GCC's
+  // -Wmissing-field-initializers, which skips members that have one.
+  resend_options resend{};
+  /// Device values (value::memory, docs/cuda.md): the pinned ring each
+  /// staged entry borrows. emit of a device value fails with
+  /// invalid_argument when pinned_chunk_bytes < 64 or pool_depth is 0.
+  cuda::staging_options staging{};
+};
+
+/// Counters for tests and benchmarks.
+struct sender_stats {
+  std::uint64_t entries_sent = 0;
+  std::uint64_t data_frames_sent = 0;
+  std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
+  std::uint64_t credit_waits = 0;     ///< times a producer waited for the window
+  std::uint64_t gathered_entries = 0; ///< strided values copied via write_entry
+  // Device values (docs/cuda.md).
+  std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
+  std::uint64_t device_chunks = 0;    ///< device-to-host copies into pinned buffers
+  std::uint64_t device_direct_entries = 0;  ///< given to a transport as device memory
+  /// Most device-to-host copies queued ahead of the chunk being sent: the
+  /// overlap of copy and network (pool_depth - 1 once entries span the ring).
+  std::uint64_t device_prefetch_high_water = 0;
+  // Resend sessions.
+  std::uint64_t reconnects = 0;       ///< connections made after the first
+  std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
+  std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements received
+  std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
+};
+
+/// One blob being streamed. A cheap handle (copies refer to the same blob).
+/// Calls on one blob are serialised in call order: emit from several
+/// coroutines is allowed, each entry goes out whole.
+/// If the last handle goes away before finish() or abort(), the blob is
+/// aborted ("blob_writer dropped").
+class blob_writer {
+ public:
+  blob_writer() = default;
+
+  /// Plans `v` as the next entry and sends it: entry_begin, then its bytes
+  /// in chunks. Completes when every byte was handed to the transport; `v`'s
+  /// memory must stay valid and unchanged until then (not longer).
+  /// Device memory (v.memory cuda_device, or automatic finding device
+  /// memory): the bytes are copied to pinned host buffers chunk by chunk,
+  /// each copy overlapping the send of the chunk before (docs/cuda.md).
+  /// REQUIRES: the device bytes are written (the kernels that produce them
+  /// have finished, or ran on the legacy default stream, which the staging
+  /// stream waits for).
+  /// Errors: those of layout_builder::add (invalid_argument, unknown_kind,
+  /// unknown_dtype, too_large; the blob stays usable), closed (blob finished
+  /// or aborted, or the sender closed), peer_closed, peer_failed,
+  /// protocol_violation (the consumer broke the protocol), invalid_argument
+  /// (key longer than the consumer's max_key_bytes), cuda_failure (device
+  /// memory: before anything is sent, e.g. "no CUDA device" — the blob stays
+  /// usable; or once the entry was announced, e.g. a failed copy — the blob
+  /// is aborted with the CUDA message, the sender stays usable).
+  /// last_error() has the message.
+  /// Resend session: completes once the entry is copied into the kept blob
+  /// (after waiting for resend_options::unacked_bytes if it is full) and,
+  /// while connected, sent; a broken connection is not an error here (the
+  /// copy goes out again). Device values: invalid_argument.
+  asio::awaitable<std::error_code> emit(std::string key, value v);
+
+  /// Ends the blob: index + v3 footer from write_tail, as one tail frame.
+  /// Errors: too_large (the footer cannot address the blob; the blob is
+  /// aborted), closed, peer_closed, peer_failed, protocol_violation.
+  /// Resend session: as emit; the blob's delivery is confirmed by
+  /// sender::shutdown() (or sender_stats::blobs_delivered), not here.
+  asio::awaitable<std::error_code> finish();
+
+  /// Abandons the blob; the consumer reports it aborted with `reason`
+  /// (truncated to max_reason_bytes). No-op after finish() or abort().
+  /// Errors: closed, peer_closed, peer_failed.
+  asio::awaitable<std::error_code> abort(std::string reason);
+
+  /// One line on why the last emit failed (e.g. the CUDA error string);
+  /// empty after a success. For logs: tests compare codes.
+  const std::string& last_error() const noexcept;
+
+  const tag_t& tag() const noexcept;
+  /// blob_id on the wire (resend session: on the current connection; 0
+  /// before it was first sent).
+  std::uint64_t id() const noexcept;
+  std::size_t entry_count() const noexcept;
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+
+ private:
+  friend class sender;
+  explicit blob_writer(std::shared_ptr<detail::blob_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::blob_state> state_;
+};
+
+/// Owns a transport and streams blobs over it. Move-only; destroying it
+/// closes the connection (as close()).
+class sender {
+ public:
+  sender() = default;
+  sender(sender&&) noexcept = default;
+  sender& operator=(sender&&) noexcept;
+  ~sender();
+
+  /// Runs the handshake (sends hello, waits for the consumer's) and starts
+  /// reading acknowledgements. On error the transport is closed.
+  /// Errors: protocol_violation (bad hello: magic, version, role, chunk),
+  /// peer_closed, peer_failed, closed.
+  static asio::awaitable<std::tuple<std::error_code, sender>> start(
+      std::unique_ptr<transport> t, sender_options opt = {});
+
+  /// Starts a resend session: connects with `connect` (retrying as
+  /// opt.resend says) and runs the handshake with a new random session id.
+  /// Afterwards a failed connection is replaced transparently: emit,
+  /// finish and abort keep succeeding while the sender reconnects, and
+  /// every blob ended (finished or aborted) reaches the consumer exactly
+  /// once. REQUIRES: every blob's tag is unique in the session and not
+  /// NO_TAG (open_blob's default random tag is). Errors: those of
+  /// connect and of the handshake after max_attempts tries,
+  /// protocol_violation (the consumer keeps no delivery log).
+  static asio::awaitable<std::tuple<std::error_code, sender>> start(
+      connect_fn connect, sender_options opt = {});
+
+  /// Opens a blob with `tag` (default: a random uuid4). Nothing is sent until
+  /// the first emit, finish or abort. REQUIRES: a started sender.
+  blob_writer open_blob(const tag_t& tag = random_tag());
+
+  /// Orderly close: sends `close`, then waits until the consumer has read
+  /// everything and closed its end. Blobs still open are aborted by the
+  /// consumer. Errors: closed, peer_failed, protocol_violation.
+  /// Resend session: first waits until every ended blob was delivered
+  /// (reconnecting as needed); blobs still open are abandoned.
+  asio::awaitable<std::error_code> shutdown();
+
+  /// Closes now: every pending emit/finish/abort/shutdown completes with
+  /// `closed`; blobs in flight are reported aborted by the consumer.
+  void close() noexcept;
+
+  /// The first error that ended the connection; empty while healthy.
+  std::error_code error() const noexcept;
+
+  /// Negotiated data frame size and the consumer's window, bytes.
+  std::uint32_t chunk_bytes() const noexcept;
+  std::uint64_t window_bytes() const noexcept;
+  /// Bytes sent and not yet released by the consumer.
+  std::uint64_t in_flight_bytes() const noexcept;
+  /// Resend session: bytes kept until delivered (0 otherwise).
+  std::uint64_t unacked_bytes() const noexcept;
+  sender_stats stats() const noexcept;
+
+ private:
+  explicit sender(std::shared_ptr<detail::sender_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::sender_state> state_;
+};
+
+}  // namespace blobpipe

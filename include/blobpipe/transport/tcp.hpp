@@ -1,0 +1,64 @@
+// blobpipe/transport/tcp.hpp — the TCP transport (Asio sockets).
+//
+// Each frame is one scatter-gather write (header, then the payload's
+// buffers as given: no staging copy). The receive path reads the 24-byte
+// header, lets the caller pick the destination, then reads the payload
+// straight into it. Sockets run with TCP_NODELAY (a small control frame
+// such as an ack must not wait behind Nagle).
+//
+//   auto l = blobpipe::tcp::listen(ex, 0).value();     // ephemeral port
+//   // consumer side                   // sender side
+//   auto [ec, t] = co_await l.accept();  auto [ec, t] = co_await
+//                                          blobpipe::tcp::connect(ex, "127.0.0.1", l.port());
+//
+// Source: docs/wire.md "Transport", "TCP".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <tuple>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/transport/transport.hpp"
+
+namespace blobpipe::tcp {
+
+/// A listening socket that yields TCP transports (blobpipe::listener).
+class listener final : public blobpipe::listener {
+ public:
+  listener(listener&&) noexcept;
+  listener& operator=(listener&&) noexcept;
+  ~listener() override;
+
+  std::uint16_t port() const noexcept override;
+  /// The transport has TCP_NODELAY set.
+  /// Errors: closed (close() called), peer_failed (accept failed).
+  asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
+      transport_options opt = {}) override;
+  void close() noexcept override;
+
+ private:
+  struct impl;
+  explicit listener(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+  friend result<listener> listen(asio::any_io_executor, std::uint16_t, const std::string&);
+};
+
+/// Listens on `address`:`port` (port 0 picks an ephemeral port).
+/// Errors: invalid_argument (address does not parse), peer_failed (bind or
+/// listen failed; the message names the OS error).
+[[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
+                                      const std::string& address = "127.0.0.1");
+
+/// Resolves `host` and connects to the first address that accepts.
+/// Errors: peer_failed (resolve or connect failed), closed (cancelled).
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
+    asio::any_io_executor ex, std::string host, std::uint16_t port,
+    transport_options opt = {});
+
+}  // namespace blobpipe::tcp

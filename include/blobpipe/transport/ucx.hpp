@@ -1,0 +1,183 @@
+// blobpipe/transport/ucx.hpp — the UCX transport (ucp active messages, UCX 1.13).
+//
+// The same frame transport as blobpipe/tcp.hpp, over UCX: any transport
+// UCX selects (tcp; on one host the shared-memory ones, posix, sysv, cma).
+// Each frame is one active message: the 24-byte frame header is the AM
+// header, the payload goes out of the caller's own buffers (one buffer:
+// contiguous; several: UCP_DATATYPE_IOV), never through a staging copy.
+// On the receiving side a large payload (rendezvous) is fetched by
+// ucp_am_recv_data_nbx straight into the destination that
+// receive_payload() names; a small one (eager) arrived whole inside UCX's
+// receive buffer and is copied once from there into the destination.
+//
+//   auto l = blobpipe::ucx::listen(ex, 0).value();   // ephemeral port
+//   // consumer side                      // sender side
+//   auto [ec, t] = co_await l.accept();     auto [ec, t] = co_await
+//                                             blobpipe::ucx::connect(ex, "127.0.0.1", l.port());
+//
+// Event loop: every io_context (more exactly, every execution context an
+// executor belongs to) gets one UCX context and one single-threaded worker,
+// created by the first listen/connect on it and released with the last
+// transport or listener. The worker's event fd (ucp_worker_get_efd) is
+// awaited by an asio::posix::stream_descriptor: progress until idle, arm
+// (ucp_worker_arm; busy means progress again), await readable. An idle
+// connection costs no CPU and no thread is added.
+//
+// Choosing the UCX transports: UCX reads UCX_TLS, UCX_NET_DEVICES, ... from
+// the environment; options::config overrides them for one io_context. The
+// connection itself is set up through a listener socket address, so a
+// sockaddr-capable transport must be allowed besides shared memory, e.g.
+// UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. Because every endpoint runs in
+// peer error mode, blobpipe turns on what UCX 1.13 requires of the shared
+// memory transports in that mode (MM_ERROR_HANDLING, MEMORY_INVALIDATE),
+// and lets a listener bind a port whose old connections are in TIME_WAIT
+// (CM_REUSEADDR), unless told otherwise. docs/ucx.md has the details.
+//
+// Closing: close() says goodbye (an AM the peer answers) and then closes
+// the endpoint in flush mode (ucp_ep_close_nbx), so the peer sees
+// peer_closed; with operations in flight, or after a peer failure, the
+// endpoint is forced closed (UCP_EP_CLOSE_FLAG_FORCE) and they complete
+// with `closed`. close() never blocks: the handshake finishes on the
+// executor.
+//
+// Device memory: with a UCX built with its CUDA modules (cuda_copy,
+// cuda_ipc), accepts_device_memory() is true and send_device /
+// receive_payload_device hand CUDA buffers to UCX
+// (UCS_MEMORY_TYPE_CUDA). Debian's 1.13 has none: they then fail with
+// invalid_argument, as transport.hpp's defaults do.
+//
+// Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
+// closed its transport (an orderly goodbye); peer_failed: the peer's
+// process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER).
+// Frames already received before either are still delivered.
+//
+// Source: docs/ucx.md; UCX examples/ucp_client_server.c.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/transport/transport.hpp"
+
+namespace blobpipe::ucx {
+
+/// How the io_context's UCX context is created.
+struct options {
+  /// UCX configuration overrides: (name without the "UCX_" prefix, value),
+  /// applied with ucp_config_modify on top of the environment, e.g.
+  /// {{"TLS", "tcp,posix,cma"}, {"RNDV_THRESH", "64k"}}. They take effect
+  /// when the io_context's UCX context is created, i.e. at its first
+  /// listen/connect; a later call naming different overrides while that
+  /// context lives fails with invalid_argument. Empty: use the environment,
+  /// or the existing context as it is.
+  std::vector<std::pair<std::string, std::string>> config;
+
+  /// After the worker last had events, keep progressing it between other
+  /// handlers for this long before arming it and sleeping on its event fd
+  /// (microseconds). A busy connection is then not put to sleep and
+  /// signalled awake between messages (about 1.5x throughput on shared
+  /// memory here); an idle one costs CPU for at most this long after its
+  /// last message. 0: arm as soon as a progress pass finds nothing.
+  /// Like `config`, fixed when the io_context's UCX context is created.
+  std::chrono::microseconds busy_poll{200};
+};
+
+/// A listener (ucp_listener_create) that yields UCX transports
+/// (blobpipe::listener).
+///
+/// Connection requests are taken as they arrive (ucp_ep_create with the
+/// request, like a kernel backlog), so a client's connect() completes
+/// before accept() is called.
+class listener final : public blobpipe::listener {
+ public:
+  listener(listener&&) noexcept;
+  listener& operator=(listener&&) noexcept;
+  ~listener() override;
+
+  /// ucp_listener_query.
+  std::uint16_t port() const noexcept override;
+  /// Errors: closed (close() called, before or while waiting).
+  asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
+      transport_options opt = {}) override;
+  /// Stops accepting at once; connections not yet accepted are closed too.
+  /// UCX 1.13 crashes when a ucp_listener is destroyed while a connection
+  /// to it is half accepted, so the port stays bound, rejecting every
+  /// request that still comes (ucp_listener_reject: the client's connect
+  /// fails with peer_failed), until 2 s pass without one; then
+  /// ucp_listener_destroy. Meanwhile the io_context's run() does not return
+  /// (as with a closing connection). docs/ucx.md "Gaps".
+  void close() noexcept override;
+
+ private:
+  struct impl;
+  explicit listener(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+  friend result<listener> listen(asio::any_io_executor, std::uint16_t, const std::string&,
+                                 const options&);
+};
+
+/// Listens on `address`:`port` (an IPv4 literal, or a v4-mapped IPv6 one;
+/// port 0 picks an ephemeral port). IPv6 is refused: UCX 1.13's tcp
+/// transport cannot connect over it (docs/ucx.md). Creates the
+/// io_context's UCX context and worker on the first call (ucp_init,
+/// ucp_worker_create).
+/// Errors: invalid_argument (address does not parse or is IPv6; config
+/// differing from the io_context's live UCX context; an unknown UCX config
+/// name), peer_failed (UCX could not be initialised, or ucp_listener_create
+/// failed, e.g. the port is in use; the message names the UCX status).
+[[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
+                                      const std::string& address = "127.0.0.1",
+                                      const options& opt = {});
+
+/// Whether connect() takes `host`: a name (resolved to IPv4 addresses), an
+/// IPv4 literal or a v4-mapped IPv6 one. Nothing is resolved here.
+/// Errors: invalid_argument (an IPv6 literal: UCX 1.13's tcp transport
+/// cannot connect over it; docs/ucx.md "Gaps"; the message says so).
+[[nodiscard]] result<void> check_host(const std::string& host);
+
+/// Resolves `host` to IPv4 addresses (asio resolver; an IPv6 literal is
+/// refused, see check_host), creates an endpoint to the first
+/// address (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
+/// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER with an err_handler)
+/// and completes once UCX has connected it (ucp_ep_flush_nbx). Creates
+/// the io_context's UCX context and worker on the first call, as listen.
+/// Errors: peer_failed (resolve failed, nobody listens, UCX could not be
+/// initialised), invalid_argument (config as for listen; an IPv6 literal
+/// `host`), closed (the awaiting coroutine was cancelled).
+asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt = {},
+    options uopt = {});
+
+/// What one UCX transport has moved so far (for benchmarks and tests).
+struct stats {
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_received = 0;
+  /// Payloads received by rendezvous, i.e. fetched by ucp_am_recv_data_nbx
+  /// straight into the destination (frames, bytes).
+  std::uint64_t rndv_frames = 0;
+  std::uint64_t rndv_bytes = 0;
+  /// Payloads that arrived eagerly and were copied once from UCX's
+  /// receive buffer into the destination (frames, bytes).
+  std::uint64_t eager_frames = 0;
+  std::uint64_t eager_bytes = 0;
+};
+
+/// The counters of `t`. Errors: invalid_argument (`t` is not a UCX transport).
+[[nodiscard]] result<stats> get_stats(const transport& t);
+
+/// UCX's description of the endpoint's lanes and transports
+/// (ucp_ep_print_info), e.g. to check which of UCX_TLS was selected.
+/// Errors: invalid_argument (not a UCX transport), closed (no endpoint).
+[[nodiscard]] result<std::string> describe(const transport& t);
+
+}  // namespace blobpipe::ucx
