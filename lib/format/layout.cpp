@@ -159,22 +159,36 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
   return p;
 }
 
+namespace {
+
+void pack_row(msgpack::packer<msgpack::sbuffer>& pk, const Entry& e) {
+  pk.pack_array(6);
+  pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
+  pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
+  pk.pack(e.off);
+  pk.pack(e.len);
+  detail::pack_kind(pk, e);
+  detail::pack_dtype(pk, e);
+  detail::pack_shape(pk, e, /*nil_as_empty=*/false);
+}
+
+}  // namespace
+
 std::vector<std::byte> encode_index(std::span<const Entry> entries) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   pk.pack_array(static_cast<std::uint32_t>(entries.size()));
-  for (const Entry& e : entries) {
-    pk.pack_array(6);
-    pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
-    pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
-    pk.pack(e.off);
-    pk.pack(e.len);
-    detail::pack_kind(pk, e);
-    detail::pack_dtype(pk, e);
-    detail::pack_shape(pk, e, /*nil_as_empty=*/false);
-  }
+  for (const Entry& e : entries) pack_row(pk, e);
   const auto* b = reinterpret_cast<const std::byte*>(buf.data());
   return {b, b + buf.size()};
+}
+
+void append_index_row(const Entry& e, std::vector<std::byte>& out) {
+  msgpack::sbuffer buf(256);
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pack_row(pk, e);
+  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
+  out.insert(out.end(), b, b + buf.size());
 }
 
 result<BlobPlan> plan(std::span<const std::string> keys, std::span<const value> values,

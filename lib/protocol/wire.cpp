@@ -10,6 +10,19 @@ namespace blobpipe {
 using detail::load_le;
 using detail::store_le;
 
+namespace {
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+error violation(std::string what) { return make_error(errc::protocol_violation, std::move(what)); }
+
+/// Flags each frame type may carry.
+std::uint8_t allowed_flags(frame_type t) noexcept {
+  return t == frame_type::entry_begin ? frame_flag_inline : 0;
+}
+
+}  // namespace
+
 const char* frame_type_name(frame_type t) noexcept {
   switch (t) {
     case frame_type::hello: return "hello";
@@ -27,7 +40,7 @@ const char* frame_type_name(frame_type t) noexcept {
 void encode_frame_header(const frame_header& h, std::span<std::byte> out) noexcept {
   std::byte* p = out.data();
   store_le<std::uint8_t>(p + 0, static_cast<std::uint8_t>(h.type));
-  store_le<std::uint8_t>(p + 1, 0);
+  store_le<std::uint8_t>(p + 1, h.flags);
   store_le<std::uint16_t>(p + 2, 0);
   store_le<std::uint32_t>(p + 4, h.length);
   store_le<std::uint64_t>(p + 8, h.blob_id);
@@ -37,28 +50,32 @@ void encode_frame_header(const frame_header& h, std::span<std::byte> out) noexce
 result<frame_header> decode_frame_header(std::span<const std::byte> in,
                                          std::uint32_t max_frame_bytes) {
   if (in.size() < frame_header_size)
-    return {errc::too_small, "frame header: " + std::to_string(in.size()) + " bytes, need 24"};
+    return {errc::too_small, "frame header: " + num(in.size()) + " bytes, need 24"};
   const std::byte* p = in.data();
   const auto type = load_le<std::uint8_t>(p + 0);
   if (!is_known_frame_type(type))
-    return {errc::protocol_violation, "frame header: unknown frame type " + std::to_string(type)};
-  if (load_le<std::uint8_t>(p + 1) != 0 || load_le<std::uint16_t>(p + 2) != 0)
-    return {errc::protocol_violation, "frame header: non-zero flags/reserved"};
+    return violation("frame header: unknown frame type " + num(type));
   frame_header h;
   h.type = static_cast<frame_type>(type);
+  h.flags = load_le<std::uint8_t>(p + 1);
+  if ((h.flags & ~allowed_flags(h.type)) != 0)
+    return violation(std::string("frame header: ") + frame_type_name(h.type) + " flags " +
+                     num(h.flags) + " not known");
+  if (load_le<std::uint16_t>(p + 2) != 0)
+    return violation("frame header: non-zero reserved field");
   h.length = load_le<std::uint32_t>(p + 4);
   h.blob_id = load_le<std::uint64_t>(p + 8);
   h.arg = load_le<std::uint64_t>(p + 16);
   if (h.length > max_frame_bytes)
-    return {errc::protocol_violation, std::string("frame header: ") + frame_type_name(h.type) +
-                                          " length " + std::to_string(h.length) +
-                                          " exceeds max_frame_bytes " +
-                                          std::to_string(max_frame_bytes)};
+    return violation(std::string("frame header: ") + frame_type_name(h.type) + " length " +
+                     num(h.length) + " exceeds max_frame_bytes " + num(max_frame_bytes));
   return h;
 }
 
 std::vector<std::byte> encode_hello(const hello& h) {
-  std::vector<std::byte> out(hello_size);
+  std::size_t ext_bytes = 0;
+  for (const auto& e : h.extensions) ext_bytes += 4 + e.value.size();
+  std::vector<std::byte> out(hello_size + ext_bytes);
   std::byte* p = out.data();
   store_le<std::uint32_t>(p + 0, WIRE_MAGIC);
   store_le<std::uint16_t>(p + 4, h.version);
@@ -69,31 +86,39 @@ std::vector<std::byte> encode_hello(const hello& h) {
   store_le<std::uint32_t>(p + 24, h.max_meta_bytes);
   store_le<std::uint32_t>(p + 28, h.dedup_window);
   std::memcpy(p + 32, h.session.data(), h.session.size());
+  store_le<std::uint64_t>(p + 48, h.features);
+  store_le<std::uint32_t>(p + 56, h.inline_bytes);
+  store_le<std::uint16_t>(p + 60, static_cast<std::uint16_t>(ext_bytes));
+  store_le<std::uint16_t>(p + 62, 0);
+  std::byte* x = p + hello_size;
+  for (const auto& e : h.extensions) {
+    store_le<std::uint16_t>(x, e.type);
+    store_le<std::uint16_t>(x + 2, static_cast<std::uint16_t>(e.value.size()));
+    if (!e.value.empty()) std::memcpy(x + 4, e.value.data(), e.value.size());
+    x += 4 + e.value.size();
+  }
   return out;
 }
 
 result<hello> decode_hello(std::span<const std::byte> payload) {
-  // Magic and version come before the size check: a version-1 peer (whose
-  // hello is 32 bytes) is then told so by name, not by a size mismatch.
+  // Magic and version come before the size check: a version-2 peer (whose
+  // hello is 48 bytes) is then told so by name, not by a size mismatch.
   if (payload.size() < 8)
-    return {errc::protocol_violation,
-            "hello: " + std::to_string(payload.size()) + " bytes, expected 48"};
+    return violation("hello: " + num(payload.size()) + " bytes, expected at least 64");
   const std::byte* p = payload.data();
   if (load_le<std::uint32_t>(p) != WIRE_MAGIC)
-    return {errc::protocol_violation, "hello: bad magic (not a blobpipe peer)"};
+    return violation("hello: bad magic (not a blobpipe peer)");
   hello h;
   h.version = load_le<std::uint16_t>(p + 4);
   if (h.version != WIRE_VERSION)
-    return {errc::protocol_violation, "hello: unsupported wire version " +
-                                          std::to_string(h.version) + " (this side speaks " +
-                                          std::to_string(WIRE_VERSION) + ")"};
-  if (payload.size() != hello_size)
-    return {errc::protocol_violation,
-            "hello: " + std::to_string(payload.size()) + " bytes, expected 48"};
+    return violation("hello: unsupported wire version " + num(h.version) +
+                     " (this side speaks " + num(WIRE_VERSION) + ")");
+  if (payload.size() < hello_size || payload.size() > max_hello_bytes)
+    return violation("hello: " + num(payload.size()) + " bytes, expected 64 to 4096");
   const auto role = load_le<std::uint16_t>(p + 6);
   if (role != static_cast<std::uint16_t>(wire_role::sender) &&
       role != static_cast<std::uint16_t>(wire_role::consumer))
-    return {errc::protocol_violation, "hello: unknown role " + std::to_string(role)};
+    return violation("hello: unknown role " + num(role));
   h.role = static_cast<wire_role>(role);
   h.max_chunk_bytes = load_le<std::uint32_t>(p + 8);
   h.max_key_bytes = load_le<std::uint32_t>(p + 12);
@@ -101,41 +126,71 @@ result<hello> decode_hello(std::span<const std::byte> payload) {
   h.max_meta_bytes = load_le<std::uint32_t>(p + 24);
   h.dedup_window = load_le<std::uint32_t>(p + 28);
   std::memcpy(h.session.data(), p + 32, h.session.size());
+  h.features = load_le<std::uint64_t>(p + 48);
+  h.inline_bytes = load_le<std::uint32_t>(p + 56);
+  const std::size_t ext_bytes = load_le<std::uint16_t>(p + 60);
+  if (load_le<std::uint16_t>(p + 62) != 0) return violation("hello: non-zero reserved field");
+  if (hello_size + ext_bytes != payload.size())
+    return violation("hello: " + num(ext_bytes) + " extension bytes announced, " +
+                     num(payload.size() - hello_size) + " present");
   if (h.max_chunk_bytes < min_chunk_bytes)
-    return {errc::protocol_violation,
-            "hello: max_chunk_bytes " + std::to_string(h.max_chunk_bytes) + " below 64"};
+    return violation("hello: max_chunk_bytes " + num(h.max_chunk_bytes) + " below 64");
+  if (h.inline_bytes > max_inline_bytes)
+    return violation("hello: inline_bytes " + num(h.inline_bytes) + " above " +
+                     num(max_inline_bytes));
+  for (std::size_t at = hello_size; at < payload.size();) {
+    if (payload.size() - at < 4) return violation("hello: truncated extension header");
+    hello_extension e;
+    e.type = load_le<std::uint16_t>(p + at);
+    const std::size_t len = load_le<std::uint16_t>(p + at + 2);
+    if (len > payload.size() - at - 4) return violation("hello: extension runs past the hello");
+    e.value.assign(p + at + 4, p + at + 4 + len);
+    h.extensions.push_back(std::move(e));
+    at += 4 + len;
+  }
   return h;
 }
 
-std::vector<std::byte> encode_entry_begin(std::string_view key,
-                                          std::span<const std::byte> meta) {
-  std::vector<std::byte> out(4 + key.size() + meta.size());
-  store_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(key.size()));
-  if (!key.empty()) std::memcpy(out.data() + 4, key.data(), key.size());
-  if (!meta.empty()) std::memcpy(out.data() + 4 + key.size(), meta.data(), meta.size());
+void encode_entry_begin_prefix(std::string_view key, std::span<const std::byte> meta,
+                               std::span<std::byte> out) noexcept {
+  std::byte* p = out.data();
+  store_le<std::uint32_t>(p, static_cast<std::uint32_t>(key.size()));
+  store_le<std::uint32_t>(p + 4, static_cast<std::uint32_t>(meta.size()));
+  if (!key.empty()) std::memcpy(p + 8, key.data(), key.size());
+  if (!meta.empty()) std::memcpy(p + 8 + key.size(), meta.data(), meta.size());
+}
+
+std::vector<std::byte> encode_entry_begin(std::string_view key, std::span<const std::byte> meta,
+                                          std::span<const std::byte> inline_bytes) {
+  const std::size_t prefix = entry_begin_prefix_bytes(key.size(), meta.size());
+  std::vector<std::byte> out(prefix + inline_bytes.size());
+  encode_entry_begin_prefix(key, meta, out);
+  if (!inline_bytes.empty()) std::memcpy(out.data() + prefix, inline_bytes.data(), inline_bytes.size());
   return out;
 }
 
-result<entry_begin_view> decode_entry_begin(std::span<const std::byte> payload,
+result<entry_begin_view> decode_entry_begin(std::span<const std::byte> payload, bool has_inline,
                                             std::uint32_t max_key_bytes,
                                             std::uint32_t max_meta_bytes) {
-  if (payload.size() < 4)
-    return {errc::protocol_violation, "entry_begin: payload shorter than its key length"};
+  if (payload.size() < 8) return violation("entry_begin: payload shorter than its lengths");
   const std::uint64_t key_len = load_le<std::uint32_t>(payload.data());
+  const std::uint64_t meta_len = load_le<std::uint32_t>(payload.data() + 4);
   if (key_len > max_key_bytes)
-    return {errc::protocol_violation, "entry_begin: key length " + std::to_string(key_len) +
-                                          " exceeds max_key_bytes " +
-                                          std::to_string(max_key_bytes)};
-  // key_len <= 2^32 - 1, so 4 + key_len cannot overflow 64 bits.
-  if (4 + key_len > payload.size())
-    return {errc::protocol_violation, "entry_begin: key runs past the payload"};
-  const std::size_t meta_len = payload.size() - 4 - key_len;
+    return violation("entry_begin: key length " + num(key_len) + " exceeds max_key_bytes " +
+                     num(max_key_bytes));
   if (meta_len == 0 || meta_len > max_meta_bytes)
-    return {errc::protocol_violation, "entry_begin: meta size " + std::to_string(meta_len) +
-                                          " not in [1, " + std::to_string(max_meta_bytes) + "]"};
+    return violation("entry_begin: meta size " + num(meta_len) + " not in [1, " +
+                     num(max_meta_bytes) + "]");
+  // Both lengths are below 2^32, so the sum cannot overflow 64 bits.
+  const std::uint64_t prefix = 8 + key_len + meta_len;
+  if (prefix > payload.size()) return violation("entry_begin: key and meta run past the payload");
+  if (!has_inline && prefix != payload.size())
+    return violation("entry_begin: " + num(payload.size() - prefix) +
+                     " bytes after the meta of an entry that is not inline");
   entry_begin_view v;
-  v.key = std::string_view(reinterpret_cast<const char*>(payload.data() + 4), key_len);
-  v.meta = payload.subspan(4 + key_len);
+  v.key = std::string_view(reinterpret_cast<const char*>(payload.data() + 8), key_len);
+  v.meta = payload.subspan(8 + key_len, meta_len);
+  v.inline_bytes = payload.subspan(prefix);
   return v;
 }
 

@@ -164,6 +164,11 @@ class layout_builder {
 /// does: canonical smallest msgpack encodings, str (not bin) keys.
 std::vector<std::byte> encode_index(std::span<const Entry> entries);
 
+/// Appends row `e` as encode_index writes it ([key, off, len, kind, dtype,
+/// shape], canonical msgpack) to `out`. The consumer digests announced
+/// rows with it, to check a blob's tail without keeping the rows.
+void append_index_row(const Entry& e, std::vector<std::byte>& out);
+
 /// Copies one planned entry's bytes (gathering strided values) into
 /// `out`, which must hold exactly entry.len bytes.
 /// Errors: buffer_too_small, invalid_argument (the value is declared

@@ -5,18 +5,20 @@
 //
 //   off size field
 //     0    1 type       frame_type
-//     1    1 flags      0 (reserved; a non-zero value is a violation)
+//     1    1 flags      per type (entry_begin: frame_flag_inline); any other bit
+//                       is a violation
 //     2    2 reserved   0
 //     4    4 length     payload bytes that follow the header
 //     8    8 blob_id    stream-unique blob number (0 for connection frames)
 //    16    8 arg        per type: see frame_type
 //
-// The header is decoded and checked (known type, zero flags/reserved,
-// length <= the transport's max_frame_bytes) before a single payload byte
-// is read, so a length from the wire is never used to allocate unchecked.
+// The header is decoded and checked (known type, known flags, zero
+// reserved, length <= max_frame_bytes) before a single payload byte is
+// used, so a length from the wire is never used to allocate unchecked.
 // What each frame means, and the per-type limits the receiver enforces,
 // are in docs/wire.md ("Frames", "Limits"). This header knows nothing of
-// dtypes or msgpack: payloads are opaque bytes here.
+// sockets: payloads are bytes here, and the push decoder
+// (blobpipe/protocol/decoder.hpp) and the framer (framer.hpp) build on it.
 //
 //   std::array<std::byte, blobpipe::frame_header_size> buf;
 //   blobpipe::encode_frame_header({.type = blobpipe::frame_type::ack, .arg = 4096}, buf);
@@ -38,27 +40,50 @@
 namespace blobpipe {
 
 /// Wire protocol version carried by the handshake (docs/wire.md "Handshake").
-/// 2 added the resend session and delivery acknowledgements (docs/wire.md
-/// "Delivery"); a version-1 peer is refused with a message naming both.
-inline constexpr std::uint16_t WIRE_VERSION = 2;
+/// 3: entries up to the inline threshold travel inside their entry_begin,
+/// the hello carries feature bits and extensions (room for what later
+/// releases add without another version), and window credit counts keys,
+/// meta and per-entry bookkeeping. 2 added resend sessions. A peer of
+/// another version is refused with a message naming both.
+inline constexpr std::uint16_t WIRE_VERSION = 3;
 /// Handshake magic, "BPWP" in ASCII on the wire (little-endian u32).
 inline constexpr std::uint32_t WIRE_MAGIC = 0x50575042;
 
 inline constexpr std::size_t frame_header_size = 24;      ///< bytes
-inline constexpr std::size_t hello_size = 48;             ///< hello payload, bytes
+/// Fixed part of the hello payload, bytes; extensions may follow.
+inline constexpr std::size_t hello_size = 64;
+/// Largest hello payload (fixed part + extensions), bytes.
+inline constexpr std::size_t max_hello_bytes = 4096;
 inline constexpr std::uint32_t default_chunk_bytes = 1u << 20;       ///< 1 MiB
 inline constexpr std::uint32_t min_chunk_bytes = 64;                  ///< bytes
 inline constexpr std::uint32_t default_max_frame_bytes = 1u << 30;   ///< 1 GiB cap
 inline constexpr std::uint32_t default_max_key_bytes = 64u << 10;    ///< 64 KiB
 inline constexpr std::uint32_t default_max_meta_bytes = 4u << 10;    ///< 4 KiB
 inline constexpr std::uint32_t max_reason_bytes = 4u << 10;          ///< abort/close text
+/// Entries shorter than this travel inside their entry_begin (the sender's
+/// copy threshold; the consumer may lower it in its hello), bytes.
+inline constexpr std::uint32_t default_inline_bytes = 64u << 10;     ///< 64 KiB
+/// Largest inline threshold either side may announce, bytes.
+inline constexpr std::uint32_t max_inline_bytes = 1u << 20;          ///< 1 MiB
+
+/// Window credit of an entry's bookkeeping, bytes (docs/wire.md "Flow
+/// control"): the consumer holds the entry's object, its row and view until
+/// the application drops it. An entry costs len + key + meta +
+/// entry_overhead_bytes, released all at once then.
+inline constexpr std::uint64_t entry_overhead_bytes = 256;
+
+/// Window credit of an entry (see entry_overhead_bytes), bytes.
+constexpr std::uint64_t entry_credit(std::uint64_t len, std::uint64_t key_bytes,
+                                     std::uint64_t meta_bytes) noexcept {
+  return len + key_bytes + meta_bytes + entry_overhead_bytes;
+}
 
 /// Frame types (docs/wire.md "Frames"). Direction: S = sender -> consumer,
 /// C = consumer -> sender.
 enum class frame_type : std::uint8_t {
-  hello = 1,        ///< both; first frame each way. payload: hello (32 bytes)
+  hello = 1,        ///< both; first frame each way. payload: hello (64 bytes + extensions)
   blob_begin = 2,   ///< S; payload: the blob's 16-byte tag. blob_id > every earlier id
-  entry_begin = 3,  ///< S; arg: entry index in the blob. payload: entry_begin_payload
+  entry_begin = 3,  ///< S; arg: entry index in the blob. payload: entry_begin payload
   data = 4,         ///< S; arg: offset of payload[0] from blob start. payload: entry bytes
   tail = 5,         ///< S; payload: exactly the write_tail bytes (index + v3 footer)
   blob_abort = 6,   ///< S; payload: UTF-8 reason (<= max_reason_bytes)
@@ -66,6 +91,9 @@ enum class frame_type : std::uint8_t {
                     ///< blob delivered (resend sessions only). no payload
   close = 8,        ///< both; orderly end. payload: UTF-8 reason (may be empty)
 };
+
+/// entry_begin flag: the entry's bytes follow its meta inside this frame.
+inline constexpr std::uint8_t frame_flag_inline = 0x01;
 
 /// True for the eight types above.
 constexpr bool is_known_frame_type(std::uint8_t t) noexcept { return t >= 1 && t <= 8; }
@@ -76,19 +104,20 @@ const char* frame_type_name(frame_type t) noexcept;
 /// A decoded frame header.
 struct frame_header {
   frame_type type = frame_type::close;
+  std::uint8_t flags = 0;      ///< per type; only entry_begin has one (frame_flag_inline)
   std::uint32_t length = 0;    ///< payload bytes
   std::uint64_t blob_id = 0;
   std::uint64_t arg = 0;       ///< per-type argument (see frame_type)
   friend bool operator==(const frame_header&, const frame_header&) = default;
 };
 
-/// Writes `h` as frame_header_size bytes (flags and reserved zero).
+/// Writes `h` as frame_header_size bytes (reserved zero).
 /// REQUIRES: out.size() >= frame_header_size.
 void encode_frame_header(const frame_header& h, std::span<std::byte> out) noexcept;
 
-/// Decodes and checks a header: type known, flags and reserved zero,
-/// length <= max_frame_bytes. Nothing about the blob is checked here.
-/// Errors: too_small (fewer than frame_header_size bytes),
+/// Decodes and checks a header: type known, flags known for the type,
+/// reserved zero, length <= max_frame_bytes. Nothing about the blob is
+/// checked here. Errors: too_small (fewer than frame_header_size bytes),
 /// protocol_violation (the message names the failing field).
 [[nodiscard]] result<frame_header> decode_frame_header(std::span<const std::byte> in,
                                                        std::uint32_t max_frame_bytes);
@@ -102,14 +131,34 @@ enum class wire_role : std::uint16_t { sender = 1, consumer = 2 };
 using session_id = std::array<std::byte, 16>;
 inline constexpr session_id NO_SESSION{};
 
-/// The handshake payload (hello_size bytes, little-endian):
+/// Optional protocol features (docs/wire.md "Features"). The sender offers
+/// the ones it can use; the consumer answers with the subset it accepts;
+/// an answer naming a feature that was not offered is a violation. Bits
+/// this release does not know are never accepted. Version 3 defines no
+/// feature yet: the bits are reserved for what later releases add without
+/// a new version (bit 0 entry timestamps, bit 1 blob groups, bit 2 credit
+/// grants from a shared pool, bit 3 a UCX worker-address rendezvous).
+inline constexpr std::uint64_t known_features = 0;
+
+/// One hello extension: a type-length-value record after the fixed part
+/// (u16 type | u16 length | value). Unknown types are skipped.
+struct hello_extension {
+  std::uint16_t type = 0;
+  std::vector<std::byte> value;  ///< at most max_hello_bytes - hello_size - 4 bytes
+  friend bool operator==(const hello_extension&, const hello_extension&) = default;
+};
+
+/// The handshake payload (docs/wire.md "Handshake"), little-endian:
 ///   u32 magic WIRE_MAGIC | u16 version | u16 role | u32 max_chunk_bytes |
 ///   u32 max_key_bytes | u64 window_bytes | u32 max_meta_bytes |
-///   u32 dedup_window | 16 bytes session
-/// The sender proposes max_chunk_bytes and names its session; the consumer
-/// answers with the negotiated min(proposal, its own), its window, how many
-/// delivered blobs it remembers per session, and the session echoed.
-/// docs/wire.md "Handshake".
+///   u32 dedup_window | 16 bytes session | u64 features |
+///   u32 inline_bytes | u16 extension_bytes | u16 reserved (0) |
+///   extensions (extension_bytes)
+/// The sender proposes max_chunk_bytes and inline_bytes, offers features
+/// and names its session; the consumer answers with the negotiated
+/// min(proposal, its own) for both, its window and limits, how many
+/// delivered blobs it remembers per session, the features it accepts, and
+/// the session echoed.
 struct hello {
   std::uint16_t version = WIRE_VERSION;
   wire_role role = wire_role::sender;
@@ -123,34 +172,58 @@ struct hello {
   /// Sender: its resend session, or NO_SESSION for a plain sender (no
   /// delivery acks). Consumer: the sender's session, echoed.
   session_id session = NO_SESSION;
+  std::uint64_t features = 0;  ///< sender: offered; consumer: accepted (a subset)
+  /// Entries shorter than this go inline in entry_begin, bytes. Sender:
+  /// its copy threshold; consumer: the negotiated min(offer, its own).
+  std::uint32_t inline_bytes = default_inline_bytes;
+  std::vector<hello_extension> extensions{};
   friend bool operator==(const hello&, const hello&) = default;
 };
 
-/// Serialises `h` (hello_size bytes).
+/// Serialises `h` (hello_size bytes + its extensions).
+/// REQUIRES: the extensions fit max_hello_bytes.
 std::vector<std::byte> encode_hello(const hello& h);
 
 /// Parses and checks a hello: magic, version == WIRE_VERSION (checked
-/// before the size, so an older peer is named as such), exact size, known
-/// role, max_chunk_bytes >= min_chunk_bytes.
+/// before the size, so a peer of another version is named as such),
+/// hello_size <= size <= max_hello_bytes, extension bytes filling the rest
+/// exactly in whole records, reserved zero, known role,
+/// max_chunk_bytes >= min_chunk_bytes, inline_bytes <= max_inline_bytes.
 /// Errors: protocol_violation.
 [[nodiscard]] result<hello> decode_hello(std::span<const std::byte> payload);
 
-/// The entry_begin payload: u32 key_len | key (UTF-8) | meta, where meta
-/// is Entry::meta() (msgpack map {o, n, k, d, s}) and fills the rest.
-/// Bytes are opaque at this layer; the pipeline parses `meta`.
+/// The entry_begin payload: u32 key_len | u32 meta_len | key (UTF-8) |
+/// meta | with frame_flag_inline, exactly the entry's len bytes. `meta` is
+/// Entry::meta() (msgpack map {o, n, k, d, s}). Bytes are opaque at this
+/// layer; the decoder parses `meta`.
 struct entry_begin_view {
   std::string_view key;
   std::span<const std::byte> meta;
+  std::span<const std::byte> inline_bytes;  ///< empty unless frame_flag_inline
 };
 
-/// Builds an entry_begin payload.
-std::vector<std::byte> encode_entry_begin(std::string_view key,
-                                          std::span<const std::byte> meta);
+/// Bytes of an entry_begin payload before the inline bytes.
+constexpr std::size_t entry_begin_prefix_bytes(std::size_t key_bytes,
+                                               std::size_t meta_bytes) noexcept {
+  return 8 + key_bytes + meta_bytes;
+}
+
+/// Writes the u32 key_len | u32 meta_len | key | meta prefix of an
+/// entry_begin payload into `out` (entry_begin_prefix_bytes long).
+void encode_entry_begin_prefix(std::string_view key, std::span<const std::byte> meta,
+                               std::span<std::byte> out) noexcept;
+
+/// Builds a whole entry_begin payload (prefix, then `inline_bytes`).
+std::vector<std::byte> encode_entry_begin(std::string_view key, std::span<const std::byte> meta,
+                                          std::span<const std::byte> inline_bytes = {});
 
 /// Splits an entry_begin payload (views into `payload`), checking
-/// key_len <= max_key_bytes, 4 + key_len <= payload size, and
-/// 1 <= meta size <= max_meta_bytes. Errors: protocol_violation.
+/// key_len <= max_key_bytes, 1 <= meta_len <= max_meta_bytes, prefix inside
+/// the payload, and the rest empty unless `has_inline` (then it is the
+/// inline bytes; their count is checked against the meta by the decoder).
+/// Errors: protocol_violation.
 [[nodiscard]] result<entry_begin_view> decode_entry_begin(std::span<const std::byte> payload,
+                                                          bool has_inline,
                                                           std::uint32_t max_key_bytes,
                                                           std::uint32_t max_meta_bytes);
 

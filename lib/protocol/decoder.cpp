@@ -1,0 +1,491 @@
+// The push decoder (docs/wire.md "Consumer"): every field of a frame is
+// checked against the limits before it is used, in the order the wire
+// document lists them, and only then reported.
+#include "blobpipe/protocol/decoder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include <openssl/evp.h>
+
+#include "blobpipe/format/layout.hpp"
+
+namespace blobpipe {
+
+// ---- listener defaults ------------------------------------------------------
+
+result<void*> decoder_listener::on_blob_begin(std::uint64_t, const tag_t&) {
+  return static_cast<void*>(nullptr);
+}
+result<std::span<std::byte>> decoder_listener::on_entry_begin(void*, const entry_announcement&) {
+  return std::span<std::byte>{};
+}
+result<void> decoder_listener::on_entry_complete(void*, std::uint64_t) { return {}; }
+result<void> decoder_listener::on_blob_complete(void*, std::uint64_t, blob_index,
+                                                std::span<const std::byte>) {
+  return {};
+}
+result<void> decoder_listener::on_blob_abort(void*, std::uint64_t, std::string_view) { return {}; }
+result<void> decoder_listener::on_ack(std::uint64_t, std::uint64_t) { return {}; }
+result<void> decoder_listener::on_close(std::string_view) { return {}; }
+
+namespace {
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+error violation(std::string what) { return make_error(errc::protocol_violation, std::move(what)); }
+
+std::string_view as_text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+/// A key for a message: its first 64 bytes, control bytes escaped, since
+/// keys come from the peer and go into logs and terminals.
+std::string key_text(std::string_view key) {
+  std::string out;
+  for (unsigned char c : key.substr(0, 64)) {
+    if (c < 0x20 || c == 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (key.size() > 64) out += "...";
+  return out;
+}
+
+/// The most bytes any msgpack encoding of row `e` takes (every header and
+/// integer at its widest), so a tail longer than the rows announced could
+/// fill is refused before a byte of it is buffered.
+std::uint64_t max_row_bytes(const Entry& e) {
+  const std::uint64_t dims = e.shape ? e.shape->size() : 0;
+  const std::uint64_t dtype = e.dtype ? e.dtype->size() : 0;
+  // array(6) + str key + off + len + str kind + str/nil dtype + array/nil shape
+  return 5 + (5 + e.key.size()) + 9 + 9 + (5 + 1) + (5 + dtype) + (5 + 9 * dims);
+}
+
+}  // namespace
+
+decoder::digest::digest() : ctx(EVP_MD_CTX_new()) {
+  if (!ctx || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx), EVP_sha256(), nullptr) != 1)
+    throw std::bad_alloc();
+}
+
+decoder::digest::~digest() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx)); }
+
+void decoder::digest::update(std::span<const std::byte> bytes) noexcept {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx), bytes.data(), bytes.size());
+}
+
+std::array<std::byte, 32> decoder::digest::finish() noexcept {
+  std::array<std::byte, 32> out{};
+  unsigned n = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx), reinterpret_cast<unsigned char*>(out.data()),
+                     &n);
+  return out;
+}
+
+decoder::decoder(wire_role from, decoder_limits limits, decoder_listener& listener)
+    : from_(from), limits_(limits), listener_(&listener) {}
+
+result<void> decoder::fail(error e) {
+  state_ = state::failed;
+  failure_ = e;
+  return e;
+}
+
+std::size_t decoder::next_required_size() const noexcept {
+  switch (state_) {
+    case state::hello:
+    case state::header: return frame_header_size - header_have_;
+    case state::payload: return static_cast<std::size_t>(payload_left_);
+    case state::closed:
+    case state::failed: return 0;
+  }
+  return 0;
+}
+
+bool decoder::owes_bytes() const noexcept {
+  return header_have_ != 0 || state_ == state::payload || !blobs_.empty();
+}
+
+void decoder::release(std::uint64_t credit) noexcept { buffered_ -= std::min(credit, buffered_); }
+
+std::uint64_t decoder::take_returned_credit() noexcept { return std::exchange(returned_, 0); }
+
+decoder::open_blob* decoder::find(std::uint64_t id) noexcept {
+  if (last_ && last_->id == id) return last_;
+  auto it = blobs_.find(id);
+  last_ = it == blobs_.end() ? nullptr : &it->second;
+  return last_;
+}
+
+void decoder::end_blob(std::map<std::uint64_t, open_blob>::iterator it) noexcept {
+  if (last_ == &it->second) last_ = nullptr;
+  if (cur_blob_ == &it->second) cur_blob_ = nullptr;
+  blobs_.erase(it);
+}
+
+result<void> decoder::check_window(std::uint64_t n, const char* what) const {
+  const std::uint64_t w = limits_.window_bytes;
+  const bool fits = buffered_ <= w && n <= w - buffered_;
+  // One item larger than the whole window is admitted alone, so no
+  // window size deadlocks (docs/wire.md "Flow control").
+  if (fits || buffered_ == 0) return {};
+  return violation(std::string(what) + " of " + num(n) + " credit bytes overruns the window (" +
+                   num(buffered_) + " of " + num(w) + " bytes buffered)");
+}
+
+// ---- bytes in ---------------------------------------------------------------
+
+result<void> decoder::consume(std::span<const std::byte> in) {
+  if (failure_) return *failure_;
+  while (!in.empty()) {
+    switch (state_) {
+      case state::hello:
+      case state::header: {
+        if (header_have_ == 0 && in.size() >= frame_header_size) {
+          auto r = on_header(in.first(frame_header_size));
+          in = in.subspan(frame_header_size);
+          if (!r) return r;
+          break;
+        }
+        const std::size_t n = std::min(frame_header_size - header_have_, in.size());
+        std::memcpy(header_buf_.data() + header_have_, in.data(), n);
+        header_have_ += n;
+        in = in.subspan(n);
+        if (header_have_ < frame_header_size) return {};
+        header_have_ = 0;
+        if (auto r = on_header(header_buf_); !r) return r;
+        break;
+      }
+      case state::payload: {
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, in.size()));
+        if (sink_ == sink::assemble && assembly_have_ == 0 && n == payload_left_) {
+          // Whole payload present: decoded in place, no copy.
+          auto whole = in.first(n);
+          in = in.subspan(n);
+          payload_left_ = 0;
+          if (auto r = finish_payload(whole); !r) return r;
+          break;
+        }
+        std::memcpy(payload_target().data(), in.data(), n);
+        in = in.subspan(n);
+        if (auto r = commit_payload(n); !r) return r;
+        break;
+      }
+      case state::closed:
+        return fail(violation("bytes after the peer's close frame"));
+      case state::failed:
+        return *failure_;
+    }
+  }
+  return {};
+}
+
+std::span<std::byte> decoder::payload_target() {
+  const auto left = static_cast<std::size_t>(payload_left_);
+  if (sink_ == sink::assemble) {
+    if (assembly_.size() < assembly_have_ + left) assembly_.resize(assembly_have_ + left);
+    return std::span(assembly_.data() + assembly_have_, left);
+  }
+  if (cur_blob_ && cur_blob_->dest) return std::span(cur_blob_->dest + cur_blob_->received, left);
+  if (scratch_.size() < left) scratch_.resize(left);  // a data frame: <= the chunk size
+  return std::span(scratch_.data(), left);
+}
+
+result<void> decoder::commit_payload(std::size_t n) {
+  if (failure_) return *failure_;
+  if (state_ != state::payload || n > payload_left_)
+    return fail(make_error(errc::invalid_argument, "commit_payload: no payload of that size"));
+  payload_left_ -= n;
+  if (sink_ == sink::entry) return advance_entry(n);
+  assembly_have_ += n;
+  if (payload_left_ != 0) return {};
+  const std::size_t have = std::exchange(assembly_have_, 0);
+  auto r = finish_payload(std::span<const std::byte>(assembly_.data(), have));
+  if (assembly_.capacity() > (1u << 20)) assembly_ = {};  // a large tail: give it back
+  return r;
+}
+
+result<void> decoder::advance_entry(std::size_t n) {
+  open_blob& b = *cur_blob_;  // data frames point at their blob until it ends
+  b.received += n;
+  if (payload_left_ != 0) return {};
+  state_ = state::header;
+  if (b.received != b.current.len) return {};
+  b.entry_open = false;
+  b.dest = nullptr;
+  if (auto r = listener_->on_entry_complete(b.user, b.id); !r) return fail(r.err());
+  return {};
+}
+
+// ---- frames -----------------------------------------------------------------
+
+result<void> decoder::on_header(std::span<const std::byte> bytes) {
+  auto h = decode_frame_header(bytes, limits_.max_frame_bytes);
+  if (!h) return fail(h.err());
+  cur_ = *h;
+  if (state_ == state::hello && cur_.type != frame_type::hello)
+    return fail(violation(std::string("first frame is ") + frame_type_name(cur_.type) +
+                          ", expected hello"));
+  if (auto r = check_header(cur_); !r) return fail(r.err());
+  return {};
+}
+
+result<void> decoder::start_payload(sink k) {
+  sink_ = k;
+  payload_left_ = cur_.length;
+  if (payload_left_ == 0) return finish_payload({});
+  state_ = state::payload;
+  return {};
+}
+
+result<void> decoder::check_header(const frame_header& h) {
+  const bool from_sender = from_ == wire_role::sender;
+  const auto unexpected = [&] {
+    return violation(std::string("unexpected ") + frame_type_name(h.type) + " frame from " +
+                     (from_sender ? "sender" : "consumer"));
+  };
+  switch (h.type) {
+    case frame_type::hello:
+      if (state_ != state::hello) return violation("hello after the handshake");
+      if (h.length < hello_size || h.length > max_hello_bytes)
+        return violation("hello: " + num(h.length) + " bytes, expected 64 to 4096");
+      return start_payload(sink::assemble);
+    case frame_type::blob_begin:
+      if (!from_sender) return unexpected();
+      if (h.length != TAG_SIZE)
+        return violation("blob_begin: payload of " + num(h.length) + " bytes, expected 16");
+      if (h.blob_id <= last_blob_id_)
+        return violation("blob_begin: blob id " + num(h.blob_id) + " not above " +
+                         num(last_blob_id_));
+      if (blobs_.size() >= limits_.max_open_blobs)
+        return violation("blob_begin: more than max_open_blobs (" + num(limits_.max_open_blobs) +
+                         ") blobs open");
+      return start_payload(sink::assemble);
+    case frame_type::entry_begin: {
+      if (!from_sender) return unexpected();
+      open_blob* b = find(h.blob_id);
+      if (!b) return violation("entry_begin for unknown blob " + num(h.blob_id));
+      if (b->entry_open)
+        return violation("entry_begin before entry " + num(b->entries - 1) + " of blob " +
+                         num(b->id) + " was complete");
+      if (h.arg != b->entries)
+        return violation("entry_begin: entry index " + num(h.arg) + ", expected " +
+                         num(b->entries));
+      if (b->entries >= limits_.max_entries_per_blob)
+        return violation("entry_begin: more than max_entries_per_blob entries");
+      const bool inline_bytes = (h.flags & frame_flag_inline) != 0;
+      const std::uint64_t max_len = 8ull + limits_.max_key_bytes + limits_.max_meta_bytes +
+                                    (inline_bytes ? limits_.inline_bytes : 0);
+      if (h.length < 9 || h.length > max_len)
+        return violation("entry_begin: payload of " + num(h.length) + " bytes not in [9, " +
+                         num(max_len) + "]");
+      return start_payload(sink::assemble);
+    }
+    case frame_type::data: {
+      if (!from_sender) return unexpected();
+      open_blob* b = find(h.blob_id);
+      if (!b) return violation("data for unknown blob " + num(h.blob_id));
+      if (!b->entry_open) return violation("data for blob " + num(b->id) + " with no entry open");
+      if (h.length == 0 || h.length > limits_.max_chunk_bytes)
+        return violation("data: chunk of " + num(h.length) + " bytes not in [1, " +
+                         num(limits_.max_chunk_bytes) + "]");
+      const Entry& e = b->current;
+      const std::uint64_t expect = e.off + b->received;
+      if (h.arg != expect)
+        return violation("data: offset " + num(h.arg) + " for entry '" + key_text(e.key) + "' [" +
+                         num(e.off) + ", " + num(e.off + e.len) + "), expected " + num(expect));
+      if (h.length > e.len - b->received)
+        return violation("data: chunk runs past the end of entry '" + key_text(e.key) +
+                         "' (offset " + num(h.arg) + " + " + num(h.length) + " > " +
+                         num(e.off + e.len) + ")");
+      cur_blob_ = b;
+      return start_payload(sink::entry);
+    }
+    case frame_type::tail: {
+      if (!from_sender) return unexpected();
+      open_blob* b = find(h.blob_id);
+      if (!b) return violation("tail for unknown blob " + num(h.blob_id));
+      if (b->entry_open)
+        return violation("tail before entry '" + key_text(b->current.key) + "' was complete");
+      if (h.length < FOOTER_SIZE + 1 || h.length > limits_.max_tail_bytes)
+        return violation("tail: " + num(h.length) + " bytes not in [33, " +
+                         num(limits_.max_tail_bytes) + "]");
+      // Bounded by the rows announced before a byte of it is buffered.
+      if (h.length > FOOTER_SIZE + b->max_index_bytes)
+        return violation("tail: " + num(h.length) + " bytes, more than an index of the " +
+                         num(b->entries) + " entries announced can take (" +
+                         num(FOOTER_SIZE + b->max_index_bytes) + ")");
+      if (h.length > limits_.max_blob_bytes || b->data_end > limits_.max_blob_bytes - h.length)
+        return violation("tail: blob would exceed max_blob_bytes");
+      if (auto r = check_window(h.length, "tail"); !r) return r;
+      buffered_ += h.length;
+      return start_payload(sink::assemble);
+    }
+    case frame_type::blob_abort:
+      if (!from_sender) return unexpected();
+      if (!find(h.blob_id)) return violation("blob_abort for unknown blob " + num(h.blob_id));
+      if (h.length > max_reason_bytes) return violation("blob_abort: reason too long");
+      return start_payload(sink::assemble);
+    case frame_type::ack:
+      if (from_sender) return unexpected();
+      if (h.length != 0) return violation("ack with a payload");
+      return start_payload(sink::assemble);
+    case frame_type::close:
+      if (h.length > max_reason_bytes) return violation("close: reason too long");
+      return start_payload(sink::assemble);
+  }
+  return unexpected();
+}
+
+result<void> decoder::finish_payload(std::span<const std::byte> p) {
+  state_ = state::header;
+  result<void> r;
+  switch (cur_.type) {
+    case frame_type::hello: r = on_hello_frame(p); break;
+    case frame_type::blob_begin: r = on_blob_begin(p); break;
+    case frame_type::entry_begin: r = on_entry_begin(p); break;
+    case frame_type::tail: r = on_tail(p); break;
+    case frame_type::blob_abort: r = on_blob_abort(p); break;
+    case frame_type::ack: r = listener_->on_ack(cur_.arg, cur_.blob_id); break;
+    case frame_type::close: r = on_close(p); break;
+    case frame_type::data: break;  // entry bytes: advance_entry
+  }
+  if (!r) return fail(r.err());
+  return {};
+}
+
+result<void> decoder::on_hello_frame(std::span<const std::byte> p) {
+  auto h = decode_hello(p);
+  if (!h) return h.err();
+  if (h->role != from_)
+    return violation(std::string("hello: role ") +
+                     (h->role == wire_role::sender ? "sender" : "consumer") + ", expected " +
+                     (from_ == wire_role::sender ? "sender" : "consumer"));
+  return listener_->on_hello(*h);
+}
+
+result<void> decoder::on_blob_begin(std::span<const std::byte> p) {
+  tag_t tag;
+  std::memcpy(tag.data(), p.data(), TAG_SIZE);
+  last_blob_id_ = cur_.blob_id;
+  auto user = listener_->on_blob_begin(cur_.blob_id, tag);
+  if (!user) return user.err();
+  open_blob& b = blobs_[cur_.blob_id];
+  b.id = cur_.blob_id;
+  b.tag = tag;
+  b.user = *user;
+  last_ = &b;
+  return {};
+}
+
+result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
+  open_blob& b = *find(cur_.blob_id);  // checked with the header
+  const bool has_inline = (cur_.flags & frame_flag_inline) != 0;
+  auto eb = decode_entry_begin(p, has_inline, limits_.max_key_bytes, limits_.max_meta_bytes);
+  if (!eb) return eb.err();
+  auto e = Entry::from_meta(std::string(eb->key), eb->meta);
+  if (!e) return violation("entry_begin meta: " + e.message());
+  if (auto r = validate_entry(*e, limits_.max_blob_bytes); !r)
+    return violation("entry '" + key_text(e->key) + "': " + r.message());
+  if (e->off != b.data_end)
+    return violation("entry '" + key_text(e->key) + "': offset " + num(e->off) + ", expected " +
+                     num(b.data_end));
+  if (e->len > limits_.max_entry_bytes)
+    return violation("entry '" + key_text(e->key) + "': " + num(e->len) +
+                     " bytes exceed max_entry_bytes " + num(limits_.max_entry_bytes));
+  if (has_inline && eb->inline_bytes.size() != e->len)
+    return violation("entry '" + key_text(e->key) + "': " + num(eb->inline_bytes.size()) +
+                     " inline bytes for an entry of " + num(e->len));
+  const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
+  if (auto r = check_window(credit, "entry"); !r) return r;
+  buffered_ += credit;
+  row_.clear();
+  append_index_row(*e, row_);
+  b.rows.update(row_);
+  b.max_index_bytes += max_row_bytes(*e);
+  b.data_end = align_up(e->off + e->len);
+  b.current = std::move(*e);
+  const Entry& row = b.current;
+  entry_announcement a{b.id, b.entries++, &row, credit};
+  auto dest = listener_->on_entry_begin(b.user, a);
+  if (!dest) return dest.err();
+  if (!dest->empty() && dest->size() != row.len)
+    return make_error(errc::invalid_argument,
+                      "on_entry_begin: destination of " + num(dest->size()) + " bytes for " +
+                          num(row.len));
+  if (has_inline || row.len == 0) {
+    if (row.len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), row.len);
+    return listener_->on_entry_complete(b.user, b.id);
+  }
+  b.entry_open = true;
+  b.received = 0;
+  b.dest = dest->empty() ? nullptr : dest->data();
+  return {};
+}
+
+result<void> decoder::on_tail(std::span<const std::byte> tail) {
+  auto it = blobs_.find(cur_.blob_id);
+  open_blob& b = it->second;
+  // The tail was counted when admitted; checked, it is the listener's.
+  release(tail.size());
+  returned_ += tail.size();
+  auto f = read_footer(tail);
+  if (!f) return violation("tail: " + f.message());
+  if (f->version != VERSION)
+    return violation("tail: footer version " + num(f->version) + ", expected 3");
+  if (f->index_off != b.data_end)
+    return violation("tail: index_off " + num(f->index_off) + " but entries end at " +
+                     num(b.data_end));
+  if (std::uint64_t{f->index_len} + FOOTER_SIZE != tail.size())
+    return violation("tail: index_len " + num(f->index_len) + " does not fill the " +
+                     num(tail.size()) + "-byte tail");
+  if (f->tag != b.tag) return violation("tail: footer tag differs from blob_begin's");
+  const auto index = tail.first(f->index_len);
+  // The rows were not kept: the index must digest, row by row in
+  // canonical form, to what the entries announced did. (Its length was
+  // bounded by the rows announced when the tail was admitted.)
+  auto rows = parse_index(index, b.data_end);
+  if (!rows) return violation("tail: " + rows.message());
+  if (rows->size() != b.entries)
+    return violation("tail: index has " + num(rows->size()) + " rows, " + num(b.entries) +
+                     " entries were sent");
+  digest seen;
+  for (const Entry& row : *rows) {
+    row_.clear();
+    append_index_row(row, row_);
+    seen.update(row_);
+  }
+  if (seen.finish() != b.rows.finish())
+    return violation("tail: index rows disagree with the entries sent");
+  blob_index out;
+  out.foot = *f;
+  out.entries = std::move(*rows);
+  out.nbytes = b.data_end + tail.size();
+  void* user = b.user;
+  const std::uint64_t id = b.id;
+  end_blob(it);
+  return listener_->on_blob_complete(user, id, std::move(out), tail);
+}
+
+result<void> decoder::on_blob_abort(std::span<const std::byte> reason) {
+  auto it = blobs_.find(cur_.blob_id);
+  void* user = it->second.user;
+  const std::uint64_t id = it->second.id;
+  end_blob(it);
+  return listener_->on_blob_abort(user, id, as_text(reason));
+}
+
+result<void> decoder::on_close(std::span<const std::byte> reason) {
+  state_ = state::closed;
+  return listener_->on_close(as_text(reason));
+}
+
+}  // namespace blobpipe

@@ -1,0 +1,135 @@
+// The framer (docs/wire.md "Sender"): blob-writer calls become frames in an
+// outbox, headers and small payloads copied, large payloads referenced.
+#include "blobpipe/protocol/framer.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace blobpipe {
+
+std::span<std::byte> outbox::append(std::size_t n) {
+  const std::size_t at = bytes_.size();
+  bytes_.resize(at + n);
+  if (!pieces_.empty() && !pieces_.back().external) {
+    pieces_.back().size += n;  // extends the run of owned bytes
+  } else {
+    pieces_.push_back(piece{nullptr, at, n, false, -1});
+  }
+  size_ += n;
+  return std::span(bytes_.data() + at, n);
+}
+
+void outbox::append_external(std::span<const std::byte> payload, bool bulk, int device) {
+  if (payload.empty()) return;
+  pieces_.push_back(piece{payload.data(), 0, payload.size(), bulk, device});
+  size_ += payload.size();
+}
+
+void outbox::clear() noexcept {
+  bytes_.clear();
+  pieces_.clear();
+  size_ = 0;
+}
+
+namespace {
+
+/// Appends a header for a payload of `length` bytes and returns the
+/// payload's room (`copied` bytes of it, 0 when the payload is external).
+std::span<std::byte> header(outbox& out, frame_header h, std::size_t copied) {
+  auto room = out.append(frame_header_size + copied);
+  encode_frame_header(h, room);
+  return room.subspan(frame_header_size);
+}
+
+void copy(std::span<std::byte> to, std::span<const std::byte> from) {
+  if (!from.empty()) std::memcpy(to.data(), from.data(), from.size());
+}
+
+std::string_view cut_reason(std::string_view reason) {
+  return reason.substr(0, std::min<std::size_t>(reason.size(), max_reason_bytes));
+}
+
+}  // namespace
+
+void frame_hello(outbox& out, const hello& h) {
+  const auto payload = encode_hello(h);
+  copy(header(out, {.type = frame_type::hello, .length = static_cast<std::uint32_t>(payload.size())},
+              payload.size()),
+       payload);
+}
+
+void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag) {
+  copy(header(out, {.type = frame_type::blob_begin, .length = TAG_SIZE, .blob_id = blob_id},
+              TAG_SIZE),
+       tag);
+}
+
+void frame_entry_begin(outbox& out, std::uint64_t blob_id, std::uint64_t index, const Entry& e,
+                       std::span<const std::byte> meta) {
+  const std::size_t n = entry_begin_prefix_bytes(e.key.size(), meta.size());
+  encode_entry_begin_prefix(
+      e.key, meta,
+      header(out, {.type = frame_type::entry_begin, .length = static_cast<std::uint32_t>(n),
+                   .blob_id = blob_id, .arg = index},
+             n));
+}
+
+std::span<std::byte> frame_entry_begin_inline(outbox& out, std::uint64_t blob_id,
+                                              std::uint64_t index, const Entry& e,
+                                              std::span<const std::byte> meta) {
+  const std::size_t prefix = entry_begin_prefix_bytes(e.key.size(), meta.size());
+  const std::size_t n = prefix + e.len;
+  auto room = header(out, {.type = frame_type::entry_begin, .flags = frame_flag_inline,
+                           .length = static_cast<std::uint32_t>(n), .blob_id = blob_id,
+                           .arg = index},
+                     n);
+  encode_entry_begin_prefix(e.key, meta, room);
+  return room.subspan(prefix);
+}
+
+void frame_data(outbox& out, std::uint64_t blob_id, std::uint64_t off,
+                std::span<const std::byte> bytes, std::uint32_t chunk_bytes, bool copy_payload,
+                bool bulk, int device) {
+  for (std::size_t pos = 0; pos < bytes.size();) {
+    const auto n = static_cast<std::uint32_t>(
+        std::min<std::size_t>(chunk_bytes, bytes.size() - pos));
+    const frame_header h{.type = frame_type::data, .length = n, .blob_id = blob_id,
+                         .arg = off + pos};
+    const auto chunk = bytes.subspan(pos, n);
+    if (copy_payload) {
+      copy(header(out, h, n), chunk);
+    } else {
+      header(out, h, 0);
+      out.append_external(chunk, bulk, device);
+    }
+    pos += n;
+  }
+}
+
+void frame_tail(outbox& out, std::uint64_t blob_id, std::span<const std::byte> tail) {
+  copy(header(out, {.type = frame_type::tail, .length = static_cast<std::uint32_t>(tail.size()),
+                    .blob_id = blob_id},
+              tail.size()),
+       tail);
+}
+
+void frame_blob_abort(outbox& out, std::uint64_t blob_id, std::string_view reason) {
+  const auto r = std::as_bytes(std::span(cut_reason(reason)));
+  copy(header(out, {.type = frame_type::blob_abort, .length = static_cast<std::uint32_t>(r.size()),
+                    .blob_id = blob_id},
+              r.size()),
+       r);
+}
+
+void frame_ack(outbox& out, std::uint64_t credit, std::uint64_t blob_id) {
+  header(out, {.type = frame_type::ack, .blob_id = blob_id, .arg = credit}, 0);
+}
+
+void frame_close(outbox& out, std::string_view reason) {
+  const auto r = std::as_bytes(std::span(cut_reason(reason)));
+  copy(header(out, {.type = frame_type::close, .length = static_cast<std::uint32_t>(r.size())},
+              r.size()),
+       r);
+}
+
+}  // namespace blobpipe
