@@ -38,6 +38,13 @@ class async_mutex {
   /// Errors: blobpipe::errc::closed (after close()), operation_aborted
   /// (the waiting coroutine was cancelled).
   asio::awaitable<std::error_code> lock();
+  /// Takes the mutex if it is free (no waiter can be passed over then);
+  /// false otherwise. The fast path of lock(), without a coroutine.
+  bool try_lock() noexcept {
+    if (locked_ || closed_) return false;
+    locked_ = true;
+    return true;
+  }
   void unlock() noexcept;
   /// Fails every waiter and every later lock() with closed.
   void close() noexcept;

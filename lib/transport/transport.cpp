@@ -1,20 +1,13 @@
 #include "blobpipe/transport/transport.hpp"
 
-#include <array>
 #include <utility>
+#include <vector>
 
 #include <asio/error.hpp>
 
 #include "lib/transport/io_error.hpp"
 
 namespace blobpipe {
-
-asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
-                                            std::span<const std::byte> payload) {
-  std::array<asio::const_buffer, 1> bufs{asio::const_buffer(payload.data(), payload.size())};
-  co_return co_await t.send(h, std::span<const asio::const_buffer>(bufs.data(),
-                                                                   payload.empty() ? 0 : 1));
-}
 
 asio::awaitable<std::error_code> payload_receipt::wait() {
   if (p_) {
@@ -25,20 +18,29 @@ asio::awaitable<std::error_code> payload_receipt::wait() {
   co_return make_error_code(errc::invalid_argument);
 }
 
+asio::awaitable<std::error_code> transport::write_bulk(std::span<const std::byte> header,
+                                                       std::span<const asio::const_buffer> payload) {
+  std::vector<asio::const_buffer> bufs;
+  bufs.reserve(1 + payload.size());
+  bufs.emplace_back(header.data(), header.size());
+  bufs.insert(bufs.end(), payload.begin(), payload.end());
+  co_return co_await write(bufs);
+}
+
 namespace {
 
-// transport's default post_payload: nothing starts until wait().
-class deferred_payload final : public payload_receipt::pending {
+// transport's default post_read: nothing starts until wait().
+class deferred_read final : public payload_receipt::pending {
  public:
-  deferred_payload(transport& t, std::span<std::byte> dest) : t_(&t), dest_(dest) {}
-  // Never waited for: the payload was never read, so the stream cannot go
+  deferred_read(transport& t, std::span<std::byte> dest) : t_(&t), dest_(dest) {}
+  // Never waited for: the bytes were never read, so the stream cannot go
   // on (payload_receipt's contract: dropping a receipt closes).
-  ~deferred_payload() override {
+  ~deferred_read() override {
     if (!waited_) t_->close();
   }
   asio::awaitable<std::error_code> wait() override {
     waited_ = true;
-    return t_->receive_payload(dest_);
+    return t_->read_exact(dest_);
   }
 
  private:
@@ -49,19 +51,19 @@ class deferred_payload final : public payload_receipt::pending {
 
 }  // namespace
 
-payload_receipt transport::post_payload(std::span<std::byte> dest) {
-  return payload_receipt(std::make_unique<deferred_payload>(*this, dest));
+payload_receipt transport::post_read(std::span<std::byte> dest) {
+  return payload_receipt(std::make_unique<deferred_read>(*this, dest));
 }
 
-asio::awaitable<std::error_code> transport::send_device(const frame_header&,
-                                                       std::span<const asio::const_buffer>,
-                                                       int) {
-  last_error_ = "send_device: this transport does not accept device memory";
+asio::awaitable<std::error_code> transport::write_bulk_device(std::span<const std::byte>,
+                                                              std::span<const asio::const_buffer>,
+                                                              int) {
+  last_error_ = "write_bulk_device: this transport does not accept device memory";
   co_return make_error_code(errc::invalid_argument);
 }
 
-asio::awaitable<std::error_code> transport::receive_payload_device(std::span<std::byte>, int) {
-  last_error_ = "receive_payload_device: this transport does not accept device memory";
+asio::awaitable<std::error_code> transport::read_exact_device(std::span<std::byte>, int) {
+  last_error_ = "read_exact_device: this transport does not accept device memory";
   co_return make_error_code(errc::invalid_argument);
 }
 

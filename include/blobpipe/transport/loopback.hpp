@@ -1,16 +1,17 @@
 // blobpipe/transport/loopback.hpp — an in-process transport pair.
 //
-// Two connected ends on one executor. A send waits (rendezvous) until the
-// receiving end has taken the frame: the payload is copied once, from the
-// sender's buffers straight into the destination given to
-// receive_payload, like a socket would deliver it, with no staging copy.
+// Two connected ends, on one executor or on two (two threads, each running
+// its own io_context). A write waits (rendezvous) until the other end has
+// read its bytes: they are copied once, from the writer's buffers straight
+// into the reader's buffer or destination (read_some, read_exact), as a
+// socket would deliver them, with no staging copy and no system call.
 // Closing either end wakes every pending operation on both ends: the
 // closing end's operations fail with `closed`, the other end's with
 // `peer_closed`.
 //
 //   asio::io_context ctx;
 //   auto [a, b] = blobpipe::loopback::make_pair(ctx.get_executor());
-//   // a->send(...) is received by b->receive_header() / receive_payload()
+//   // bytes a->write(...) are read by b->read_some(...) / read_exact(...)
 //
 // Source: docs/wire.md "Transport".
 #pragma once
@@ -24,9 +25,13 @@
 
 namespace blobpipe::loopback {
 
-/// Two connected transports. Header checks use `opt.max_frame_bytes` on
-/// both ends (each header is encoded and decoded as on a real wire).
+/// Two connected transports on one executor.
 std::pair<std::unique_ptr<transport>, std::unique_ptr<transport>> make_pair(
     asio::any_io_executor ex, transport_options opt = {});
+
+/// Two connected transports, the first on `ex_a`, the second on `ex_b`
+/// (which may run on another thread).
+std::pair<std::unique_ptr<transport>, std::unique_ptr<transport>> make_pair(
+    asio::any_io_executor ex_a, asio::any_io_executor ex_b, transport_options opt = {});
 
 }  // namespace blobpipe::loopback

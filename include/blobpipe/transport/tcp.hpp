@@ -1,10 +1,10 @@
 // blobpipe/transport/tcp.hpp — the TCP transport (Asio sockets).
 //
-// Each frame is one scatter-gather write (header, then the payload's
-// buffers as given: no staging copy). The receive path reads the 24-byte
-// header, lets the caller pick the destination, then reads the payload
-// straight into it. Sockets run with TCP_NODELAY (a small control frame
-// such as an ack must not wait behind Nagle).
+// A byte stream: each write() is one gather write of the caller's buffers
+// (no staging copy; the sender combines many frames into one write),
+// read_some() takes what has arrived, read_exact() reads straight into the
+// caller's destination. Sockets run with TCP_NODELAY (a small control
+// frame such as an ack must not wait behind Nagle).
 //
 //   auto l = blobpipe::tcp::listen(ex, 0).value();     // ephemeral port
 //   // consumer side                   // sender side

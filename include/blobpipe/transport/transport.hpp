@@ -1,25 +1,32 @@
-// blobpipe/transport/transport.hpp — a frame-level, full-duplex connection.
+// blobpipe/transport/transport.hpp — a full-duplex, ordered byte connection.
 //
-// A transport moves frames (blobpipe/wire.hpp): a header, then payload
-// bytes. It knows nothing of blobs, dtypes or msgpack. Its shape follows
-// what UCX active messages allow: the sender hands over a header and a
-// scatter list; the receiver first learns the header, then names the
-// destination for the payload, which lands there directly:
+// A transport moves bytes. It knows nothing of frames, blobs, dtypes or
+// msgpack: the protocol (blobpipe/protocol/) turns calls into bytes and
+// bytes into events, and the pipeline (blobpipe/pipeline/) runs the I/O
+// loop between them. The interface has what both kinds of link need:
 //
-//   co_await t.send(h, bufs);                       // header + iovecs
-//   auto [ec, h] = co_await t.receive_header();     // decide where it goes
-//   ec = co_await t.receive_payload(dest);          // straight into dest
+// - Byte streams (TCP, the in-process loopback): write() a gather list;
+//   read_some() whatever has arrived into the reader's buffer;
+//   read_exact() the next n bytes straight into their final place, so a
+//   large payload is read where it belongs, with no copy.
+// - Messages (UCX active messages): write() sends the bytes as one message;
+//   write_bulk() sends a header and a payload as a message whose payload
+//   the receiver fetches itself (rendezvous, for large ones). read_some()
+//   yields the bytes of the messages in order, and stops after a bulk
+//   message's header, reporting its payload (read_result::bulk_bytes),
+//   which read_exact() or post_read() then land straight in the reader's
+//   destination.
 //
-// post_payload(dest) is receive_payload split in two: it starts the
-// transfer and returns a receipt to co_await later; UCX lets several be in
-// flight (payload_window()) while the next headers are received.
+//   co_await t.write(bufs);                               // frames, gathered
+//   auto [ec, got] = co_await t.read_some(rx_buffer);     // what is there
+//   ec = co_await t.read_exact(entry_bytes);              // straight into place
 //
-// TCP (blobpipe/tcp.hpp) reads the payload with one read into `dest`; an
-// in-process loopback (blobpipe/loopback.hpp) copies from the sender's
-// buffers into `dest`; UCX calls ucp_am_recv_data_nbx with `dest`.
+// One writer and one reader at a time (the pipeline owns both); writes
+// and reads may run concurrently with each other.
 //
 // Threading: one transport lives on one executor. Use it from coroutines on
-// that executor only (a single-threaded io_context or a strand).
+// that executor only (a single-threaded io_context or a strand). The two
+// ends of an in-process pair may live on different executors.
 // Source: docs/wire.md "Transport".
 #pragma once
 
@@ -37,27 +44,28 @@
 #include <asio/buffer.hpp>
 
 #include "blobpipe/errors.hpp"
-#include "blobpipe/protocol/wire.hpp"
 
 namespace blobpipe {
 
-/// Limits a transport applies before returning a header.
+/// Limits a transport applies (reserved: none is needed for bytes; kept so
+/// listeners and connect functions keep one options type).
 struct transport_options {
-  /// A header whose length exceeds this is a protocol_violation (bytes).
-  std::uint32_t max_frame_bytes = default_max_frame_bytes;
+  /// Largest bulk message (write_bulk) payload accepted, bytes; a larger
+  /// one is a protocol_violation. Byte streams ignore it.
+  std::uint32_t max_bulk_bytes = 1u << 30;
 };
 
-/// A payload receive started by transport::post_payload and not yet waited
-/// for. Move-only; wait() once, and wait for or destroy it before its
-/// transport. Destroying a receipt before its payload has all arrived
-/// closes the transport (the stream cannot go on without it). Over UCX the
-/// transfer then ends when the forced close completes, asynchronously, so
-/// the destination must outlive that too: wait() (it completes with
-/// `closed` after a close) rather than drop a receipt whose buffer is
-/// about to be freed.
+/// A read started by transport::post_read and not yet waited for.
+/// Move-only; wait() once, and wait for or destroy it before its transport.
+/// Destroying a receipt before its bytes have all arrived closes the
+/// transport (the stream cannot go on without them). Over UCX the transfer
+/// then ends when the forced close completes, asynchronously, so the
+/// destination must outlive that too: wait() (it completes with `closed`
+/// after a close) rather than drop a receipt whose buffer is about to be
+/// freed.
 class payload_receipt {
  public:
-  /// What a transport keeps for one posted payload.
+  /// What a transport keeps for one posted read.
   class pending {
    public:
     virtual ~pending() = default;
@@ -70,7 +78,7 @@ class payload_receipt {
   /// An empty receipt: wait() returns invalid_argument.
   payload_receipt() = default;
   explicit payload_receipt(std::unique_ptr<pending> p) noexcept : p_(std::move(p)) {}
-  /// A receipt for a receive that already ended with `done` (success or not).
+  /// A receipt for a read that already ended with `done` (success or not).
   explicit payload_receipt(std::error_code done) noexcept : done_(done), ended_(true) {}
   /// Moving leaves `other` empty.
   payload_receipt(payload_receipt&& other) noexcept
@@ -84,14 +92,14 @@ class payload_receipt {
     return *this;
   }
 
-  /// Waits until the payload is in the destination given to post_payload.
-  /// Errors: those of transport::receive_payload; invalid_argument on an
-  /// empty receipt or a second wait().
+  /// Waits until the bytes are in the destination given to post_read.
+  /// Errors: those of transport::read_exact; invalid_argument on an empty
+  /// receipt or a second wait().
   asio::awaitable<std::error_code> wait();
 
   /// Whether wait() would complete without waiting: the bytes are in (or
-  /// the receive failed) already. A receive that only starts inside wait()
-  /// (the default post_payload) is never ready; an empty receipt is.
+  /// the read failed) already. A read that only starts inside wait() (the
+  /// default post_read) is never ready; an empty receipt is.
   bool ready() const noexcept { return p_ ? p_->ready() : true; }
 
  private:
@@ -100,23 +108,28 @@ class payload_receipt {
   bool ended_ = false;
 };
 
-/// The frame-level interface every transport implements.
-///
-/// Sends may be issued concurrently by many coroutines: each frame goes out
-/// whole (header and payload are never interleaved with another frame), and
-/// waiting senders go in FIFO order, so producers sending chunk by chunk
-/// interleave fairly. Receiving is single-consumer: receive_header, then
-/// exactly one receive_payload when length > 0, then the next header.
+/// The byte-level interface every transport implements.
 ///
 /// Errors (every awaitable): closed (close() was called on this object,
 /// before or during the operation), peer_closed (the peer ended the
 /// connection), peer_failed (reset or I/O failure), protocol_violation
-/// (receive_header: a header that decode_frame_header rejects; the transport
-/// is then closed), invalid_argument (a broken REQUIRES).
-/// Cancelling a send mid-frame (for instance through a `||` timeout) would
-/// leave half a frame on the stream, so it closes the transport instead.
+/// (a message transport received bytes it cannot deliver as specified: a
+/// bulk payload read with another size; the transport is then closed),
+/// invalid_argument (a broken REQUIRES).
+/// Cancelling a write part way (for instance through a `||` timeout) would
+/// leave half of it on the stream, so it closes the transport instead.
 class transport {
  public:
+  /// What read_some() delivered.
+  struct read_result {
+    std::size_t bytes = 0;       ///< bytes written into the buffer (>= 1 on success)
+    /// > 0: the bytes delivered end with a bulk message's header, and its
+    /// payload of this many bytes is not in the byte stream: land it with
+    /// read_exact() or post_read() (exactly this size) before the next
+    /// read_some(). Always 0 on byte streams.
+    std::size_t bulk_bytes = 0;
+  };
+
   virtual ~transport() = default;
   transport() = default;
   transport(const transport&) = delete;
@@ -125,51 +138,67 @@ class transport {
   /// The executor every operation runs on.
   virtual asio::any_io_executor get_executor() const = 0;
 
-  /// Sends one frame: `h` then the payload buffers in order. Completes when
-  /// the bytes are handed off (TCP: written to the socket; loopback:
-  /// copied into the receiver's destination), so the payload memory may be
-  /// reused afterwards and never needs a staging copy.
-  /// REQUIRES: h.length == total size of `payload`.
-  virtual asio::awaitable<std::error_code> send(const frame_header& h,
-                                                std::span<const asio::const_buffer> payload) = 0;
+  // ---- writing (one writer at a time) ----
 
-  /// Waits for the next frame header, decoded and checked
-  /// (decode_frame_header with the options' max_frame_bytes).
-  virtual asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() = 0;
+  /// Writes `bytes` in order. Completes when every byte is handed off (TCP:
+  /// written to the socket; loopback: copied by the reader; UCX: the
+  /// message was sent or buffered by UCX), so the memory may be reused.
+  virtual asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) = 0;
 
-  /// Whether receive_header() would complete without waiting for the peer:
-  /// a frame (or the end of the stream) is here already. A receiver with
-  /// payloads posted uses it to choose between the next header and the
-  /// oldest receipt. Default: false (not known; the caller then waits for
-  /// the receipt first). UCX: a frame is queued, or the connection ended.
-  virtual bool header_ready() const noexcept { return false; }
+  /// Whether write_bulk() sends a separate message whose payload the
+  /// reader fetches itself (UCX). False (the default): the pipeline writes
+  /// large payloads with the rest through write().
+  virtual bool sends_bulk() const noexcept { return false; }
 
-  /// Receives the whole payload of the frame whose header was returned last
-  /// directly into `dest`. REQUIRES: dest.size() == that header's length > 0.
-  virtual asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) = 0;
+  /// Writes `header`, then `payload`, as one message whose payload the
+  /// reader lands with read_exact()/post_read() (UCX: an active message
+  /// with `header` as its AM header and `payload` as its data, by
+  /// rendezvous when large; ucp_am_send_nbx). Completes as write().
+  /// Default: write() of header and payload. REQUIRES: header.size() <= 64.
+  virtual asio::awaitable<std::error_code> write_bulk(std::span<const std::byte> header,
+                                                      std::span<const asio::const_buffer> payload);
 
-  /// How many posted payloads (post_payload) may be in flight, not yet
-  /// waited for, while the caller goes on to receive_header for the next
-  /// frames. 1 (the default): wait() each receipt before the next
-  /// receive_header. UCX allows many, so the fetches of consecutive
-  /// rendezvous payloads overlap instead of costing a round trip each.
-  virtual std::size_t payload_window() const noexcept { return 1; }
+  /// The most bytes worth passing to one write(), bytes (a hint for
+  /// write combining: UCX sends each write as one eager message).
+  virtual std::size_t max_write_bytes() const noexcept { return std::size_t{8} << 20; }
 
-  /// Starts receiving the payload of the frame whose header was returned
-  /// last into `dest` and returns at once; receipt.wait() completes when
-  /// the bytes are there. `dest` must stay valid until then. Up to
-  /// payload_window() receipts may be outstanding; the header after a
-  /// posted frame may be received before its receipt is waited for.
-  /// REQUIRES: as receive_payload. Errors (from wait()): as receive_payload.
-  /// Default: the receive happens inside wait() (receive_payload), so
-  /// payload_window() must stay 1.
-  virtual payload_receipt post_payload(std::span<std::byte> dest);
+  // ---- reading (one reader at a time) ----
 
-  /// Keeps `owner` (the memory a receive was writing into) alive for as
-  /// long as this transport may still write into it after the receive was
-  /// cut short (closed or failed before the payload was all in).
+  /// Waits for bytes and copies what has arrived into `buf` (at least one
+  /// byte, at most buf.size()). REQUIRES: !buf.empty(), no bulk payload
+  /// pending (see read_result::bulk_bytes).
+  virtual asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) = 0;
+
+  /// Whether read_some() would complete without waiting for the peer:
+  /// bytes (or the end of the stream) are here already. Default: false
+  /// (not known). UCX: a message is queued, or the connection ended.
+  virtual bool readable() const noexcept { return false; }
+
+  /// Reads exactly dest.size() bytes into `dest`: the bulk payload
+  /// read_some() announced (dest.size() must equal it), else the next
+  /// bytes of the stream. REQUIRES: !dest.empty().
+  virtual asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) = 0;
+
+  /// How many posted reads (post_read) may be in flight, not yet waited
+  /// for, while the caller goes on reading. 1 (the default): wait() each
+  /// receipt before reading on. UCX allows many, so the fetches of
+  /// consecutive rendezvous payloads overlap instead of costing a round
+  /// trip each.
+  virtual std::size_t read_window() const noexcept { return 1; }
+
+  /// Starts read_exact(dest) and returns at once; receipt.wait() completes
+  /// when the bytes are there. `dest` must stay valid until then. Up to
+  /// read_window() receipts may be outstanding, and read_some() may go on
+  /// meanwhile. Default: the read happens inside wait() (read_exact), so
+  /// read_window() must stay 1.
+  virtual payload_receipt post_read(std::span<std::byte> dest);
+
+  /// Keeps `owner` (the memory a read was writing into) alive for as long
+  /// as this transport may still write into it after the read was cut
+  /// short (closed or failed before the bytes were all in).
   /// Default: released at once (TCP and loopback write only inside the
-  /// receive). UCX: held for retire_linger (10 s) while its worker lives,
+  /// read). UCX: held for retire_linger (10 s) while its worker lives,
   /// since a rendezvous fetch cut by a close can still land afterwards
   /// (UCX 1.13 cannot cancel an active-message receive).
   virtual void retire(std::shared_ptr<const void> owner) { (void)owner; }
@@ -189,25 +218,23 @@ class transport {
   // staging. Every other transport keeps the defaults, and device bytes
   // reach it already staged in pinned host memory.
 
-  /// True when send_device() and receive_payload_device() work. Default:
+  /// True when write_bulk_device() and read_exact_device() work. Default:
   /// false (the pipeline stages device bytes through pinned host buffers).
   virtual bool accepts_device_memory() const noexcept { return false; }
 
-  /// As send(), with every payload buffer in device memory of CUDA device
-  /// `device` (UCX: op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE,
-  /// memory_type = UCS_MEMORY_TYPE_CUDA). Completes when the device bytes
-  /// may be reused. Default: invalid_argument.
-  virtual asio::awaitable<std::error_code> send_device(const frame_header& h,
-                                                       std::span<const asio::const_buffer> payload,
-                                                       int device);
+  /// As write_bulk(), with every payload buffer in device memory of CUDA
+  /// device `device` (UCX: op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+  /// memory_type = UCS_MEMORY_TYPE_CUDA). Default: invalid_argument.
+  virtual asio::awaitable<std::error_code> write_bulk_device(
+      std::span<const std::byte> header, std::span<const asio::const_buffer> payload, int device);
 
-  /// As receive_payload(), into device memory of CUDA device `device`;
-  /// completes when the bytes are there. Default: invalid_argument.
-  virtual asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> dest,
-                                                                  int device);
+  /// As read_exact() of a bulk payload, into device memory of CUDA device
+  /// `device`. Default: invalid_argument.
+  virtual asio::awaitable<std::error_code> read_exact_device(std::span<std::byte> dest,
+                                                             int device);
 
-  /// One line on the last failure (for example "frame header: unknown frame
-  /// type 9"); empty when none. For logs: tests compare codes, not text.
+  /// One line on the last failure (for example "read: Connection reset by
+  /// peer"); empty when none. For logs: tests compare codes, not text.
   const std::string& last_error() const noexcept { return last_error_; }
 
  protected:
@@ -244,9 +271,5 @@ class listener {
   listener(listener&&) = default;
   listener& operator=(listener&&) = default;
 };
-
-/// Sends a frame with one contiguous payload (may be empty).
-asio::awaitable<std::error_code> send_frame(transport& t, const frame_header& h,
-                                            std::span<const std::byte> payload);
 
 }  // namespace blobpipe

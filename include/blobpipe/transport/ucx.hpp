@@ -1,14 +1,17 @@
 // blobpipe/transport/ucx.hpp — the UCX transport (ucp active messages, UCX 1.13).
 //
-// The same frame transport as blobpipe/tcp.hpp, over UCX: any transport
-// UCX selects (tcp; on one host the shared-memory ones, posix, sysv, cma).
-// Each frame is one active message: the 24-byte frame header is the AM
-// header, the payload goes out of the caller's own buffers (one buffer:
-// contiguous; several: UCP_DATATYPE_IOV), never through a staging copy.
-// On the receiving side a large payload (rendezvous) is fetched by
-// ucp_am_recv_data_nbx straight into the destination that
-// receive_payload() names; a small one (eager) arrived whole inside UCX's
-// receive buffer and is copied once from there into the destination.
+// The same byte transport as blobpipe/transport/tcp.hpp, over UCX: any
+// transport UCX selects (tcp; on one host the shared-memory ones, posix,
+// sysv, cma). Each write() is one active message sent eagerly, carrying
+// many small frames; each write_bulk() is one active message whose AM
+// header is the frame header and whose data is the payload, from the
+// caller's own buffers (one buffer: contiguous; several: UCP_DATATYPE_IOV),
+// never through a staging copy, by rendezvous when large. On the
+// receiving side read_some() copies plain bytes out of UCX's receive
+// buffer and stops after a bulk message's header; a rendezvous payload is
+// then fetched by ucp_am_recv_data_nbx straight into the destination that
+// read_exact() or post_read() names, and an eager one is copied once from
+// UCX's buffer into it.
 //
 //   auto l = blobpipe::ucx::listen(ex, 0).value();   // ephemeral port
 //   // consumer side                      // sender side
@@ -41,15 +44,15 @@
 // executor.
 //
 // Device memory: with a UCX built with its CUDA modules (cuda_copy,
-// cuda_ipc), accepts_device_memory() is true and send_device /
-// receive_payload_device hand CUDA buffers to UCX
+// cuda_ipc), accepts_device_memory() is true and write_bulk_device /
+// read_exact_device hand CUDA buffers to UCX
 // (UCS_MEMORY_TYPE_CUDA). Debian's 1.13 has none: they then fail with
 // invalid_argument, as transport.hpp's defaults do.
 //
 // Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
 // closed its transport (an orderly goodbye); peer_failed: the peer's
 // process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER).
-// Frames already received before either are still delivered.
+// Messages already received before either are still delivered.
 //
 // Source: docs/ucx.md; UCX examples/ucp_client_server.c.
 #pragma once
@@ -160,15 +163,15 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
 
 /// What one UCX transport has moved so far (for benchmarks and tests).
 struct stats {
-  std::uint64_t frames_sent = 0;
-  std::uint64_t frames_received = 0;
-  /// Payloads received by rendezvous, i.e. fetched by ucp_am_recv_data_nbx
-  /// straight into the destination (frames, bytes).
-  std::uint64_t rndv_frames = 0;
+  std::uint64_t messages_sent = 0;      ///< active messages: writes and bulk writes
+  std::uint64_t messages_received = 0;
+  /// Bulk payloads received by rendezvous, i.e. fetched by
+  /// ucp_am_recv_data_nbx straight into the destination (count, bytes).
+  std::uint64_t rndv_payloads = 0;
   std::uint64_t rndv_bytes = 0;
-  /// Payloads that arrived eagerly and were copied once from UCX's
-  /// receive buffer into the destination (frames, bytes).
-  std::uint64_t eager_frames = 0;
+  /// Bulk payloads that arrived eagerly and were copied once from UCX's
+  /// receive buffer into the destination (count, bytes).
+  std::uint64_t eager_payloads = 0;
   std::uint64_t eager_bytes = 0;
 };
 

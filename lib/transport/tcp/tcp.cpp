@@ -1,6 +1,6 @@
-// TCP transport (docs/wire.md "TCP"): one scatter-gather write per frame,
-// header-then-payload reads with the payload read straight into the
-// caller's destination.
+// TCP transport (docs/wire.md "TCP"): a byte stream. One gather write per
+// write() (the sender combines many frames into one), reads of whatever has
+// arrived, and exact reads straight into the caller's destination.
 #include "blobpipe/transport/tcp.hpp"
 
 #include <array>
@@ -13,7 +13,6 @@
 #include <asio/write.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
-#include "lib/transport/async_sync.hpp"
 #include "lib/transport/io_error.hpp"
 
 namespace blobpipe::tcp {
@@ -23,63 +22,33 @@ constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
 class tcp_transport final : public transport {
  public:
-  tcp_transport(asio::ip::tcp::socket s, transport_options opt)
-      : sock_(std::move(s)), send_mutex_(sock_.get_executor()), opt_(opt) {}
+  tcp_transport(asio::ip::tcp::socket s) : sock_(std::move(s)) {}
   ~tcp_transport() override { close(); }
 
   asio::any_io_executor get_executor() const override {
     return const_cast<asio::ip::tcp::socket&>(sock_).get_executor();
   }
 
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> payload) override {
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
     if (closed_) co_return closed_error();
-    if (asio::buffer_size(payload) != h.length) {
-      last_error_ = "send: header length differs from the payload size";
-      co_return make_error_code(errc::invalid_argument);
-    }
-    if (auto ec = co_await send_mutex_.lock()) co_return closed_ ? closed_error() : ec;
-    detail::unlock_guard guard(send_mutex_);
-    if (closed_) co_return closed_error();
-    std::array<std::byte, frame_header_size> hdr;
-    encode_frame_header(h, hdr);
-    std::vector<asio::const_buffer> bufs;
-    bufs.reserve(1 + payload.size());
-    bufs.emplace_back(hdr.data(), hdr.size());
-    bufs.insert(bufs.end(), payload.begin(), payload.end());
-    auto [ec, n] = co_await asio::async_write(sock_, bufs, use_tuple);
-    if (ec) co_return fail(ec, "send");  // a partial frame poisons the stream
+    auto [ec, n] = co_await asio::async_write(sock_, bytes, use_tuple);
+    if (ec) co_return fail(ec, "write");  // a partial write poisons the stream
     co_return std::error_code{};
   }
 
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    if (closed_) co_return std::tuple{closed_error(), frame_header{}};
-    if (rx_pending_ != 0) {
-      last_error_ = "receive_header: the previous frame's payload was not received";
-      co_return std::tuple{make_error_code(errc::invalid_argument), frame_header{}};
-    }
-    auto [ec, n] = co_await asio::async_read(sock_, asio::buffer(rx_header_), use_tuple);
-    if (ec) co_return std::tuple{fail(ec, "receive header"), frame_header{}};
-    auto h = decode_frame_header(rx_header_, opt_.max_frame_bytes);
-    if (!h) {
-      last_error_ = h.message();
-      close();
-      co_return std::tuple{h.code(), frame_header{}};
-    }
-    rx_pending_ = h->length;
-    co_return std::tuple{std::error_code{}, *h};
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    if (closed_) co_return std::tuple{closed_error(), read_result{}};
+    auto [ec, n] = co_await sock_.async_read_some(asio::buffer(buf.data(), buf.size()), use_tuple);
+    if (ec) co_return std::tuple{fail(ec, "read"), read_result{}};
+    co_return std::tuple{std::error_code{}, read_result{n, 0}};
   }
 
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
     if (closed_) co_return closed_error();
-    if (rx_pending_ == 0 || dest.size() != rx_pending_) {
-      last_error_ = "receive_payload: no pending payload of that size";
-      co_return make_error_code(errc::invalid_argument);
-    }
     auto [ec, n] =
         co_await asio::async_read(sock_, asio::buffer(dest.data(), dest.size()), use_tuple);
-    if (ec) co_return fail(ec, "receive payload");
-    rx_pending_ = 0;
+    if (ec) co_return fail(ec, "read");
     co_return std::error_code{};
   }
 
@@ -89,7 +58,6 @@ class tcp_transport final : public transport {
     std::error_code ignored;
     sock_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     sock_.close(ignored);
-    send_mutex_.close();
   }
 
   bool is_open() const noexcept override { return !closed_ && !peer_gone_; }
@@ -98,7 +66,7 @@ class tcp_transport final : public transport {
   std::error_code fail(std::error_code io, const char* what) {
     // Once the peer is known gone, every operation reports that, not
     // `closed`: closing the socket here is not the user closing it (a
-    // receive pending while a send hit the reset would say `closed`).
+    // read pending while a write hit the reset would say `closed`).
     if (peer_gone_) return peer_error_;
     auto ec = detail::map_io_error(io, closed_);
     if (!closed_) {
@@ -116,20 +84,16 @@ class tcp_transport final : public transport {
   }
 
   asio::ip::tcp::socket sock_;
-  detail::async_mutex send_mutex_;
-  transport_options opt_;
-  std::array<std::byte, frame_header_size> rx_header_{};
-  std::uint32_t rx_pending_ = 0;  // payload bytes of the last header still unread
   bool closed_ = false;
   bool peer_gone_ = false;
   std::error_code peer_error_;  // peer_closed or peer_failed, once peer_gone_
 };
 
-std::unique_ptr<transport> wrap(asio::ip::tcp::socket s, transport_options opt) {
+std::unique_ptr<transport> wrap(asio::ip::tcp::socket s) {
   std::error_code ignored;
   // Small control frames (ack, tail) must not wait behind Nagle.
   s.set_option(asio::ip::tcp::no_delay(true), ignored);
-  return std::make_unique<tcp_transport>(std::move(s), opt);
+  return std::make_unique<tcp_transport>(std::move(s));
 }
 
 }  // namespace
@@ -152,14 +116,14 @@ std::uint16_t listener::port() const noexcept {
 }
 
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listener::accept(
-    transport_options opt) {
+    transport_options) {
   if (!impl_ || impl_->closed)
     co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
   auto [ec, sock] = co_await impl_->acceptor.async_accept(use_tuple);
   if (ec)
     co_return std::tuple{detail::map_io_error(ec, !impl_ || impl_->closed),
                          std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock))};
 }
 
 void listener::close() noexcept {
@@ -187,14 +151,14 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
 }
 
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
-    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt) {
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options) {
   asio::ip::tcp::resolver resolver(ex);
   auto [rec, endpoints] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
   if (rec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
   asio::ip::tcp::socket sock(ex);
   auto [cec, ep] = co_await asio::async_connect(sock, endpoints, use_tuple);
   if (cec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock))};
 }
 
 }  // namespace blobpipe::tcp

@@ -74,19 +74,18 @@ void connection::drop_received() noexcept {
 
 // ---- sending ---------------------------------------------------------------
 
-asio::awaitable<std::error_code> connection::send(const frame_header& h,
+asio::awaitable<std::error_code> connection::send(std::span<const std::byte> header,
                                                   std::span<const asio::const_buffer> payload,
                                                   ucs_memory_type_t memory) {
   auto self = shared_from_this();
   if (closed_by_us_ || link_ != link::open || peer_gone()) co_return gone_code();
-  if (asio::buffer_size(payload) != h.length) {
-    error_text_ = "send: header length differs from the payload size";
+  if (header.size() > max_bulk_header) {
+    error_text_ = "write_bulk: header of " + std::to_string(header.size()) + " bytes (max 64)";
     co_return make_error_code(errc::invalid_argument);
   }
-  std::array<std::byte, frame_header_size> hdr;  // UCX reads it until completion
-  encode_frame_header(h, hdr);
   // The payload goes out of the caller's buffers: one buffer as contiguous
-  // data, several as an iov (UCX reads the iov array until completion too).
+  // data, several as an iov (UCX reads header and iov array until
+  // completion, and this coroutine frame keeps both alive till then).
   std::vector<ucp_dt_iov_t> iov;
   iov.reserve(payload.size());
   for (const auto& b : payload)
@@ -97,6 +96,9 @@ asio::awaitable<std::error_code> connection::send(const frame_header& h,
   slot.bind_send(p);
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver routes by its reply endpoint
+  // Plain bytes (many small frames) go eagerly: the reader copies them out
+  // of UCX's buffer; a rendezvous would cost a round trip per message.
+  if (header.empty()) p.flags |= UCP_AM_SEND_FLAG_EAGER;
   if (memory != UCS_MEMORY_TYPE_HOST) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = memory;
@@ -112,24 +114,19 @@ asio::awaitable<std::error_code> connection::send(const frame_header& h,
     buffer = iov.data();
     count = iov.size();
   }
-  slot.start(ucp_am_send_nbx(ep_.get(), am_frame, hdr.data(), hdr.size(), buffer, count, &p));
+  slot.start(ucp_am_send_nbx(ep_.get(), am_message, header.empty() ? nullptr : header.data(),
+                             header.size(), buffer, count, &p));
   // Progress now, from this coroutine (never inside a UCX callback), not
   // after another trip through the executor: a request UCX can finish at
   // once then needs no wake-up at all, and even a send done at once may
   // have left bytes queued inside UCX.
   rt_->progress_now();
   if (slot.pending()) {
-    // A frame cut off half way cannot be resumed: cancelling closes.
+    // A message cut off half way cannot be resumed: cancelling closes.
     if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
-  } else {
-    // Done without waiting (UCX buffered or sent it). Still let other ready
-    // coroutines run before returning, as a socket write does, so that
-    // senders sending frame after frame interleave instead of one running
-    // ahead.
-    co_await asio::post(rt_->executor(), asio::use_awaitable);
   }
   if (slot.status() != UCS_OK) co_return fail(slot.status(), "send");
-  ++stats_.frames_sent;
+  ++stats_.messages_sent;
   co_return std::error_code{};
 }
 
@@ -146,13 +143,14 @@ void connection::send_control(unsigned am_id, bool inside_progress) noexcept {
 
 // ---- receiving -------------------------------------------------------------
 
-ucs_status_t connection::on_frame(std::span<const std::byte> header, void* data, std::size_t length,
-                                  std::uint64_t recv_attr) {
+ucs_status_t connection::on_message(std::span<const std::byte> header, void* data,
+                                    std::size_t length, std::uint64_t recv_attr) {
   const bool rndv = (recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const bool persistent = (recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0;
   if (closed_by_us_ || link_ == link::released) return rndv ? UCS_ERR_CANCELED : UCS_OK;
   incoming f;
   f.header_length = header.size();
+  f.header_too_long = header.size() > f.header.size();
   std::memcpy(f.header.data(), header.data(), std::min(header.size(), f.header.size()));
   f.length = length;
   f.rndv = rndv;
@@ -165,48 +163,96 @@ ucs_status_t connection::on_frame(std::span<const std::byte> header, void* data,
   }
   const bool kept = f.data != nullptr;
   rx_.push_back(std::move(f));
+  ++stats_.messages_received;
   rx_ready_.notify_all();
   return kept ? UCS_INPROGRESS : UCS_OK;
 }
 
-asio::awaitable<std::tuple<std::error_code, frame_header>> connection::receive_header() {
+std::error_code connection::violation(std::string why) {
+  error_text_ = std::move(why);
+  close();
+  return make_error_code(errc::protocol_violation);
+}
+
+asio::awaitable<std::tuple<std::error_code, transport::read_result>> connection::read_some(
+    std::span<std::byte> buf) {
+  using ret = std::tuple<std::error_code, transport::read_result>;
   auto self = shared_from_this();
-  if (closed_by_us_) co_return std::tuple{gone_code(), frame_header{}};
-  if (current_) {
-    error_text_ = "receive_header: the previous frame's payload was not received";
-    co_return std::tuple{make_error_code(errc::invalid_argument), frame_header{}};
+  if (closed_by_us_) co_return ret{gone_code(), {}};
+  if (current_ || buf.size() < max_bulk_header) {
+    error_text_ = current_ ? "read_some: a bulk payload is pending (read_exact it first)"
+                           : "read_some: buffer below 64 bytes";
+    co_return ret{make_error_code(errc::invalid_argument), {}};
   }
   while (rx_.empty() && !closed_by_us_ && !peer_gone()) {
     if (co_await rx_ready_.wait())
-      co_return std::tuple{std::error_code(asio::error::operation_aborted), frame_header{}};
+      co_return ret{std::error_code(asio::error::operation_aborted), {}};
   }
-  // Frames that arrived whole before the peer left are still delivered; a
-  // rendezvous payload needs the peer, so nothing from it on can be.
+  // Messages that arrived whole before the peer left are still delivered;
+  // a rendezvous payload needs the peer, so nothing from it on can be.
   if (!closed_by_us_ && !rx_.empty() && rx_.front().rndv && link_ != link::open) drop_received();
-  if (closed_by_us_ || rx_.empty()) co_return std::tuple{gone_code(), frame_header{}};
+  if (closed_by_us_ || rx_.empty()) co_return ret{gone_code(), {}};
 
-  incoming f = std::move(rx_.front());
-  rx_.pop_front();
-  auto violation = [&](std::string why) {
-    release(f);
-    error_text_ = std::move(why);
-    close();
-    return std::tuple{make_error_code(errc::protocol_violation), frame_header{}};
-  };
-  if (f.header_length != frame_header_size)
-    co_return violation("frame header: " + std::to_string(f.header_length) + " bytes, expected 24");
-  auto h = decode_frame_header(std::span(f.header.data(), f.header_length), opt_.max_frame_bytes);
-  if (!h) co_return violation(h.message());
-  if (h->length != f.length)
-    co_return violation("frame header: length " + std::to_string(h->length) +
-                        " but the message carries " + std::to_string(f.length) + " bytes");
-  ++stats_.frames_received;
-  if (h->length == 0) {
+  incoming& f = rx_.front();
+  if (f.header_length == 0) {
+    // Plain bytes: copied out; what does not fit stays for the next read.
+    if (f.rndv) co_return ret{violation("plain bytes sent by rendezvous (expected eager)"), {}};
+    const std::size_t n = std::min(buf.size(), f.length - f.offset);
+    std::memcpy(buf.data(), f.bytes() + f.offset, n);
+    f.offset += n;
+    if (f.offset == f.length) {
+      release(f);
+      rx_.pop_front();
+    }
+    co_return ret{std::error_code{}, {n, 0}};
+  }
+  if (f.header_too_long)
+    co_return ret{violation("bulk message header of " + std::to_string(f.header_length) +
+                            " bytes (max 64)"),
+                  {}};
+  if (f.length > opt_.max_bulk_bytes)
+    co_return ret{violation("bulk payload of " + std::to_string(f.length) +
+                            " bytes exceeds max_bulk_bytes " +
+                            std::to_string(opt_.max_bulk_bytes)),
+                  {}};
+  const std::size_t n = f.header_length;
+  std::memcpy(buf.data(), f.header.data(), n);
+  transport::read_result got{n, f.length};
+  if (f.length == 0) {
     release(f);
   } else {
     current_ = std::move(f);
   }
-  co_return std::tuple{std::error_code{}, *h};
+  rx_.pop_front();
+  co_return ret{std::error_code{}, got};
+}
+
+asio::awaitable<std::error_code> connection::read_stream(std::span<std::byte> dest) {
+  for (std::size_t done = 0; done < dest.size();) {
+    if (!rx_.empty() && rx_.front().header_length != 0)
+      co_return violation("a bulk message where the reader expected plain bytes");
+    // read_some needs room for a bulk header; a short tail goes via a bounce.
+    std::array<std::byte, max_bulk_header> bounce;
+    const bool direct = dest.size() - done >= max_bulk_header;
+    auto [ec, got] = co_await read_some(direct ? dest.subspan(done) : std::span(bounce));
+    if (ec) co_return ec;
+    if (got.bulk_bytes != 0)
+      co_return violation("a bulk message where the reader expected plain bytes");
+    if (!direct) {
+      const std::size_t n = std::min(got.bytes, dest.size() - done);
+      std::memcpy(dest.data() + done, bounce.data(), n);
+      if (n < got.bytes) {  // put back what the reader did not ask for
+        incoming back;
+        back.copy.assign(bounce.begin() + n, bounce.begin() + got.bytes);
+        back.length = back.copy.size();
+        rx_.push_front(std::move(back));
+      }
+      done += n;
+    } else {
+      done += got.bytes;
+    }
+  }
+  co_return std::error_code{};
 }
 
 connection::posted_payload connection::post_payload(std::span<std::byte> dest,
@@ -216,9 +262,14 @@ connection::posted_payload connection::post_payload(std::span<std::byte> dest,
     out.ec = gone_code();
     return out;
   }
-  if (!current_ || dest.size() != current_->length) {
-    error_text_ = "receive_payload: no pending payload of that size";
+  if (!current_) {
+    error_text_ = "read_exact: no bulk payload pending";
     out.ec = make_error_code(errc::invalid_argument);
+    return out;
+  }
+  if (dest.size() != current_->length) {
+    out.ec = violation("bulk payload of " + std::to_string(current_->length) +
+                       " bytes read as " + std::to_string(dest.size()));
     return out;
   }
   incoming f = std::move(*current_);
@@ -227,7 +278,7 @@ connection::posted_payload connection::post_payload(std::span<std::byte> dest,
   out.bytes = dest.size();
   if (!f.rndv && !f.data && memory != UCS_MEMORY_TYPE_HOST) {
     // Only UCX can copy into device memory, and it kept no descriptor.
-    error_text_ = "receive_payload: eager payload without a UCX descriptor for device memory";
+    error_text_ = "read_exact: eager payload without a UCX descriptor for device memory";
     out.ec = make_error_code(errc::invalid_argument);
     return out;
   }
@@ -260,17 +311,17 @@ connection::posted_payload connection::post_payload(std::span<std::byte> dest,
 void connection::finish_payload(posted_payload& pp) {
   auto slot = std::move(pp.slot);
   if (slot->status() != UCS_OK)
-    pp.ec = fail(slot->status(), "receive payload");
+    pp.ec = fail(slot->status(), "read bulk payload");
   else
     count_payload(pp);
 }
 
 void connection::count_payload(const posted_payload& pp) noexcept {
   if (pp.rndv) {
-    ++stats_.rndv_frames;
+    ++stats_.rndv_payloads;
     stats_.rndv_bytes += pp.bytes;
   } else {
-    ++stats_.eager_frames;
+    ++stats_.eager_payloads;
     stats_.eager_bytes += pp.bytes;
   }
 }
@@ -294,9 +345,16 @@ void connection::drop_payload(posted_payload& pp) noexcept {
   pp.slot.reset();  // abandons the request if still pending
 }
 
-asio::awaitable<std::error_code> connection::receive_payload(std::span<std::byte> dest,
-                                                             ucs_memory_type_t memory) {
+asio::awaitable<std::error_code> connection::read_exact(std::span<std::byte> dest,
+                                                        ucs_memory_type_t memory) {
   auto self = shared_from_this();
+  if (!current_) {
+    if (memory != UCS_MEMORY_TYPE_HOST) {
+      error_text_ = "read_exact: device memory needs a bulk payload";
+      co_return make_error_code(errc::invalid_argument);
+    }
+    co_return co_await read_stream(dest);
+  }
   posted_payload pp = post_payload(dest, memory);
   co_return co_await wait_payload(pp);
 }

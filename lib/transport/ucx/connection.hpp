@@ -1,18 +1,23 @@
-// One UCX connection: an endpoint, the frames received on it, and its close.
+// One UCX connection: an endpoint, the messages received on it, and its
+// close.
 //
-// Frames are active messages (runtime.hpp's am_frame): the 24-byte frame
-// header travels as the AM header, the payload as AM data. The AM callback
-// queues each frame as UCX handed it over: eager data is kept in UCX's own
-// buffer (UCP_AM_FLAG_PERSISTENT_DATA), a rendezvous payload as its
-// descriptor. receive_header() pops and checks the next frame;
-// receive_payload(dest) copies eager data once into `dest` or starts
+// Bytes travel as active messages (runtime.hpp's am_message). A write() is
+// one message with no AM header and the bytes as its data, sent eagerly
+// (UCP_AM_SEND_FLAG_EAGER: several frames in one message). A write_bulk()
+// is one message with a short opaque AM header (the pipeline puts a frame
+// header there) and a payload as its data, which UCX sends by rendezvous
+// when large. The AM callback queues each message as UCX handed it over:
+// eager data is kept in UCX's own buffer (UCP_AM_FLAG_PERSISTENT_DATA), a
+// rendezvous payload as its descriptor. read_some() copies queued bytes
+// out, and stops after a bulk message's header; read_exact(dest) then
+// copies its eager payload once into `dest` or starts
 // ucp_am_recv_data_nbx with `dest`, so a rendezvous payload lands there
 // directly.
 //
 // Close is a small handshake so the peer can tell an orderly close from a
 // failure (UCX reports both as an endpoint error): the closer sends
-// am_goodbye; the peer records it (its receives end with peer_closed once
-// the queued frames are consumed) and answers am_goodbye_ack; the closer
+// am_goodbye; the peer records it (its reads end with peer_closed once
+// the queued messages are consumed) and answers am_goodbye_ack; the closer
 // then closes the endpoint in flush mode (ucp_ep_close_nbx). A close with
 // operations in flight, or after a peer failure, forces the endpoint
 // closed instead (UCP_EP_CLOSE_FLAG_FORCE), which completes those
@@ -42,7 +47,6 @@
 
 #include "blobpipe/transport/transport.hpp"
 #include "blobpipe/transport/ucx.hpp"
-#include "blobpipe/protocol/wire.hpp"
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/handles.hpp"
 #include "lib/transport/ucx/request.hpp"
@@ -67,25 +71,30 @@ class connection : public std::enable_shared_from_this<connection> {
   void attach(ucp_ep_h ep);
   void set_options(transport_options opt) noexcept { opt_ = opt; }
 
-  // The transport interface (blobpipe/transport.hpp). `memory` is where
-  // the payload buffers live: UCS_MEMORY_TYPE_HOST, or
-  // UCS_MEMORY_TYPE_CUDA for send_device / receive_payload_device.
-  asio::awaitable<std::error_code> send(const frame_header& h,
+  /// Largest AM header a bulk message may carry, bytes.
+  static constexpr std::size_t max_bulk_header = 64;
+
+  // The transport interface (blobpipe/transport/transport.hpp). `memory`
+  // is where the payload buffers live: UCS_MEMORY_TYPE_HOST, or
+  // UCS_MEMORY_TYPE_CUDA for write_bulk_device / read_exact_device.
+  /// One message: `header` (empty for plain bytes, which go eagerly) and
+  /// the data `payload`.
+  asio::awaitable<std::error_code> send(std::span<const std::byte> header,
                                         std::span<const asio::const_buffer> payload,
                                         ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header();
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest,
-                                                   ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  asio::awaitable<std::tuple<std::error_code, transport::read_result>> read_some(
+      std::span<std::byte> buf);
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest,
+                                              ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
   void close() noexcept;
   bool is_open() const noexcept;
-  /// Whether receive_header() completes without waiting: a frame is
-  /// queued, or it returns an error at once (closed, peer gone, a payload
-  /// not yet received).
-  bool header_ready() const noexcept {
-    return closed_by_us_ || current_.has_value() || !rx_.empty() || peer_gone();
-  }
+  /// Whether read_some() completes without waiting: a message is queued,
+  /// or it returns an error at once (closed, peer gone).
+  bool readable() const noexcept { return closed_by_us_ || !rx_.empty() || peer_gone(); }
+  /// Whether a bulk payload announced by read_some() awaits read_exact.
+  bool bulk_pending() const noexcept { return current_.has_value(); }
 
-  /// A payload receive started by post_payload: ended already (`slot`
+  /// A bulk payload read started by post_payload: ended already (`slot`
   /// null, `ec` its outcome) or a rendezvous fetch UCX still runs.
   struct posted_payload {
     std::error_code ec;
@@ -93,9 +102,10 @@ class connection : public std::enable_shared_from_this<connection> {
     bool rndv = false;
     std::size_t bytes = 0;
   };
-  /// receive_payload in two halves (transport::post_payload): start the
-  /// copy or the fetch into `dest` now, await its end later. Any number
-  /// may be in flight; receive_header may go on meanwhile.
+  /// read_exact of the pending bulk payload in two halves
+  /// (transport::post_read): start the copy or the fetch into `dest` now,
+  /// await its end later. Any number may be in flight; read_some may go on
+  /// meanwhile.
   posted_payload post_payload(std::span<std::byte> dest,
                               ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
   asio::awaitable<std::error_code> wait_payload(posted_payload& pp);
@@ -116,8 +126,8 @@ class connection : public std::enable_shared_from_this<connection> {
   ucp_ep_h endpoint_handle() const noexcept { return ep_.get(); }
 
   // Called by the runtime's AM callbacks, inside ucp_worker_progress.
-  ucs_status_t on_frame(std::span<const std::byte> header, void* data, std::size_t length,
-                        std::uint64_t recv_attr);
+  ucs_status_t on_message(std::span<const std::byte> header, void* data, std::size_t length,
+                          std::uint64_t recv_attr);
   void on_goodbye();
   void on_goodbye_ack();
 
@@ -133,14 +143,21 @@ class connection : public std::enable_shared_from_this<connection> {
   enum class link { open, saying_goodbye, closing, released };
 
   struct incoming {
-    std::array<std::byte, frame_header_size> header{};
-    std::size_t header_length = 0;  // as received; anything else than 24 is a violation
+    std::array<std::byte, max_bulk_header> header{};
+    std::size_t header_length = 0;  // 0: plain bytes; else a bulk message
+    bool header_too_long = false;   // more than max_bulk_header: a violation
     void* data = nullptr;           // UCX's eager data or rendezvous descriptor
-    std::size_t length = 0;         // payload bytes
+    std::size_t length = 0;         // data bytes
+    std::size_t offset = 0;         // plain bytes: how many read_some() took
     bool rndv = false;
     std::vector<std::byte> copy;  // only when UCX did not let us keep `data`
+    const std::byte* bytes() const noexcept {
+      return data ? static_cast<const std::byte*>(data) : copy.data();
+    }
   };
 
+  asio::awaitable<std::error_code> read_stream(std::span<std::byte> dest);
+  std::error_code violation(std::string why);
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t st);
   void finish_payload(posted_payload& pp);
   void count_payload(const posted_payload& pp) noexcept;
@@ -167,7 +184,7 @@ class connection : public std::enable_shared_from_this<connection> {
   ucp_ep_h ep_key_ = nullptr;  // routing key, kept after ep_ is released
   transport_options opt_;
   std::deque<incoming> rx_;
-  std::optional<incoming> current_;  // header returned, payload not yet received
+  std::optional<incoming> current_;  // bulk header returned, payload not yet read
   blobpipe::detail::async_condition rx_ready_;
   slot_list inflight_;
   asio::steady_timer linger_;

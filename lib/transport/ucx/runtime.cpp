@@ -54,7 +54,7 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
   auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config,
                                       opt.busy_poll);
-  for (unsigned id : {am_frame, am_goodbye, am_goodbye_ack}) {
+  for (unsigned id : {am_message, am_goodbye, am_goodbye_ack}) {
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
   }
@@ -95,11 +95,11 @@ ucs_status_t runtime::set_am_handler(unsigned id) {
   p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
   p.id = id;
-  // WHOLE_MSG: one callback per frame. PERSISTENT_DATA: eager data may be
-  // kept (UCS_INPROGRESS) until receive_payload copies it out, instead of
+  // WHOLE_MSG: one callback per message. PERSISTENT_DATA: eager data may be
+  // kept (UCS_INPROGRESS) until read_some/read_exact copy it out, instead of
   // being copied into a buffer of ours first.
   p.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
-  p.cb = id == am_frame     ? &am_callback<am_frame>
+  p.cb = id == am_message     ? &am_callback<am_message>
          : id == am_goodbye ? &am_callback<am_goodbye>
                             : &am_callback<am_goodbye_ack>;
   p.arg = this;
@@ -120,8 +120,8 @@ ucs_status_t am_callback(void* arg, const void* header, std::size_t header_lengt
     // sender learns it from the status, eager data is dropped.
     return rndv ? UCS_ERR_CANCELED : UCS_OK;
   }
-  if constexpr (Id == am_frame) {
-    return c->on_frame(std::span(static_cast<const std::byte*>(header), header_length), data,
+  if constexpr (Id == am_message) {
+    return c->on_message(std::span(static_cast<const std::byte*>(header), header_length), data,
                        length, param->recv_attr);
   } else if constexpr (Id == am_goodbye) {
     c->on_goodbye();

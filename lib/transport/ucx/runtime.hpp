@@ -49,7 +49,7 @@ namespace blobpipe::ucx::detail {
 class connection;
 
 /// Active message ids on blobpipe's worker.
-inline constexpr unsigned am_frame = 0;        ///< header: frame header; data: payload
+inline constexpr unsigned am_message = 0;      ///< header: none (bytes) or a bulk header; data
 inline constexpr unsigned am_goodbye = 1;      ///< "closing, nothing more follows"
 inline constexpr unsigned am_goodbye_ack = 2;  ///< answer: the closer may disconnect
 

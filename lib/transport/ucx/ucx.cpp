@@ -39,34 +39,48 @@ class ucx_transport final : public transport {
 
   asio::any_io_executor get_executor() const override { return rt_->executor(); }
 
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> payload) override {
-    auto ec = co_await c_->send(h, payload);
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
+    auto ec = co_await c_->send({}, bytes);
     note(ec);
     co_return ec;
   }
 
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    auto r = co_await c_->receive_header();
+  bool sends_bulk() const noexcept override { return true; }
+
+  asio::awaitable<std::error_code> write_bulk(std::span<const std::byte> header,
+                                              std::span<const asio::const_buffer> payload) override {
+    auto ec = co_await c_->send(header, payload);
+    note(ec);
+    co_return ec;
+  }
+
+  // Each write() is one eager message: beyond this, UCX's eager protocol
+  // fragments it anyway and a rendezvous would serve better.
+  std::size_t max_write_bytes() const noexcept override { return std::size_t{256} << 10; }
+
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    auto r = co_await c_->read_some(buf);
     note(std::get<0>(r));
     co_return r;
   }
 
-  bool header_ready() const noexcept override { return c_->header_ready(); }
+  bool readable() const noexcept override { return c_->readable(); }
 
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    auto ec = co_await c_->receive_payload(dest);
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
+    auto ec = co_await c_->read_exact(dest);
     note(ec);
     co_return ec;
   }
 
   // Fetches of rendezvous payloads may overlap without bound: each lands
   // in its own destination, which the caller keeps.
-  std::size_t payload_window() const noexcept override {
+  std::size_t read_window() const noexcept override {
     return std::numeric_limits<std::size_t>::max();
   }
 
-  payload_receipt post_payload(std::span<std::byte> dest) override {
+  payload_receipt post_read(std::span<std::byte> dest) override {
+    if (!c_->bulk_pending()) return transport::post_read(dest);  // plain bytes: at wait()
     auto pp = c_->post_payload(dest);
     if (!pp.slot) {
       note(pp.ec);
@@ -85,19 +99,20 @@ class ucx_transport final : public transport {
   // `device` is not needed here.
   bool accepts_device_memory() const noexcept override { return rt_->cuda_memory(); }
 
-  asio::awaitable<std::error_code> send_device(const frame_header& h,
-                                               std::span<const asio::const_buffer> payload,
-                                               int device) override {
-    if (!rt_->cuda_memory()) co_return co_await transport::send_device(h, payload, device);
-    auto ec = co_await c_->send(h, payload, UCS_MEMORY_TYPE_CUDA);
+  asio::awaitable<std::error_code> write_bulk_device(std::span<const std::byte> header,
+                                                     std::span<const asio::const_buffer> payload,
+                                                     int device) override {
+    if (!rt_->cuda_memory())
+      co_return co_await transport::write_bulk_device(header, payload, device);
+    auto ec = co_await c_->send(header, payload, UCS_MEMORY_TYPE_CUDA);
     note(ec);
     co_return ec;
   }
 
-  asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> dest,
-                                                          int device) override {
-    if (!rt_->cuda_memory()) co_return co_await transport::receive_payload_device(dest, device);
-    auto ec = co_await c_->receive_payload(dest, UCS_MEMORY_TYPE_CUDA);
+  asio::awaitable<std::error_code> read_exact_device(std::span<std::byte> dest,
+                                                     int device) override {
+    if (!rt_->cuda_memory()) co_return co_await transport::read_exact_device(dest, device);
+    auto ec = co_await c_->read_exact(dest, UCS_MEMORY_TYPE_CUDA);
     note(ec);
     co_return ec;
   }
@@ -105,7 +120,7 @@ class ucx_transport final : public transport {
   const connection& conn() const noexcept { return *c_; }
 
  private:
-  // A rendezvous fetch in flight; the connection outlives it (shared).
+  // A bulk payload read in flight; the connection outlives it (shared).
   class posted final : public payload_receipt::pending {
    public:
     posted(ucx_transport& t, connection::posted_payload pp)
