@@ -1,7 +1,9 @@
-// The consumer: a pull state machine over frames (docs/wire.md "Consumer").
-// next() reads one frame at a time and hands it to the frame handlers
-// (consumer_frames.cpp), which turn frames into events. Acknowledgements
-// flow back from a separate coroutine as the user releases entries.
+// The consumer: an I/O loop around the push decoder (docs/wire.md
+// "Consumer"). next() yields events decided already; when there are none
+// it reads what the transport has into the receive buffer (or a large
+// payload straight into its destination) and lets the decoder turn the
+// bytes into events (consumer_sinks.cpp). Acknowledgements flow back from
+// a separate coroutine, coalesced, as the user releases entries.
 #include "blobpipe/pipeline/consumer.hpp"
 
 #include <algorithm>
@@ -9,46 +11,204 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/error.hpp>
 #include <asio/this_coro.hpp>
 
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/framer.hpp"
 #include "lib/pipeline/consumer_state.hpp"
 
 namespace blobpipe {
 namespace detail {
 namespace {
 
+/// Writes `out` (frames the consumer sends: hello, acks) in one write.
+asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out) {
+  std::vector<asio::const_buffer> bufs;
+  for (const auto& p : out.pieces()) {
+    const auto b = p.bytes(out);
+    bufs.emplace_back(b.data(), b.size());
+  }
+  co_return co_await t.write(bufs);
+}
+
+/// Sends the credit released and the blobs delivered, coalesced: one write
+/// of one ack per delivered blob (the first carrying the credit), or one
+/// ack for the credit alone, each time it runs.
 asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
+  outbox out;
   while (!s->ack_stopped) {
     if (s->pending_ack == 0 && s->delivered_ids.empty()) {
-      if (co_await s->ack_cv.wait()) break;
+      s->ack_due = false;
+      const bool cancelled = co_await s->ack_cv.wait();
+      if (cancelled) break;
       continue;
     }
-    // A delivery ack carries the credit released so far as well.
-    std::uint64_t id = 0;
-    if (!s->delivered_ids.empty()) {
-      id = s->delivered_ids.front();
-      s->delivered_ids.pop_front();
-    }
-    const std::uint64_t n = std::exchange(s->pending_ack, 0);
-    frame_header h{.type = frame_type::ack, .blob_id = id, .arg = n};
-    if (co_await send_frame(*s->t, h, {})) break;
-    ++s->stats.acks_sent;
+    out.clear();
+    std::uint64_t credit = std::exchange(s->pending_ack, 0);
+    do {
+      std::uint64_t id = 0;
+      if (!s->delivered_ids.empty()) {
+        id = s->delivered_ids.front();
+        s->delivered_ids.pop_front();
+      }
+      frame_ack(out, std::exchange(credit, 0), id);
+      ++s->stats.acks_sent;
+    } while (!s->delivered_ids.empty());
+    s->ack_due = false;
+    const std::error_code ec = co_await write_frames(*s->t, out);
+    if (ec) break;
   }
 }
 
 /// Closes the connection when the sender stalls (consumer_options
 /// stall_timeout, idle_timeout); next() then reports timed_out.
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
-  const bool expired = co_await s->dog.expired();
+  const bool expired = co_await s->stall_watch.expired();
   if (!expired) co_return;
   s->timeout_reason = std::string("no bytes from the sender for ") +
-                      std::to_string(s->dog.limit().count()) + " ms (" + s->dog.tripped() +
-                      "_timeout)";
+                      std::to_string(s->stall_watch.limit().count()) + " ms (" +
+                      s->stall_watch.tripped() + "_timeout)";
   s->t->close();
 }
 
+result<void> transport_error(consumer_state& s, std::error_code ec) {
+  return error{ec, s.t->last_error().empty() ? ec.message() : s.t->last_error()};
+}
+
 }  // namespace
+
+asio::awaitable<result<void>> read_input(consumer_state& s) {
+  auto& d = s.frames;
+  result<void> r;
+  if (d.in_payload() && (s.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
+    // A payload with nothing of it buffered: straight into its place.
+    const auto target = d.payload_target();
+    if (s.bulk_pending != 0 && s.bulk_pending != target.size())
+      co_return result<void>(errc::protocol_violation,
+                             "a bulk payload of " + std::to_string(s.bulk_pending) +
+                                 " bytes for a frame expecting " + std::to_string(target.size()));
+    const bool post = s.bulk_pending != 0 && d.payload_is_entry_bytes() && s.read_window > 1 &&
+                      s.posted.size() < s.read_window;
+    s.bulk_pending = 0;
+    if (post) {
+      // Entry bytes over UCX: the fetch lands while later frames are read;
+      // the entries it completes wait for it (ready_event::after_read).
+      if (!s.posted.empty()) ++s.stats.chunks_overlapped;
+      posted_read p;
+      p.number = ++s.reads_posted;
+      p.blob_id = d.payload_blob_id();
+      if (auto it = s.blobs.find(p.blob_id); it != s.blobs.end() && it->second.cur)
+        p.lands_in = it->second.cur->storage;
+      p.receipt = s.t->post_read(target);
+      s.posted.push_back(std::move(p));
+    } else if (auto ec = co_await s.t->read_exact(target)) {
+      co_return transport_error(s, ec);
+    }
+    r = d.commit_payload(target.size());
+  } else {
+    auto [ec, got] = co_await s.t->read_some(s.rx);
+    if (ec) co_return transport_error(s, ec);
+    r = d.consume(std::span(s.rx).first(got.bytes));
+    if (r && got.bulk_bytes != 0) {
+      // A message transport's bulk payload must be exactly the rest of
+      // the frame whose header ended the bytes just read.
+      if (!d.in_payload() || d.payload_remaining() != got.bulk_bytes)
+        co_return result<void>(errc::protocol_violation,
+                               "a bulk payload of " + std::to_string(got.bulk_bytes) +
+                                   " bytes apart from its frame");
+      s.bulk_pending = got.bulk_bytes;
+    }
+  }
+  s.collect_returned_credit();
+  if (r && s.close_reason && !s.ended) {
+    // An orderly close: what was posted before it lands, then the end.
+    while (r && !s.posted.empty()) r = co_await land_oldest(s);
+    if (r) s.end(std::error_code{}, *s.close_reason);
+  }
+  co_return r;
+}
+
+asio::awaitable<result<void>> land_oldest(consumer_state& s) {
+  // Waited for where it is listed: should this wait be cut off (the
+  // io_context destroyed with it), ~consumer_state still finds the read's
+  // buffer (lands_in) to retire.
+  const std::error_code ec = co_await s.posted.front().receipt.wait();
+  auto p = std::move(s.posted.front());
+  s.posted.pop_front();
+  s.reads_landed = p.number;
+  if (!ec) co_return result<void>{};
+  // A fetch cut short may still land (UCX): the transport keeps its
+  // buffer. Nothing of its blob after it is true any more.
+  s.t->retire(std::move(p.lands_in));
+  auto err = transport_error(s, ec);
+  s.lose_blob(p.blob_id, ec, err.message());
+  co_return err;
+}
+
+asio::awaitable<void> abandon_posted(consumer_state& s) {
+  if (s.posted.empty()) co_return;
+  s.t->close();
+  while (!s.posted.empty()) {
+    auto landed = co_await land_oldest(s);
+    (void)landed;  // failures are recorded by land_oldest
+  }
+}
+
+asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
+  for (;;) {
+    result<void> r;
+    // A cancellation that came between two reads (after one completed,
+    // before the next began) still ends the stream.
+    const auto cancel = co_await asio::this_coro::cancellation_state;
+    if (!s->ended && cancel.cancelled() != asio::cancellation_type::none) {
+      r = result<void>(error{std::error_code(asio::error::operation_aborted),
+                             "next() was cancelled"});
+    } else if (!s->pending.empty() && s->pending.front().after_read <= s->reads_landed) {
+      ready_event& front = s->pending.front();
+      if (front.upload) {
+        auto up = co_await s->upload(front);
+        if (!up) s->lose_blob(front.ev.blob_id, up.code(), up.message());
+        continue;
+      }
+      event ev = std::move(front.ev);
+      s->pending.pop_front();
+      co_return ev;
+    } else if (s->pending.empty() && s->ended) {
+      co_return s->final_event;
+    } else {
+      // Waiting on the sender: for bytes, or for the oldest posted read,
+      // which an event waits for (its bytes, or an earlier entry's, are
+      // still landing). Reads that have landed are taken first, so entries
+      // come as soon as they can; else the fetches are kept overlapping
+      // while more is waiting (a bulk payload announced already posts).
+      const bool fenced = !s->pending.empty();
+      const bool landed = !s->posted.empty() && s->posted.front().receipt.ready();
+      const bool read_on = !fenced || (!s->ended && !landed &&
+                                       s->posted.size() < s->read_window &&
+                                       (s->bulk_pending != 0 || s->t->readable()));
+      s->stall_watch.owes(s->frames.owes_bytes() || !s->posted.empty());
+      s->stall_watch.begin_wait();
+      // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
+      if (read_on) {
+        r = co_await read_input(*s);
+      } else {
+        r = co_await land_oldest(*s);
+      }
+      s->stall_watch.progress();
+      s->stall_watch.end_wait();
+    }
+    if (r) continue;
+    co_await abandon_posted(*s);
+    if (!s->timeout_reason.empty()) {
+      // The watchdog closed the transport; the read failed with `closed`.
+      s->end(make_error_code(errc::timed_out), s->timeout_reason);
+    } else {
+      s->end(r.code(), r.message());
+    }
+  }
+}
+
 }  // namespace detail
 
 consumer& consumer::operator=(consumer&& o) noexcept {
@@ -66,47 +226,52 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   using ret = std::tuple<std::error_code, consumer>;
   if (!t || opt.window_bytes == 0 || opt.max_chunk_bytes < min_chunk_bytes ||
       opt.max_tail_bytes <= FOOTER_SIZE || opt.max_meta_bytes == 0 ||
+      opt.inline_bytes > max_inline_bytes ||
       (opt.assemble == assemble_mode::file && !opt.file_slot_for) || opt.payload_window == 0)
     co_return ret{make_error_code(errc::invalid_argument), consumer{}};
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
   s->log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
-  if (s->dog.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
   auto fail = [&](std::error_code ec) {
-    s->dog.stop();
+    s->stall_watch.stop();
     s->t->close();
     return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
   };
-  s->dog.owes(true);  // the hello is due
-  s->dog.begin_wait();
-  auto [ec, h] = co_await s->t->receive_header();
-  if (ec) co_return fail(ec);
-  if (h.type != frame_type::hello || h.length != hello_size)
-    co_return fail(make_error_code(errc::protocol_violation));
-  std::array<std::byte, hello_size> buf;
-  if (auto rec = co_await s->t->receive_payload(buf)) co_return fail(rec);
-  s->dog.end_wait();
-  auto peer = decode_hello(buf);
-  if (!peer) co_return fail(peer.code());
-  if (peer->role != wire_role::sender) co_return fail(make_error_code(errc::protocol_violation));
-  s->chunk_bytes = std::min(peer->max_chunk_bytes, s->opt.max_chunk_bytes);
-  s->payload_window = std::min(s->opt.payload_window, s->t->payload_window());
+  // The sender's hello: read until the decoder has it (on_hello).
+  s->stall_watch.owes(true);  // the hello is due
+  s->stall_watch.begin_wait();
+  // Bytes after the hello in the same read are decoded too; a violation
+  // among them (a second hello, say) is the stream's, reported by next().
+  result<void> after_hello;
+  while (!s->peer) {
+    const auto r = co_await detail::read_input(*s);
+    if (r) continue;
+    if (!s->peer) co_return fail(r.code());
+    after_hello = r;
+  }
+  s->stall_watch.end_wait();
+  // What the decoder negotiated in on_hello, for the sender; file sinks and
+  // device landing read whole entries before yielding them (no posting).
+  const auto& limits = s->frames.limits();
+  s->read_window = (s->opt.assemble == assemble_mode::file || s->opt.landing.enabled)
+                       ? 1
+                       : std::min(s->opt.payload_window, s->t->read_window());
   if (s->opt.landing.enabled)
-    s->landing = std::make_unique<detail::device_lander>(
-        s->ex, s->opt.landing, s->chunk_bytes, s->t->accepts_device_memory());
-  s->session = peer->session;
+    s->landing = std::make_unique<detail::device_lander>(s->ex, s->opt.landing, s->chunk_bytes);
   hello mine{.role = wire_role::consumer,
              .max_chunk_bytes = s->chunk_bytes,
              .max_key_bytes = s->opt.max_key_bytes,
              .window_bytes = s->opt.window_bytes,
              .max_meta_bytes = s->opt.max_meta_bytes,
              .dedup_window = s->log->window(),
-             .session = peer->session};
-  const auto reply = encode_hello(mine);
-  if (auto sec = co_await send_frame(*s->t, frame_header{.type = frame_type::hello,
-                                                         .length = hello_size},
-                                     reply))
-    co_return fail(sec);
+             .session = s->peer->session,
+             .features = s->peer->features & known_features,
+             .inline_bytes = limits.inline_bytes};
+  outbox reply;
+  frame_hello(reply, mine);
+  if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
+  if (!after_hello) s->end(after_hello.code(), after_hello.message());
   asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
   co_return ret{std::error_code{}, consumer(std::move(s))};
 }
@@ -129,52 +294,11 @@ asio::awaitable<event> consumer::next() {
   co_return ev;
 }
 
-namespace detail {
-
-asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
-  for (;;) {
-    if (!s->pending.empty()) {
-      event ev = std::move(s->pending.front());
-      s->pending.pop_front();
-      co_return ev;
-    }
-    if (s->ended) co_return s->final_event;
-    s->dog.owes(!s->blobs.empty());
-    s->dog.begin_wait();
-    result<void> r;
-    if (should_land(*s)) {
-      // A posted chunk completes an entry, and either no frame is waiting
-      // or it has landed: yield that entry before reading on.
-      r = co_await land_oldest(*s);
-    } else {
-      auto [ec, h] = co_await s->t->receive_header();
-      s->dog.progress();
-      s->dog.owes(true);  // the payload (if any) is due now
-      if (ec) {
-        r = error{ec, s->t->last_error().empty() ? ec.message() : s->t->last_error()};
-      } else {
-        r = co_await on_frame(s, h);
-      }
-    }
-    if (!r) co_await abandon_posted(*s);
-    s->dog.progress();
-    s->dog.end_wait();
-    if (!r && !s->timeout_reason.empty()) {
-      // The watchdog closed the transport; the read failed with `closed`.
-      s->end(make_error_code(errc::timed_out), s->timeout_reason);
-    } else if (!r) {
-      s->end(r.code(), r.message());
-    }
-  }
-}
-
-}  // namespace detail
-
 void consumer::close() noexcept {
   if (!state_) return;
   state_->ack_stopped = true;
   state_->ack_cv.notify_all();
-  state_->dog.stop();
+  state_->stall_watch.stop();
   state_->t->close();
 }
 
@@ -185,6 +309,7 @@ std::uint64_t consumer::window_bytes() const noexcept {
 consumer_stats consumer::stats() const noexcept {
   if (!state_) return consumer_stats{};
   consumer_stats st = state_->stats;
+  st.buffered_bytes = state_->frames.buffered_bytes();
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
   return st;
 }

@@ -1,6 +1,7 @@
 #include "lib/pipeline/device_landing.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "lib/cuda/staging.hpp"
@@ -23,11 +24,10 @@ result<void> device_lander::check(const consumer_options& opt) {
 }
 
 device_lander::device_lander(asio::any_io_executor ex, const cuda::landing_options& opt,
-                             std::uint32_t chunk_bytes, bool transport_takes_device)
+                             std::uint32_t chunk_bytes)
     : ex_(std::move(ex)),
       opt_(opt),
       chunk_bytes_(chunk_bytes),
-      direct_(transport_takes_device),
       slot_copy_(opt.pool_depth, 0),
       slot_keep_(opt.pool_depth) {}
 
@@ -49,60 +49,43 @@ void device_lander::drop_ring() noexcept {
   std::fill(slot_copy_.begin(), slot_copy_.end(), 0);
   for (auto& k : slot_keep_) k.reset();
   next_ = 0;
-  ++generation_;
 }
 
-asio::awaitable<result<void>> device_lander::receive(transport& t,
-                                                     std::shared_ptr<const void> keep,
-                                                     std::byte* dest, std::uint32_t n) {
-  if (direct_) {
-    if (auto ec = co_await t.receive_payload_device(std::span(dest, n), opt_.device))
-      co_return error{ec, t.last_error()};
-    co_return result<void>{};
-  }
-  // Get a free slot. A CUDA failure here still reads the payload (into
-  // spill_), so the frame stream stays in step.
-  result<void> cuda_ok;
+asio::awaitable<result<void>> device_lander::upload(std::span<const std::byte> host,
+                                                    std::shared_ptr<const void> keep,
+                                                    std::byte* dest) {
   const std::size_t depth = slot_copy_.size();
-  const std::size_t i = next_ % depth;
-  if (!q_) {
-    auto lease = cuda::staging_pool::process_default().acquire(opt_.device, chunk_bytes_, depth);
-    if (lease) q_ = std::make_unique<copy_queue>(ex_, std::move(*lease));
-    else cuda_ok = lease.err();
+  for (std::size_t pos = 0; pos < host.size();) {
+    if (!q_) {
+      auto lease = cuda::staging_pool::process_default().acquire(opt_.device, chunk_bytes_, depth);
+      if (!lease) co_return lease.err();
+      q_ = std::make_unique<copy_queue>(ex_, std::move(*lease));
+    }
+    const std::size_t i = next_ % depth;
+    if (slot_copy_[i] != 0) {
+      auto free = co_await q_->wait(slot_copy_[i]);
+      if (!free) {
+        drop_ring();
+        co_return free;
+      }
+    }
+    const std::size_t n = std::min<std::size_t>(chunk_bytes_, host.size() - pos);
+    std::memcpy(q_->slot(i), host.data() + pos, n);
+    auto copy = q_->issue(dest + pos, q_->slot(i), n);
+    if (!copy) {
+      drop_ring();
+      co_return copy.err();
+    }
+    slot_copy_[i] = *copy;
+    slot_keep_[i] = keep;
+    ++next_;
+    ++chunks_;
+    pos += n;
   }
-  if (cuda_ok && slot_copy_[i] != 0) cuda_ok = co_await q_->wait(slot_copy_[i]);
-  std::span<std::byte> into;
-  if (cuda_ok) {
-    into = std::span(q_->slot(i), n);
-  } else {
-    spill_.resize(n);
-    into = spill_;
-  }
-  if (auto ec = co_await t.receive_payload(into)) co_return error{ec, t.last_error()};
-  if (!cuda_ok) {
-    drop_ring();
-    co_return cuda_ok;
-  }
-  auto copy = q_->issue(dest, q_->slot(i), n);
-  if (!copy) {
-    drop_ring();
-    co_return copy.err();
-  }
-  slot_copy_[i] = *copy;
-  slot_keep_[i] = std::move(keep);
-  ++next_;
-  ++chunks_;
-  co_return result<void>{};
-}
-
-asio::awaitable<result<void>> device_lander::drain(std::uint64_t gen) {
-  if (gen != generation_)
-    co_return result<void>(errc::cuda_failure,
-                           "an earlier CUDA failure lost copies of this entry");
-  if (direct_ || !q_) co_return result<void>{};
-  auto r = co_await q_->wait(q_->issued());
-  if (!r) drop_ring();
-  co_return r;
+  if (!q_) co_return result<void>{};
+  auto done = co_await q_->wait(q_->issued());
+  if (!done) drop_ring();
+  co_return done;
 }
 
 }  // namespace blobpipe::detail

@@ -1,21 +1,18 @@
 // Landing received entries in CUDA device memory (internal; the
 // consumer's half of docs/cuda.md, consumer_options::landing).
 //
-// One pinned ring per connection, `pool_depth` slots of one data frame
-// each. Frame k is read into slot k % depth and its host-to-device copy
-// (cudaMemcpyAsync) queued at once; the read of frame k+1 then overlaps
-// that copy. A slot is reused only after its previous copy is done. When an
-// entry's last frame is in, drain() waits for the copies queued so far
-// (the stream runs them in order), and the entry is yielded with a device
-// view. The ring is shared by every blob of the connection: frames arrive
-// one at a time, whichever blob they belong to.
-//
-// A transport that accepts device memory gets the device destination
-// instead (receive_payload_device), with no ring.
+// An entry selected for the device is received like any other, into a
+// host buffer from the consumer's pool, by the push decoder. Once its last
+// byte is in, upload() copies it to its device buffer through one pinned
+// ring per connection (`pool_depth` slots of `chunk_bytes` each): chunk k
+// is copied into slot k % depth and its host-to-device copy
+// (cudaMemcpyAsync) queued at once, a slot being reused only after its
+// previous copy is done; then upload() waits for the copies (the stream
+// runs them in order) and the entry is yielded with a device view. The
+// network goes on receiving the next entries meanwhile.
 //
 // Failures: a CUDA error is reported for the entry at hand (its blob is
-// aborted by the caller); the ring is replaced, and entries that had
-// copies queued on the failed ring fail at drain() too (generation check).
+// aborted by the caller) and the ring is replaced.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +24,7 @@
 
 #include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/cuda.hpp"
-#include "blobpipe/transport/transport.hpp"
+#include <span>
 #include "lib/pipeline/device_copies.hpp"
 
 namespace blobpipe::detail {
@@ -39,9 +36,9 @@ class device_lander {
   /// such device), cuda_failure (no device: built without CUDA, no driver).
   [[nodiscard]] static result<void> check(const consumer_options& opt);
 
-  /// REQUIRES: check(opt) passed. `chunk_bytes`: the negotiated frame size.
+  /// REQUIRES: check(opt) passed. `chunk_bytes`: the size of a ring slot.
   device_lander(asio::any_io_executor ex, const cuda::landing_options& opt,
-                std::uint32_t chunk_bytes, bool transport_takes_device);
+                std::uint32_t chunk_bytes);
   device_lander(const device_lander&) = delete;
   device_lander& operator=(const device_lander&) = delete;
   ~device_lander();
@@ -53,23 +50,12 @@ class device_lander {
   /// Errors: cuda_failure.
   [[nodiscard]] result<std::shared_ptr<cuda::device_buffer>> allocate(std::uint64_t len);
 
-  /// Ring generation: drain(gen) fails for an entry begun on a ring that
-  /// failed since.
-  std::uint64_t generation() const noexcept { return generation_; }
-
-  /// Reads one data frame's payload (`n` bytes) into a pinned slot and
-  /// queues its copy to `dest` (device memory inside `*keep`, which stays
-  /// alive until the copy is done, even if the entry is dropped first).
-  /// Errors: cuda_failure (the payload was still read: the frame stream
-  /// stays in step; the entry's blob must be aborted); any other code is
-  /// the transport's, the payload is not read, and the stream is over.
-  asio::awaitable<result<void>> receive(transport& t, std::shared_ptr<const void> keep,
-                                        std::byte* dest, std::uint32_t n);
-
-  /// Waits until every copy queued so far is done.
-  /// Errors: cuda_failure (a copy failed, or the ring of generation `gen`
-  /// was replaced after a failure).
-  asio::awaitable<result<void>> drain(std::uint64_t gen);
+  /// Copies `host` to `dest` (device memory inside `*keep`, which stays
+  /// alive until the copies are done, even if the entry is dropped first)
+  /// and waits until every copy is done.
+  /// Errors: cuda_failure (the ring is replaced).
+  asio::awaitable<result<void>> upload(std::span<const std::byte> host,
+                                       std::shared_ptr<const void> keep, std::byte* dest);
 
   std::uint64_t chunks() const noexcept { return chunks_; }
 
@@ -79,11 +65,8 @@ class device_lander {
   asio::any_io_executor ex_;
   cuda::landing_options opt_;
   std::uint32_t chunk_bytes_;
-  bool direct_;
-  std::uint64_t generation_ = 0;
-  std::uint64_t next_ = 0;    // frames queued on this ring: slot next_ % depth is next
+  std::uint64_t next_ = 0;    // copies queued on this ring: slot next_ % depth is next
   std::uint64_t chunks_ = 0;  // copies queued, all rings
-  std::vector<std::byte> spill_;  // a payload read while the ring is unusable
   // Per slot: the number of its last copy (0: none) and that copy's
   // destination keep-alive. Declared before q_, so q_'s destructor (which
   // waits for the stream) runs before the destinations may be freed.

@@ -41,28 +41,28 @@ const std::byte* offset_ptr(const std::byte* p, std::int64_t off) {
                                             static_cast<std::uintptr_t>(off));
 }
 
-/// Strided: the host cannot read device memory element by element, so the
-/// whole extent comes over in one copy and is gathered on the host.
-asio::awaitable<result<void>> send_gathered(const planned_entry& pe, const send_range_fn& send,
-                                            device_send_report& report) {
+}  // namespace
+
+result<void> read_device_entry(const planned_entry& pe, std::span<std::byte> out) {
+  if (out.size() != pe.entry.len)
+    return {errc::buffer_too_small, "read_device_entry: output of " + std::to_string(out.size()) +
+                                        " bytes for an entry of " + std::to_string(pe.entry.len)};
+  if (pe.entry.len == 0) return {};
+  if (pe.contiguous) return cuda::copy_sync(out.data(), pe.source.data, out.size());
+  // Strided: the host cannot read device memory element by element, so
+  // the whole extent comes over in one copy and is gathered on the host.
   auto ext = strided_extent(pe);
-  if (!ext) co_return ext.err();
+  if (!ext) return ext.err();
   std::vector<std::byte> span_bytes(ext->bytes);
   if (auto r = cuda::copy_sync(span_bytes.data(), offset_ptr(pe.source.data, ext->lo),
                                span_bytes.size());
       !r)
-    co_return r;
+    return r;
   planned_entry host = pe;
   host.source.data = offset_ptr(span_bytes.data(), -ext->lo);
   host.source.memory = memory_kind::host;
-  std::vector<std::byte> gathered(pe.entry.len);
-  if (auto r = write_entry(host, gathered); !r) co_return r;
-  report.gathered = true;
-  if (auto ec = co_await send(pe.entry.off, gathered, -1)) co_return error{ec, ec.message()};
-  co_return result<void>{};
+  return write_entry(host, out);
 }
-
-}  // namespace
 
 asio::awaitable<result<void>> send_device_entry(asio::any_io_executor ex,
                                                 cuda::staging_pool& pool,
@@ -73,7 +73,13 @@ asio::awaitable<result<void>> send_device_entry(asio::any_io_executor ex,
                                                 device_send_report& report) {
   const std::uint64_t len = pe.entry.len;
   if (len == 0) co_return result<void>{};
-  if (!pe.contiguous) co_return co_await send_gathered(pe, send, report);
+  if (!pe.contiguous) {
+    std::vector<std::byte> gathered(len);
+    if (auto r = read_device_entry(pe, gathered); !r) co_return r;
+    report.gathered = true;
+    if (auto ec = co_await send(pe.entry.off, gathered, -1)) co_return error{ec, ec.message()};
+    co_return result<void>{};
+  }
 
   if (transport_takes_device) {
     report.direct = true;

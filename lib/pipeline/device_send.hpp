@@ -47,6 +47,12 @@ struct device_send_report {
   std::uint64_t prefetch_high_water = 0;  ///< most copies queued ahead of the chunk sent
 };
 
+/// Copies the e.len bytes of `pe` (device memory, contiguous or strided)
+/// into host memory `out`, synchronously (resend sessions keep them).
+/// Errors: cuda_failure, buffer_too_small (out is not e.len bytes),
+/// invalid_argument (a strided extent that overflows).
+[[nodiscard]] result<void> read_device_entry(const planned_entry& pe, std::span<std::byte> out);
+
 /// Sends the bytes of `pe` (device memory on `device`; entry_begin already
 /// sent) through `send`.
 /// Errors: cuda_failure (a copy or a CUDA call failed; bytes of the entry

@@ -15,6 +15,9 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 
+#include "blobpipe/protocol/framer.hpp"
+#include "lib/pipeline/device_send.hpp"
+
 namespace blobpipe::detail {
 namespace {
 
@@ -29,65 +32,42 @@ session_id random_session() {
 
 asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s);
 
-/// The connection `gen` failed (or stalled): close it and start over on a
-/// new one. Everything kept goes out again there.
-void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t gen,
+}  // namespace
+
+void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t connection,
                      std::error_code ec) {
-  auto& rs = *s->rs;
-  if (s->error || s->gen != gen || !rs.connected) return;
+  auto& rs = *s->resend;
+  if (s->error || s->connection != connection || !rs.connected) return;
   rs.connected = rs.live = false;
   rs.last_error = ec;
-  s->t->close();
+  s->queue->fail(ec);
   s->credit_cv.notify_all();
   s->reader_cv.notify_all();
   rs.kept_cv.notify_all();
   asio::co_spawn(s->ex, reconnect(s), asio::detached);
 }
 
-/// Sends one frame on connection `gen`. False when that connection is gone
-/// (the reconnector then owns the blob's next attempt).
-asio::awaitable<bool> send_on(std::shared_ptr<sender_state> s, std::uint64_t gen,
-                              frame_header h, std::span<const std::byte> payload) {
-  auto& rs = *s->rs;
-  if (s->error || s->gen != gen || !rs.connected) co_return false;
-  auto t = s->t;
-  s->dog.begin_wait();
-  auto ec = co_await send_frame(*t, h, payload);
-  s->dog.end_wait();
-  if (ec) {
-    connection_lost(s, gen, ec);
-    co_return false;
-  }
-  s->dog.progress();
-  co_return s->gen == gen && rs.connected;
+void resend_failed(sender_state& s) noexcept {
+  auto& rs = *s.resend;
+  rs.connected = rs.live = false;
+  rs.kept_cv.notify_all();
+  rs.retry_timer.cancel();
 }
 
-/// Window credit on connection `gen` (as acquire_credit in producer.cpp).
-asio::awaitable<bool> credit_on(std::shared_ptr<sender_state> s, std::uint64_t gen,
-                                std::uint64_t n) {
-  auto& rs = *s->rs;
-  bool counted = false;
-  while (!s->error && s->gen == gen && rs.connected) {
-    const bool fits = s->in_flight <= s->window_bytes && n <= s->window_bytes - s->in_flight;
-    if (n == 0 || s->in_flight == 0 || fits) {
-      s->in_flight += n;
-      co_return true;
-    }
-    if (!counted) ++s->stats.credit_waits, counted = true;
-    s->dog.begin_wait();
-    const bool cancelled = co_await s->credit_cv.wait();
-    s->dog.end_wait();
-    if (cancelled) co_return false;
-  }
-  co_return false;
+namespace {
+
+/// Whether connection number `c` is still the sender's and healthy.
+bool current(const sender_state& s, std::uint64_t c) {
+  return !s.error && s.connection == c && s.resend->connected;
 }
 
-/// Sends what connection s->gen has not seen of `kb`. With `resyncing`,
-/// runs before the connection is live (the reconnector); otherwise only
-/// when it is (producers), so resent blobs begin before new ones.
+/// Sends what the current connection has not seen of `kb`. With
+/// `resyncing`, runs before the connection is live (the reconnector);
+/// otherwise only when it is (producers), so resent blobs begin before new
+/// ones. Entries go through the one entry path (send_entry).
 asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept_blob> kb,
                            bool resyncing) {
-  auto& rs = *s->rs;
+  auto& rs = *s->resend;
   auto usable = [&] {
     return !s->error && rs.connected && (rs.live || resyncing) && !kb->delivered;
   };
@@ -96,9 +76,10 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
   if (locked) co_return;  // closed
   unlock_guard guard(kb->send_lock);
   if (!usable()) co_return;
-  const std::uint64_t gen = s->gen;
-  if (kb->gen != gen) {
-    kb->gen = gen;
+  const std::uint64_t conn = s->connection;
+  auto q = s->queue;
+  if (kb->connection != conn) {
+    kb->connection = conn;
     kb->wire_id = s->next_blob_id++;
     kb->begun = kb->end_sent = false;
     kb->entries_sent = 0;
@@ -115,9 +96,8 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
     }
   } done{kb.get()};
   if (!kb->begun) {
-    frame_header hb{.type = frame_type::blob_begin, .length = TAG_SIZE, .blob_id = id};
-    const bool begun = co_await send_on(s, gen, hb, kb->tag);
-    if (!begun) co_return;
+    frame_blob_begin(q->frames(), id, kb->tag);
+    q->kick();
     kb->begun = true;
   }
   // Delivered while we send (the consumer had it already): stop, and end
@@ -126,44 +106,30 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
          kb->entries_sent < kb->entries.size()) {
     const std::size_t i = kb->entries_sent;
     const kept_entry& e = kb->entries[i];  // deque: stable while others are added
-    const std::uint64_t len = e.bytes.size();
-    const bool credit = co_await credit_on(s, gen, len);
-    if (!credit) co_return;
-    frame_header hb{.type = frame_type::entry_begin,
-                    .length = static_cast<std::uint32_t>(e.begin.size()),
-                    .blob_id = id,
-                    .arg = i};
-    const bool announced = co_await send_on(s, gen, hb, e.begin);
-    if (!announced) co_return;
-    for (std::uint64_t pos = 0; pos < len;) {
-      const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s->chunk_bytes, len - pos));
-      frame_header d{.type = frame_type::data, .length = n, .blob_id = id, .arg = e.off + pos};
-      const bool sent = co_await send_on(s, gen, d, std::span(e.bytes).subspan(pos, n));
-      if (!sent) co_return;
-      ++s->stats.data_frames_sent;
-      pos += n;
+    const std::uint64_t credit =
+        entry_credit(e.planned.entry.len, e.planned.entry.key.size(), e.meta.size());
+    if (!take_credit(*s, credit)) {
+      const std::error_code ec = co_await acquire_credit(s, q, credit);
+      if (ec) co_return;
     }
+    const std::error_code sent = co_await send_entry(s, q, id, i, e.planned, e.meta);
+    if (sent || !current(*s, conn)) co_return;
     ++kb->entries_sent;
   }
   if (kb->end_sent) co_return;
   if (kb->end == kept_blob::end_kind::tail && !kb->delivered) {
-    const bool tail_credit = co_await credit_on(s, gen, kb->tail.size());
-    if (!tail_credit) co_return;
-    frame_header ht{.type = frame_type::tail,
-                    .length = static_cast<std::uint32_t>(kb->tail.size()),
-                    .blob_id = id};
-    const bool tail_sent = co_await send_on(s, gen, ht, kb->tail);
-    if (!tail_sent) co_return;
+    if (!take_credit(*s, kb->tail.size())) {
+      const std::error_code ec = co_await acquire_credit(s, q, kb->tail.size());
+      if (ec) co_return;
+    }
+    frame_tail(q->frames(), id, kb->tail);
+    q->kick();
     kb->end_sent = true;
   } else if (kb->end == kept_blob::end_kind::abort || kb->delivered) {
-    const std::string reason = kb->delivered ? std::string("delivered already") : kb->abort_reason;
-    frame_header ha{.type = frame_type::blob_abort,
-                    .length = static_cast<std::uint32_t>(reason.size()),
-                    .blob_id = id};
-    const bool abort_sent = co_await send_on(s, gen, ha, std::as_bytes(std::span(reason)));
-    if (!abort_sent) co_return;
+    frame_abort(*q, id, kb->delivered ? std::string_view("delivered already") : kb->abort_reason);
     kb->end_sent = true;
   }
+  if (q->full()) (void)co_await q->room();
 }
 
 /// sync() for a producer: its entry is kept already, so a cancellation of
@@ -175,19 +141,19 @@ asio::awaitable<void> sync_shielded(std::shared_ptr<sender_state> s,
   co_await asio::this_coro::reset_cancellation_state();
 }
 
-/// Re-sends every kept blob on connection `gen`, oldest first, then makes
-/// it live. Blobs kept meanwhile are picked up by the next pass.
-asio::awaitable<void> resync(std::shared_ptr<sender_state> s, std::uint64_t gen) {
-  auto& rs = *s->rs;
+/// Re-sends every kept blob on connection number `conn`, oldest first,
+/// then makes it live. Blobs kept meanwhile are picked up by the next pass.
+asio::awaitable<void> resync(std::shared_ptr<sender_state> s, std::uint64_t conn) {
+  auto& rs = *s->resend;
   for (;;) {
-    if (s->error || s->gen != gen || !rs.connected) co_return;
+    if (!current(*s, conn)) co_return;
     std::vector<std::shared_ptr<kept_blob>> todo;
     for (auto& kb : rs.kept)
-      if (!kb->delivered && !kb->synced(gen)) todo.push_back(kb);
+      if (!kb->delivered && !kb->synced(conn)) todo.push_back(kb);
     if (todo.empty()) break;
     for (auto& kb : todo) {
       co_await sync(s, kb, true);
-      if (s->error || s->gen != gen || !rs.connected) co_return;
+      if (!current(*s, conn)) co_return;
     }
   }
   rs.live = true;
@@ -204,71 +170,25 @@ void forget(resend_state& rs, const std::shared_ptr<kept_blob>& kb) {
   rs.kept_cv.notify_all();
 }
 
-/// Reads acknowledgements of connection `gen` until it ends.
-asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr<transport> t,
-                                std::uint64_t gen) {
-  auto& rs = *s->rs;
-  for (;;) {
-    auto [ec, h] = co_await t->receive_header();
-    if (s->error || s->gen != gen) break;
-    if (ec) {
-      // After our `close`, the consumer closing its end is the orderly end.
-      if (!s->closing) connection_lost(s, gen, ec);
-      break;
-    }
-    s->dog.progress();
-    if (h.type == frame_type::ack && h.length == 0 && h.arg <= s->in_flight) {
-      s->in_flight -= h.arg;
-      s->credit_cv.notify_all();
-      rs.failures = 0;  // the connection works: later retries start over
-      if (h.blob_id == 0) continue;
-      auto it = rs.on_wire.find(h.blob_id);
-      if (it != rs.on_wire.end()) {
-        auto kb = std::move(it->second);
-        rs.on_wire.erase(it);
-        kb->delivered = true;
-        ++s->stats.blobs_delivered;
-        forget(rs, kb);
-        continue;
-      }
-      s->message = "ack for blob " + std::to_string(h.blob_id) + ", not awaiting delivery";
-    } else if (h.type == frame_type::close && h.length <= max_reason_bytes) {
-      std::vector<std::byte> reason(h.length);
-      if (h.length != 0) (void)co_await t->receive_payload(reason);
-      if (!s->closing) connection_lost(s, gen, make_error_code(errc::peer_closed));
-      break;
-    } else {
-      s->message = std::string("unexpected ") + frame_type_name(h.type) + " frame from consumer";
-    }
-    s->fail(make_error_code(errc::protocol_violation));
-    break;
-  }
-  if (s->gen == gen) {
-    s->reader_done = true;
-    s->reader_cv.notify_all();
-  }
-}
-
 struct attempt_result {
   std::error_code ec;
-  std::unique_ptr<transport> t;
-  hello peer;
+  std::shared_ptr<ack_reader> reader;  // set on success: handshake done
 };
 
 asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
   attempt_result r;
-  auto [ec, t] = co_await s->rs->connect();
+  auto [ec, t] = co_await s->resend->connect();
   r.ec = ec;
   if (!r.ec && !t) r.ec = make_error_code(errc::peer_failed);
   if (r.ec) co_return r;
-  auto [hec, peer] = co_await handshake(*t, s->opt.chunk_bytes, s->rs->session);
+  auto [hec, reader] = co_await handshake(std::shared_ptr<transport>(std::move(t)), s->opt,
+                                          s->resend->session);
   r.ec = hec;
-  r.peer = peer;
   if (r.ec) {
-    t->close();
+    reader->link->close();
     co_return r;
   }
-  r.t = std::move(t);
+  r.reader = std::move(reader);
   co_return r;
 }
 
@@ -285,30 +205,22 @@ asio::awaitable<attempt_result> bounded_attempt(std::shared_ptr<sender_state> s)
   co_return r;
 }
 
-void install(const std::shared_ptr<sender_state>& s, std::unique_ptr<transport> t,
-             const hello& peer) {
-  auto& rs = *s->rs;
-  s->t = std::shared_ptr<transport>(std::move(t));
-  ++s->gen;
-  s->in_flight = 0;
-  s->next_blob_id = 1;
-  s->chunk_bytes = peer.max_chunk_bytes;
-  s->window_bytes = peer.window_bytes;
-  s->max_key_bytes = peer.max_key_bytes;
-  s->max_meta_bytes = peer.max_meta_bytes;
-  s->reader_done = false;
-  rs.max_kept_blobs = peer.dedup_window;
+/// install() for a resend session: the consumer's window of remembered
+/// tags bounds the blobs kept, and the blobs of the old connection are
+/// begun afresh here.
+void resend_install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader) {
+  auto& rs = *s->resend;
+  rs.max_kept_blobs = reader->peer->dedup_window;
   rs.on_wire.clear();
   rs.connected = true;
   rs.live = false;
-  s->dog.progress();
-  asio::co_spawn(s->ex, read_acks(s, s->t, s->gen), asio::detached);
+  install(s, std::move(reader));
   rs.kept_cv.notify_all();
 }
 
 /// Connects until it works or max_attempts consecutive attempts failed.
 asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
-  auto& rs = *s->rs;
+  auto& rs = *s->resend;
   while (!s->error) {
     if (rs.failures > 0) {  // back off: retry_delay, doubling, capped
       auto delay = s->opt.resend.retry_delay;
@@ -320,11 +232,11 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
     }
     auto r = co_await bounded_attempt(s);
     if (s->error) {
-      if (r.t) r.t->close();
+      if (r.reader) r.reader->link->close();
       break;
     }
     if (!r.ec) {
-      install(s, std::move(r.t), r.peer);
+      resend_install(s, std::move(r.reader));
       co_return std::error_code{};
     }
     rs.last_error = r.ec;
@@ -340,14 +252,14 @@ asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s) {
   const std::error_code ec = co_await connect_loop(s);
   if (ec) co_return;
   ++s->stats.reconnects;
-  co_await resync(s, s->gen);
+  co_await resync(s, s->connection);
 }
 
 /// Waits for kept_cv; true when the waiting coroutine was cancelled.
 asio::awaitable<bool> wait_kept(std::shared_ptr<sender_state> s) {
-  s->dog.begin_wait();
-  const bool cancelled = co_await s->rs->kept_cv.wait();
-  s->dog.end_wait();
+  s->stall_watch.begin_wait();
+  const bool cancelled = co_await s->resend->kept_cv.wait();
+  s->stall_watch.end_wait();
   co_return cancelled;
 }
 
@@ -355,7 +267,7 @@ asio::awaitable<bool> wait_kept(std::shared_ptr<sender_state> s) {
 /// consumer's de-duplication window).
 asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
                                        std::shared_ptr<kept_blob> kb, std::uint64_t n) {
-  auto& rs = *s->rs;
+  auto& rs = *s->resend;
   while (!kb->listed) {
     if (s->error) co_return s->error;
     if (rs.kept.empty() || rs.kept.size() < rs.max_kept_blobs) {
@@ -383,29 +295,20 @@ asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
 
 }  // namespace
 
-asio::awaitable<std::tuple<std::error_code, hello>> handshake(transport& t,
-                                                              std::uint32_t chunk_bytes,
-                                                              const session_id& session) {
-  using ret = std::tuple<std::error_code, hello>;
-  const auto violation = make_error_code(errc::protocol_violation);
-  hello mine{.role = wire_role::sender, .max_chunk_bytes = chunk_bytes, .session = session};
-  const auto payload = encode_hello(mine);
-  frame_header h{.type = frame_type::hello, .length = hello_size};
-  if (auto ec = co_await send_frame(t, h, payload)) co_return ret{ec, hello{}};
-  auto [ec, got] = co_await t.receive_header();
-  if (ec) co_return ret{ec, hello{}};
-  if (got.type != frame_type::hello || got.length != hello_size) co_return ret{violation, hello{}};
-  std::array<std::byte, hello_size> buf;
-  if (auto rec = co_await t.receive_payload(buf)) co_return ret{rec, hello{}};
-  auto peer = decode_hello(buf);
-  if (!peer) co_return ret{peer.code(), hello{}};
-  if (peer->role != wire_role::consumer || peer->max_chunk_bytes > chunk_bytes ||
-      peer->window_bytes == 0)
-    co_return ret{violation, hello{}};
-  // A resend session needs the consumer to de-duplicate for it.
-  if (session != NO_SESSION && (peer->session != session || peer->dedup_window == 0))
-    co_return ret{violation, hello{}};
-  co_return ret{std::error_code{}, *peer};
+result<void> resend_acked(sender_state& s, std::uint64_t blob_id) {
+  auto& rs = *s.resend;
+  rs.failures = 0;  // the connection works: later retries start over
+  if (blob_id == 0) return {};
+  auto it = rs.on_wire.find(blob_id);
+  if (it == rs.on_wire.end())
+    return {errc::protocol_violation,
+            "ack for blob " + std::to_string(blob_id) + ", not awaiting delivery"};
+  auto kb = std::move(it->second);
+  rs.on_wire.erase(it);
+  kb->delivered = true;
+  ++s.stats.blobs_delivered;
+  forget(rs, kb);
+  return {};
 }
 
 asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
@@ -414,30 +317,40 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
   auto kb = b->kept;
   if (b->ended || b->broken) co_return make_error_code(errc::closed);
   if (s->error) co_return s->error;
-  // Tags identify blobs across reconnects; device values cannot be kept
-  // by a CPU copy (resend sessions are host memory only).
-  if (kb->tag == NO_TAG || key.size() > s->max_key_bytes || v.memory != memory_kind::host)
+  // Tags identify blobs across reconnects.
+  if (kb->tag == NO_TAG || key.size() > s->max_key_bytes)
     co_return make_error_code(errc::invalid_argument);
   auto added = b->builder.add(std::move(key), std::move(v));
   if (!added) co_return added.code();  // nothing kept: the blob stays usable
-  const planned_entry& pe = **added;
+  const planned_entry& planned = **added;
   b->broken = true;  // planned but not kept: only abort() is left
-  const auto meta = pe.entry.meta();
-  if (meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
   kept_entry e;
-  e.begin = encode_entry_begin(pe.entry.key, meta);
-  e.off = pe.entry.off;
-  const std::uint64_t n = pe.entry.len + e.begin.size();
+  e.meta = planned.entry.meta();
+  if (e.meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
+  const std::uint64_t n = planned.entry.len + planned.entry.key.size() + e.meta.size();
   if (auto ec = co_await admit(s, kb, n)) co_return ec;
-  e.bytes.resize(pe.entry.len);
-  if (auto r = write_entry(pe, e.bytes); !r) {
-    s->rs->kept_bytes -= n;
+  e.bytes.resize(planned.entry.len);
+  // The one copy a resend session makes: host values gathered, device
+  // values copied to the host (docs/cuda.md), both into the kept bytes.
+  auto copied = planned.source.memory == memory_kind::cuda_device
+                    ? read_device_entry(planned, e.bytes)
+                    : write_entry(planned, e.bytes);
+  if (!copied) {
+    s->resend->kept_bytes -= n;
     kb->bytes -= n;
-    co_return r.code();
+    b->last_error = copied.message();
+    co_return copied.code();
   }
-  if (!pe.contiguous) ++s->stats.gathered_entries;
-  s->stats.bytes_sent += pe.entry.len;
+  if (planned.source.memory == memory_kind::cuda_device) {
+    ++s->stats.device_entries;
+  } else if (!planned.contiguous) {
+    ++s->stats.gathered_entries;
+  }
+  s->stats.bytes_sent += planned.entry.len;
   ++s->stats.entries_sent;
+  e.planned.entry = planned.entry;
+  e.planned.itemsize = planned.itemsize;
+  e.planned.source.data = e.bytes.data();
   kb->entries.push_back(std::move(e));
   b->broken = false;
   co_await sync_shielded(s, kb);
@@ -477,7 +390,7 @@ asio::awaitable<std::error_code> kept_abort(std::shared_ptr<blob_state> b, std::
   kb->abort_reason = std::move(reason);
   kb->end = kept_blob::end_kind::abort;
   if (kb->attempts == 0) {  // never on any wire: nobody to tell
-    forget(*s->rs, kb);
+    forget(*s->resend, kb);
     co_return std::error_code{};
   }
   co_await sync_shielded(s, kb);
@@ -488,21 +401,21 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
   if (!kb->listed || kb->end != kept_blob::end_kind::open || s->error) return;
   kb->abort_reason = "blob_writer dropped";
   kb->end = kept_blob::end_kind::abort;
-  if (kb->attempts == 0) return forget(*s->rs, kb);
+  if (kb->attempts == 0) return forget(*s->resend, kb);
   asio::co_spawn(s->ex, sync(s, std::move(kb), false), asio::detached);
 }
 
 void resend_stalled(const std::shared_ptr<sender_state>& s) {
-  connection_lost(s, s->gen, make_error_code(errc::timed_out));
+  connection_lost(s, s->connection, make_error_code(errc::timed_out));
 }
 
 asio::awaitable<std::error_code> resend_start(std::shared_ptr<sender_state> s) {
-  s->rs->session = random_session();
+  s->resend->session = random_session();
   co_return co_await connect_loop(s);
 }
 
 asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s) {
-  auto& rs = *s->rs;
+  auto& rs = *s->resend;
   // Every ended blob delivered first; open ones are abandoned.
   for (;;) {
     if (s->error) co_return s->error;
@@ -521,16 +434,17 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
     }
   }
   s->closing = true;
-  const std::uint64_t gen = s->gen;
-  auto t = s->t;
-  frame_header h{.type = frame_type::close};
-  const std::error_code close_ec = co_await send_frame(*t, h, {});
+  const std::uint64_t conn = s->connection;
+  auto q = s->queue;
+  frame_close(q->frames(), {});
+  q->kick();
+  const std::error_code close_ec = co_await q->wait_written(q->ticket());
   if (!close_ec) {
     // The consumer answers our close by closing its end.
-    while (!s->error && s->gen == gen && !s->reader_done) {
-      s->dog.begin_wait();
+    while (!s->error && s->connection == conn && !s->reader_done) {
+      s->stall_watch.begin_wait();
       const bool cancelled = co_await s->reader_cv.wait();
-      s->dog.end_wait();
+      s->stall_watch.end_wait();
       if (cancelled) break;
     }
   }

@@ -26,6 +26,7 @@
 
 #include "blobpipe/pipeline/producer.hpp"
 #include "blobpipe/protocol/wire.hpp"
+#include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/sender_state.hpp"
 #include "lib/transport/async_sync.hpp"
 
@@ -33,9 +34,10 @@ namespace blobpipe::detail {
 
 /// One entry kept for resending.
 struct kept_entry {
-  std::vector<std::byte> begin;  // entry_begin payload: key, meta
-  std::uint64_t off = 0;         // blob offset, bytes
-  std::vector<std::byte> bytes;  // the entry's len bytes (contiguous copy)
+  /// The row, with its source pointing at `bytes` (contiguous host memory).
+  planned_entry planned;
+  std::vector<std::byte> meta;   // Entry::meta() as sent in entry_begin
+  std::vector<std::byte> bytes;  // the entry's len bytes (a contiguous copy)
 };
 
 struct kept_blob {
@@ -50,9 +52,10 @@ struct kept_blob {
   std::uint64_t bytes = 0;         // counted against resend_options::unacked_bytes
   bool listed = false;             // in resend_state::kept
   bool delivered = false;          // acknowledged: nothing more to send
-  // Progress on connection `gen` (the blob is begun afresh on a new one).
+  // Progress on connection number `connection` (the blob is begun afresh
+  // on a new one).
   async_mutex send_lock;           // one sync() of this blob at a time
-  std::uint64_t gen = 0;
+  std::uint64_t connection = 0;
   std::uint64_t wire_id = 0;
   bool begun = false;
   std::size_t entries_sent = 0;
@@ -67,9 +70,9 @@ struct kept_blob {
     tail = {};
   }
 
-  /// Everything kept has gone out on the connection `g`.
-  bool synced(std::uint64_t g) const noexcept {
-    return gen == g && begun && (end == end_kind::abort || entries_sent == entries.size()) &&
+  /// Everything kept has gone out on connection number `c`.
+  bool synced(std::uint64_t c) const noexcept {
+    return connection == c && begun && (end == end_kind::abort || entries_sent == entries.size()) &&
            (end == end_kind::open || end_sent);
   }
 };
@@ -93,7 +96,7 @@ struct resend_state {
 };
 
 /// blob_writer's operations in a resend session (b->kept is set). The
-/// caller holds b->lock.
+/// caller holds b->lock. Device values are copied to the host first.
 asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
                                            value v);
 asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b);
@@ -103,15 +106,18 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
 
 /// The stall watchdog fired: drop the connection and reconnect.
 void resend_stalled(const std::shared_ptr<sender_state>& s);
+/// Connection number `connection` failed with `ec`: close it and connect
+/// again (no-op when it was replaced already or the sender ended).
+void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t connection,
+                     std::error_code ec);
+/// sender_state::fail() of a resend session: stop reconnecting, wake waiters.
+void resend_failed(sender_state& s) noexcept;
+/// An ack delivered `blob_id` (0: credit only) on the current connection.
+/// Errors: protocol_violation (no blob of that id awaits delivery).
+result<void> resend_acked(sender_state& s, std::uint64_t blob_id);
 
 /// sender::start(connect_fn) and sender::shutdown() of a resend session.
 asio::awaitable<std::error_code> resend_start(std::shared_ptr<sender_state> s);
 asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s);
-
-/// The handshake on `t` (both kinds of sender): sends our hello, checks
-/// the consumer's. Errors: protocol_violation, and the transport's.
-asio::awaitable<std::tuple<std::error_code, hello>> handshake(transport& t,
-                                                              std::uint32_t chunk_bytes,
-                                                              const session_id& session);
 
 }  // namespace blobpipe::detail

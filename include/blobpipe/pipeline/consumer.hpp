@@ -21,17 +21,26 @@
 //       use(ev.entry->view);          // bytes valid while ev.entry is held
 //   }
 //
-// Zero copy: the receive path reads each data frame's header, then reads
-// its payload straight into the entry's final buffer at the chunk's offset
-// (a 64-byte aligned buffer per entry, or the blob's assembly buffer).
+// The receive path is an I/O loop around the push decoder
+// (blobpipe/protocol/decoder.hpp): it reads what has arrived into a
+// 256 KiB receive buffer and decodes every frame in it. Copies (docs/wire.md
+// "Consumer"): an entry sent inline (the sender's copy threshold,
+// inline_bytes) is copied once out of the receive buffer into its own
+// 64-byte aligned buffer; a larger one is read from the socket straight into
+// that buffer (or the blob's assembly buffer) at the chunk's offset, except
+// for bytes that arrived in the same read as its frame header (at most the
+// receive buffer's size), which are copied once.
 //
-// Memory: bytes of entries not yet released, plus a tail while it is being
-// checked, count as buffered; the sender only sends what fits the window
-// (blobpipe/producer.hpp), and the consumer rejects a sender that overruns
-// it (protocol_violation). An entry is released when the last copy of its
-// `std::shared_ptr<const received_entry>` is dropped; its bytes' window
-// credit then goes back to the sender. One entry larger than the whole
-// window is admitted when nothing else is buffered.
+// Memory: every byte the consumer holds counts against its window, in
+// credit bytes: an entry costs len + 2 * (key + meta) + entry_overhead_bytes
+// (its bytes, its key and meta, and their bookkeeping), a tail its length
+// while it is checked. The sender only sends what fits the window
+// (blobpipe/pipeline/producer.hpp), and the consumer rejects a sender that
+// overruns it (protocol_violation). An entry's part is released when the
+// last copy of its `std::shared_ptr<const received_entry>` is dropped, the
+// rest when its blob ends; the credit then goes back to the sender, in
+// coalesced acks. One entry larger than the whole window is admitted when
+// nothing else is buffered.
 //
 // Threading: one next() at a time, on the transport's executor. Entries
 // may be held and dropped on any thread, as long as that executor's
@@ -57,8 +66,8 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/index.hpp"
-#include "blobpipe/transport/transport.hpp"
 #include "blobpipe/protocol/wire.hpp"
+#include "blobpipe/transport/transport.hpp"
 
 namespace blobpipe {
 
@@ -89,6 +98,10 @@ struct consumer_options {
   /// Largest data frame accepted, bytes; the handshake picks
   /// min(this, the sender's proposal).
   std::uint32_t max_chunk_bytes = default_chunk_bytes;
+  /// Largest entry accepted inline in its entry_begin, bytes (<=
+  /// max_inline_bytes); the handshake picks min(this, the sender's copy
+  /// threshold).
+  std::uint32_t inline_bytes = default_inline_bytes;
   std::uint32_t max_key_bytes = default_max_key_bytes;    ///< bytes
   std::uint32_t max_meta_bytes = default_max_meta_bytes;  ///< bytes
   std::uint64_t max_entry_bytes = 1ull << 32;   ///< one entry's len, bytes
@@ -98,14 +111,16 @@ struct consumer_options {
   std::uint64_t max_blob_bytes = 1ull << 32;
   std::uint32_t max_open_blobs = 4096;          ///< blobs begun and not ended
   std::uint64_t max_entries_per_blob = 1u << 24;
-  /// Chunk payloads fetched at once (transport::post_payload) when the
-  /// transport allows more than one (payload_window(); UCX does): the next
-  /// chunk, of the same entry or of a later one (another producer's),
-  /// starts arriving before the previous one has ended, instead of each
-  /// costing a round trip. Entries are still yielded in frame order, each
-  /// as soon as its bytes and those of the entries before it are in: while
-  /// no further frame is waiting (transport::header_ready), next() waits
-  /// for the oldest fetch rather than the next frame. 1: one at a time.
+  /// Chunk payloads fetched at once (transport::post_read) when the
+  /// transport allows more than one (read_window(); UCX does, for bulk
+  /// payloads): the next chunk, of the same entry or of a later one
+  /// (another producer's), starts arriving before the previous one has
+  /// ended, instead of each costing a round trip. Entries are still
+  /// yielded in frame order, each as soon as its bytes and those of the
+  /// entries before it are in: while nothing further is waiting
+  /// (transport::readable), next() waits for the oldest fetch rather than
+  /// the next bytes. 1: one at a time. File sinks and device landing
+  /// always read one at a time.
   /// It bounds fetches in flight, not memory (window_bytes does): 16 lets
   /// a consumer fetch a data frame from each of 16 producers at once. Over
   /// UCX tcp, 1 MiB frames with 8 in flight moved 12% faster with 16 than
@@ -212,8 +227,8 @@ struct event {
 
 /// Counters for tests and benchmarks.
 struct consumer_stats {
-  std::uint64_t buffered_bytes = 0;      ///< now
-  std::uint64_t buffered_high_water = 0; ///< most ever buffered, bytes
+  std::uint64_t buffered_bytes = 0;      ///< credit held now, bytes
+  std::uint64_t buffered_high_water = 0; ///< most credit ever held, bytes
   std::uint64_t entries_received = 0;
   std::uint64_t blobs_completed = 0;
   std::uint64_t blobs_aborted = 0;
@@ -222,7 +237,7 @@ struct consumer_stats {
   std::uint64_t device_chunks = 0;   ///< host-to-device copies from pinned buffers
   std::uint64_t duplicates_dropped = 0;  ///< resent blobs already delivered
   /// Chunks posted while earlier ones were still posted and not waited
-  /// for (consumer_options::payload_window): the receives that overlapped.
+  /// for (consumer_options::payload_window): the reads that overlapped.
   std::uint64_t chunks_overlapped = 0;
   /// Entries given a buffer kept from a released entry at entry_begin
   /// (consumer_options::recycle_bytes; counted even if the blob is later

@@ -3,10 +3,10 @@
 // A `sender` owns one transport. Any number of coroutines open blobs on it
 // and emit (key, value) pairs; each entry is planned incrementally
 // (layout_builder: entry i's offset depends only on entries before it) and
-// sent at once, before later values exist. Entries are split into data
-// frames of at most the negotiated chunk size, so blobs from concurrent
-// producers interleave on the connection. `finish()` sends the index and
-// footer (write_tail) last.
+// framed at once, before later values exist. `finish()` frames the index
+// and footer (write_tail) last. One writer per connection hands everything
+// queued to the transport in one gather write while producers go on (write
+// combining; no timer, so a lone entry is never delayed).
 //
 //   auto [ec, s] = co_await blobpipe::sender::start(std::move(t));
 //   auto blob = s.open_blob();                          // random uuid4 tag
@@ -15,26 +15,35 @@
 //   co_await blob.finish();
 //   co_await s.shutdown();                              // orderly close
 //
-// Zero copy: an entry's data frames point at the value's own memory
-// (planned_entry.source.data) when the value is contiguous. A strided value
-// is the one exception: write_entry gathers it into a temporary of
-// entry.len bytes, which is then sent the same way.
+// Copies (docs/wire.md "Sender"): an entry of 1 to inline_bytes() bytes
+// (the negotiated copy threshold; sender_options::inline_bytes, 64 KiB by
+// default) is copied once, into its own entry_begin frame, and emit()
+// completes at once: the value's memory may be reused right away, and one
+// producer can have many small entries in flight. A larger entry goes out
+// in data frames of at most chunk_bytes() that point at the value's own
+// memory (zero copy), and emit() completes when every byte has been
+// handed to the transport. A strided value above the threshold is the one
+// exception: write_entry gathers it into a temporary of entry.len bytes,
+// which is then sent the same way.
 //
-// Backpressure: the consumer grants a window (bytes). Before an entry
-// (entry.len bytes) or a tail (tail_size bytes) is sent, the sender waits
-// until the bytes it has sent and the consumer has not yet released, plus
-// the new ones, fit the window. An entry larger than the whole window is
-// admitted alone, once nothing else is outstanding, so a small window never
-// deadlocks. Waiting suspends the producer (no busy loop, nothing dropped).
+// Backpressure: the consumer grants a window (bytes of credit). An entry
+// costs len + 2 * (key + meta) + entry_overhead_bytes of credit, a tail its
+// length (docs/wire.md "Flow control"); before framing either, the sender
+// waits until the credit it holds plus the new fits the window. An entry
+// larger than the whole window is admitted alone, once nothing else is
+// outstanding, so a small window never deadlocks. Copied bytes queued for
+// the writer beyond sender_options::max_queued_bytes make emit() wait too.
+// Waiting suspends the producer (no busy loop, nothing dropped).
 //
 // Resend sessions (at-least-once on the wire, exactly once to the
 // application): started with a connect function instead of a transport,
 // the sender copies each entry and tail into a kept blob, holds it until
 // the consumer acknowledges its delivery, and when the connection fails it
 // connects again and sends every kept blob from its start. The consumer
-// drops the ones it delivered already, by tag (blobpipe/delivery.hpp).
+// drops the ones it delivered already, by tag (blobpipe/pipeline/delivery.hpp).
 // Kept bytes are bounded by resend_options::unacked_bytes; producers wait
-// when it is full. This costs one copy of every byte sent.
+// when it is full. This costs one copy of every byte sent. Device values
+// are copied to the host into the kept blob.
 //
 //   auto connect = [ex]() { return blobpipe::tcp::connect(ex, host, port); };
 //   auto [ec, s] = co_await blobpipe::sender::start(connect, {.resend = {.unacked_bytes = 64 << 20}});
@@ -44,6 +53,7 @@
 // Source: docs/wire.md "Sender", "Flow control", "Delivery"; docs/reliability.md.
 #pragma once
 
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -58,6 +68,7 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/wire.hpp"
 #include "blobpipe/transport/transport.hpp"
 
 namespace blobpipe {
@@ -93,6 +104,14 @@ struct sender_options {
   /// Largest data frame payload proposed in the handshake, bytes; the
   /// consumer may lower it. Entries longer than this go out in chunks.
   std::uint32_t chunk_bytes = default_chunk_bytes;
+  /// The copy threshold proposed in the handshake, bytes (<=
+  /// max_inline_bytes); the consumer may lower it. Entries of 1 to this
+  /// many bytes are copied into their entry_begin and emit() returns at
+  /// once; longer ones are sent from the value's memory (zero copy).
+  std::uint32_t inline_bytes = default_inline_bytes;
+  /// Copied bytes (headers, inline entries, tails) queued for the writer
+  /// beyond which emit() waits for it, bytes.
+  std::size_t max_queued_bytes = std::size_t{4} << 20;
   /// Longest the sender waits on the consumer with nothing arriving from it
   /// and no send completing (0: no limit): a send the consumer does not
   /// read, a producer waiting for window credit or for a delivery, the
@@ -141,9 +160,11 @@ class blob_writer {
  public:
   blob_writer() = default;
 
-  /// Plans `v` as the next entry and sends it: entry_begin, then its bytes
-  /// in chunks. Completes when every byte was handed to the transport; `v`'s
-  /// memory must stay valid and unchanged until then (not longer).
+  /// Plans `v` as the next entry and frames it: entry_begin carrying the
+  /// bytes when 0 < len <= inline_bytes() (completes at once: `v` was
+  /// copied), else entry_begin and data frames of at most chunk_bytes()
+  /// pointing at `v`'s memory (completes when every byte was handed to the
+  /// transport; `v`'s memory must stay valid and unchanged until then).
   /// Device memory (v.memory cuda_device, or automatic finding device
   /// memory): the bytes are copied to pinned host buffers chunk by chunk,
   /// each copy overlapping the send of the chunk before (docs/cuda.md).
@@ -160,14 +181,16 @@ class blob_writer {
   /// is aborted with the CUDA message, the sender stays usable).
   /// last_error() has the message.
   /// Resend session: completes once the entry is copied into the kept blob
-  /// (after waiting for resend_options::unacked_bytes if it is full) and,
-  /// while connected, sent; a broken connection is not an error here (the
-  /// copy goes out again). Device values: invalid_argument.
+  /// (after waiting for resend_options::unacked_bytes if it is full; device
+  /// values are copied to the host) and, while connected, framed; a broken
+  /// connection is not an error here (the copy goes out again).
   asio::awaitable<std::error_code> emit(std::string key, value v);
 
-  /// Ends the blob: index + v3 footer from write_tail, as one tail frame.
-  /// Errors: too_large (the footer cannot address the blob; the blob is
-  /// aborted), closed, peer_closed, peer_failed, protocol_violation.
+  /// Ends the blob: index + v3 footer from write_tail, as one tail frame
+  /// (copied; completes once queued: sender::flush() or shutdown() wait
+  /// for the writer). Errors: too_large (the footer cannot address the
+  /// blob; the blob is aborted), closed, peer_closed, peer_failed,
+  /// protocol_violation.
   /// Resend session: as emit; the blob's delivery is confirmed by
   /// sender::shutdown() (or sender_stats::blobs_delivered), not here.
   asio::awaitable<std::error_code> finish();
@@ -182,8 +205,9 @@ class blob_writer {
   const std::string& last_error() const noexcept;
 
   const tag_t& tag() const noexcept;
-  /// blob_id on the wire (resend session: on the current connection; 0
-  /// before it was first sent).
+  /// blob_id on the wire: given when blob_begin is framed (at the blob's
+  /// first emit, finish or abort), so ids rise in the order blobs begin;
+  /// 0 before. Resend session: on the current connection.
   std::uint64_t id() const noexcept;
   std::size_t entry_count() const noexcept;
   explicit operator bool() const noexcept { return state_ != nullptr; }
@@ -226,6 +250,11 @@ class sender {
   /// the first emit, finish or abort. REQUIRES: a started sender.
   blob_writer open_blob(const tag_t& tag = random_tag());
 
+  /// Waits until every frame queued so far (entries, tails, aborts of
+  /// every blob) has been handed to the transport.
+  /// Errors: closed, peer_closed, peer_failed, protocol_violation, timed_out.
+  asio::awaitable<std::error_code> flush();
+
   /// Orderly close: sends `close`, then waits until the consumer has read
   /// everything and closed its end. Blobs still open are aborted by the
   /// consumer. Errors: closed, peer_failed, protocol_violation.
@@ -240,10 +269,13 @@ class sender {
   /// The first error that ended the connection; empty while healthy.
   std::error_code error() const noexcept;
 
-  /// Negotiated data frame size and the consumer's window, bytes.
+  /// Negotiated data frame size, copy threshold and the consumer's
+  /// window, bytes.
   std::uint32_t chunk_bytes() const noexcept;
+  std::uint32_t inline_bytes() const noexcept;
   std::uint64_t window_bytes() const noexcept;
-  /// Bytes sent and not yet released by the consumer.
+  /// Credit taken (entries and tails framed) and not yet released by the
+  /// consumer, bytes.
   std::uint64_t in_flight_bytes() const noexcept;
   /// Resend session: bytes kept until delivered (0 otherwise).
   std::uint64_t unacked_bytes() const noexcept;

@@ -1,0 +1,133 @@
+#include "lib/pipeline/send_queue.hpp"
+
+#include <utility>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/error.hpp>
+
+namespace blobpipe::detail {
+
+send_queue::send_queue(std::shared_ptr<transport> t, std::size_t max_queued_bytes)
+    : t_(std::move(t)),
+      max_queued_bytes_(max_queued_bytes),
+      work_cv_(t_->get_executor()),
+      wrote_cv_(t_->get_executor()) {}
+
+void send_queue::start(std::function<void(std::error_code)> on_write_failed) {
+  on_write_failed_ = std::move(on_write_failed);
+  asio::co_spawn(t_->get_executor(), run(shared_from_this()), asio::detached);
+}
+
+void send_queue::kick() noexcept {
+  if (writer_idle_) {
+    writer_idle_ = false;
+    work_cv_.notify_all();
+  }
+}
+
+void send_queue::fail(std::error_code ec) noexcept {
+  if (!error_) error_ = ec;
+  t_->close();
+  work_cv_.notify_all();
+  wrote_cv_.notify_all();
+}
+
+// (No co_await inside a condition in these loops: GCC 12 miscompiles
+// some of those coroutines into a trap.)
+asio::awaitable<std::error_code> send_queue::wait_written(std::uint64_t ticket) {
+  while (written_ < ticket && !error_) {
+    const bool cancelled = co_await wrote_cv_.wait();
+    if (cancelled) co_return std::error_code(asio::error::operation_aborted);
+  }
+  co_return written_ >= ticket ? std::error_code{} : error_;
+}
+
+asio::awaitable<std::error_code> send_queue::room() {
+  while (full() && !error_) {
+    const bool cancelled = co_await wrote_cv_.wait();
+    if (cancelled) co_return std::error_code(asio::error::operation_aborted);
+  }
+  co_return error_;
+}
+
+asio::awaitable<void> send_queue::run(std::shared_ptr<send_queue> self) {
+  for (;;) {
+    if (error_) break;
+    if (front_.empty()) {
+      writer_idle_ = true;
+      (void)co_await work_cv_.wait();
+      continue;
+    }
+    std::swap(front_, back_);
+    taken_ += back_.size();
+    const std::uint64_t end = taken_;
+    const std::error_code ec = co_await write_out(back_);
+    back_.clear();
+    if (ec) {
+      fail(ec);
+      if (on_write_failed_) on_write_failed_(error_);
+      break;
+    }
+    written_ = end;
+    wrote_cv_.notify_all();
+  }
+}
+
+asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {
+  // Byte streams: everything in one gather write. Message transports
+  // (UCX): runs of frames as messages of at most max_write_bytes, and
+  // each bulk payload as a message of its own with its frame header.
+  const bool split_bulk = t_->sends_bulk();
+  const std::size_t max_write = split_bulk ? t_->max_write_bytes() : SIZE_MAX;
+  gather_.clear();
+  gathered_ = 0;
+  const auto pieces = o.pieces();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    auto bytes = pieces[i].bytes(o);
+    // A bulk payload's frame header ends the piece before it. Device
+    // memory always goes as a bulk payload (write_bulk_device), never
+    // through write(), which reads host memory.
+    const bool header_of_bulk = i + 1 < pieces.size() && !pieces[i].external &&
+                                ((split_bulk && pieces[i + 1].bulk) || pieces[i + 1].device >= 0);
+    if (header_of_bulk) bytes = bytes.first(bytes.size() - frame_header_size);
+    while (!bytes.empty()) {
+      const std::size_t n = std::min(bytes.size(), max_write - gathered_);
+      gather_.emplace_back(bytes.data(), n);
+      gathered_ += n;
+      bytes = bytes.subspan(n);
+      if (gathered_ == max_write) {
+        const std::error_code ec = co_await flush();
+        if (ec) co_return ec;
+      }
+    }
+    if (header_of_bulk) {
+      const std::error_code flushed = co_await flush();
+      if (flushed) co_return flushed;
+      const auto full = pieces[i].bytes(o);
+      const auto header = full.last(frame_header_size);
+      const auto payload = pieces[i + 1].bytes(o);
+      const asio::const_buffer data(payload.data(), payload.size());
+      // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
+      std::error_code ec;
+      if (pieces[i + 1].device >= 0) {
+        ec = co_await t_->write_bulk_device(header, std::span(&data, 1), pieces[i + 1].device);
+      } else {
+        ec = co_await t_->write_bulk(header, std::span(&data, 1));
+      }
+      if (ec) co_return ec;
+      ++i;  // the payload went with its header
+    }
+  }
+  co_return co_await flush();
+}
+
+asio::awaitable<std::error_code> send_queue::flush() {
+  if (gather_.empty()) co_return std::error_code{};
+  auto ec = co_await t_->write(gather_);
+  gather_.clear();
+  gathered_ = 0;
+  co_return ec;
+}
+
+}  // namespace blobpipe::detail

@@ -1,0 +1,86 @@
+// One connection's outgoing frames (internal): producers frame into an
+// outbox (blobpipe/protocol/framer.hpp) and return; one writer coroutine
+// hands everything queued to the transport in one write while producers
+// keep framing into a second outbox (write combining: no timer, so a lone
+// frame goes out at once, and frames that pile up during a write go out
+// together in the next). docs/wire.md "Sender".
+//
+//   frame_blob_begin(q->frames(), id, tag);
+//   q->kick();                                  // the writer takes it
+//   auto ec = co_await q->wait_written(q->ticket());   // zero-copy frames
+//
+// A ticket names everything framed so far (bytes queued since the queue
+// began); wait_written(t) completes once the transport took all of it, so
+// memory referenced by external pieces (outbox::append_external) may be
+// reused afterwards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/protocol/framer.hpp"
+#include "blobpipe/transport/transport.hpp"
+#include "lib/transport/async_sync.hpp"
+
+namespace blobpipe::detail {
+
+class send_queue : public std::enable_shared_from_this<send_queue> {
+ public:
+  /// `max_queued_bytes`: copied bytes queued beyond which room() waits.
+  send_queue(std::shared_ptr<transport> t, std::size_t max_queued_bytes);
+
+  /// Starts the writer coroutine on the transport's executor.
+  /// `on_write_failed` is called once if a write fails (the queue has
+  /// failed by then), so the owner learns it without waiting on the queue.
+  void start(std::function<void(std::error_code)> on_write_failed = {});
+
+  /// Where producers append frames; call kick() afterwards.
+  outbox& frames() noexcept { return front_; }
+  /// Wakes the writer if it waits for frames.
+  void kick() noexcept;
+
+  /// Everything framed so far (see the file comment).
+  std::uint64_t ticket() const noexcept { return taken_ + front_.size(); }
+  /// Completes once the transport took every byte up to `ticket`.
+  /// Errors: the connection's error; operation_aborted when the awaiting
+  /// coroutine was cancelled (the frames stay queued).
+  asio::awaitable<std::error_code> wait_written(std::uint64_t ticket);
+  /// Whether room() would wait.
+  bool full() const noexcept { return front_.copied_bytes() > max_queued_bytes_; }
+  /// Waits while more than max_queued_bytes copied bytes wait for the
+  /// writer (backpressure on producers whose entries are copied).
+  asio::awaitable<std::error_code> room();
+
+  /// Ends the queue: the transport is closed, every waiter wakes with `ec`.
+  void fail(std::error_code ec) noexcept;
+  std::error_code error() const noexcept { return error_; }
+  transport& link() noexcept { return *t_; }
+  const std::shared_ptr<transport>& link_ptr() const noexcept { return t_; }
+
+ private:
+  asio::awaitable<void> run(std::shared_ptr<send_queue> self);
+  asio::awaitable<std::error_code> write_out(const outbox& o);
+  asio::awaitable<std::error_code> flush();  // writes gather_
+
+  std::shared_ptr<transport> t_;
+  std::function<void(std::error_code)> on_write_failed_;
+  std::size_t max_queued_bytes_;
+  outbox front_;  // producers append here
+  outbox back_;   // the writer's, while it writes
+  std::uint64_t taken_ = 0;    // bytes the writer has taken from front_
+  std::uint64_t written_ = 0;  // bytes the transport has taken
+  bool writer_idle_ = false;
+  std::error_code error_;
+  async_condition work_cv_;   // the writer waits for frames
+  async_condition wrote_cv_;  // written_ advanced, or the queue failed
+  std::vector<asio::const_buffer> gather_;  // the writer's scratch list
+  std::size_t gathered_ = 0;                // bytes in gather_
+};
+
+}  // namespace blobpipe::detail
