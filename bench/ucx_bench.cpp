@@ -9,7 +9,7 @@
 //
 // A message is one blobpipe frame (24-byte header + payload) sent with
 // transport::send from one reused source buffer. The receiver takes each
-// header and lands the payload with transport::post_payload, keeping up to
+// header and lands the payload with transport::post_read, keeping up to
 // --rx-window fetches in flight (rendezvous: straight into the
 // destination), as perftest keeps receives posted. Like perftest, every
 // payload lands in the same destination buffer; --rx-buffers B spreads
@@ -141,9 +141,9 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-// Receives `n` frames, then acks. Up to `window` payloads are in flight
-// at once (transport::post_payload), as ucx_perftest keeps a window of
-// receives posted; they land in the `dest` buffers in turn.
+// Receives `n` frames (bulk messages), then acks. Up to `window` payloads
+// are in flight at once (transport::post_read), as ucx_perftest keeps a
+// window of receives posted; they land in the `dest` buffers in turn.
 asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::size_t window,
                             std::vector<std::vector<std::byte>>& dest) {
   std::deque<bp::payload_receipt> inflight;
@@ -157,20 +157,22 @@ asio::awaitable<bool> drain(bp::transport& t, std::uint64_t n, std::size_t windo
     }
     co_return true;
   };
-  window = std::min(window, t.payload_window());
+  window = std::min(window, t.read_window());
+  std::array<std::byte, 64> header;
   for (std::uint64_t i = 0; i < n; ++i) {
-    auto [ec, h] = co_await t.receive_header();
-    if (ec || h.length != dest[0].size()) {
-      std::fprintf(stderr, "server: receive_header: %s %s\n", ec.message().c_str(),
+    auto [ec, got] = co_await t.read_some(header);
+    if (ec || got.bytes != bp::frame_header_size || got.bulk_bytes != dest[0].size()) {
+      std::fprintf(stderr, "server: read header: %s %s\n", ec.message().c_str(),
                    t.last_error().c_str());
       co_return false;
     }
-    inflight.push_back(t.post_payload(dest[i % dest.size()]));
+    inflight.push_back(t.post_read(dest[i % dest.size()]));
     if (inflight.size() >= window && !co_await wait_oldest()) co_return false;
   }
   while (!inflight.empty())
     if (!co_await wait_oldest()) co_return false;
-  co_return !co_await bp::send_frame(t, {.type = bp::frame_type::ack}, {});
+  const std::array<asio::const_buffer, 1> ack{asio::buffer("A", 1)};
+  co_return !co_await t.write(ack);
 }
 
 asio::awaitable<void> serve_pipeline(const args& a, std::unique_ptr<bp::transport> t, int& rc);
@@ -193,13 +195,14 @@ asio::awaitable<void> serve(const args& a, int& rc) {
   if (!co_await drain(*t, a.iters, a.rx_window, dest)) co_return;
   auto s = bp::ucx::get_stats(*t).value();
   std::printf(
-      "server: %llu frames received, %llu by rendezvous (%llu bytes into dest), %llu eager (%llu "
-      "bytes copied)\n",
-      (unsigned long long)s.frames_received, (unsigned long long)s.rndv_frames,
-      (unsigned long long)s.rndv_bytes, (unsigned long long)s.eager_frames,
+      "server: %llu messages received, %llu payloads by rendezvous (%llu bytes into dest), "
+      "%llu eager (%llu bytes copied)\n",
+      (unsigned long long)s.messages_received, (unsigned long long)s.rndv_payloads,
+      (unsigned long long)s.rndv_bytes, (unsigned long long)s.eager_payloads,
       (unsigned long long)s.eager_bytes);
   // Wait for the client to close first, so its last ack is not cut off.
-  (void)co_await t->receive_header();
+  std::array<std::byte, 64> end;
+  (void)co_await t->read_some(end);
   rc = 0;
 }
 
@@ -220,13 +223,19 @@ asio::awaitable<bool> all_of(std::vector<asio::awaitable<bool>> work) {
   co_return ok;
 }
 
-// Sends frames numbered [next, end) from `src`, `window` coroutines at once.
+// Sends frames numbered [next, end) from `src`, `window` coroutines at once
+// (each a bulk message: the UCX transport takes concurrent writes, each
+// one active message, as ucx_perftest keeps a window of sends).
 asio::awaitable<bool> send_some(bp::transport& t, const std::vector<std::byte>& src,
                                 std::uint64_t& next, std::uint64_t end, bool& failed) {
   while (next < end && !failed) {
     std::uint64_t id = next++;
-    auto ec = co_await bp::send_frame(
-        t, {.type = bp::frame_type::data, .length = std::uint32_t(src.size()), .blob_id = id}, src);
+    std::array<std::byte, bp::frame_header_size> header;
+    bp::encode_frame_header(
+        {.type = bp::frame_type::data, .length = std::uint32_t(src.size()), .blob_id = id},
+        header);
+    const std::array<asio::const_buffer, 1> payload{asio::buffer(src)};
+    auto ec = co_await t.write_bulk(header, payload);
     if (ec) {
       std::fprintf(stderr, "client: send: %s %s\n", ec.message().c_str(), t.last_error().c_str());
       failed = true;
@@ -243,7 +252,8 @@ asio::awaitable<double> round(bp::transport& t, const args& a, std::uint64_t n,
   std::vector<asio::awaitable<bool>> senders;
   for (int w = 0; w < a.window; ++w) senders.push_back(send_some(t, src, next, n, failed));
   if (!co_await all_of(std::move(senders))) failed = true;
-  auto [ec, h] = co_await t.receive_header();  // the ack: all n delivered
+  std::array<std::byte, 64> ack;
+  auto [ec, got] = co_await t.read_some(ack);  // the ack: all n delivered
   if (ec) {
     std::fprintf(stderr, "client: waiting for ack: %s\n", ec.message().c_str());
     failed = true;

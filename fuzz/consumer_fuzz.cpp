@@ -1,14 +1,16 @@
-// libFuzzer entry point: a consumer fed arbitrary bytes as its connection.
+// libFuzzer entry point: a whole consumer fed arbitrary bytes as its
+// connection (decoder_fuzz drives the push decoder alone).
 //
-// The input is a byte stream as a TCP socket would deliver it; a replay
-// transport cuts it into frames exactly as the TCP transport does
-// (decode_frame_header, then the payload), so the consumer's whole state
-// machine — handshake, entry_begin meta, data offsets, window, tails,
-// aborts, resend-session duplicates — runs on untrusted bytes. Byte 0 picks
+// The input is a byte stream as a TCP socket would deliver it, through a
+// replay byte transport, so the consumer's I/O loop and sinks on top of
+// the decoder — handshake, entry destinations, memory assembly, window
+// credit, tails, aborts, resend-session duplicates — run on untrusted
+// bytes. Byte 0 picks
 // options: bit 0 prepends a valid sender hello (bit 1: with a resend
 // session), bit 2 assembles blobs in memory, bit 3 holds every entry until
 // its blob ends. Every blob reported complete must read back with
 // read_index and agree with the entries yielded.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,36 +29,29 @@ namespace {
 
 using namespace blobpipe;
 
-/// A transport whose peer is a fixed byte string (sends are dropped).
+/// A byte transport whose peer is a fixed byte string (writes are
+/// dropped), delivered in reads of at most 1000 bytes.
 class replay_transport final : public transport {
  public:
   replay_transport(asio::any_io_executor ex, std::span<const std::byte> bytes)
       : ex_(std::move(ex)), in_(bytes) {}
   asio::any_io_executor get_executor() const override { return ex_; }
-  asio::awaitable<std::error_code> send(const frame_header&,
-                                        std::span<const asio::const_buffer>) override {
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer>) override {
     co_return closed_ ? make_error_code(errc::closed) : std::error_code{};
   }
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
-    if (in_.size() < frame_header_size) {
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    if (closed_ || in_.empty()) {
       closed_ = true;
-      co_return std::tuple{make_error_code(errc::peer_closed), frame_header{}};
+      co_return std::tuple{make_error_code(errc::peer_closed), read_result{}};
     }
-    auto h = decode_frame_header(in_.first(frame_header_size), 1u << 20);
-    in_ = in_.subspan(frame_header_size);
-    if (!h) {
-      closed_ = true;
-      co_return std::tuple{h.code(), frame_header{}};
-    }
-    pending_ = h->length;
-    co_return std::tuple{std::error_code{}, *h};
+    const std::size_t n = std::min({buf.size(), in_.size(), std::size_t{1000}});
+    std::memcpy(buf.data(), in_.data(), n);
+    in_ = in_.subspan(n);
+    co_return std::tuple{std::error_code{}, read_result{n, 0}};
   }
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    if (closed_) co_return make_error_code(errc::closed);
-    if (dest.size() != pending_ || dest.empty()) __builtin_trap();  // consumer broke REQUIRES
-    pending_ = 0;
-    if (in_.size() < dest.size()) {
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
+    if (closed_ || in_.size() < dest.size()) {
       closed_ = true;
       co_return make_error_code(errc::peer_closed);
     }
@@ -70,7 +65,6 @@ class replay_transport final : public transport {
  private:
   asio::any_io_executor ex_;
   std::span<const std::byte> in_;
-  std::uint32_t pending_ = 0;
   bool closed_ = false;
 };
 
@@ -119,7 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (mode & 2) h.session[0] = std::byte{1};
     const auto p = encode_hello(h);
     stream.resize(frame_header_size);
-    encode_frame_header({.type = frame_type::hello, .length = hello_size}, stream);
+    encode_frame_header(
+        {.type = frame_type::hello, .length = static_cast<std::uint32_t>(p.size())}, stream);
     stream.insert(stream.end(), p.begin(), p.end());
   }
   const auto rest = std::as_bytes(std::span(data + 1, size - 1));

@@ -31,25 +31,26 @@ seed() {  # seed corpora: whole blobs, index bytes, dtype strings, meta maps
       for s in float32 bfloat16 half float8_e4m3fn '<f4' '>i8' '|b1' '<U3' '|S4' '<M8[ns]' '<m8[s]' '|V8'; do
         printf '%s' "$s" >"$dir/$(printf '%s' "$s" | md5sum | cut -c1-8)"
       done ;;
-    wire_fuzz)  # frame headers, v2 hellos, entry_begin payloads
+    wire_fuzz)  # frame headers, v3 hellos, entry_begin payloads
       python3 - "$golden/manifest.json" "$dir" <<'PY'
 import json, struct, sys, pathlib
 out = pathlib.Path(sys.argv[2])
 for t in range(1, 9):
     out.joinpath(f"hdr{t}").write_bytes(struct.pack("<BBHIQQ", t, 0, 0, 64, 1, 0) + struct.pack("<I", 1 << 20))
 for role, window, dedup in ((1, 0, 0), (2, 1 << 26, 4096)):
-    hello = struct.pack("<IHHIIQII", 0x50575042, 2, role, 1 << 20, 1 << 16, window, 4096, dedup) + bytes(range(16))
+    hello = (struct.pack("<IHHIIQII", 0x50575042, 3, role, 1 << 20, 1 << 16, window, 4096, dedup)
+             + bytes(range(16)) + struct.pack("<QIHH", 0, 65536, 0, 0))
     out.joinpath(f"hello{role}").write_bytes(hello)
 m = json.load(open(sys.argv[1]))
 n = 0
 for c in m["cases"]:
     for e in c.get("entries", [])[:4]:
         meta = bytes.fromhex(e["meta_msgpack_hex"])
-        out.joinpath(f"eb{n}").write_bytes(struct.pack("<I", 3) + b"key" + meta)
+        out.joinpath(f"eb{n}").write_bytes(struct.pack("<II", 3, len(meta)) + b"key" + meta)
         n += 1
 PY
       ;;
-    consumer_fuzz) "$bin/fuzz/seed_streams" "$golden" "$dir" >/dev/null ;;
+    consumer_fuzz|decoder_fuzz) "$bin/fuzz/seed_streams" "$golden" "$dir" >/dev/null ;;
     entry_meta_fuzz)
       python3 - "$golden/manifest.json" "$dir" <<'PY'
 import json, sys, pathlib
@@ -72,13 +73,13 @@ PY
 }
 
 status=0
-for t in ${FUZZ_TARGETS:-read_index_fuzz dtype_fuzz entry_meta_fuzz wire_fuzz consumer_fuzz}; do
+for t in ${FUZZ_TARGETS:-read_index_fuzz dtype_fuzz entry_meta_fuzz wire_fuzz decoder_fuzz consumer_fuzz}; do
   corpus=$(seed "$t")
   echo "== $t (${seconds}s)"
   extra=()
   # Streams of the large golden blobs are megabytes; shorter inputs run
   # ten times as many executions (a cut stream is a test case too).
-  [[ $t == consumer_fuzz ]] && extra=(-max_len=131072)
+  [[ $t == consumer_fuzz || $t == decoder_fuzz ]] && extra=(-max_len=131072)
   if ! "$bin/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${extra[@]}" \
       -artifact_prefix="fuzz/artifacts/$t-" -print_final_stats=1 "$corpus" 2>"$work/$t.log"; then
     tail -40 "$work/$t.log"

@@ -1,6 +1,7 @@
-// Seeds for consumer_fuzz: each golden blob that reads back, as the byte
-// stream a sender would put on the wire (blob_begin, entry_begin + data
-// chunks per entry, tail, close), behind consumer_fuzz's mode byte.
+// Seeds for consumer_fuzz and decoder_fuzz: each golden blob that reads
+// back, as the byte stream a sender would put on the wire (blob_begin,
+// entry_begin carrying entries of up to 1 KiB inline, larger ones followed
+// by data chunks of 4 KiB, tail, close), behind the fuzzers' mode byte.
 //
 //   seed_streams GOLDEN_DIR OUT_DIR
 #include <cstdio>
@@ -32,6 +33,11 @@ std::vector<std::byte> stream_of(std::span<const std::byte> blob, const blob_ind
   for (std::size_t i = 0; i < idx.entries.size(); ++i) {
     const Entry& e = idx.entries[i];
     const auto meta = e.meta();
+    if (e.len != 0 && e.len <= 1024) {
+      frame(out, {.type = frame_type::entry_begin, .flags = frame_flag_inline, .blob_id = 1, .arg = i},
+            encode_entry_begin(e.key, meta, blob.subspan(e.off, e.len)));
+      continue;
+    }
     frame(out, {.type = frame_type::entry_begin, .blob_id = 1, .arg = i},
           encode_entry_begin(e.key, meta));
     for (std::uint64_t pos = 0; pos < e.len; pos += 4096) {

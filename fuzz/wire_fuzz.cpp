@@ -1,7 +1,8 @@
 // libFuzzer entry point: the frame codec over arbitrary bytes —
 // decode_frame_header (with a max_frame_bytes taken from the input),
-// decode_hello and decode_entry_begin. Whatever decodes must encode back
-// to the same bytes (bazel build --config=fuzz).
+// decode_hello (extensions included) and decode_entry_begin (with and
+// without inline bytes). Whatever decodes must encode back to the same
+// bytes (bazel build --config=fuzz).
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -29,12 +30,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (out.size() != size || std::memcmp(out.data(), data, size) != 0) __builtin_trap();
   }
 
-  for (std::uint32_t max_key : {0u, 16u, 1u << 16}) {
-    auto eb = blobpipe::decode_entry_begin(in, max_key, 256);
-    if (!eb) continue;
-    if (eb->key.size() > max_key || eb->meta.empty() || eb->meta.size() > 256) __builtin_trap();
-    const auto out = blobpipe::encode_entry_begin(eb->key, eb->meta);
-    if (out.size() != size || std::memcmp(out.data(), data, size) != 0) __builtin_trap();
+  for (bool with_inline : {false, true}) {
+    for (std::uint32_t max_key : {0u, 16u, 1u << 16}) {
+      auto eb = blobpipe::decode_entry_begin(in, with_inline, max_key, 256);
+      if (!eb) continue;
+      if (eb->key.size() > max_key || eb->meta.empty() || eb->meta.size() > 256) __builtin_trap();
+      if (!with_inline && !eb->inline_bytes.empty()) __builtin_trap();
+      const auto out = blobpipe::encode_entry_begin(eb->key, eb->meta, eb->inline_bytes);
+      if (out.size() != size || std::memcmp(out.data(), data, size) != 0) __builtin_trap();
+    }
   }
   return 0;
 }

@@ -1,7 +1,8 @@
-// How the consumer schedules posted payloads (consumer_options
-// payload_window; lib/pipeline/consumer_frames.cpp), against a scripted
-// transport whose posted fetches land only when the test lands them, in
-// any order, as UCX's rendezvous fetches may:
+// How the consumer schedules posted reads (consumer_options
+// payload_window; lib/pipeline/consumer.cpp), against a scripted message
+// transport (as UCX's: data frames are bulk messages whose payloads are
+// fetched) whose posted fetches land only when the test lands them, in any
+// order, as UCX's rendezvous fetches may:
 //
 // - fetches of later entries are posted while earlier ones are in flight,
 //   up to payload_window;
@@ -43,10 +44,12 @@ using namespace blobpipe;
 
 namespace {
 
-/// A transport that plays frames the test pushes; payloads posted with
-/// post_payload land when the test calls land(i), not before. Like UCX,
-/// it may still write a fetch cut short by a close (land_late), and keeps
-/// what retire() is given beyond its own life (keep_retired).
+/// A message transport that plays frames the test pushes: a data frame as
+/// a bulk message (its header read, its payload fetched with post_read),
+/// anything else as plain bytes. Fetches land when the test calls land(i),
+/// not before. Like UCX, it may still write a fetch cut short by a close
+/// (land_late), and keeps what retire() is given beyond its own life
+/// (keep_retired).
 class scripted_transport final : public transport {
  public:
   explicit scripted_transport(asio::any_io_executor ex) : ex_(ex), changed_(ex) {
@@ -55,7 +58,15 @@ class scripted_transport final : public transport {
 
   void push(frame_header h, std::vector<std::byte> payload = {}) {
     h.length = static_cast<std::uint32_t>(payload.size());
-    frames_.push_back({h, std::move(payload)});
+    message m;
+    m.bytes.resize(frame_header_size);
+    encode_frame_header(h, m.bytes);
+    if (h.type == frame_type::data) {
+      m.bulk = std::move(payload);
+    } else {
+      m.bytes.insert(m.bytes.end(), payload.begin(), payload.end());
+    }
+    messages_.push_back(std::move(m));
     changed_.cancel();
   }
   /// Posted fetches so far, and how many have landed.
@@ -74,7 +85,7 @@ class scripted_transport final : public transport {
   }
   /// Fetch `i` lands as it is posted (as a cma read does).
   void land_when_posted(std::size_t i) { at_once_.push_back(i); }
-  /// Fetch `i`'s bytes reach its destination after its receive was cut
+  /// Fetch `i`'s bytes reach its destination after its read was cut
   /// short: under ASan, a use-after-free unless that buffer was retired.
   void land_late(std::size_t i) {
     auto& f = fetches_.at(i);
@@ -90,28 +101,39 @@ class scripted_transport final : public transport {
   }
 
   asio::any_io_executor get_executor() const override { return ex_; }
-  asio::awaitable<std::error_code> send(const frame_header&,
-                                        std::span<const asio::const_buffer>) override {
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer>) override {
     co_return closed_ ? make_error_code(errc::closed) : std::error_code{};
   }
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    while (frames_.empty() && !closed_) co_await wait_change();
-    if (closed_) co_return std::tuple{make_error_code(errc::closed), frame_header{}};
-    current_ = std::move(frames_.front());
-    frames_.pop_front();
-    co_return std::tuple{std::error_code{}, current_.h};
+  bool sends_bulk() const noexcept override { return true; }
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    while (messages_.empty() && !closed_) co_await wait_change();
+    if (closed_) co_return std::tuple{make_error_code(errc::closed), read_result{}};
+    message& m = messages_.front();
+    const std::size_t n = std::min(buf.size(), m.bytes.size() - m.taken);
+    std::memcpy(buf.data(), m.bytes.data() + m.taken, n);
+    m.taken += n;
+    read_result got{n, 0};
+    if (m.taken == m.bytes.size()) {
+      got.bulk_bytes = m.bulk.size();
+      bulk_ = std::move(m.bulk);
+      messages_.pop_front();
+    }
+    co_return std::tuple{std::error_code{}, got};
   }
-  bool header_ready() const noexcept override { return closed_ || !frames_.empty(); }
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    if (dest.size() != current_.payload.size()) co_return make_error_code(errc::invalid_argument);
-    std::memcpy(dest.data(), current_.payload.data(), dest.size());
+  bool readable() const noexcept override { return closed_ || !messages_.empty(); }
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
+    if (dest.size() != bulk_.size()) co_return make_error_code(errc::invalid_argument);
+    std::memcpy(dest.data(), bulk_.data(), dest.size());
+    bulk_.clear();
     co_return std::error_code{};
   }
-  std::size_t payload_window() const noexcept override {
+  std::size_t read_window() const noexcept override {
     return std::numeric_limits<std::size_t>::max();
   }
-  payload_receipt post_payload(std::span<std::byte> dest) override {
-    fetches_.push_back({dest, std::move(current_.payload), false});
+  payload_receipt post_read(std::span<std::byte> dest) override {
+    fetches_.push_back({dest, std::move(bulk_), false});
+    bulk_.clear();
     const std::size_t i = fetches_.size() - 1;
     if (std::find(at_once_.begin(), at_once_.end(), i) != at_once_.end()) land(i);
     return payload_receipt(std::make_unique<receipt>(*this, i));
@@ -123,9 +145,10 @@ class scripted_transport final : public transport {
   bool is_open() const noexcept override { return !closed_; }
 
  private:
-  struct frame {
-    frame_header h;
-    std::vector<std::byte> payload;
+  struct message {
+    std::vector<std::byte> bytes;  // read with read_some
+    std::vector<std::byte> bulk;   // a data frame's payload, fetched
+    std::size_t taken = 0;
   };
   struct fetch {
     std::span<std::byte> dest;
@@ -162,8 +185,8 @@ class scripted_transport final : public transport {
 
   asio::any_io_executor ex_;
   asio::steady_timer changed_;  // cancelled on every change: wakes all waiters
-  std::deque<frame> frames_;
-  frame current_;
+  std::deque<message> messages_;
+  std::vector<std::byte> bulk_;  // the bulk payload read_some announced
   std::deque<fetch> fetches_;
   std::vector<std::size_t> at_once_;
   std::shared_ptr<kept> retired_ = std::make_shared<kept>();
@@ -405,16 +428,19 @@ BOOST_AUTO_TEST_CASE(cut_short_first_chunk_retires_its_entry_whose_last_landed) 
   h.t->land_late(0);
 }
 
-// Test decorators (test/forwarding_transport.hpp) pass header_ready()
-// through, so the fault and resend suites over UCX schedule as UCX does.
-BOOST_AUTO_TEST_CASE(forwarding_transport_passes_header_ready_through) {
+// Test decorators (test/forwarding_transport.hpp) pass readable(),
+// sends_bulk() and read_window() through, so the fault and resend suites
+// over UCX schedule as UCX does.
+BOOST_AUTO_TEST_CASE(forwarding_transport_passes_message_queries_through) {
   asio::io_context ctx;
   auto inner = std::make_unique<scripted_transport>(ctx.get_executor());
   scripted_transport* t = inner.get();
   blobpipe::testing::forwarding_transport fw(std::move(inner));
-  BOOST_TEST(!fw.header_ready());
+  BOOST_TEST(!fw.readable());
+  BOOST_TEST(fw.sends_bulk());
+  BOOST_TEST(fw.read_window() == std::numeric_limits<std::size_t>::max());
   t->push(header(frame_type::hello), encode_hello(hello{}));
-  BOOST_TEST(fw.header_ready());
+  BOOST_TEST(fw.readable());
 }
 
 // The application drops the consumer between next() calls, with the

@@ -466,7 +466,9 @@ BOOST_AUTO_TEST_CASE(slow_consumer_keeps_buffered_bytes_within_window) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
-      constexpr std::uint64_t window = 64 * 1024;
+      // Room for the 3 entries the consumer holds and the one it waits
+      // for, with each entry's bookkeeping credit (entry_overhead_bytes).
+      constexpr std::uint64_t window = 64 * 1024 + 4 * 512;
       constexpr int producers = 4, blobs_each = 3, entries_each = 6;
       const auto payload = ramp(4096, 3.0f);  // 16 KiB per entry
       int entries_seen = 0, completed = 0, producers_done = 0;
@@ -551,7 +553,14 @@ BOOST_AUTO_TEST_CASE(entry_larger_than_window_is_admitted_alone) {
   r.spawn(consume());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST(entries == 2);
-  BOOST_TEST(st.buffered_high_water == big.size() * 4);  // alone: nothing beside it
+  // Alone: nothing beside it (its credit: bytes, key, meta, bookkeeping).
+  Entry big_row;
+  big_row.key = "big";
+  big_row.off = 64;  // after "small" (64 bytes)
+  big_row.len = big.size() * 4;
+  big_row.dtype = "float32";
+  big_row.shape = shape_t{static_cast<std::int64_t>(big.size())};
+  BOOST_TEST(st.buffered_high_water == entry_credit(big_row.len, 3, big_row.meta().size()));
 }
 
 // (e) A connection dropped mid-blob: the completed blob stays complete, the
@@ -676,11 +685,9 @@ asio::awaitable<void> put(transport& t, frame_header h, std::span<const std::byt
 
 asio::awaitable<void> evil_hello(transport& t, hello h = {}) {
   co_await put(t, {.type = frame_type::hello}, encode_hello(h));
-  auto [ec, got] = co_await t.receive_header();
-  if (!ec && got.length != 0) {
-    std::vector<std::byte> buf(got.length);
-    (void)co_await t.receive_payload(buf);
-  }
+  frame_reader in;
+  auto [ec, reply] = co_await in.next(t);  // the consumer's hello, if it answers
+  (void)ec;
 }
 
 asio::awaitable<void> begin_blob(transport& t, std::uint64_t id) {
@@ -709,13 +716,10 @@ asio::awaitable<void> begin_entry(transport& t, std::uint64_t id, std::uint64_t 
 /// Drains the evil side until the consumer hangs up, so the verdict is the
 /// consumer's own.
 asio::awaitable<void> drain(transport& t) {
+  frame_reader in;
   for (;;) {
-    auto [ec, h] = co_await t.receive_header();
+    auto [ec, f] = co_await in.next(t);
     if (ec) break;
-    if (h.length) {
-      std::vector<std::byte> sink(h.length);
-      if (co_await t.receive_payload(sink)) break;
-    }
   }
 }
 
@@ -818,7 +822,7 @@ std::vector<std::byte> frame_bytes(frame_header h, std::span<const std::byte> p 
 /// Plays raw bytes at a TCP consumer: `before_reply` first, then (after the
 /// consumer's hello, if `expect_reply`) `after_reply`.
 outcome run_raw_tcp(std::vector<std::byte> before_reply, bool expect_reply,
-                    std::vector<std::byte> after_reply, transport_options topt = {}) {
+                    std::vector<std::byte> after_reply) {
   runner r;
   outcome out;
   auto lis = tcp::listen(r.ex(), 0).value();
@@ -841,7 +845,7 @@ outcome run_raw_tcp(std::vector<std::byte> before_reply, bool expect_reply,
     }
   };
   auto judge = [&]() -> asio::awaitable<void> {
-    auto [aec, t] = co_await lis.accept(topt);
+    auto [aec, t] = co_await lis.accept();
     BOOST_TEST_REQUIRE(!aec);
     auto [ec, started] = co_await consumer::start(std::move(t));
     out.start_error = ec;
@@ -893,13 +897,14 @@ BOOST_AUTO_TEST_CASE(consumer_rejects_oversized_lengths) {
     encode_frame_header({.type = frame_type::tail, .length = 0xFFFFFFF0u, .blob_id = 1}, huge);
     auto o = run_raw_tcp(frame_bytes({.type = frame_type::hello}, encode_hello({})), true,
                          concat({frame_bytes({.type = frame_type::blob_begin, .blob_id = 1}, tag),
-                                 {huge.begin(), huge.end()}}),
-                         {.max_frame_bytes = 1 << 20});
+                                 {huge.begin(), huge.end()}}));
     expect_violation(o, 1);
   }
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
-      // A frame longer than the transport's max_frame_bytes.
+      // A tail longer than max_tail_bytes.
+      consumer_options short_tails;
+      short_tails.max_tail_bytes = 4096;
       auto big_frame = run_evil(
           l,
           [](transport& t) -> asio::awaitable<void> {
@@ -908,7 +913,7 @@ BOOST_AUTO_TEST_CASE(consumer_rejects_oversized_lengths) {
             std::vector<std::byte> tail(8192);
             co_await put(t, {.type = frame_type::tail, .blob_id = 1}, tail);
           },
-          {}, {.max_frame_bytes = 4096});
+          short_tails);
       expect_violation(big_frame, 1);
       // A data chunk above the negotiated chunk size.
       consumer_options small_chunk;

@@ -54,6 +54,9 @@ consumer_options small_window() {
 sender_options small_chunks() {
   sender_options o;
   o.chunk_bytes = 256;
+  // Entry "b" (16 bytes) travels inline in its entry_begin, entry "a"
+  // (1.2 to 12 KiB) in data frames: faults land in both.
+  o.inline_bytes = 16;
   return o;
 }
 

@@ -17,33 +17,37 @@ class forwarding_transport : public transport {
   explicit forwarding_transport(std::unique_ptr<transport> inner) : inner_(std::move(inner)) {}
 
   asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> payload) override {
-    return inner_->send(h, payload);
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
+    return inner_->write(bytes);
   }
-  asio::awaitable<std::tuple<std::error_code, frame_header>> receive_header() override {
-    return inner_->receive_header();
+  bool sends_bulk() const noexcept override { return inner_->sends_bulk(); }
+  asio::awaitable<std::error_code> write_bulk(std::span<const std::byte> header,
+                                              std::span<const asio::const_buffer> payload) override {
+    return inner_->write_bulk(header, payload);
   }
-  bool header_ready() const noexcept override { return inner_->header_ready(); }
-  asio::awaitable<std::error_code> receive_payload(std::span<std::byte> dest) override {
-    return inner_->receive_payload(dest);
+  std::size_t max_write_bytes() const noexcept override { return inner_->max_write_bytes(); }
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    return inner_->read_some(buf);
   }
-  std::size_t payload_window() const noexcept override { return inner_->payload_window(); }
-  payload_receipt post_payload(std::span<std::byte> dest) override {
-    return inner_->post_payload(dest);
+  bool readable() const noexcept override { return inner_->readable(); }
+  asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
+    return inner_->read_exact(dest);
   }
+  std::size_t read_window() const noexcept override { return inner_->read_window(); }
+  payload_receipt post_read(std::span<std::byte> dest) override { return inner_->post_read(dest); }
   void retire(std::shared_ptr<const void> owner) override { inner_->retire(std::move(owner)); }
   void close() noexcept override { inner_->close(); }
   bool is_open() const noexcept override { return inner_->is_open(); }
   bool accepts_device_memory() const noexcept override { return inner_->accepts_device_memory(); }
-  asio::awaitable<std::error_code> send_device(const frame_header& h,
-                                               std::span<const asio::const_buffer> payload,
-                                               int device) override {
-    return inner_->send_device(h, payload, device);
+  asio::awaitable<std::error_code> write_bulk_device(std::span<const std::byte> header,
+                                                     std::span<const asio::const_buffer> payload,
+                                                     int device) override {
+    return inner_->write_bulk_device(header, payload, device);
   }
-  asio::awaitable<std::error_code> receive_payload_device(std::span<std::byte> dest,
-                                                          int device) override {
-    return inner_->receive_payload_device(dest, device);
+  asio::awaitable<std::error_code> read_exact_device(std::span<std::byte> dest,
+                                                     int device) override {
+    return inner_->read_exact_device(dest, device);
   }
 
  protected:

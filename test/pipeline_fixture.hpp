@@ -24,6 +24,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/pipeline.hpp"
+#include "test/frame_io.hpp"
 #include "test/ucx_links.hpp"
 
 /// Awaits an operation that completes with an error_code and checks it is

@@ -23,6 +23,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "test/forwarding_transport.hpp"
+#include "test/frame_scanner.hpp"
 #include "test/pipeline_fixture.hpp"
 #include "test/ucx_links.hpp"
 
@@ -143,29 +144,43 @@ struct delivery_checker {
 /// Forwards to `inner`, and closes the connection (as a crash of this side
 /// would: the peer sees it end) instead of sending frame number `kill_at`
 /// (0-based, counting every frame this side sends), or instead of the
-/// `kill_at_ack`-th delivery acknowledgement (an ack naming a blob).
+/// `kill_at_ack`-th delivery acknowledgement (an ack naming a blob). The
+/// frames before it go out whole, however the writes group them.
 class kill_switch final : public forwarding_transport {
  public:
   static constexpr std::uint64_t never = ~std::uint64_t{0};
   kill_switch(std::unique_ptr<transport> inner, std::uint64_t kill_at,
               std::uint64_t kill_at_ack = never)
-      : forwarding_transport(std::move(inner)), kill_at_(kill_at), kill_at_ack_(kill_at_ack) {}
+      : forwarding_transport(std::move(inner)),
+        scanner_([this, kill_at, kill_at_ack](const frame_header& h, std::uint64_t n) {
+          const bool ack = h.type == frame_type::ack && h.blob_id != 0;
+          return n == kill_at || (ack && acks_++ == kill_at_ack);
+        }) {}
   ~kill_switch() override { inner().close(); }
 
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> payload) override {
-    const bool ack = h.type == frame_type::ack && h.blob_id != 0;
-    if (frames_++ == kill_at_ || (ack && acks_++ == kill_at_ack_)) {
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
+    if (killed_) co_return make_error_code(errc::closed);
+    std::vector<asio::const_buffer> out;
+    for (const auto& b : bytes) {
+      const auto cut = scanner_.feed(std::span(static_cast<const std::byte*>(b.data()), b.size()));
+      if (!cut) {
+        out.push_back(b);
+        continue;
+      }
+      if (*cut != 0) out.emplace_back(b.data(), *cut);
+      if (!out.empty()) (void)co_await inner().write(out);
       killed_ = true;
       inner().close();
+      co_return make_error_code(errc::closed);
     }
-    co_return co_await inner().send(h, payload);
+    co_return co_await inner().write(out);
   }
+  bool sends_bulk() const noexcept override { return false; }  // every frame through write()
   bool killed() const { return killed_; }
 
  private:
-  std::uint64_t kill_at_, kill_at_ack_;
-  std::uint64_t frames_ = 0, acks_ = 0;
+  frame_scanner scanner_;
+  std::uint64_t acks_ = 0;
   bool killed_ = false;
 };
 

@@ -52,6 +52,7 @@ asio::awaitable<sender> start_resend(reconnect_link& l, sender_options opt) {
 sender_options fast_retry(std::uint64_t budget = 1u << 20) {
   sender_options o;
   o.chunk_bytes = 256;  // several data frames per entry: kills land mid-entry
+  o.inline_bytes = 16;  // "b" inline, "a" in data frames: both paths resent
   o.resend.unacked_bytes = budget;
   o.resend.retry_delay = std::chrono::milliseconds(1);
   o.resend.max_retry_delay = std::chrono::milliseconds(4);

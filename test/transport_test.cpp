@@ -1,14 +1,20 @@
-// Frame transports (blobpipe/transport.hpp, loopback.hpp, tcp.hpp, ucx.hpp):
-// the same behaviour on every link of all_links() (loopback, TCP and the
-// five UCX configurations): frames whole and in order, payload straight
-// into the destination, FIFO fairness between senders, close wakes
-// everyone. UCX-only cases are in ucx_transport_test.cpp.
+// Byte transports (blobpipe/transport/transport.hpp, loopback.hpp, tcp.hpp,
+// ucx.hpp): the same behaviour on every link of all_links() (loopback, TCP
+// and the five UCX configurations): bytes whole and in order, gathered
+// writes, exact reads straight into the destination, bulk payloads landed
+// where the reader names (and fetched in parallel where the transport
+// allows), close wakes everyone. UCX-only cases are in
+// ucx_transport_test.cpp.
 #define BOOST_TEST_MODULE transport
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
+#include <thread>
+
+#include <asio/detached.hpp>
 
 #include "test/pipeline_fixture.hpp"
 
@@ -16,78 +22,134 @@ using namespace blobpipe;
 using namespace blobpipe::testing;
 
 namespace {
+
 const std::vector<link_kind> both = all_links();
+
+std::vector<std::byte> pattern(std::size_t n, std::size_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t j = 0; j < n; ++j) v[j] = static_cast<std::byte>((j * 7 + seed) & 0xff);
+  return v;
 }
 
-BOOST_AUTO_TEST_CASE(transport_delivers_scatter_gather_frame_into_destination) {
+/// Reads exactly out.size() bytes of plain stream with read_some.
+asio::awaitable<std::error_code> read_all(transport& t, std::span<std::byte> out,
+                                          std::size_t* reads = nullptr) {
+  std::vector<std::byte> buf(64 << 10);
+  for (std::size_t done = 0; done < out.size();) {
+    auto [ec, got] = co_await t.read_some(buf);
+    if (ec) co_return ec;
+    if (got.bulk_bytes != 0 || done + got.bytes > out.size())
+      co_return make_error_code(errc::protocol_violation);
+    std::memcpy(out.data() + done, buf.data(), got.bytes);
+    done += got.bytes;
+    if (reads) ++*reads;
+  }
+  co_return std::error_code{};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(transport_delivers_gathered_writes_whole_and_in_order) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
       auto [a, b] = r.await(raw_pair(l));
-      const std::string p1 = "hello, ", p2 = "frames";
-      std::vector<std::byte> dest(p1.size() + p2.size());
-      frame_header got;
+      const std::string p1 = "hello, ", p2 = "bytes", p3 = "; and more";
+      std::vector<std::byte> got(p1.size() + p2.size() + p3.size());
       auto send = [&]() -> asio::awaitable<void> {
         const std::array<asio::const_buffer, 2> bufs{asio::buffer(p1), asio::buffer(p2)};
-        frame_header h{.type = frame_type::data, .length = 13, .blob_id = 3, .arg = 64};
-        BLOBPIPE_CO_CHECK(a->send(h, bufs));
-        BLOBPIPE_CO_CHECK(send_frame(*a, {.type = frame_type::ack, .arg = 5}, {}));
+        BLOBPIPE_CO_CHECK(a->write(bufs));
+        const std::array<asio::const_buffer, 1> more{asio::buffer(p3)};
+        BLOBPIPE_CO_CHECK(a->write(more));
       };
-      auto receive = [&]() -> asio::awaitable<void> {
-        auto [ec, h] = co_await b->receive_header();
-        BOOST_TEST(!ec);
-        got = h;
-        BLOBPIPE_CO_CHECK(b->receive_payload(dest));
-        auto [ec2, h2] = co_await b->receive_header();
-        BOOST_TEST(!ec2);
-        BOOST_TEST((h2.type == frame_type::ack && h2.arg == 5u && h2.length == 0u));
-      };
+      auto receive = [&]() -> asio::awaitable<void> { BLOBPIPE_CO_CHECK(read_all(*b, got)); };
       r.spawn(send());
       r.spawn(receive());
       BOOST_TEST_REQUIRE(r.run());
-      BOOST_TEST((got == frame_header{.type = frame_type::data, .length = 13, .blob_id = 3,
-                                      .arg = 64}));
-      BOOST_TEST(std::memcmp(dest.data(), "hello, frames", 13) == 0);
+      BOOST_TEST(std::memcmp(got.data(), "hello, bytes; and more", got.size()) == 0);
     }
   }
 }
 
-// post_payload: a receipt completes as receive_payload does. Where the
-// transport allows it (payload_window() > 1: UCX) several frames' payloads
-// are posted before the first is waited for, each landing in its own
-// buffer; elsewhere each is waited for before the next header. Empty and
-// already-waited receipts are invalid_argument.
-BOOST_AUTO_TEST_CASE(posted_payloads_land_intact_and_overlap_where_allowed) {
+// A large payload read with read_exact lands in the destination whole, in
+// one call, after a read_some that took only what came before it.
+BOOST_AUTO_TEST_CASE(read_exact_lands_the_next_bytes_in_the_destination) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
       auto [a, b] = r.await(raw_pair(l));
-      constexpr int frames = 6;
-      std::vector<std::vector<std::byte>> sent(frames), got(frames);
-      for (int i = 0; i < frames; ++i) {
-        sent[i].resize(300000 + static_cast<std::size_t>(i) * 1000);  // rendezvous over UCX
-        for (std::size_t j = 0; j < sent[i].size(); ++j)
-          sent[i][j] = static_cast<std::byte>((j * 7 + static_cast<std::size_t>(i)) & 0xff);
-      }
-      const std::size_t window = std::min<std::size_t>(b->payload_window(), 4);
-      std::size_t most_outstanding = 0;
+      const auto head = pattern(100, 1), body = pattern(3 << 20, 2);
+      std::vector<std::byte> got_head(head.size()), got_body(body.size());
+      auto send = [&]() -> asio::awaitable<void> {
+        const std::array<asio::const_buffer, 1> h{asio::buffer(head)};
+        BLOBPIPE_CO_CHECK(a->write(h));
+        // Held until the head was read, so read_some cannot take body bytes.
+        co_await yield_n(50);
+        const std::array<asio::const_buffer, 1> bb{asio::buffer(body)};
+        BLOBPIPE_CO_CHECK(a->write(bb));
+      };
+      auto receive = [&]() -> asio::awaitable<void> {
+        BLOBPIPE_CO_CHECK(read_all(*b, got_head));
+        BLOBPIPE_CO_CHECK(b->read_exact(got_body));
+      };
+      r.spawn(send());
+      r.spawn(receive());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((got_head == head));
+      BOOST_TEST((got_body == body));
+    }
+  }
+}
+
+// write_bulk: a header and a payload. A message transport (UCX) delivers
+// the header through read_some and announces the payload (bulk_bytes),
+// which post_read lands where the reader names, several in flight at once
+// (read_window); a byte stream delivers both as plain bytes. Empty and
+// already-waited receipts are invalid_argument.
+BOOST_AUTO_TEST_CASE(bulk_payloads_land_intact_and_overlap_where_allowed) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(l));
+      constexpr int messages = 6;
+      std::vector<std::vector<std::byte>> sent(messages), got(messages);
+      for (int i = 0; i < messages; ++i) sent[i] = pattern(300000 + std::size_t(i) * 1000, i);
+      const std::size_t window = std::min<std::size_t>(b->read_window(), 4);
+      std::size_t most_outstanding = 0, bulk_seen = 0;
       std::error_code empty_ec, second_ec;
       auto send = [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < frames; ++i) {
-          frame_header h{.type = frame_type::data,
-                         .length = static_cast<std::uint32_t>(sent[i].size()),
-                         .blob_id = static_cast<std::uint64_t>(i)};
-          BLOBPIPE_CO_CHECK(send_frame(*a, h, sent[i]));
+        for (int i = 0; i < messages; ++i) {
+          const std::array<std::byte, 8> header{std::byte(i), std::byte{0xAA}};
+          const std::array<asio::const_buffer, 1> payload{asio::buffer(sent[i])};
+          BLOBPIPE_CO_CHECK(a->write_bulk(header, payload));
         }
       };
       auto receive = [&]() -> asio::awaitable<void> {
         std::deque<payload_receipt> posted;
-        for (int i = 0; i < frames; ++i) {
-          auto [ec, h] = co_await b->receive_header();
+        std::vector<std::byte> buf(64);
+        for (int i = 0; i < messages; ++i) {
+          auto [ec, rd] = co_await b->read_some(std::span(buf).first(64));
           BOOST_TEST_REQUIRE(!ec);
-          BOOST_TEST(h.blob_id == static_cast<std::uint64_t>(i));
-          got[i].resize(h.length);
-          posted.push_back(b->post_payload(got[i]));
+          // A byte stream may deliver fewer header bytes at once.
+          std::size_t have = rd.bytes;
+          while (have < 8 && rd.bulk_bytes == 0) {
+            auto [ec2, more] = co_await b->read_some(std::span(buf).subspan(have, 64 - have));
+            BOOST_TEST_REQUIRE(!ec2);
+            have += more.bytes;
+            rd.bulk_bytes = more.bulk_bytes;
+          }
+          BOOST_TEST((buf[0] == std::byte(i)));
+          got[i].resize(sent[i].size());
+          std::span<std::byte> dest(got[i]);
+          if (have > 8) {  // a stream: payload bytes came with the header
+            std::memcpy(dest.data(), buf.data() + 8, have - 8);
+            dest = dest.subspan(have - 8);
+          }
+          if (rd.bulk_bytes != 0) {
+            ++bulk_seen;
+            BOOST_TEST(rd.bulk_bytes == sent[i].size());
+          }
+          posted.push_back(b->post_read(dest));
           most_outstanding = std::max(most_outstanding, posted.size());
           while (posted.size() >= window) {
             auto oldest = std::move(posted.front());
@@ -105,7 +167,8 @@ BOOST_AUTO_TEST_CASE(posted_payloads_land_intact_and_overlap_where_allowed) {
       r.spawn(send());
       r.spawn(receive());
       BOOST_TEST_REQUIRE(r.run());
-      for (int i = 0; i < frames; ++i) BOOST_TEST((got[i] == sent[i]), "frame " << i);
+      for (int i = 0; i < messages; ++i) BOOST_TEST((got[i] == sent[i]), "message " << i);
+      BOOST_TEST(bulk_seen == (is_ucx(l) ? std::size_t(messages) : 0u));
       BOOST_TEST(most_outstanding == (is_ucx(l) ? 4u : 1u));
       BOOST_TEST((empty_ec == errc::invalid_argument));
       BOOST_TEST((second_ec == errc::invalid_argument));
@@ -113,46 +176,20 @@ BOOST_AUTO_TEST_CASE(posted_payloads_land_intact_and_overlap_where_allowed) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(concurrent_senders_take_turns_frame_by_frame) {
-  for (link_kind l : both) {
-    BOOST_TEST_CONTEXT(link_name(l)) {
-      runner r;
-      auto [a, b] = r.await(raw_pair(l));
-      std::vector<std::uint64_t> order;
-      auto send = [&](std::uint64_t id) -> asio::awaitable<void> {
-        for (int i = 0; i < 4; ++i)
-          BLOBPIPE_CO_CHECK(send_frame(*a, {.type = frame_type::ack, .blob_id = id}, {}));
-      };
-      auto receive = [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < 8; ++i) {
-          auto [ec, h] = co_await b->receive_header();
-          BOOST_TEST_REQUIRE(!ec);
-          order.push_back(h.blob_id);
-        }
-      };
-      r.spawn(send(1));
-      r.spawn(send(2));
-      r.spawn(receive());
-      BOOST_TEST_REQUIRE(r.run());
-      int switches = 0;
-      for (std::size_t i = 1; i < order.size(); ++i) switches += order[i] != order[i - 1];
-      BOOST_TEST(switches >= 3);  // interleaved, not 1,1,1,1,2,2,2,2
-    }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(close_wakes_pending_receive_on_both_ends) {
+BOOST_AUTO_TEST_CASE(close_wakes_pending_read_on_both_ends) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       runner r;
       auto [a, b] = r.await(raw_pair(l));
       std::error_code mine, theirs;
+      std::vector<std::byte> buf(64);
       auto wait_a = [&]() -> asio::awaitable<void> {
-        auto [ec, h] = co_await a->receive_header();
+        auto [ec, got] = co_await a->read_some(buf);
         mine = ec;
       };
+      std::vector<std::byte> buf2(64);
       auto wait_b = [&]() -> asio::awaitable<void> {
-        auto [ec, h] = co_await b->receive_header();
+        auto [ec, got] = co_await b->read_some(buf2);
         theirs = ec;
       };
       auto closer = [&]() -> asio::awaitable<void> {
@@ -165,9 +202,11 @@ BOOST_AUTO_TEST_CASE(close_wakes_pending_receive_on_both_ends) {
       BOOST_TEST_REQUIRE(r.run());
       BOOST_TEST((mine == errc::closed));
       BOOST_TEST((theirs == errc::peer_closed));
+      BOOST_TEST(!a->is_open());
       std::error_code after;
       auto late = [&]() -> asio::awaitable<void> {
-        after = co_await send_frame(*a, {.type = frame_type::ack}, {});
+        const std::array<asio::const_buffer, 1> one{asio::buffer("x", 1)};
+        after = co_await a->write(one);
       };
       r.spawn(late());
       BOOST_TEST_REQUIRE(r.run());
@@ -176,28 +215,40 @@ BOOST_AUTO_TEST_CASE(close_wakes_pending_receive_on_both_ends) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(transport_rejects_header_over_max_frame_bytes) {
-  for (link_kind l : both) {
-    BOOST_TEST_CONTEXT(link_name(l)) {
-      runner r;
-      auto [a, b] = r.await(raw_pair(l, {.max_frame_bytes = 16}));
-      std::error_code ec_seen;
-      std::vector<std::byte> big(17);
-      auto send = [&]() -> asio::awaitable<void> {
-        (void)co_await send_frame(*a, {.type = frame_type::tail, .length = 17}, big);
-      };
-      auto receive = [&]() -> asio::awaitable<void> {
-        auto [ec, h] = co_await b->receive_header();
-        ec_seen = ec;
-      };
-      r.spawn(send());
-      r.spawn(receive());
-      BOOST_TEST_REQUIRE(r.run());
-      BOOST_TEST((ec_seen == errc::protocol_violation));
-      BOOST_TEST(!b->last_error().empty());
-      BOOST_TEST(!b->is_open());
+// The two ends of an in-process pair on two threads, each running its own
+// io_context: bytes arrive intact, and a close on one thread wakes a read
+// waiting on the other.
+BOOST_AUTO_TEST_CASE(loopback_ends_on_two_threads_move_bytes_and_close) {
+  asio::io_context ctx_a, ctx_b;
+  auto [a, b] = loopback::make_pair(ctx_a.get_executor(), ctx_b.get_executor());
+  const auto sent = pattern(5 << 20, 3);
+  std::vector<std::byte> got(sent.size());
+  std::error_code write_ec, read_ec, closed_ec;
+  std::atomic<bool> read_done{false};
+  asio::co_spawn(ctx_a, [&]() -> asio::awaitable<void> {
+    for (std::size_t off = 0; off < sent.size(); off += 1 << 20) {
+      const std::array<asio::const_buffer, 1> part{
+          asio::buffer(sent.data() + off, std::min<std::size_t>(1 << 20, sent.size() - off))};
+      write_ec = co_await a->write(part);
+      if (write_ec) break;
     }
-  }
+  }, asio::detached);
+  asio::co_spawn(ctx_b, [&]() -> asio::awaitable<void> {
+    read_ec = co_await b->read_exact(got);
+    read_done = true;
+    std::array<std::byte, 64> more;
+    auto [ec, n] = co_await b->read_some(more);  // until a closes
+    closed_ec = ec;
+  }, asio::detached);
+  std::thread tb([&] { ctx_b.run(); });
+  ctx_a.run();  // the writes
+  while (!read_done) std::this_thread::yield();
+  a->close();  // from this thread, while b waits (or is about to) on the other
+  tb.join();
+  BOOST_TEST(!write_ec);
+  BOOST_TEST(!read_ec);
+  BOOST_TEST((got == sent));
+  BOOST_TEST((closed_ec == errc::peer_closed));
 }
 
 BOOST_AUTO_TEST_CASE(listen_rejects_bad_address) {

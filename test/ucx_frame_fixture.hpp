@@ -1,4 +1,4 @@
-// test/ucx_frame_fixture.hpp — scaffolding for the frame-level UCX test
+// test/ucx_frame_fixture.hpp — scaffolding for the message-level UCX test
 // (ucx_transport_test.cpp): pipeline_fixture.hpp's runner, gate, yield_n
 // and BLOBPIPE_CO_CHECK, the UCX configurations and pairs of ucx_links.hpp,
 // and skipping a case whose configuration UCX did not select here.

@@ -1,9 +1,10 @@
 // A peer process for ucx_transport_test: connects to 127.0.0.1:PORT over
-// UCX with UCX_TLS=TLS, sends two frames (100 bytes eager, 1 MiB
-// rendezvous), then waits for a frame that never comes, so the test can
-// kill it while its connection is open.
+// UCX with UCX_TLS=TLS, writes two bulk messages (100 bytes eager, 1 MiB
+// rendezvous), then waits for bytes that never come, so the test can kill
+// it while its connection is open.
 //
 //   ucx_test_peer TLS PORT
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -32,13 +33,12 @@ int main(int argc, char** argv) {
         auto [ec, t] = co_await bp::ucx::connect(ctx.get_executor(), "127.0.0.1", port, {}, opt);
         if (ec) co_return;
         std::vector<std::byte> small(100, std::byte{1}), large(1 << 20, std::byte{2});
-        if (co_await bp::send_frame(*t, {.type = bp::frame_type::data, .length = 100, .blob_id = 1},
-                                    small))
-          co_return;
-        if (co_await bp::send_frame(
-                *t, {.type = bp::frame_type::data, .length = 1 << 20, .blob_id = 2}, large))
-          co_return;
-        auto [rec, h] = co_await t->receive_header();  // the test kills us here
+        const std::array<std::byte, 8> header{};
+        const std::array<asio::const_buffer, 1> s1{asio::buffer(small)}, s2{asio::buffer(large)};
+        if (co_await t->write_bulk(header, s1)) co_return;
+        if (co_await t->write_bulk(header, s2)) co_return;  // the test kills us here
+        std::array<std::byte, 64> buf;
+        auto [rec, got] = co_await t->read_some(buf);
         rc = rec ? 3 : 0;
       },
       asio::detached);

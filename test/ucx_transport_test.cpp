@@ -1,20 +1,19 @@
-// The UCX transport (blobpipe/ucx.hpp) at frame level, over every UCX
-// configuration of ucx_links.hpp: what is particular to UCX or goes further
-// than transport_test.cpp. Payloads of every size land intact (large ones
-// by rendezvous, straight into the destination: ucx::get_stats), scatter-
-// gather sends with empty and rendezvous-sized parts, concurrent senders
-// of mixed sizes, the close handshake (queued frames, then peer_closed),
-// close() waking pending receives (and a send right after it) and a
-// pending rendezvous send, a cancelled receive, malformed frames, a killed
-// peer (peer_failed), an idle connection costing no CPU, the io_context
-// running out of work, listener and configuration errors, device memory,
-// and stats/describe refusing other transports.
+// The UCX transport (blobpipe/transport/ucx.hpp) at message level, over
+// every UCX configuration of ucx_links.hpp: what is particular to UCX or
+// goes further than transport_test.cpp. Bulk payloads of every size land
+// intact (large ones by rendezvous, straight into the destination:
+// ucx::get_stats), plain writes of every size arrive in order however the
+// reader's buffer cuts them, gathered payloads with empty and
+// rendezvous-sized parts, the close handshake (queued messages, then
+// peer_closed), close() waking a pending rendezvous write, a cancelled
+// read, a bulk payload read with the wrong size, a killed peer
+// (peer_failed), an idle connection costing no CPU, the io_context running
+// out of work, listener and configuration errors, device memory, and
+// stats/describe refusing other transports.
 //
-// The generic frame-transport cases live in transport_test.cpp, which runs
+// The generic byte-transport cases live in transport_test.cpp, which runs
 // them over every link of pipeline_fixture.hpp's all_links(), these UCX
-// configurations included: a scatter-gather frame into its destination,
-// senders taking turns frame by frame, close waking pending receives, a
-// header over max_frame_bytes.
+// configurations included.
 #define BOOST_TEST_MODULE ucx_transport
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -63,7 +62,33 @@ double cpu_seconds() {
 
 }  // namespace
 
-BOOST_DATA_TEST_CASE(frames_of_every_size_arrive_intact, bdata::make(ucx_links()), link) {
+namespace {
+
+/// One bulk message: `payload` sent with an 8-byte header naming `seq`.
+asio::awaitable<std::error_code> write_bulk_message(transport& t, std::uint64_t seq,
+                                                   std::span<const std::byte> payload) {
+  std::array<std::byte, 8> header;
+  std::memcpy(header.data(), &seq, 8);
+  const std::array<asio::const_buffer, 1> bufs{asio::buffer(payload.data(), payload.size())};
+  co_return co_await t.write_bulk(header, bufs);
+}
+
+/// Reads one bulk message: its header (`seq`) and its payload.
+asio::awaitable<std::error_code> read_bulk_message(transport& t, std::uint64_t& seq,
+                                                  std::vector<std::byte>& payload) {
+  std::array<std::byte, 64> buf;
+  auto [ec, got] = co_await t.read_some(buf);
+  if (ec) co_return ec;
+  if (got.bytes != 8) co_return make_error_code(errc::protocol_violation);
+  std::memcpy(&seq, buf.data(), 8);
+  payload.resize(got.bulk_bytes);
+  if (got.bulk_bytes == 0) co_return std::error_code{};
+  co_return co_await t.read_exact(payload);
+}
+
+}  // namespace
+
+BOOST_DATA_TEST_CASE(bulk_payloads_of_every_size_arrive_intact, bdata::make(ucx_links()), link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
@@ -75,111 +100,106 @@ BOOST_DATA_TEST_CASE(frames_of_every_size_arrive_intact, bdata::make(ucx_links()
   auto send = [&]() -> asio::awaitable<void> {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       auto bytes = pattern(sizes[i], i);
-      BLOBPIPE_CO_CHECK(send_frame(
-          *a,
-          {.type = frame_type::data, .length = std::uint32_t(sizes[i]), .blob_id = i, .arg = 64},
-          bytes));
+      BLOBPIPE_CO_CHECK(write_bulk_message(*a, i, bytes));
     }
   };
   auto receive = [&]() -> asio::awaitable<void> {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      auto [ec, h] = co_await b->receive_header();
-      BOOST_TEST_REQUIRE(!ec);
-      BOOST_TEST((h == frame_header{.type = frame_type::data,
-                                    .length = std::uint32_t(sizes[i]),
-                                    .blob_id = i,
-                                    .arg = 64}));
-      if (h.length == 0) continue;
-      std::vector<std::byte> dest(h.length);
-      BLOBPIPE_CO_CHECK(b->receive_payload(dest));
-      BOOST_TEST((dest == pattern(sizes[i], i)), "frame " << i << " (" << sizes[i] << " bytes)");
+      std::uint64_t seq = 99;
+      std::vector<std::byte> dest;
+      BLOBPIPE_CO_CHECK(read_bulk_message(*b, seq, dest));
+      BOOST_TEST(seq == i);
+      BOOST_TEST((dest == pattern(sizes[i], i)), "message " << i << " (" << sizes[i] << " bytes)");
     }
   };
   r.spawn(send());
   r.spawn(receive());
   BOOST_TEST_REQUIRE(r.run());
   auto s = ucx::get_stats(*b).value();
-  BOOST_TEST(s.frames_received == sizes.size());
+  BOOST_TEST(s.messages_received == sizes.size());
   BOOST_TEST(s.eager_bytes + s.rndv_bytes == total);
-  BOOST_TEST(s.eager_frames > 0u);
+  BOOST_TEST(s.eager_payloads > 0u);
   // At least the 1 MiB and 4 MiB payloads came by rendezvous, fetched
   // straight into `dest` rather than copied out of UCX's buffers.
-  BOOST_TEST(s.rndv_frames >= 2u);
-  BOOST_TEST(ucx::get_stats(*a).value().frames_sent == sizes.size());
+  BOOST_TEST(s.rndv_payloads >= 2u);
+  BOOST_TEST(ucx::get_stats(*a).value().messages_sent == sizes.size());
 }
 
-BOOST_DATA_TEST_CASE(scatter_gather_payload_arrives_in_order, bdata::make(ucx_links()), link) {
+// Plain writes go eagerly as one message each (however large), and the
+// reader takes them with read_some in whatever pieces its buffer allows,
+// or with read_exact across message boundaries.
+BOOST_DATA_TEST_CASE(plain_writes_arrive_in_order_in_any_pieces, bdata::make(ucx_links()), link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  // Small (eager, one iov) and large (rendezvous over an iov) frames.
+  const std::vector<std::size_t> sizes = {1, 100, 8193, 70000, 256 << 10, 1 << 20};
+  std::vector<std::byte> sent;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto p = pattern(sizes[i], i);
+    sent.insert(sent.end(), p.begin(), p.end());
+  }
+  std::vector<std::byte> got(sent.size());
+  std::size_t reads = 0;
+  auto send = [&]() -> asio::awaitable<void> {
+    std::size_t off = 0;
+    for (auto n : sizes) {
+      const std::array<asio::const_buffer, 1> bufs{asio::buffer(sent.data() + off, n)};
+      BLOBPIPE_CO_CHECK(a->write(bufs));
+      off += n;
+    }
+  };
+  auto receive = [&]() -> asio::awaitable<void> {
+    std::vector<std::byte> buf(4096);
+    std::size_t done = 0;
+    // The first half in 4 KiB reads, the rest with one read_exact.
+    while (done < sent.size() / 2) {
+      auto [ec, rd] = co_await b->read_some(buf);
+      BOOST_TEST_REQUIRE(!ec);
+      BOOST_TEST(rd.bulk_bytes == 0u);
+      std::memcpy(got.data() + done, buf.data(), rd.bytes);
+      done += rd.bytes;
+      ++reads;
+    }
+    BLOBPIPE_CO_CHECK(b->read_exact(std::span(got).subspan(done)));
+  };
+  r.spawn(send());
+  r.spawn(receive());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((got == sent));
+  BOOST_TEST(reads > sizes.size());  // messages were cut to the buffer
+  BOOST_TEST(ucx::get_stats(*b).value().rndv_payloads == 0u);  // plain bytes go eagerly
+}
+
+BOOST_DATA_TEST_CASE(gathered_bulk_payload_arrives_in_order, bdata::make(ucx_links()), link) {
+  runner r;
+  auto [a, b] = r.await(ucx_pair(link));
+  BLOBPIPE_REQUIRE_SELECTED(link, a);
+  // Small (eager, one iov) and large (rendezvous over an iov) payloads.
   for (std::size_t part : {std::size_t{10}, std::size_t{300} << 10}) {
     auto p1 = pattern(part, 1), p2 = pattern(7, 2), p3 = pattern(part + 64, 3);
     std::vector<std::byte> whole;
     for (auto* p : {&p1, &p2, &p3}) whole.insert(whole.end(), p->begin(), p->end());
-    std::vector<std::byte> dest(whole.size());
+    std::vector<std::byte> dest;
+    std::uint64_t seq = 0;
     auto send = [&]() -> asio::awaitable<void> {
       const std::array<asio::const_buffer, 4> bufs{asio::buffer(p1), asio::const_buffer(),
                                                    asio::buffer(p2), asio::buffer(p3)};
-      frame_header h{.type = frame_type::data, .length = std::uint32_t(whole.size()), .blob_id = 9};
-      BLOBPIPE_CO_CHECK(a->send(h, bufs));
+      const std::array<std::byte, 8> header{std::byte{9}};
+      BLOBPIPE_CO_CHECK(a->write_bulk(header, bufs));
     };
     auto receive = [&]() -> asio::awaitable<void> {
-      auto [ec, h] = co_await b->receive_header();
-      BOOST_TEST_REQUIRE(!ec);
-      BOOST_TEST(h.length == whole.size());
-      BLOBPIPE_CO_CHECK(b->receive_payload(dest));
+      BLOBPIPE_CO_CHECK(read_bulk_message(*b, seq, dest));
     };
     r.spawn(send());
     r.spawn(receive());
     BOOST_TEST_REQUIRE(r.run());
+    BOOST_TEST(seq == 9u);
     BOOST_TEST((dest == whole), part);
   }
 }
 
-BOOST_DATA_TEST_CASE(concurrent_senders_deliver_whole_frames_in_order, bdata::make(ucx_links()),
-                     link) {
-  runner r;
-  auto [a, b] = r.await(ucx_pair(link));
-  BLOBPIPE_REQUIRE_SELECTED(link, a);
-  constexpr int senders = 4, frames = 12;
-  auto size_of = [](std::uint64_t id, std::uint64_t seq) -> std::size_t {
-    // Mixed: empty, eager and rendezvous frames from every sender.
-    const std::size_t sizes[] = {0, 100, 5000, 70000, 300000};
-    return sizes[(id + seq) % 5];
-  };
-  std::map<std::uint64_t, std::uint64_t> next;  // sender -> next expected seq
-  auto send = [&](std::uint64_t id) -> asio::awaitable<void> {
-    for (std::uint64_t seq = 0; seq < frames; ++seq) {
-      auto bytes = pattern(size_of(id, seq), id * 100 + seq);
-      BLOBPIPE_CO_CHECK(send_frame(*a,
-                                   {.type = frame_type::data,
-                                    .length = std::uint32_t(bytes.size()),
-                                    .blob_id = id,
-                                    .arg = seq},
-                                   bytes));
-    }
-  };
-  auto receive = [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < senders * frames; ++i) {
-      auto [ec, h] = co_await b->receive_header();
-      BOOST_TEST_REQUIRE(!ec);
-      BOOST_TEST(h.arg == next[h.blob_id]++);  // per sender, in order
-      BOOST_TEST(h.length == size_of(h.blob_id, h.arg));
-      if (h.length == 0) continue;
-      std::vector<std::byte> dest(h.length);
-      BLOBPIPE_CO_CHECK(b->receive_payload(dest));
-      BOOST_TEST((dest == pattern(h.length, h.blob_id * 100 + h.arg)));
-    }
-  };
-  for (std::uint64_t id = 1; id <= senders; ++id) r.spawn(send(id));
-  r.spawn(receive());
-  BOOST_TEST_REQUIRE(r.run());
-  for (std::uint64_t id = 1; id <= senders; ++id) BOOST_TEST(next[id] == std::uint64_t(frames));
-}
-
-BOOST_DATA_TEST_CASE(peer_close_delivers_queued_frames_then_peer_closed, bdata::make(ucx_links()),
-                     link) {
+BOOST_DATA_TEST_CASE(peer_close_delivers_queued_messages_then_peer_closed,
+                     bdata::make(ucx_links()), link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
@@ -187,84 +207,59 @@ BOOST_DATA_TEST_CASE(peer_close_delivers_queued_frames_then_peer_closed, bdata::
   auto send = [&]() -> asio::awaitable<void> {
     for (std::uint64_t i = 0; i < 3; ++i) {
       auto bytes = pattern(200, i);
-      BLOBPIPE_CO_CHECK(
-          send_frame(*a, {.type = frame_type::data, .length = 200, .blob_id = i}, bytes));
+      BLOBPIPE_CO_CHECK(write_bulk_message(*a, i, bytes));
     }
     a->close();
     closed.open();
   };
-  std::error_code end, late_send;
+  std::error_code end, late_write;
   auto receive = [&]() -> asio::awaitable<void> {
     co_await closed.wait();
     for (std::uint64_t i = 0; i < 3; ++i) {
-      auto [ec, h] = co_await b->receive_header();
-      BOOST_TEST_REQUIRE(!ec);
-      BOOST_TEST(h.blob_id == i);
-      std::vector<std::byte> dest(h.length);
-      BLOBPIPE_CO_CHECK(b->receive_payload(dest));
+      std::uint64_t seq = 99;
+      std::vector<std::byte> dest;
+      BLOBPIPE_CO_CHECK(read_bulk_message(*b, seq, dest));
+      BOOST_TEST(seq == i);
       BOOST_TEST((dest == pattern(200, i)));
     }
-    auto [ec, h] = co_await b->receive_header();
-    end = ec;
-    late_send = co_await send_frame(*b, {.type = frame_type::ack}, {});
+    std::array<std::byte, 64> buf;
+    end = std::get<0>(co_await b->read_some(buf));
+    const std::array<asio::const_buffer, 1> one{asio::buffer("x", 1)};
+    late_write = co_await b->write(one);
   };
   r.spawn(send());
   r.spawn(receive());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((end == errc::peer_closed), end.message());
-  BOOST_TEST((late_send == errc::peer_closed), late_send.message());
+  BOOST_TEST((late_write == errc::peer_closed), late_write.message());
   BOOST_TEST(!b->is_open());
 }
 
-BOOST_DATA_TEST_CASE(close_wakes_pending_receives_on_both_ends, bdata::make(ucx_links()), link) {
-  runner r;
-  auto [a, b] = r.await(ucx_pair(link));
-  BLOBPIPE_REQUIRE_SELECTED(link, a);
-  std::error_code mine, theirs, after;
-  auto wait_a = [&]() -> asio::awaitable<void> {
-    mine = std::get<0>(co_await a->receive_header());
-  };
-  auto wait_b = [&]() -> asio::awaitable<void> {
-    theirs = std::get<0>(co_await b->receive_header());
-  };
-  auto closer = [&]() -> asio::awaitable<void> {
-    co_await yield_n(10);
-    a->close();
-    after = co_await send_frame(*a, {.type = frame_type::ack}, {});
-  };
-  r.spawn(wait_a());
-  r.spawn(wait_b());
-  r.spawn(closer());
-  BOOST_TEST_REQUIRE(r.run());
-  BOOST_TEST((mine == errc::closed), mine.message());
-  BOOST_TEST((theirs == errc::peer_closed), theirs.message());
-  BOOST_TEST((after == errc::closed), after.message());
-}
-
-BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_send_with_closed, bdata::make(ucx_links()),
+BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_write_with_closed, bdata::make(ucx_links()),
                      link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  // A rendezvous send completes only once the receiver fetched the
-  // payload; the receiver takes the header and asks for the payload only
-  // after the sender closed.
+  // A rendezvous write completes only once the reader fetched the
+  // payload; the reader takes the header and asks for the payload only
+  // after the writer closed.
   auto big = pattern(2 << 20, 5);
   std::error_code sent, fetched, next;
   gate header_seen(r.ex()), sender_done(r.ex());
   auto send = [&]() -> asio::awaitable<void> {
-    sent = co_await send_frame(*a, {.type = frame_type::data, .length = std::uint32_t(big.size())},
-                               big);
+    sent = co_await write_bulk_message(*a, 1, big);
     sender_done.open();
   };
   auto receive = [&]() -> asio::awaitable<void> {
-    auto [ec, h] = co_await b->receive_header();
+    std::array<std::byte, 64> buf;
+    auto [ec, rd] = co_await b->read_some(buf);
     BOOST_TEST(!ec);
+    BOOST_TEST(rd.bulk_bytes == big.size());
     header_seen.open();
     co_await sender_done.wait();
-    std::vector<std::byte> dest(h.length);
-    fetched = co_await b->receive_payload(dest);
-    next = std::get<0>(co_await b->receive_header());
+    std::vector<std::byte> dest(rd.bulk_bytes);
+    fetched = co_await b->read_exact(dest);
+    next = std::get<0>(co_await b->read_some(buf));
   };
   auto closer = [&]() -> asio::awaitable<void> {
     co_await header_seen.wait();
@@ -275,54 +270,65 @@ BOOST_DATA_TEST_CASE(close_wakes_pending_rendezvous_send_with_closed, bdata::mak
   r.spawn(closer());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((sent == errc::closed), sent.message());
-  // Closing with a frame in flight cannot say goodbye: the endpoint is
+  // Closing with a message in flight cannot say goodbye: the endpoint is
   // forced closed, which the peer sees as a failure; its fetch fails
   // rather than waiting for bytes that will not come. (cma reads the
-  // sender's memory by itself, without the sender's endpoint, so there
+  // writer's memory by itself, without the writer's endpoint, so there
   // the fetch may still succeed; see docs/ucx.md "Gaps".)
   const bool cma_reads_alone = link.name == "cma" || link.name == "sm";
   BOOST_TEST((fetched == errc::peer_failed || (!fetched && cma_reads_alone)), fetched.message());
   BOOST_TEST((next == errc::peer_failed), next.message());
 }
 
-BOOST_DATA_TEST_CASE(cancelled_receive_leaves_transport_usable, bdata::make(ucx_links()), link) {
+BOOST_DATA_TEST_CASE(cancelled_read_leaves_transport_usable, bdata::make(ucx_links()), link) {
   using namespace asio::experimental::awaitable_operators;
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
   bool timer_won = false;
   std::error_code ec2;
+  std::size_t n2 = 0;
   auto receive = [&]() -> asio::awaitable<void> {
+    std::array<std::byte, 64> buf;
     asio::steady_timer t(r.ex());
     t.expires_after(std::chrono::milliseconds(1));
-    auto v = co_await (b->receive_header() ||
+    auto v = co_await (b->read_some(buf) ||
                        t.async_wait(asio::experimental::as_tuple(asio::use_awaitable)));
     timer_won = v.index() == 1;
     co_await asio::this_coro::reset_cancellation_state();
-    BLOBPIPE_CO_CHECK(send_frame(*a, {.type = frame_type::ack, .arg = 1}, {}));
-    auto [ec, h] = co_await b->receive_header();
+    const std::array<asio::const_buffer, 1> one{asio::buffer("abc", 3)};
+    BLOBPIPE_CO_CHECK(a->write(one));
+    auto [ec, rd] = co_await b->read_some(buf);
     ec2 = ec;
-    BOOST_TEST(h.arg == 1u);
+    n2 = rd.bytes;
   };
   r.spawn(receive());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST(timer_won);
   BOOST_TEST(!ec2, ec2.message());
+  BOOST_TEST(n2 == 3u);
 }
 
-BOOST_DATA_TEST_CASE(unknown_frame_type_is_protocol_violation, bdata::make(ucx_links()), link) {
+// A bulk payload read with another size than it has: the reader's end
+// closes with protocol_violation (the stream cannot go on), and its peer
+// learns it.
+BOOST_DATA_TEST_CASE(bulk_payload_read_with_the_wrong_size_is_protocol_violation,
+                     bdata::make(ucx_links()), link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  std::error_code seen, sender_after;
+  std::error_code seen, writer_after;
   auto send = [&]() -> asio::awaitable<void> {
     auto bytes = pattern(16, 1);
-    BLOBPIPE_CO_CHECK(send_frame(*a, {.type = static_cast<frame_type>(9), .length = 16}, bytes));
+    BLOBPIPE_CO_CHECK(write_bulk_message(*a, 1, bytes));
   };
   auto receive = [&]() -> asio::awaitable<void> {
-    seen = std::get<0>(co_await b->receive_header());
-    // The violating end closed; its peer learns it.
-    sender_after = std::get<0>(co_await a->receive_header());
+    std::array<std::byte, 64> buf;
+    auto [ec, rd] = co_await b->read_some(buf);
+    BOOST_TEST_REQUIRE(!ec);
+    std::vector<std::byte> wrong(rd.bulk_bytes + 1);
+    seen = co_await b->read_exact(wrong);
+    writer_after = std::get<0>(co_await a->read_some(buf));
   };
   r.spawn(send());
   r.spawn(receive());
@@ -330,16 +336,17 @@ BOOST_DATA_TEST_CASE(unknown_frame_type_is_protocol_violation, bdata::make(ucx_l
   BOOST_TEST((seen == errc::protocol_violation), seen.message());
   BOOST_TEST(!b->last_error().empty());
   BOOST_TEST(!b->is_open());
-  BOOST_TEST((sender_after == errc::peer_closed), sender_after.message());
+  BOOST_TEST((writer_after == errc::peer_closed), writer_after.message());
 }
 
-BOOST_DATA_TEST_CASE(send_with_wrong_length_is_invalid_argument, bdata::make(ucx_links()), link) {
+BOOST_DATA_TEST_CASE(bulk_header_over_64_bytes_is_invalid_argument, bdata::make(ucx_links()),
+                     link) {
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   std::error_code ec;
   auto send = [&]() -> asio::awaitable<void> {
-    auto bytes = pattern(10, 1);
-    ec = co_await send_frame(*a, {.type = frame_type::data, .length = 11}, bytes);
+    std::vector<std::byte> header(65);
+    ec = co_await a->write_bulk(header, {});
   };
   r.spawn(send());
   BOOST_TEST_REQUIRE(r.run());
@@ -348,8 +355,8 @@ BOOST_DATA_TEST_CASE(send_with_wrong_length_is_invalid_argument, bdata::make(ucx
 }
 
 // The peer is another process, killed with SIGKILL while a rendezvous
-// frame of it waits to be fetched: the fetch fails and so does the next
-// header, with peer_failed, and nothing hangs.
+// payload of it waits to be fetched: the fetch fails and so does the next
+// read, with peer_failed, and nothing hangs.
 BOOST_DATA_TEST_CASE(killed_peer_is_peer_failed, bdata::make(ucx_links()), link) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* ws = std::getenv("TEST_WORKSPACE");
@@ -368,21 +375,23 @@ BOOST_DATA_TEST_CASE(killed_peer_is_peer_failed, bdata::make(ucx_links()), link)
   auto body = [&]() -> asio::awaitable<void> {
     auto [aec, t] = co_await lis.accept();
     BOOST_TEST_REQUIRE(!aec);
-    auto [ec1, h1] = co_await t->receive_header();
+    std::array<std::byte, 64> buf;
+    auto [ec1, rd1] = co_await t->read_some(buf);
     BOOST_TEST_REQUIRE(!ec1);
     sel = selected(link, *t, why);
-    std::vector<std::byte> small(h1.length);
-    BLOBPIPE_CO_CHECK(t->receive_payload(small));
+    std::vector<std::byte> small(rd1.bulk_bytes);
+    BLOBPIPE_CO_CHECK(t->read_exact(small));
     BOOST_TEST((small == std::vector<std::byte>(100, std::byte{1})));
-    auto [ec2, h2] = co_await t->receive_header();  // the 1 MiB frame, not fetched yet
+    auto [ec2, rd2] = co_await t->read_some(buf);  // the 1 MiB payload, not fetched yet
     BOOST_TEST_REQUIRE(!ec2);
+    BOOST_TEST_REQUIRE(rd2.bulk_bytes == std::size_t{1} << 20);
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
     child = 0;
-    std::vector<std::byte> big(h2.length);
-    payload_ec = co_await t->receive_payload(big);
-    next_ec = std::get<0>(co_await t->receive_header());
+    std::vector<std::byte> big(rd2.bulk_bytes);
+    payload_ec = co_await t->read_exact(big);
+    next_ec = std::get<0>(co_await t->read_some(buf));
     lis.close();
   };
   r.spawn(body());
@@ -394,7 +403,7 @@ BOOST_DATA_TEST_CASE(killed_peer_is_peer_failed, bdata::make(ucx_links()), link)
     return;
   }
   // The payload may have been fetched before the kill landed; then only
-  // the next header reports the failure.
+  // the next read reports the failure.
   BOOST_TEST((!payload_ec || payload_ec == errc::peer_failed), payload_ec.message());
   BOOST_TEST((next_ec == errc::peer_failed), next_ec.message());
 }
@@ -403,10 +412,13 @@ BOOST_DATA_TEST_CASE(idle_connection_costs_no_cpu, bdata::make(ucx_links()), lin
   runner r;
   auto [a, b] = r.await(ucx_pair(link));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  // A receive waits on each end; nothing is sent for 300 ms of wall time.
+  // A read waits on each end; nothing is sent for 300 ms of wall time.
   // A polling loop would burn that time on a core; an armed worker
   // sleeping on its event fd burns next to nothing.
-  auto wait = [&](transport& t) -> asio::awaitable<void> { (void)co_await t.receive_header(); };
+  auto wait = [&](transport& t) -> asio::awaitable<void> {
+    std::array<std::byte, 64> buf;
+    (void)co_await t.read_some(buf);
+  };
   r.spawn(wait(*a));
   r.spawn(wait(*b));
   double before = cpu_seconds();
@@ -428,8 +440,10 @@ BOOST_AUTO_TEST_CASE(io_context_runs_out_of_work_once_transports_are_gone) {
       ctx,
       [&]() -> asio::awaitable<void> {
         auto [a, b] = co_await ucx_pair(ucx_links()[0]);
-        BLOBPIPE_CO_CHECK(send_frame(*a, {.type = frame_type::ack}, {}));
-        auto [ec, h] = co_await b->receive_header();
+        const std::array<asio::const_buffer, 1> one{asio::buffer("x", 1)};
+        BLOBPIPE_CO_CHECK(a->write(one));
+        std::array<std::byte, 64> buf;
+        auto [ec, rd] = co_await b->read_some(buf);
         BOOST_TEST(!ec);
         done = true;
       },
@@ -633,8 +647,8 @@ BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
   auto body = [&]() -> asio::awaitable<void> {
     std::array<std::byte, 8> bytes{};
     const std::array<asio::const_buffer, 1> bufs{asio::buffer(bytes)};
-    sent = co_await a->send_device({.type = frame_type::data, .length = 8}, bufs, 0);
-    received = co_await b->receive_payload_device(bytes, 0);
+    sent = co_await a->write_bulk_device(std::span(bytes).first(4), bufs, 0);
+    received = co_await b->read_exact_device(bytes, 0);
   };
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run());
