@@ -14,6 +14,7 @@ namespace {
 std::atomic<std::int64_t> live{0};
 std::atomic<std::int64_t> peak{0};
 std::atomic<std::uint64_t> calls{0};
+std::atomic<std::int64_t> limit{-1};
 
 void note_alloc(std::size_t n) noexcept {
   calls.fetch_add(1, std::memory_order_relaxed);
@@ -35,6 +36,7 @@ std::int64_t heap_live() noexcept { return live.load(); }
 void heap_reset_peak() noexcept { peak.store(live.load()); }
 std::int64_t heap_peak() noexcept { return peak.load(); }
 std::uint64_t heap_allocations() noexcept { return calls.load(); }
+void heap_set_limit(std::int64_t live_bytes) noexcept { limit.store(live_bytes); }
 }  // namespace blobpipe::testing::detail
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -56,6 +58,7 @@ const bool hooked = __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free
 }  // namespace
 
 bool blobpipe::testing::detail::heap_counting() noexcept { return hooked; }
+bool blobpipe::testing::heap_limits() noexcept { return false; }
 
 #else
 
@@ -70,21 +73,36 @@ void __libc_free(void*);
 }
 
 namespace {
+
 void* counted(void* p) noexcept {
   if (p) note_alloc(malloc_usable_size(p));
   return p;
 }
+
+// False when `n` more bytes would pass the limit (with_heap_limit).
+bool allowed(std::size_t n) noexcept {
+  const std::int64_t cap = limit.load(std::memory_order_relaxed);
+  if (cap < 0 || live.load(std::memory_order_relaxed) + static_cast<std::int64_t>(n) <= cap)
+    return true;
+  errno = ENOMEM;
+  return false;
+}
+
 }  // namespace
 
 extern "C" {
-void* malloc(std::size_t n) { return counted(__libc_malloc(n)); }
-void* calloc(std::size_t k, std::size_t n) { return counted(__libc_calloc(k, n)); }
-void* memalign(std::size_t a, std::size_t n) { return counted(__libc_memalign(a, n)); }
-void* aligned_alloc(std::size_t a, std::size_t n) { return counted(__libc_memalign(a, n)); }
-void* valloc(std::size_t n) { return counted(__libc_memalign(4096, n)); }
+void* malloc(std::size_t n) { return allowed(n) ? counted(__libc_malloc(n)) : nullptr; }
+void* calloc(std::size_t k, std::size_t n) {
+  return allowed(k * n) ? counted(__libc_calloc(k, n)) : nullptr;
+}
+void* memalign(std::size_t a, std::size_t n) {
+  return allowed(n) ? counted(__libc_memalign(a, n)) : nullptr;
+}
+void* aligned_alloc(std::size_t a, std::size_t n) { return memalign(a, n); }
+void* valloc(std::size_t n) { return memalign(4096, n); }
 int posix_memalign(void** out, std::size_t a, std::size_t n) {
   if (a % sizeof(void*) != 0 || (a & (a - 1)) != 0) return EINVAL;
-  void* p = counted(__libc_memalign(a, n));
+  void* p = memalign(a, n);
   if (!p) return ENOMEM;
   *out = p;
   return 0;
@@ -95,6 +113,7 @@ void free(void* p) {
 }
 void* realloc(void* p, std::size_t n) {
   const std::size_t old = p ? malloc_usable_size(p) : 0;
+  if (n > old && !allowed(n - old)) return nullptr;
   void* q = __libc_realloc(p, n);
   if (q || n == 0) note_free(old);  // the old block is gone
   return counted(q);
@@ -102,5 +121,6 @@ void* realloc(void* p, std::size_t n) {
 }  // extern "C"
 
 bool blobpipe::testing::detail::heap_counting() noexcept { return true; }
+bool blobpipe::testing::heap_limits() noexcept { return true; }
 
 #endif

@@ -6,9 +6,10 @@
 //   BOOST_TEST(use.peak_bytes <= 19 * idx.size() + 4096);
 //
 // In a plain build it interposes malloc, calloc, realloc, free and the
-// aligned allocators over glibc's (__libc_malloc, ...); under ASan or TSan,
-// whose runtimes own malloc, it installs the sanitizers' malloc and free
-// hooks instead. Bytes are the allocator's usable sizes (at least what was
+// aligned allocators over glibc's (__libc_malloc, ...), and can also make
+// them fail past a budget (with_heap_limit), to test what an allocation
+// failure does; under ASan or TSan, whose runtimes own malloc, it installs
+// the sanitizers' malloc and free hooks instead, and counts only. Bytes are the allocator's usable sizes (at least what was
 // asked for). Link it into a test with `deps = [":heap_counter"]` (it is
 // alwayslink: the interposers must be in the binary).
 #pragma once
@@ -31,10 +32,28 @@ std::int64_t heap_peak() noexcept;
 std::uint64_t heap_allocations() noexcept;
 /// False when this build cannot count (then measure_heap reports zeros).
 bool heap_counting() noexcept;
+/// Live bytes above which allocations fail; -1 for none.
+void heap_set_limit(std::int64_t live_bytes) noexcept;
 }  // namespace detail
 
 /// Whether this build counts the heap.
 inline bool heap_counting() noexcept { return detail::heap_counting(); }
+
+/// Whether this build can fail allocations on purpose (plain builds only:
+/// under ASan or TSan the sanitizer's allocator cannot be refused).
+bool heap_limits() noexcept;
+
+/// Runs `fn` with every allocation that would take the live heap more than
+/// `bytes` above its level at the start failing (malloc returns null, so
+/// operator new throws std::bad_alloc). REQUIRES: heap_limits().
+template <class F>
+void with_heap_limit(std::size_t bytes, F&& fn) {
+  struct lift {
+    ~lift() { detail::heap_set_limit(-1); }
+  } on_exit;
+  detail::heap_set_limit(detail::heap_live() + static_cast<std::int64_t>(bytes));
+  fn();
+}
 
 /// Runs `fn` and reports its heap use. Not for threads that allocate
 /// meanwhile (their bytes count too).

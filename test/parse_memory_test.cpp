@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -159,4 +160,25 @@ BOOST_AUTO_TEST_CASE(from_meta_allocates_only_the_entrys_shape) {
   use = measure_heap([&] { r = bp::Entry::from_meta("0@meta", pmeta); });
   BOOST_TEST_REQUIRE(r.has_value(), r.message());
   BOOST_TEST(use.allocations == 0u);
+}
+
+// std::bad_alloc never escapes the parsers: an index whose entries cannot
+// be allocated is too_large, a value like any other error.
+BOOST_AUTO_TEST_CASE(allocation_failure_in_the_parsers_is_too_large) {
+  if (!bp::testing::heap_limits()) {
+    std::cout << "SKIPPED: //test:parse_memory_test allocation_failure_in_the_parsers_is_too_large: "
+                 "the sanitizer's allocator cannot be made to fail\n";
+    return;
+  }
+  const auto index = repeated_rows({0x96, 0xa0, 0, 0, 0xa1, 'p', 0xc0, 0xc0}, 125'000);
+  bp::result<std::vector<bp::Entry>> r(bp::errc::invalid_argument, "not run");
+  bp::testing::with_heap_limit(1 << 20, [&] { r = bp::parse_index(index, 0); });
+  BOOST_TEST((r.code() == bp::errc::too_large), r.message());
+
+  const bp::Entry tensor{"a key longer than the inline buffer", 0, 64, 't',
+                         std::string("a dtype name longer than inline"), bp::shape_t{16}};
+  const auto meta = tensor.meta();
+  bp::result<bp::Entry> e(bp::errc::invalid_argument, "not run");
+  bp::testing::with_heap_limit(0, [&] { e = bp::Entry::from_meta("k", meta); });
+  BOOST_TEST((e.code() == bp::errc::too_large), e.message());
 }

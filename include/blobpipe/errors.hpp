@@ -11,6 +11,7 @@
 
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -138,6 +139,12 @@ class [[nodiscard]] result<void> {
 inline error make_error(errc c, std::string msg) {
   return error{make_error_code(c), std::move(msg)};
 }
+
+/// The error for an allocation that failed (std::bad_alloc caught):
+/// too_large, "`what` (`bytes` bytes)", built inside so that a second
+/// failure while building it leaves the short "out of memory" (which needs
+/// no allocation of its own) instead of an exception.
+error allocation_error(const char* what, std::uint64_t bytes) noexcept;
 
 /// Bytes of an untrusted text (a key, a dtype name) that `quote` shows by
 /// default.

@@ -2,6 +2,8 @@
 
 #include <msgpack.hpp>
 
+#include <new>
+
 #include "blobpipe/format/dtype.hpp"
 #include "checked.hpp"
 #include "entry_codec.hpp"
@@ -114,7 +116,9 @@ std::vector<std::byte> Entry::meta() const {
   return {p, p + buf.size()};
 }
 
-result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
+namespace {
+
+result<Entry> read_meta(std::string key, std::span<const std::byte> m) {
   auto malformed = [](const char* why) {
     return make_error(errc::malformed_index, std::string("entry meta") + why);
   };
@@ -151,6 +155,16 @@ result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
   if (!s.peek_array()) return malformed(": s must be an array");
   if (auto r2 = detail::read_kind_dtype_shape(k, d, s, e, {"entry meta"}); !r2) return r2.err();
   return e;
+}
+
+}  // namespace
+
+result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
+  try {
+    return read_meta(std::move(key), m);
+  } catch (const std::bad_alloc&) {  // the dtype and shape (at most 64 dims)
+    return allocation_error("out of memory for an entry meta", m.size());
+  }
 }
 
 result<void> validate_entry(const Entry& e, std::uint64_t data_end) {

@@ -1,6 +1,7 @@
 #include "blobpipe/errors.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace blobpipe {
 namespace {
@@ -69,6 +70,16 @@ const char* errc_name(errc e) noexcept {
 const char* errc_name(std::error_code ec) noexcept {
   if (ec.category() != category()) return "unknown";
   return errc_name(static_cast<errc>(ec.value()));
+}
+
+error allocation_error(const char* what, std::uint64_t bytes) noexcept {
+  try {
+    return make_error(errc::too_large,
+                      std::string(what) + " (" + std::to_string(bytes) + " bytes)");
+  } catch (const std::bad_alloc&) {
+    static_assert(sizeof("out of memory") <= 16, "fits std::string's inline buffer");
+    return error{make_error_code(errc::too_large), "out of memory"};
+  }
 }
 
 namespace {

@@ -127,8 +127,10 @@ double complex_part(const entry_view& v, std::uint64_t i) {
 
 }  // namespace
 
-result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end,
-                                       std::size_t max_rows) {
+namespace {
+
+result<std::vector<Entry>> parse_rows(std::span<const std::byte> index, std::uint64_t data_end,
+                                      std::size_t max_rows) {
   // A declared row count over the caller's bound fails before any scan.
   detail::msgpack_reader r(index);
   if (r.peek_array()) {
@@ -156,6 +158,19 @@ result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::ui
     if (auto ok = validate_entry(e, data_end); !ok) return ok.err();
   }
   return entries;
+}
+
+}  // namespace
+
+result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end,
+                                       std::size_t max_rows) {
+  // The rows' memory is bounded by the index size (see index.hpp), but a
+  // large index can still exceed what this process may allocate.
+  try {
+    return parse_rows(index, data_end, max_rows);
+  } catch (const std::bad_alloc&) {
+    return allocation_error("out of memory for the entries of an index", index.size());
+  }
 }
 
 result<blob_index> read_index(std::span<const std::byte> blob) {
@@ -209,8 +224,7 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   try {
     index.resize(f->index_len);
   } catch (const std::bad_alloc&) {
-    return make_error(errc::too_large, "cannot allocate " + std::to_string(f->index_len) +
-                                           " bytes for the index");
+    return allocation_error("out of memory for the index", f->index_len);
   }
   if (auto r = read_at(off + f->index_off, index); !r) return r.err();
   auto entries = parse_index(index, f->index_off);

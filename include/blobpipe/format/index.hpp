@@ -56,14 +56,16 @@ struct blob_index {
 /// allocator.
 ///
 /// Errors: malformed_index (also: more rows than max_rows),
-/// entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype.
+/// entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype,
+/// too_large (the entries cannot be allocated: std::bad_alloc never
+/// escapes).
 [[nodiscard]] result<std::vector<Entry>> parse_index(std::span<const std::byte> index,
                                                      std::uint64_t data_end,
                                                      std::size_t max_rows = SIZE_MAX);
 
 /// Reads the footer and index of a whole in-memory blob. Does not touch
 /// entry bytes. Errors: too_small, bad_footer, index_out_of_range, and
-/// those of parse_index. Source: read_index (Python reference).
+/// those of parse_index (too_large included). Source: read_index (Python reference).
 [[nodiscard]] result<blob_index> read_index(std::span<const std::byte> blob);
 
 /// Closes a std::FILE.
@@ -84,8 +86,8 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 /// `nbytes` = 0 means "to the end of the file". Errors: as read_index;
 /// too_small when the file is shorter than off + nbytes; io when the file
 /// cannot be opened (as open_blob_file), seeked or read (the message names
-/// the OS error); too_large when the index (at most the file's size)
-/// cannot be allocated; invalid_argument for a null `file`.
+/// the OS error); too_large when the index (at most the file's size) or
+/// its entries cannot be allocated; invalid_argument for a null `file`.
 /// Source: read_index_file (Python reference).
 [[nodiscard]] result<blob_index> read_index_file(const std::string& path,
                                                  std::uint64_t off = 0,
