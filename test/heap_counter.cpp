@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -122,5 +123,18 @@ void* realloc(void* p, std::size_t n) {
 
 bool blobpipe::testing::detail::heap_counting() noexcept { return true; }
 bool blobpipe::testing::heap_limits() noexcept { return true; }
+
+namespace {
+
+// Built as a preload library (//test:heap_limit_preload), this file limits
+// another program's heap: BLOBPIPE_TEST_HEAP_LIMIT=N makes allocations fail
+// once N bytes are live (cli_hostile_test runs the CLI so).
+const bool limit_from_environment = [] {
+  if (const char* n = std::getenv("BLOBPIPE_TEST_HEAP_LIMIT"); n && *n)
+    limit.store(std::strtoll(n, nullptr, 10));
+  return true;
+}();
+
+}  // namespace
 
 #endif

@@ -11,7 +11,10 @@
 // failure does; under ASan or TSan, whose runtimes own malloc, it installs
 // the sanitizers' malloc and free hooks instead, and counts only. Bytes are the allocator's usable sizes (at least what was
 // asked for). Link it into a test with `deps = [":heap_counter"]` (it is
-// alwayslink: the interposers must be in the binary).
+// alwayslink: the interposers must be in the binary), or preload it into a
+// program (//test:heap_limit_preload, LD_PRELOAD) and set
+// BLOBPIPE_TEST_HEAP_LIMIT=N to make its allocations fail once N bytes of
+// heap are live.
 #pragma once
 
 #include <cstddef>
