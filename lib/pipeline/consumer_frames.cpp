@@ -183,7 +183,7 @@ status yield_entry(consumer_state& s, open_blob& b, std::shared_ptr<received_ent
   at_zero.off = 0;
   auto bytes = cur->view.bytes;
   auto v = decode_entry(bytes, at_zero);
-  if (!v) return violation("entry '" + cur->entry.key + "': " + v.message());
+  if (!v) return violation("entry " + quote(cur->entry.key) + ": " + v.message());
   cur->view = std::move(*v);
   cur->view.entry = &cur->entry;
   if (on_device) {  // consumer_options::landing: every copy is done
@@ -239,12 +239,12 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
   auto e = Entry::from_meta(std::string(eb->key), eb->meta);
   if (!e) co_return violation("entry_begin meta: " + e.message());
   if (auto r = validate_entry(*e, s.opt.max_blob_bytes); !r)
-    co_return violation("entry '" + e->key + "': " + r.message());
+    co_return violation("entry " + quote(e->key) + ": " + r.message());
   if (e->off != b.data_end)
-    co_return violation("entry '" + e->key + "': offset " + num(e->off) + ", expected " +
+    co_return violation("entry " + quote(e->key) + ": offset " + num(e->off) + ", expected " +
                         num(b.data_end));
   if (e->len > s.opt.max_entry_bytes)
-    co_return violation("entry '" + e->key + "': " + num(e->len) +
+    co_return violation("entry " + quote(e->key) + ": " + num(e->len) +
                         " bytes exceed max_entry_bytes " + num(s.opt.max_entry_bytes));
   if (auto r = check_window(s, e->len, "entry"); !r) co_return r;
 
@@ -266,7 +266,7 @@ asio::awaitable<status> on_entry_begin(std::shared_ptr<consumer_state> sp, const
       b.on_device = true;
       b.device_gen = s.landing->generation();
     } else {
-      abort_blob(s, b, buf.code(), "entry '" + e->key + "': " + buf.message());
+      abort_blob(s, b, buf.code(), "entry " + quote(e->key) + ": " + buf.message());
     }
   } else if (!b.discard) {
     bool reused = false;
@@ -307,10 +307,10 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
   const Entry& e = b.cur->entry;
   const std::uint64_t expect = e.off + b.received;
   if (h.arg != expect)
-    co_return violation("data: offset " + num(h.arg) + " for entry '" + e.key + "' [" +
+    co_return violation("data: offset " + num(h.arg) + " for entry " + quote(e.key) + " [" +
                         num(e.off) + ", " + num(e.off + e.len) + "), expected " + num(expect));
   if (h.length > e.len - b.received)
-    co_return violation("data: chunk runs past the end of entry '" + e.key + "' (offset " +
+    co_return violation("data: chunk runs past the end of entry " + quote(e.key) + " (offset " +
                         num(h.arg) + " + " + num(h.length) + " > " + num(e.off + e.len) + ")");
   // A chunk landing in its entry's buffer: post it and go on to the next
   // frame while it arrives. The chunk that completes the entry carries it,
@@ -338,7 +338,7 @@ asio::awaitable<status> on_data(consumer_state& s, const frame_header& h) {
     if (r) ++s.stats.device_chunks;
     if (r && b.received == e.len) r = co_await s.landing->drain(b.device_gen);
     if (!r) {
-      abort_blob(s, b, r.code(), "entry '" + e.key + "': " + r.message());
+      abort_blob(s, b, r.code(), "entry " + quote(e.key) + ": " + r.message());
       b.dest = nullptr;  // the rest of the blob is read and dropped
     }
     if (b.received == e.len) co_return finish_entry(s, b);
@@ -376,8 +376,8 @@ status check_tail(const open_blob& b, std::span<const std::byte> tail, blob_inde
                      num(b.entries.size()) + " entries were sent");
   for (std::size_t i = 0; i < rows->size(); ++i)
     if (!((*rows)[i] == b.entries[i]))
-      return violation("tail: index row " + num(i) + " ('" + (*rows)[i].key +
-                       "') disagrees with the entry sent ('" + b.entries[i].key + "')");
+      return violation("tail: index row " + num(i) + " (" + quote((*rows)[i].key) +
+                       ") disagrees with the entry sent (" + quote(b.entries[i].key) + ")");
   out.foot = *f;
   out.entries = std::move(*rows);
   out.nbytes = b.data_end + tail.size();
@@ -388,7 +388,7 @@ asio::awaitable<status> on_tail(consumer_state& s, const frame_header& h) {
   auto it = s.blobs.find(h.blob_id);
   if (it == s.blobs.end()) co_return violation("tail for unknown blob " + num(h.blob_id));
   open_blob& b = it->second;
-  if (b.cur) co_return violation("tail before entry '" + b.cur->entry.key + "' was complete");
+  if (b.cur) co_return violation("tail before entry " + quote(b.cur->entry.key) + " was complete");
   if (h.length < FOOTER_SIZE + 1 || h.length > s.opt.max_tail_bytes)
     co_return violation("tail: " + num(h.length) + " bytes not in [33, " +
                         num(s.opt.max_tail_bytes) + "]");

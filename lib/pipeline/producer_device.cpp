@@ -69,7 +69,7 @@ asio::awaitable<std::error_code> send_device_bytes(std::shared_ptr<sender_state>
   // connection can. Tell the consumer why.
   b.last_error = r.message();
   b.ended = true;
-  std::string reason = "entry '" + pe.entry.key.substr(0, 64) + "': " + r.message();
+  std::string reason = "entry " + quote(pe.entry.key) + ": " + r.message();
   if (reason.size() > max_reason_bytes) reason.resize(max_reason_bytes);
   frame_header h{.type = frame_type::blob_abort,
                  .length = static_cast<std::uint32_t>(reason.size()),
