@@ -103,7 +103,9 @@ std::string hex(const digest& d) {
 class sha256 {
  public:
   sha256() : ctx_(EVP_MD_CTX_new()) {
-    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw std::bad_alloc();
+    // OpenSSL fails here only when it cannot allocate.
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw std::bad_alloc();
   }
   void update(std::span<const std::byte> b) { EVP_DigestUpdate(ctx_.get(), b.data(), b.size()); }
   digest finish() {
@@ -156,8 +158,8 @@ int open_and_index(const options& o, std::ostream& err, blob_session& s) {
 // Reads entry `e` through `buf` (at most read_chunk_bytes), handing each
 // piece to `take` in order.
 template <class Take>
-int read_entry(const options& o, const blob_session& s, const Entry& e, std::vector<std::byte>& buf,
-               std::ostream& err, Take take) {
+int read_entry(const options& o, const blob_session& s, const Entry& e,
+               std::vector<std::byte>& buf, std::ostream& err, Take take) {
   buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.len, read_chunk_bytes)));
   std::string why;
   for (std::uint64_t done = 0; done < e.len;) {

@@ -52,8 +52,8 @@ struct blob_index {
 /// returned vector included): the vector holds at most one 128-byte Entry
 /// per 7 index bytes (the smallest row), and a row's own heap (key and
 /// dtype past 15 bytes, 8 bytes per shape dim) is at most 8 bytes per byte
-/// of that row. test/format_test.cpp checks the bound with a counting
-/// allocator.
+/// of that row. test/parse_memory_test.cpp checks the bound with a
+/// counting allocator.
 ///
 /// Errors: malformed_index (also: more rows than max_rows),
 /// entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype,
@@ -65,7 +65,8 @@ struct blob_index {
 
 /// Reads the footer and index of a whole in-memory blob. Does not touch
 /// entry bytes. Errors: too_small, bad_footer, index_out_of_range, and
-/// those of parse_index (too_large included). Source: read_index (Python reference).
+/// those of parse_index (too_large included).
+/// Source: read_index (Python reference).
 [[nodiscard]] result<blob_index> read_index(std::span<const std::byte> blob);
 
 /// Closes a std::FILE.
