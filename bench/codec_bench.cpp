@@ -9,10 +9,17 @@
 // 2. Small entries: plan() + write() of 10,000 64-byte tensors per
 //    iteration, reported as entries/s (the per-entry overhead of building
 //    and encoding the index).
+// 3. Reading: parse_index of a 10,000-row index (the rows of [2]) as
+//    rows/s, and Entry::from_meta of a typical meta map (float32 [16]) as
+//    metas/s: the per-row and per-entry parsing cost a streaming consumer
+//    pays.
+//
+//   codec_bench [large] [small] [parse]    # sections to run; default all
 //
 // Prints PASS/MISS against the target but always exits 0: a benchmark
 // reports, it never gates (STYLE.md rule 18). Peak memory is about 1 GiB
-// (sources + one blob buffer, reused as the memcpy destination).
+// (sources + one blob buffer, reused as the memcpy destination) with
+// [large], a few MiB without it.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +46,9 @@ constexpr std::size_t small_entries = 10'000;
 constexpr std::size_t small_entry_bytes = 64;
 constexpr int small_min_reps = 5;
 constexpr double small_budget_s = 3.0;
+
+constexpr std::size_t meta_batch = 10'000;  // from_meta calls per timed run
+constexpr double parse_budget_s = 2.0;       // per measurement
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -154,12 +164,88 @@ void bench_small() {
               best_write * 1e3);
 }
 
+// Best seconds of `run` over as many runs as fit in parse_budget_s (at
+// least small_min_reps); `run` returns false when the codec failed.
+template <class Run>
+double best_of(Run run) {
+  double best = 1e30;
+  int reps = 0;
+  const auto start = clock_type::now();
+  while (reps < small_min_reps || seconds_since(start) < parse_budget_s) {
+    const auto t0 = clock_type::now();
+    if (!run()) return -1;
+    best = std::min(best, seconds_since(t0));
+    ++reps;
+  }
+  return best;
+}
+
+void bench_parse() {
+  // The index of [2]'s blob: 10,000 rows "N@reward", float32 [16].
+  std::vector<bp::Entry> rows;
+  rows.reserve(small_entries);
+  for (std::size_t i = 0; i < small_entries; ++i)
+    rows.push_back({std::to_string(i) + "@reward", i * small_entry_bytes, small_entry_bytes, 't',
+                    std::string("float32"), bp::shape_t{small_entry_bytes / 4}});
+  const std::vector<std::byte> index = bp::encode_index(rows);
+  const std::uint64_t data_end = small_entries * small_entry_bytes;
+  std::size_t parsed = 0;
+  const double index_s = best_of([&] {
+    auto r = bp::parse_index(index, data_end);
+    if (!r) {
+      std::printf("  parse_index failed: %s: %s\n", bp::errc_name(r.code()), r.message().c_str());
+      return false;
+    }
+    parsed = r->size();
+    return true;
+  });
+  if (index_s < 0) return;
+
+  const std::vector<std::byte> meta = rows[0].meta();
+  const std::string key = rows[0].key;
+  std::uint64_t check = 0;
+  const double meta_s = best_of([&] {
+    for (std::size_t i = 0; i < meta_batch; ++i) {
+      auto e = bp::Entry::from_meta(key, meta);
+      if (!e) {
+        std::printf("  from_meta failed: %s: %s\n", bp::errc_name(e.code()), e.message().c_str());
+        return false;
+      }
+      check += e->len;
+    }
+    return true;
+  });
+  if (meta_s < 0) return;
+  sink = static_cast<std::uint8_t>(check);
+  std::printf("[3] parse: index of %zu rows (%zu bytes); meta map of %zu bytes, best runs\n",
+              parsed, index.size(), meta.size());
+  std::printf("    parse_index   %10.0f rows/s     (%.2f ms per index)\n", parsed / index_s,
+              index_s * 1e3);
+  std::printf("    from_meta     %10.0f metas/s    (%.0f ns per meta)\n", meta_batch / meta_s,
+              meta_s / meta_batch * 1e9);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool large = argc == 1, small = argc == 1, parse = argc == 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "large") {
+      large = true;
+    } else if (a == "small") {
+      small = true;
+    } else if (a == "parse") {
+      parse = true;
+    } else {
+      std::fprintf(stderr, "usage: codec_bench [large] [small] [parse]\n");
+      return 1;
+    }
+  }
   std::printf("codec_bench: blobpipe NVDP v3 codec, %u hardware threads\n",
               std::thread::hardware_concurrency());
-  bench_large();
-  bench_small();
+  if (large) bench_large();
+  if (small) bench_small();
+  if (parse) bench_parse();
   return 0;
 }

@@ -31,6 +31,7 @@
 #include <asio/io_context.hpp>
 
 #include "blobpipe/pipeline.hpp"
+#include "examples/rollout/reporting.hpp"
 #include "examples/rollout/sample.hpp"
 #include "tools/stdout_status.hpp"
 
@@ -99,7 +100,7 @@ std::optional<std::vector<out_entry>> filter_low_reward(const std::vector<entry_
     if (!has_field(e, "reward")) continue;
     float r = e->view.at<float>(0);
     if (r < min_reward) {
-      std::cout << "  filter: " << e->entry.key << " = " << r << " < " << min_reward
+      std::cout << "  filter: " << blobpipe::quote(e->entry.key) << " = " << r << " < " << min_reward
                 << ", sample dropped\n";
       return std::nullopt;
     }
@@ -122,7 +123,7 @@ std::optional<std::vector<out_entry>> cast_logprobs(const std::vector<entry_ptr>
     auto v = blobpipe::value::tensor_bytes(std::as_bytes(std::span(*bf16)), "bfloat16",
                                            *e->entry.shape);
     v.owner = bf16;  // the new bytes live until they are sent
-    std::cout << "  cast:   " << e->entry.key << " float32 -> bfloat16 (" << e->entry.len
+    std::cout << "  cast:   " << blobpipe::quote(e->entry.key) << " float32 -> bfloat16 (" << e->entry.len
               << " -> " << bf16->size() * 2 << " bytes)\n";
     out.push_back({e->entry.key, std::move(v)});
   }
@@ -183,7 +184,7 @@ asio::awaitable<void> train(std::unique_ptr<blobpipe::transport> t, int& receive
     const auto& v = ev.entry->view;
     double sum = 0;
     for (std::uint64_t i = 0; i < v.numel(); ++i) sum += v.as_double(i).value();
-    std::cout << "  trainer: " << ev.entry->entry.key << " " << v.type.name << "["
+    std::cout << "  trainer: " << blobpipe::quote(ev.entry->entry.key) << " " << v.type.name << "["
               << v.numel() << "], mean " << std::setprecision(3) << sum / v.numel() << "\n";
   }
 }
@@ -218,13 +219,23 @@ int program(int argc, char** argv) {
   std::cout << "producer -> filter (reward >= " << min_reward
             << ") -> cast (logprobs to bfloat16) -> trainer, " << samples << " samples\n";
   int received = 0;
-  asio::co_spawn(ex, produce(std::move(prod_out)), asio::detached);
-  asio::co_spawn(ex, run_stage(std::move(filter_in), std::move(filter_out), filter_low_reward),
-                 asio::detached);
-  asio::co_spawn(ex, run_stage(std::move(cast_in), std::move(cast_out), cast_logprobs),
-                 asio::detached);
-  asio::co_spawn(ex, train(std::move(train_in), received), asio::detached);
+  // A stage that throws ends (its transports close, so its neighbours see
+  // the stream end) and says why; the run then fails.
+  std::string failure;
+  auto spawn = [&](const char* stage, asio::awaitable<void> a) {
+    asio::co_spawn(ex, rollout::reporting(std::move(a), [&failure, stage](std::string what) {
+                     if (failure.empty()) failure = std::string(stage) + ": " + what;
+                   }), asio::detached);
+  };
+  spawn("producer", produce(std::move(prod_out)));
+  spawn("filter", run_stage(std::move(filter_in), std::move(filter_out), filter_low_reward));
+  spawn("cast", run_stage(std::move(cast_in), std::move(cast_out), cast_logprobs));
+  spawn("trainer", train(std::move(train_in), received));
   ctx.run();
+  if (!failure.empty()) {
+    std::cerr << "custom_pipeline: " << failure << "\n";
+    return exit_mismatch;
+  }
 
   // What should have arrived: the samples whose reward passes the filter.
   rollout::sample_builder builder(rollout::corpus::embedded());

@@ -29,6 +29,7 @@
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/options.hpp"
 #include "examples/rollout/replay.hpp"
+#include "examples/rollout/reporting.hpp"
 #include "examples/rollout/sample.hpp"
 #include "examples/rollout/trainer.hpp"
 #include "examples/rollout/workers.hpp"
@@ -174,9 +175,11 @@ int run(const options& o) {
                        .tty = stdout_is_tty(),
                        .remote_workers = o.mode == role::trainer};
     tr = std::make_shared<trainer>(ex, std::move(*l), std::move(check), cfg, std::cout);
+    // Nothing a coroutine throws is lost: the trainer's exception fails
+    // the run with its text (its connections have reported their own).
     asio::co_spawn(ex, tr->run(), [&](std::exception_ptr e, bool ok) {
-      if (e) std::rethrow_exception(e);
-      if (!ok && !interrupted) status = exit_mismatch;
+      if (e) std::cerr << "rollout_to_trainer: trainer: " << exception_text(e) << "\n";
+      if ((e || !ok) && !interrupted) status = exit_mismatch;
       std::error_code ignored;
       signals.cancel(ignored);
     });
@@ -204,8 +207,11 @@ int run(const options& o) {
                         .stall_timeout = timeout_ms(o),
                         .remote_trainer = o.mode == role::workers};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
-                     [&, tr](std::exception_ptr e, worker_report r) {
-                       if (e) std::rethrow_exception(e);
+                     [&, tr, w](std::exception_ptr e, worker_report r) {
+                       if (e) {  // a failed worker, like one whose connection failed
+                         r.ec = blobpipe::errc::aborted;
+                         r.what = "worker " + std::to_string(w) + ": " + exception_text(e);
+                       }
                        if (r.ec && !interrupted) {
                          std::cerr << r.what << "\n";
                          totals.failed = true;

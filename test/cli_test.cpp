@@ -20,25 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "test/cli_fixture.hpp"
 #include "test/golden_dir.hpp"
-#include "test/process.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using blobpipe::testing::run_process;
-using blobpipe::testing::run_result;
-using blobpipe::testing::scratch_dir;
-
-fs::path cli_path() {
-  if (const char* p = std::getenv("BLOBPIPE_CLI"); p && *p) return p;
-  return blobpipe::testing::runfiles_root() / "tools" / "blobpipe";
-}
-
-// Runs the CLI with `args` to its end (test/process.hpp: output through
-// temporary files, as inspect of many_entries prints megabytes).
-run_result run_cli(const std::vector<std::string>& args) { return run_process(cli_path(), args); }
+using namespace blobpipe::testing;
 
 // The golden dir and manifest, loaded once. A missing golden dir fails
 // every test that needs it (never a silent pass).
@@ -62,12 +51,6 @@ struct golden {
   }
   std::string file(const json& c) const { return (dir / c.at("file").get<std::string>()).string(); }
 };
-
-std::size_t count_lines(const std::string& s) {
-  std::size_t n = 0;
-  for (char ch : s) n += ch == '\n';
-  return n;
-}
 
 const char* const entry_fields[] = {"key", "off", "len", "kind", "dtype", "shape", "sha256"};
 
@@ -108,28 +91,6 @@ void check_inspect_json(const json& got, const json& want) {
     const std::size_t base = entries.size() - tail.size();
     for (std::size_t i = 0; i < tail.size(); ++i) check_entry(entries[base + i], tail[i], base + i);
   }
-}
-
-void check_ok(const run_result& r) {
-  BOOST_TEST(r.exit_code == 0, "exit " << r.exit_code << ", stderr: " << r.err);
-  BOOST_TEST(r.err.empty(), "stderr: " << r.err);
-}
-
-// Exactly one line on stderr: `blobpipe: CATEGORY: message`.
-void check_invalid(const run_result& r, const std::string& category) {
-  BOOST_TEST(r.exit_code == 2);
-  BOOST_TEST(count_lines(r.err) == 1u, "stderr: " << r.err);
-  const std::string prefix = "blobpipe: " + category + ": ";
-  BOOST_TEST(r.err.rfind(prefix, 0) == 0u, "stderr: " << r.err << "want prefix: " << prefix);
-}
-
-// Exit 3 with exactly one stderr line `blobpipe: io: ...` containing `what`.
-void check_io(const run_result& r, const std::string& what) {
-  BOOST_TEST(r.exit_code == 3, "exit " << r.exit_code << ", stderr: " << r.err);
-  BOOST_TEST(count_lines(r.err) == 1u, "stderr: " << r.err);
-  BOOST_TEST(r.err.rfind("blobpipe: io: ", 0) == 0u, "stderr: " << r.err);
-  BOOST_TEST(r.err.find(what) != std::string::npos, "stderr: " << r.err << "want: " << what);
-  BOOST_TEST(r.out.empty(), "stdout: " << r.out);
 }
 
 bool is_shard(const json& c) { return c.value("kind", "") == "shard"; }

@@ -271,6 +271,73 @@ BOOST_AUTO_TEST_CASE(malformed_rows_are_malformed_index) {
               bp::errc::malformed_index));
 }
 
+// docs/format.md "Validation order": the whole index is checked as msgpack
+// before any row, then rows one at a time.
+BOOST_AUTO_TEST_CASE(index_errors_come_in_the_documented_order) {
+  // Row 0 names an unknown dtype; the index is then cut short: the
+  // truncation (step 4) is reported, not the dtype (step 8).
+  const std::vector<std::uint8_t> row0 = {0x96, 0xa1, 'x', 0, 4, 0xa1, 't', 0xa3, 'f', '1', '6',
+                                          0x91, 1};
+  std::vector<std::uint8_t> cut = {0x92};
+  cut.insert(cut.end(), row0.begin(), row0.end());
+  cut.insert(cut.end(), {0x96, 0xa1});  // row 1: a str header and nothing more
+  BOOST_TEST((bp::read_index(blob_with_index(cut)).code() == bp::errc::malformed_index));
+  // Whole, with row 1 not an array: row 0's dtype comes first.
+  std::vector<std::uint8_t> whole = {0x92};
+  whole.insert(whole.end(), row0.begin(), row0.end());
+  whole.push_back(0x05);
+  BOOST_TEST((bp::read_index(blob_with_index(whole)).code() == bp::errc::unknown_dtype));
+}
+
+BOOST_AUTO_TEST_CASE(pickle_rows_keep_no_dtype_or_shape_in_any_reader) {
+  // [["p", 0, 3, "p", "float32", [3]]]: the reference ignores both fields.
+  auto b = blob_with_index({0x91, 0x96, 0xa1, 'p', 0, 3, 0xa1, 'p', 0xa7, 'f', 'l', 'o', 'a', 't',
+                            '3', '2', 0x91, 3});
+  auto idx = bp::read_index(b);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  const bp::Entry want{"p", 0, 3, 'p', std::nullopt, std::nullopt};
+  BOOST_TEST((idx->entries[0] == want));
+  auto v = bp::decode_entry(b, idx->entries[0]);
+  BOOST_TEST_REQUIRE(v.has_value(), v.message());
+  BOOST_TEST(v->numel() == 3u);
+  // The meta map: {"o": 0, "n": 3, "k": "p", "d": "float32", "s": [3]}.
+  const std::uint8_t m[] = {0x85, 0xa1, 'o', 0, 0xa1, 'n', 3, 0xa1, 'k', 0xa1, 'p', 0xa1, 'd',
+                            0xa7, 'f', 'l', 'o', 'a', 't', '3', '2', 0xa1, 's', 0x91, 3};
+  auto e = bp::Entry::from_meta("p", std::as_bytes(std::span(m)));
+  BOOST_TEST_REQUIRE(e.has_value(), e.message());
+  BOOST_TEST((*e == want));
+  // The fields keep their types: a dtype that is an int is still refused.
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'p', 0, 3, 0xa1, 'p', 5, 0xc0}))
+                  .code() == bp::errc::malformed_index));
+  // An Entry built by hand with them views as the same pickle.
+  const bp::Entry by_hand{"p", 0, 3, 'p', std::string("float32"), bp::shape_t{3}};
+  BOOST_TEST(bp::validate_entry(by_hand, 64).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(shape_product_overflow_is_refused_whatever_the_itemsize) {
+  // |V0 elements are 0 bytes, so len 0 matches any shape; the element
+  // count 3 x (2^62-1)^2 still overflows.
+  constexpr std::int64_t big = (std::int64_t{1} << 62) - 1;
+  const bp::Entry e{"v", 0, 0, 'n', std::string("|V0"), bp::shape_t{3, big, big}};
+  BOOST_TEST((bp::validate_entry(e, 64).code() == bp::errc::shape_mismatch));
+  // Through the index, as a hostile file would carry it.
+  auto b = blob_with_index(
+      {0x91, 0x96, 0xa1, 'v', 0, 0, 0xa1, 'n', 0xa3, '|', 'V', '0', 0x93, 3, 0xcf, 0x3f, 0xff,
+       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xcf, 0x3f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::shape_mismatch));
+  // plan() will not write it either.
+  std::byte none[1];
+  BOOST_TEST((bp::plan({"v"}, {bp::value::ndarray_bytes({none, 0}, "|V0", {3, big, big})})
+                  .code() == bp::errc::invalid_argument));
+  // The running product, as numpy and torch take it: a leading 0 is 0.
+  const bp::Entry zero{"z", 0, 0, 'n', std::string("|V0"), bp::shape_t{0, big, big}};
+  BOOST_TEST(bp::validate_entry(zero, 64).has_value());
+  // A view built by hand cannot wrap numel(): it saturates.
+  bp::entry_view v;
+  v.shape = {3, big, big};
+  BOOST_TEST(v.numel() == UINT64_MAX);
+}
+
 BOOST_AUTO_TEST_CASE(unaligned_entry_offset_is_entry_out_of_range) {
   // [["x", 8, 4, "t", "float32", [1]]]
   auto b = blob_with_index({0x91, 0x96, 0xa1, 'x', 8, 4, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't',
@@ -367,6 +434,37 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
 
 BOOST_AUTO_TEST_SUITE_END()
 
+BOOST_AUTO_TEST_SUITE(quote_tests)
+
+BOOST_AUTO_TEST_CASE(quote_escapes_what_a_terminal_would_act_on) {
+  BOOST_TEST(bp::quote("x@reward") == "'x@reward'");
+  BOOST_TEST(bp::quote("a\x1b[2Jb\x07") == "'a\\x1b[2Jb\\x07'");
+  BOOST_TEST(bp::quote("l1\nl2\t\r") == "'l1\\nl2\\t\\r'");
+  BOOST_TEST(bp::quote("it's a \\") == "'it\\'s a \\\\'");
+  BOOST_TEST(bp::quote(std::string("nul\0del\x7f", 8)) == "'nul\\x00del\\x7f'");
+  BOOST_TEST(bp::quote("caf\xc3\xa9") == "'caf\xc3\xa9'");          // UTF-8 stays
+  BOOST_TEST(bp::quote("\xc2\x9b" "31m") == "'\\u009b31m'");          // C1 CSI
+  BOOST_TEST(bp::quote("\xe2\x80\xae" "evil") == "'\\u202eevil'");   // right-to-left override
+  BOOST_TEST(bp::quote("\xff\xc3") == "'\\xff\\xc3'");              // not UTF-8
+  BOOST_TEST(bp::quote(std::string(100, 'k')) == "'" + std::string(64, 'k') + "'...");
+  BOOST_TEST(bp::quote("ab\xc3\xa9", 3) == "'ab'...");  // never half a character
+}
+
+BOOST_AUTO_TEST_CASE(errors_escape_keys_with_control_characters) {
+  const std::string key = "\x1b]0;owned\x07\x1b[2J";
+  bp::Entry e{key, 0, 8, 't', std::string("float32"), bp::shape_t{3}};
+  auto r = bp::validate_entry(e, 64);
+  BOOST_TEST_REQUIRE(!r.has_value());
+  for (char c : r.message())
+    BOOST_TEST((static_cast<unsigned char>(c) >= 0x20 && c != 0x7f), "raw control in: " << r.message());
+  BOOST_TEST(r.message().find(bp::quote(key)) != std::string::npos, r.message());
+  // A dtype name from the bytes goes through the same function.
+  auto d = bp::parse_dtype('t', "\x1b[31mred");
+  BOOST_TEST(d.message().find('\x1b') == std::string::npos, d.message());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 BOOST_AUTO_TEST_SUITE(entry_tests)
 
 BOOST_AUTO_TEST_CASE(from_meta_rejects_maps_that_are_not_entry_meta) {
@@ -387,6 +485,20 @@ BOOST_AUTO_TEST_CASE(from_meta_requires_s_to_be_an_array) {
   const std::uint8_t m[] = {0x85, 0xa1, 'o', 0x00, 0xa1, 'n', 0x0c, 0xa1, 'k', 0xa1, 't',
                             0xa1, 'd', 0xa7, 'f', 'l', 'o', 'a', 't', '3', '2', 0xa1, 's', 0xc0};
   BOOST_TEST((bp::Entry::from_meta("k", std::as_bytes(std::span(m))).code() ==
+              bp::errc::malformed_index));
+}
+
+BOOST_AUTO_TEST_CASE(from_meta_checks_kind_before_the_dtype_type) {
+  // {"o": 0, "n": 0, "k": "q", "d": 5, "s": []}: the kind is reported, as
+  // it always was, though the dtype is not a str either.
+  const std::uint8_t m[] = {0x85, 0xa1, 'o', 0, 0xa1, 'n', 0, 0xa1, 'k', 0xa1, 'q',
+                            0xa1, 'd', 5, 0xa1, 's', 0x90};
+  BOOST_TEST((bp::Entry::from_meta("k", std::as_bytes(std::span(m))).code() ==
+              bp::errc::unknown_kind));
+  // The same with a byte after the map: not msgpack of one map, malformed.
+  std::vector<std::uint8_t> trailing(std::begin(m), std::end(m));
+  trailing.push_back(0xc0);
+  BOOST_TEST((bp::Entry::from_meta("k", std::as_bytes(std::span(trailing))).code() ==
               bp::errc::malformed_index));
 }
 

@@ -1,16 +1,32 @@
 // test/rollout_test.cpp — the rollout example's building blocks
-// (examples/rollout: pickle writer, corpus split, sample keys and values).
+// (examples/rollout: pickle writer, corpus split, sample keys and values),
+// and the trainer's handling of an exception in a connection.
 #define BOOST_TEST_MODULE rollout_test
 #include <boost/test/unit_test.hpp>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <chrono>
 #include <cstdint>
+#include <new>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "blobpipe/pipeline.hpp"
+#include "blobpipe/transport/loopback.hpp"
+#include "examples/rollout/check.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/options.hpp"
 #include "examples/rollout/pickle.hpp"
 #include "examples/rollout/sample.hpp"
+#include "examples/rollout/trainer.hpp"
 
 namespace {
 
@@ -143,4 +159,83 @@ BOOST_AUTO_TEST_CASE(options_reject_unknown_transport_and_both_roles) {
   BOOST_TEST(opt.host == "example.org");
   BOOST_TEST(opt.port == 5555);
   BOOST_TEST(opt.batch == 32u);
+}
+
+// ---- the trainer loses no exception (issue 17) ----------------------------
+
+namespace {
+
+// Hands out one transport, then waits in accept() until closed.
+class one_connection : public blobpipe::listener {
+ public:
+  one_connection(asio::any_io_executor ex, std::unique_ptr<blobpipe::transport> t)
+      : t_(std::move(t)), closed_(ex, asio::steady_timer::time_point::max()) {}
+  std::uint16_t port() const noexcept override { return 0; }
+  asio::awaitable<std::tuple<std::error_code, std::unique_ptr<blobpipe::transport>>> accept(
+      blobpipe::transport_options) override {
+    if (t_) co_return std::tuple{std::error_code{}, std::move(t_)};
+    co_await closed_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    co_return std::tuple{make_error_code(blobpipe::errc::closed),
+                         std::unique_ptr<blobpipe::transport>()};
+  }
+  void close() noexcept override { closed_.cancel(); }
+
+ private:
+  std::unique_ptr<blobpipe::transport> t_;
+  asio::steady_timer closed_;
+};
+
+// A checker that runs out of memory at the first entry.
+class throwing_check final : public rollout::checker {
+ public:
+  void on_entry(std::size_t, const blobpipe::received_entry&) override { throw std::bad_alloc(); }
+  void on_blob(std::size_t, const blobpipe::completed_blob&, const blobpipe::tag_t&) override {}
+  void on_aborted(std::size_t, const blobpipe::event&) override {}
+  std::uint64_t done() const noexcept override { return 0; }
+  std::uint64_t total() const noexcept override { return 1; }
+  const char* unit() const noexcept override { return "blobs"; }
+  std::uint64_t entries() const noexcept override { return 0; }
+  std::uint64_t bytes() const noexcept override { return 0; }
+  bool report(std::ostream&) const override { return false; }
+  std::string ok_text() const override { return "never"; }
+};
+
+}  // namespace
+
+// An exception that ends a connection's coroutine is reported as a problem
+// of that connection and the trainer ends at once. It used to vanish in a
+// detached co_spawn, leaving a closer pointing at the destroyed consumer:
+// the trainer waited for its timeout, then crashed calling it.
+BOOST_AUTO_TEST_CASE(trainer_reports_an_exception_in_a_connection_and_ends) {
+  asio::io_context ctx;
+  auto ex = ctx.get_executor();
+  auto [client, server] = blobpipe::loopback::make_pair(ex);
+  std::ostringstream out;
+  auto tr = std::make_shared<rollout::trainer>(
+      ex, std::make_unique<one_connection>(ex, std::move(server)),
+      std::make_unique<throwing_check>(),
+      rollout::trainer_config{.connections = 1, .timeout = std::chrono::seconds(20)}, out);
+  std::optional<bool> ok;
+  asio::co_spawn(ex, tr->run(), [&](std::exception_ptr e, bool r) {
+    BOOST_TEST(!e);
+    ok = r;
+  });
+  asio::co_spawn(
+      ex,
+      [&]() -> asio::awaitable<void> {
+        auto [ec, s] = co_await blobpipe::sender::start(std::move(client));
+        if (ec) co_return;
+        auto blob = s.open_blob();
+        const std::vector<float> x = {1, 2, 3};
+        if (co_await blob.emit("x", blobpipe::value::tensor(x))) co_return;
+        (void)co_await blob.finish();
+        (void)co_await s.shutdown();
+      },
+      asio::detached);
+  ctx.run();
+  BOOST_TEST_REQUIRE(ok.has_value());
+  BOOST_TEST(!*ok);
+  BOOST_TEST(out.str().find("connection 0: std::bad_alloc") != std::string::npos, out.str());
+  // Ended by the exception, not by the watchdog.
+  BOOST_TEST(out.str().find("timed out") == std::string::npos, out.str());
 }

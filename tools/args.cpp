@@ -43,11 +43,19 @@ FILE is relative to the working directory, or under `bazel run` to where
 the command was typed (BUILD_WORKING_DIRECTORY).
 
 commands:
-  inspect   print the footer (version, tag, index_off, index_len, nbytes)
-            and one row per index entry (off, len, kind, dtype, shape, key).
-            Reads only the footer and index unless --digest is given.
-  verify    decode every entry (range, dtype, shape x itemsize == len)
-            and print a one-line summary.
+  inspect   print the footer (version, tag, index_off, index_len, nbytes),
+            any layout findings (below), and one row per index entry (off,
+            len, kind, dtype, shape, key; keys in quotes, control
+            characters escaped). Reads only the footer and index unless
+            --digest is given.
+  verify    check every entry (range, dtype, shape x itemsize == len),
+            read each one's bytes, and print a one-line summary. A layout
+            the reference never writes fails (exit 2): bytes between the
+            index and the footer (index_out_of_range), entries that
+            overlap or run out of order (entry_out_of_range).
+
+Both read the footer and the index first (two reads), then entry bytes a
+piece (1 MiB) at a time: memory follows the index, not the blob.
 
 options:
   --offset N  the blob starts N bytes into FILE (default 0), e.g. one blob
@@ -55,8 +63,9 @@ options:
   --nbytes N  the blob is N bytes long (default 0: to the end of FILE)
   --json      inspect: print one JSON object {footer_version, tag_hex,
               index_off, index_len, nbytes, entries: [{key, off, len, kind,
-              dtype, shape[, sha256]}]}; dtype and shape are null where the
-              index has nil
+              dtype, shape[, sha256]}], findings: [{kind, category, count,
+              message}]}; dtype and shape are null where the index has nil;
+              ASCII only (other characters as \u escapes)
   --digest    inspect: add the SHA-256 (hex) of each entry's bytes
   --help      print this text
 
@@ -64,10 +73,12 @@ exit status:
   0  success
   1  usage error (unknown command or flag, missing FILE, N not an
      unsigned decimal integer or above 18446744073709551615)
-  2  FILE holds no valid blob at the given range; stderr has exactly one
+  2  FILE holds no valid blob at the given range, or verify found a
+     layout the reference never writes, or the blob needs more memory
+     than the process may allocate (too_large); stderr has exactly one
      line `blobpipe: CATEGORY: message`, CATEGORY one of too_small,
      bad_footer, index_out_of_range, malformed_index, entry_out_of_range,
-     shape_mismatch, unknown_kind, unknown_dtype
+     shape_mismatch, unknown_kind, unknown_dtype, too_large
   3  FILE cannot be opened or read (missing, unreadable, a directory, or
      not a regular file: a pipe, FIFO or device is refused, since the
      footer is at the blob's end and FILE must be seekable), or stdout

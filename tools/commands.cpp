@@ -1,14 +1,16 @@
 // tools/commands.cpp — `blobpipe inspect` and `blobpipe verify`.
 //
-// Both read the footer and index with read_index_file, which validates
-// every number before use; only then are entry bytes read, and only as many
-// as the validated index says exist (never more than the file holds).
+// Both read the footer and index with read_index_file (two reads), which
+// validates every number before use; only then are entry bytes read, each
+// entry's range through one buffer of at most read_chunk_bytes, so memory
+// is bounded by the index, never by the blob or its largest entry.
 #include "tools/commands.hpp"
 
 #include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "blobpipe/format.hpp"
+#include "tools/layout_check.hpp"
 #include "tools/stdout_status.hpp"
 #include "tools/user_path.hpp"
 
@@ -56,12 +59,12 @@ int finish_report(std::ostream& out, std::ostream& err) {
   return exit_ok;
 }
 
-// Reads `len` bytes at absolute file offset `off` into `out`. The caller
-// has bounded `len` by the validated index, so the allocation matches bytes
-// read_index_file saw on disk. pread leaves the stdio position alone.
-bool read_at(std::FILE* f, std::uint64_t off, std::uint64_t len,
-             std::vector<std::byte>& out, std::string& why) {
-  out.resize(static_cast<std::size_t>(len));
+// Entry bytes are read through one buffer of this many bytes.
+constexpr std::size_t read_chunk_bytes = std::size_t{1} << 20;
+
+// Reads `out.size()` bytes at absolute file offset `off`. pread leaves the
+// stdio position alone.
+bool read_at(std::FILE* f, std::uint64_t off, std::span<std::byte> out, std::string& why) {
   const int fd = ::fileno(f);
   std::size_t done = 0;
   while (done < out.size()) {
@@ -73,7 +76,7 @@ bool read_at(std::FILE* f, std::uint64_t off, std::uint64_t len,
       return false;
     }
     if (n == 0) {
-      why = "file ended after " + std::to_string(done) + " of " + std::to_string(len) +
+      why = "file ended after " + std::to_string(done) + " of " + std::to_string(out.size()) +
             " bytes at offset " + std::to_string(off);
       return false;
     }
@@ -82,25 +85,42 @@ bool read_at(std::FILE* f, std::uint64_t off, std::uint64_t len,
   return true;
 }
 
-std::string sha256_hex(std::span<const std::byte> bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int md_len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr);
+// A SHA-256 digest, kept as bytes (32 per entry) until it is printed.
+using digest = std::array<unsigned char, 32>;
+
+std::string hex(const digest& d) {
   static constexpr char digits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * md_len);
-  for (unsigned int i = 0; i < md_len; ++i) {
-    hex += digits[md[i] >> 4];
-    hex += digits[md[i] & 0xf];
+  std::string out;
+  out.reserve(2 * d.size());
+  for (unsigned char b : d) {
+    out += digits[b >> 4];
+    out += digits[b & 0xf];
   }
-  return hex;
+  return out;
 }
 
-// Keys are arbitrary UTF-8 (possibly empty or with control characters):
-// print them as JSON string literals so each row stays one line.
-std::string quoted(const std::string& s) {
-  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-}
+// An incremental SHA-256.
+class sha256 {
+ public:
+  sha256() : ctx_(EVP_MD_CTX_new()) {
+    // OpenSSL fails here only when it cannot allocate.
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw std::bad_alloc();
+  }
+  void update(std::span<const std::byte> b) { EVP_DigestUpdate(ctx_.get(), b.data(), b.size()); }
+  digest finish() {
+    digest d{};
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_.get(), d.data(), &n);
+    return d;
+  }
+
+ private:
+  struct free_ctx {
+    void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_MD_CTX, free_ctx> ctx_;
+};
 
 std::string shape_text(const std::optional<shape_t>& shape) {
   if (!shape) return "-";
@@ -112,10 +132,12 @@ std::string shape_text(const std::optional<shape_t>& shape) {
   return s + "]";
 }
 
-// What both commands share: the open file and its validated index.
+// What both commands share: the open file, its validated index, and the
+// index's layout findings.
 struct blob_session {
   file_ptr file;
   blob_index index;
+  std::vector<finding> findings;
 };
 
 // Opens FILE and reads footer + index. Returns a nonzero exit code, having
@@ -129,20 +151,29 @@ int open_and_index(const options& o, std::ostream& err, blob_session& s) {
   auto idx = read_index_file(s.file.get(), o.offset, o.nbytes);
   if (!idx) return fail(err, idx.err());
   s.index = std::move(*idx);
+  s.findings = check_layout(s.index);
   return exit_ok;
 }
 
-// Reads `len` bytes starting `off` bytes into the blob.
-int read_blob_range(const options& o, const blob_session& s, std::uint64_t off,
-                    std::uint64_t len, std::vector<std::byte>& out, std::ostream& err) {
+// Reads entry `e` through `buf` (at most read_chunk_bytes), handing each
+// piece to `take` in order.
+template <class Take>
+int read_entry(const options& o, const blob_session& s, const Entry& e,
+               std::vector<std::byte>& buf, std::ostream& err, Take take) {
+  buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(e.len, read_chunk_bytes)));
   std::string why;
-  if (!read_at(s.file.get(), o.offset + off, len, out, why)) {
-    return fail_io(err, "'" + o.file + "': " + why);
+  for (std::uint64_t done = 0; done < e.len;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(e.len - done, buf.size()));
+    const std::span<std::byte> piece(buf.data(), n);
+    if (!read_at(s.file.get(), o.offset + e.off + done, piece, why))
+      return fail_io(err, quote(o.file, SIZE_MAX) + ": " + why);
+    take(std::span<const std::byte>(piece));
+    done += n;
   }
   return exit_ok;
 }
 
-json entry_json(const Entry& e, const std::string* digest) {
+json entry_json(const Entry& e, const digest* d) {
   json j;
   j["key"] = e.key;
   j["off"] = e.off;
@@ -150,62 +181,93 @@ json entry_json(const Entry& e, const std::string* digest) {
   j["kind"] = std::string(1, e.kind);
   j["dtype"] = e.dtype ? json(*e.dtype) : json(nullptr);
   j["shape"] = e.shape ? json(*e.shape) : json(nullptr);
-  if (digest) j["sha256"] = *digest;
+  if (d) j["sha256"] = hex(*d);
   return j;
 }
 
-void print_json(const blob_index& idx, const std::vector<std::string>& digests,
-                std::ostream& out) {
-  json j;
-  j["footer_version"] = idx.foot.version;
-  j["tag_hex"] = tag_hex(idx.foot.tag);
-  j["index_off"] = idx.foot.index_off;
-  j["index_len"] = idx.foot.index_len;
-  j["nbytes"] = idx.nbytes;
-  json entries = json::array();
-  for (std::size_t i = 0; i < idx.entries.size(); ++i) {
-    entries.push_back(entry_json(idx.entries[i], digests.empty() ? nullptr : &digests[i]));
+json findings_json(const std::vector<finding>& findings) {
+  json list = json::array();
+  for (const finding& f : findings) {
+    json j;
+    j["kind"] = f.kind;
+    j["category"] = errc_name(f.code);
+    j["count"] = f.count;
+    j["message"] = f.message;
+    list.push_back(std::move(j));
   }
-  j["entries"] = std::move(entries);
-  out << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+  return list;
 }
 
-void print_text(const blob_index& idx, const std::vector<std::string>& digests,
-                std::ostream& out) {
+// ASCII only: every control character and every non-ASCII one is a \u
+// escape, so the report cannot act on a terminal; parsers read the same
+// strings back.
+std::string dump(const json& j) { return j.dump(-1, ' ', true, json::error_handler_t::replace); }
+
+// One JSON object, written an entry at a time: no document of millions of
+// rows is built (its nodes would cost more than the entries).
+void print_json(const blob_session& s, const std::vector<digest>& digests, std::ostream& out) {
+  const blob_index& idx = s.index;
+  out << "{\"footer_version\":" << idx.foot.version
+      << ",\"tag_hex\":" << dump(tag_hex(idx.foot.tag))
+      << ",\"index_off\":" << idx.foot.index_off << ",\"index_len\":" << idx.foot.index_len
+      << ",\"nbytes\":" << idx.nbytes << ",\"entries\":[";
+  for (std::size_t i = 0; i < idx.entries.size(); ++i) {
+    if (i) out << ',';
+    out << dump(entry_json(idx.entries[i], digests.empty() ? nullptr : &digests[i]));
+  }
+  out << "],\"findings\":" << dump(findings_json(s.findings)) << "}\n";
+}
+
+// The cells of one text row: the header row when `i` is npos.
+std::vector<std::string> text_row(const blob_session& s, const std::vector<digest>& digests,
+                                  std::size_t i) {
+  std::vector<std::string> r;
+  if (i == std::string::npos) {
+    r = {"#", "off", "len", "kind", "dtype", "shape"};
+    if (!digests.empty()) r.push_back("sha256");
+    r.push_back("key");
+    return r;
+  }
+  const Entry& e = s.index.entries[i];
+  r = {std::to_string(i), std::to_string(e.off), std::to_string(e.len), std::string(1, e.kind),
+       e.dtype ? *e.dtype : "-", shape_text(e.shape)};
+  if (!digests.empty()) r.push_back(hex(digests[i]));
+  r.push_back(quote(e.key, SIZE_MAX));  // keys may hold anything: escaped
+  return r;
+}
+
+void print_text(const blob_session& s, const std::vector<digest>& digests, std::ostream& out) {
+  const blob_index& idx = s.index;
   out << "footer_version  " << idx.foot.version << '\n'
       << "tag_hex         " << tag_hex(idx.foot.tag) << '\n'
       << "index_off       " << idx.foot.index_off << '\n'
       << "index_len       " << idx.foot.index_len << '\n'
       << "nbytes          " << idx.nbytes << '\n'
       << "entries         " << idx.entries.size() << '\n';
+  for (const finding& f : s.findings)
+    out << "finding         " << f.kind << " (" << f.count << "): " << f.message << '\n';
   if (idx.entries.empty()) return;
 
   // Columns are padded to their widest cell; the key goes last because it
-  // is the only unbounded one.
-  std::vector<std::vector<std::string>> rows;
-  rows.reserve(idx.entries.size() + 1);
-  rows.push_back({"#", "off", "len", "kind", "dtype", "shape"});
-  if (!digests.empty()) rows.back().push_back("sha256");
-  rows.back().push_back("key");
-  for (std::size_t i = 0; i < idx.entries.size(); ++i) {
-    const Entry& e = idx.entries[i];
-    rows.push_back({std::to_string(i), std::to_string(e.off), std::to_string(e.len),
-                    std::string(1, e.kind), e.dtype ? *e.dtype : "-", shape_text(e.shape)});
-    if (!digests.empty()) rows.back().push_back(digests[i]);
-    rows.back().push_back(quoted(e.key));
-  }
-  std::vector<std::size_t> width(rows.front().size(), 0);
-  for (const auto& r : rows) {
+  // is the only unbounded one. Two passes over the rows (widths, then
+  // lines), so no table of millions of rows is held.
+  const std::size_t header = std::string::npos;
+  std::vector<std::size_t> width(text_row(s, digests, header).size(), 0);
+  auto widen = [&](const std::vector<std::string>& r) {
     for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-  }
-  for (const auto& r : rows) {
+  };
+  auto print = [&](const std::vector<std::string>& r) {
     std::string line;
     for (std::size_t c = 0; c < r.size(); ++c) {
       line += r[c];
       if (c + 1 < r.size()) line.append(width[c] - r[c].size() + 2, ' ');
     }
     out << line << '\n';
-  }
+  };
+  widen(text_row(s, digests, header));
+  for (std::size_t i = 0; i < idx.entries.size(); ++i) widen(text_row(s, digests, i));
+  print(text_row(s, digests, header));
+  for (std::size_t i = 0; i < idx.entries.size(); ++i) print(text_row(s, digests, i));
 }
 
 }  // namespace
@@ -214,25 +276,22 @@ int run_inspect(const options& o, std::ostream& out, std::ostream& err) {
   blob_session s;
   if (int rc = open_and_index(o, err, s)) return rc;
 
-  std::vector<std::string> digests;
+  // Every digest before any output, so a read error leaves no half report.
+  std::vector<digest> digests;
   if (o.digest) {
-    // One entry at a time, so memory is bounded by the largest entry (whose
-    // range parse_index already checked against the data region) rather
-    // than by the blob; view_entry rechecks dtype and shape against it.
-    std::vector<std::byte> bytes;
+    std::vector<std::byte> buf;
     digests.reserve(s.index.entries.size());
     for (const Entry& e : s.index.entries) {
-      if (int rc = read_blob_range(o, s, e.off, e.len, bytes, err)) return rc;
-      auto v = view_entry(e, bytes);
-      if (!v) return fail(err, v.err());
-      digests.push_back(sha256_hex(v->bytes));
+      sha256 h;
+      if (int rc = read_entry(o, s, e, buf, err, [&](auto piece) { h.update(piece); })) return rc;
+      digests.push_back(h.finish());
     }
   }
   errno = 0;  // finish_report reads the reason of a failed write here
   if (o.json) {
-    print_json(s.index, digests, out);
+    print_json(s, digests, out);
   } else {
-    print_text(s.index, digests, out);
+    print_text(s, digests, out);
   }
   return finish_report(out, err);
 }
@@ -240,15 +299,21 @@ int run_inspect(const options& o, std::ostream& out, std::ostream& err) {
 int run_verify(const options& o, std::ostream& out, std::ostream& err) {
   blob_session s;
   if (int rc = open_and_index(o, err, s)) return rc;
-  // The whole blob, as a reader that received it would hold it; its size
-  // was checked against the file by read_index_file.
-  std::vector<std::byte> blob;
-  if (int rc = read_blob_range(o, s, 0, s.index.nbytes, blob, err)) return rc;
-
+  // A layout the reference never writes is refused before any entry is
+  // read: the first finding, and how many kinds there were.
+  if (!s.findings.empty()) {
+    const finding& f = s.findings.front();
+    std::string message = f.kind + ": " + f.message;
+    if (s.findings.size() > 1)
+      message += " (and " + std::to_string(s.findings.size() - 1) + " more kind(s) of finding)";
+    return fail(err, make_error(f.code, message));
+  }
+  // Every entry's bytes are read, through one bounded buffer; parse_index
+  // has checked each row's range, dtype and shape x itemsize == len.
   std::uint64_t data_bytes = 0;
+  std::vector<std::byte> buf;
   for (const Entry& e : s.index.entries) {
-    auto v = decode_entry(blob, e);
-    if (!v) return fail(err, v.err());
+    if (int rc = read_entry(o, s, e, buf, err, [](auto) {})) return rc;
     data_bytes += e.len;
   }
   errno = 0;  // finish_report reads the reason of a failed write here

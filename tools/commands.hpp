@@ -11,11 +11,13 @@
 
 namespace blobpipe::cli {
 
-/// Prints the footer and index rows (text, or JSON with --json), with each
-/// entry's SHA-256 under --digest.
+/// Prints the footer, the layout findings (layout_check.hpp) and the index
+/// rows (text, or JSON with --json), with each entry's SHA-256 under
+/// --digest (entry bytes read through a 1 MiB buffer).
 int run_inspect(const options& o, std::ostream& out, std::ostream& err);
 
-/// Decodes every entry of the blob and prints a one-line summary.
+/// Fails (exit 2) on a layout finding, then reads every entry's bytes
+/// through a 1 MiB buffer and prints a one-line summary.
 int run_verify(const options& o, std::ostream& out, std::ostream& err);
 
 }  // namespace blobpipe::cli

@@ -1,5 +1,7 @@
 // tools/main.cpp — entry point of the `blobpipe` CLI (see `blobpipe --help`).
 #include <iostream>
+#include <new>
+#include <stdexcept>
 #include <variant>
 
 #include "tools/args.hpp"
@@ -28,9 +30,28 @@ int run(int argc, char** argv) {
   return exit_usage;
 }
 
+// run(), with an allocation that fails anywhere (a huge index's entries,
+// the report of millions of rows) ending in exit 2 and the usual one line,
+// `blobpipe: too_large: ...`, instead of std::terminate. The parsers
+// report their own (too_large) before this is needed.
+int run_within_memory(int argc, char** argv) {
+  const char* what = nullptr;
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    what = "out of memory";
+  } catch (const std::length_error&) {  // a size past what a container can hold
+    what = "out of memory (a size past what a container can hold)";
+  }
+  // Printed without allocating: the memory may still be short.
+  std::cerr << "blobpipe: too_large: " << what << " while processing the blob\n";
+  return blobpipe::cli::exit_invalid;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // A write error is an I/O failure: exit 3, `blobpipe: io: write error: ...`.
-  return blobpipe::cli::finish_stdout("blobpipe: io", run(argc, argv), blobpipe::cli::exit_io);
+  return blobpipe::cli::finish_stdout("blobpipe: io", run_within_memory(argc, argv),
+                                      blobpipe::cli::exit_io);
 }

@@ -30,19 +30,19 @@ class batch_check final : public checker {
     bytes_ += e.entry.len;
     auto k = parse_sample_key(e.entry.key);
     if (!k || static_cast<std::uint64_t>(k->idx) >= slots_.size()) {
-      problems_.add("unexpected key '" + e.entry.key + "'");
+      problems_.add("unexpected key " + blobpipe::quote(e.entry.key));
       return;
     }
     slot& s = slots_[static_cast<std::size_t>(k->idx)];
     if (s.got.test(k->field)) {
-      problems_.add(e.entry.key + ": arrived twice");
+      problems_.add(blobpipe::quote(e.entry.key) + ": arrived twice");
       return;
     }
     // Rebuild the sample the worker built (deterministic) once its first
     // entry arrives, and drop it when the sample is complete.
     if (!s.expected) s.expected = builder_->make(k->idx);
     if (auto why = compare(e, fields(*s.expected)[k->field])) {
-      problems_.add(e.entry.key + ": " + *why);
+      problems_.add(blobpipe::quote(e.entry.key) + ": " + *why);
       return;
     }
     s.got.set(k->field);

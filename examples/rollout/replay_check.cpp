@@ -35,7 +35,7 @@ class replay_check final : public checker {
     });
     if (cands.empty())
       problems_.add("blob " + blobpipe::tag_hex(e.tag) + " entry " + std::to_string(e.index) +
-                    " '" + e.entry.key + "': no file has this row with these bytes");
+                    " " + blobpipe::quote(e.entry.key) + ": no file has this row with these bytes");
   }
 
   void on_blob(std::size_t conn, const blobpipe::completed_blob& b,

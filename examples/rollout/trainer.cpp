@@ -4,6 +4,7 @@
 #include <iomanip>
 
 #include "examples/rollout/error_text.hpp"
+#include "examples/rollout/reporting.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -28,7 +29,9 @@ trainer::trainer(asio::any_io_executor ex, std::unique_ptr<blobpipe::listener> l
 
 asio::awaitable<bool> trainer::run() {
   auto self = shared_from_this();
-  asio::co_spawn(ex_, watchdog(self), asio::detached);
+  asio::co_spawn(ex_, reporting(watchdog(self), [self](std::string what) {
+                   self->problems_.add("watchdog: " + what);
+                 }), asio::detached);
 
   for (std::size_t conn = 0; accepting_ && conn < cfg_.connections; ++conn) {
     auto [ec, t] = co_await listener_->accept();
@@ -42,7 +45,11 @@ asio::awaitable<bool> trainer::run() {
     }
     ++accepted_;
     ++active_;
-    asio::co_spawn(ex_, consume(self, conn, std::move(t)), asio::detached);
+    // An exception that ends consume() (say, std::bad_alloc in the checker)
+    // is a connection problem like any other.
+    asio::co_spawn(ex_, reporting(consume(self, conn, std::move(t)), [self, conn](std::string what) {
+                     self->problems_.add("connection " + std::to_string(conn) + ": " + what);
+                   }), asio::detached);
   }
   accepting_ = false;
   listener_->close();
@@ -62,6 +69,17 @@ void trainer::stop_accepting() noexcept {
 
 asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_t conn,
                                        std::unique_ptr<blobpipe::transport> t) {
+  // However this coroutine ends, its stream's end or an exception, the
+  // connection leaves the books: no closer is left pointing at a consumer
+  // this frame destroyed, and run() stops waiting for it.
+  struct leave {
+    trainer& tr;
+    std::size_t conn;
+    ~leave() {
+      tr.closers_.erase(conn);
+      if (--tr.active_ == 0) tr.idle_.cancel();
+    }
+  } on_exit{*self, conn};
   blobpipe::transport* raw = t.get();  // alive until start() returns
   self->closers_[conn] = [raw] { raw->close(); };
   auto [ec, c] = co_await blobpipe::consumer::start(std::move(t));
@@ -73,8 +91,6 @@ asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_
     self->closers_[conn] = [&c] { c.close(); };
     co_await self->drain(conn, c);
   }
-  self->closers_.erase(conn);
-  if (--self->active_ == 0) self->idle_.cancel();
 }
 
 // One connection's events, in order, until its end of stream. Each event

@@ -10,9 +10,12 @@
 #pragma once
 
 #include <cassert>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -136,6 +139,32 @@ class [[nodiscard]] result<void> {
 inline error make_error(errc c, std::string msg) {
   return error{make_error_code(c), std::move(msg)};
 }
+
+/// The error for an allocation that failed (std::bad_alloc caught):
+/// too_large, "`what` (`bytes` bytes)", built inside so that a second
+/// failure while building it leaves the short "out of memory" (which needs
+/// no allocation of its own) instead of an exception.
+error allocation_error(const char* what, std::uint64_t bytes) noexcept;
+
+/// Bytes of an untrusted text (a key, a dtype name) that `quote` shows by
+/// default.
+inline constexpr std::size_t quote_max_bytes = 64;
+
+/// `text` as it goes into a message or onto a terminal, one line that can
+/// change nothing on the screen: in single quotes, with `\` and `'`
+/// escaped as `\\` and `\'`; newline, tab and carriage return as `\n`,
+/// `\t`, `\r`; other control characters (C0 and DEL) and bytes that are
+/// not part of valid UTF-8 as `\xHH`; the C1 controls (U+0080..U+009F) and
+/// the bidirectional overrides and isolates (U+202A..U+202E,
+/// U+2066..U+2069) as `\uHHHH`. Other UTF-8 is kept as it is. At most
+/// `max_bytes` bytes of `text` are shown (never half a character); a
+/// longer text gets "..." after the closing quote.
+///
+///   quote("a\x1b[2Jb")   // "'a\\x1b[2Jb'"
+///
+/// Every message that names a key or another string from the bytes goes
+/// through this function (the library's errors, the CLI, the examples).
+std::string quote(std::string_view text, std::size_t max_bytes = quote_max_bytes);
 
 }  // namespace blobpipe
 

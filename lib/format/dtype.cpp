@@ -50,9 +50,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 8> torch_ali
 }};
 
 error unknown(std::string_view what, std::string_view name) {
-  // Names come from untrusted bytes: cap what goes into the message.
-  std::string shown(name.substr(0, 64));
-  return make_error(errc::unknown_dtype, std::string(what) + " '" + shown + "'");
+  // Names come from untrusted bytes: quote() caps and escapes them.
+  return make_error(errc::unknown_dtype, std::string(what) + " " + quote(name));
 }
 
 bool is_datetime_unit(std::string_view u) {
@@ -187,7 +186,7 @@ result<dtype> parse_dtype(char kind, std::string_view name) {
   if (kind == KIND_TENSOR) return parse_torch_dtype(name);
   if (kind == KIND_NDARRAY) return parse_numpy_dtype(name);
   return make_error(errc::unknown_kind,
-                    std::string("no dtype for entry kind '") + kind + "'");
+                    "no dtype for entry kind " + quote(std::string_view(&kind, 1)));
 }
 
 }  // namespace blobpipe

@@ -2,10 +2,11 @@
 
 #include <msgpack.hpp>
 
+#include <new>
+
 #include "blobpipe/format/dtype.hpp"
 #include "checked.hpp"
 #include "entry_codec.hpp"
-#include "msgpack_bounded.hpp"
 
 namespace blobpipe {
 namespace detail {
@@ -36,52 +37,58 @@ void pack_shape(msgpack::packer<msgpack::sbuffer>& pk, const Entry& e, bool nil_
   }
 }
 
-result<shape_t> read_shape(const msgpack::object& o, std::string_view where) {
-  if (o.type != msgpack::type::ARRAY)
-    return make_error(errc::malformed_index, std::string(where) + ": shape is not an array");
-  if (o.via.array.size > max_dims)
-    return make_error(errc::malformed_index, std::string(where) + ": shape has " +
-                                                 std::to_string(o.via.array.size) +
-                                                 " dims (max 64)");
-  shape_t shape;
-  shape.reserve(o.via.array.size);
-  for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
-    auto d = as_uint(o.via.array.ptr[i]);
+std::string field_source::text() const {
+  return row == SIZE_MAX ? std::string(what) : std::string(what) + " " + std::to_string(row);
+}
+
+namespace {
+
+// Reads a shape array: at most max_dims dims, each an int in [0, 2^62].
+// The dims go into `out`, or nowhere when it is null (a pickle's shape is
+// checked, then ignored).
+result<void> read_shape(msgpack_reader& r, shape_t* out, const field_source& at) {
+  auto n = r.array_header();
+  if (!n) return make_error(errc::malformed_index, at.text() + ": shape is not an array");
+  if (*n > max_dims)
+    return make_error(errc::malformed_index,
+                      at.text() + ": shape has " + std::to_string(*n) + " dims (max 64)");
+  if (out) out->reserve(*n);  // at most max_dims
+  for (std::uint32_t i = 0; i < *n; ++i) {
+    auto d = r.uint();
     // Dims above 2^62 cannot describe real memory; refusing them keeps
     // int64 shape arithmetic exact.
     if (!d || *d > (std::uint64_t{1} << 62))
       return make_error(errc::malformed_index,
-                        std::string(where) + ": shape dim is not a non-negative integer");
-    shape.push_back(static_cast<std::int64_t>(*d));
-  }
-  return shape;
-}
-
-result<void> read_kind_dtype_shape(const msgpack::object& kind, const msgpack::object& dt,
-                                   const msgpack::object& shape, Entry& e,
-                                   std::string_view where) {
-  auto k = as_str(kind);
-  if (!k) return make_error(errc::malformed_index, std::string(where) + ": kind is not a str");
-  if (k->size() != 1 || !is_known_kind((*k)[0]))
-    return make_error(errc::unknown_kind,
-                      std::string(where) + ": kind '" + std::string(k->substr(0, 16)) +
-                          "' is not t, n or p");
-  e.kind = (*k)[0];
-  if (dt.type == msgpack::type::NIL) {
-    e.dtype.reset();
-  } else if (auto s = as_str(dt)) {
-    e.dtype = std::string(*s);
-  } else {
-    return make_error(errc::malformed_index, std::string(where) + ": dtype is not a str or nil");
-  }
-  if (shape.type == msgpack::type::NIL) {
-    e.shape.reset();
-  } else {
-    auto s = read_shape(shape, where);
-    if (!s) return s.err();
-    e.shape = std::move(*s);
+                        at.text() + ": shape dim is not a non-negative integer");
+    if (out) out->push_back(static_cast<std::int64_t>(*d));
   }
   return {};
+}
+
+}  // namespace
+
+result<void> read_kind_dtype_shape(msgpack_reader& kind, msgpack_reader& dt,
+                                   msgpack_reader& shape, Entry& e, const field_source& at) {
+  auto k = kind.str();
+  if (!k) return make_error(errc::malformed_index, at.text() + ": kind is not a str");
+  if (k->size() != 1 || !is_known_kind((*k)[0]))
+    return make_error(errc::unknown_kind,
+                      at.text() + ": kind " + quote(*k, 16) + " is not t, n or p");
+  e.kind = (*k)[0];
+  // A pickle is opaque bytes: the reference's decode_entry never looks at
+  // its dtype or shape, and never writes either, so we drop them.
+  const bool keep = e.kind != KIND_PICKLE;
+  e.dtype.reset();
+  if (!dt.nil()) {
+    auto s = dt.str();
+    if (!s) return make_error(errc::malformed_index, at.text() + ": dtype is not a str or nil");
+    if (keep) e.dtype.emplace(*s);
+  }
+  e.shape.reset();
+  if (shape.nil()) return {};
+  if (!keep) return read_shape(shape, nullptr, at);  // checked, then dropped
+  e.shape.emplace();
+  return read_shape(shape, &*e.shape, at);
 }
 
 }  // namespace detail
@@ -109,45 +116,63 @@ std::vector<std::byte> Entry::meta() const {
   return {p, p + buf.size()};
 }
 
-result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
-  auto oh = detail::unpack_bounded(m, 3, "entry meta");
-  if (!oh) return oh.err();
-  const msgpack::object& o = oh->get();
-  if (o.type != msgpack::type::MAP || o.via.map.size != 5)
-    return make_error(errc::malformed_index, "entry meta is not a map of 5 fields");
-  const msgpack::object* f[5] = {};  // o, n, k, d, s
+namespace {
+
+result<Entry> read_meta(std::string key, std::span<const std::byte> m) {
+  auto malformed = [](const char* why) {
+    return make_error(errc::malformed_index, std::string("entry meta") + why);
+  };
+  // Pass 1, over the bytes as they are: a map of five fields named o, n,
+  // k, d, s, each value well-formed msgpack (nested at most three deep
+  // counting the map, as before), nothing after it. Each field's bytes are
+  // kept to read in pass 2.
+  detail::msgpack_reader r(m);
+  auto pairs = r.map_header();
+  if (!pairs || *pairs != 5) return malformed(" is not a map of 5 fields");
   static constexpr std::string_view names = "onkds";
+  std::span<const std::byte> field[5] = {};  // o, n, k, d, s: the value onward
   for (std::uint32_t i = 0; i < 5; ++i) {
-    const auto& kv = o.via.map.ptr[i];
-    auto name = detail::as_str(kv.key);
-    std::size_t slot = name && name->size() == 1 ? names.find((*name)[0]) : names.npos;
-    if (slot == names.npos || f[slot])
-      return make_error(errc::malformed_index, "entry meta has an unknown or repeated field");
-    f[slot] = &kv.val;
+    auto name = r.str();
+    const std::size_t slot = name && name->size() == 1 ? names.find((*name)[0]) : names.npos;
+    if (slot == names.npos || !field[slot].empty())
+      return malformed(" has an unknown or repeated field");
+    field[slot] = r.rest();
+    if (!r.skip(2)) return malformed(": not valid msgpack");
   }
+  if (!r.at_end()) return malformed(": trailing bytes after the map");
+
+  // Pass 2, field by field, in the order the checks have always run.
   Entry e;
   e.key = std::move(key);
-  auto off = detail::as_uint(*f[0]);
-  auto len = detail::as_uint(*f[1]);
-  if (!off || !len)
-    return make_error(errc::malformed_index, "entry meta: o and n must be non-negative integers");
+  detail::msgpack_reader o(field[0]), n(field[1]), k(field[2]), d(field[3]), s(field[4]);
+  auto off = o.uint();
+  auto len = n.uint();
+  if (!off || !len) return malformed(": o and n must be non-negative integers");
   e.off = *off;
   e.len = *len;
-  // Unlike an index row, the meta map always carries "s" as an array.
-  if (f[4]->type != msgpack::type::ARRAY)
-    return make_error(errc::malformed_index, "entry meta: s must be an array");
-  if (auto r = detail::read_kind_dtype_shape(*f[2], *f[3], *f[4], e, "entry meta"); !r)
-    return r.err();
-  // The meta map spells "no shape" as []; a pickle has none.
-  if (e.kind == KIND_PICKLE && e.shape && e.shape->empty()) e.shape.reset();
+  // Unlike an index row, the meta map always carries "s" as an array
+  // ([] when there is no shape).
+  if (!s.peek_array()) return malformed(": s must be an array");
+  if (auto r2 = detail::read_kind_dtype_shape(k, d, s, e, {"entry meta"}); !r2) return r2.err();
   return e;
 }
 
+}  // namespace
+
+result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
+  try {
+    return read_meta(std::move(key), m);
+  } catch (const std::bad_alloc&) {  // the dtype and shape (at most 64 dims)
+    return allocation_error("out of memory for an entry meta", m.size());
+  }
+}
+
 result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
-  auto where = [&] { return "entry '" + e.key.substr(0, 64) + "'"; };
+  auto where = [&] { return "entry " + quote(e.key); };
   if (!is_known_kind(e.kind))
-    return make_error(errc::unknown_kind,
-                      where() + ": kind '" + std::string(1, e.kind) + "' is not t, n or p");
+    return make_error(errc::unknown_kind, where() + ": kind " +
+                                              quote(std::string_view(&e.kind, 1)) +
+                                              " is not t, n or p");
   auto end = detail::checked_add(e.off, e.len);
   if (!end || *end > data_end)
     return make_error(errc::entry_out_of_range,
@@ -165,17 +190,14 @@ result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
                          ? parse_torch_dtype("float32")
                          : result<dtype>(errc::unknown_dtype, where() + ": ndarray row has no dtype");
   if (!dt) return dt.err();
-  std::uint64_t bytes = dt->itemsize;
   if (e.shape) {
-    for (std::int64_t d : *e.shape) {
-      auto m = d < 0 ? std::nullopt : detail::checked_mul(bytes, static_cast<std::uint64_t>(d));
-      if (!m)
-        return make_error(errc::shape_mismatch, where() + ": shape overflows 64 bits");
-      bytes = *m;
-    }
-    if (bytes != e.len)
+    auto size = detail::checked_shape_size(*e.shape, dt->itemsize);
+    if (!size)
       return make_error(errc::shape_mismatch,
-                        where() + ": shape x itemsize is " + std::to_string(bytes) +
+                        where() + ": shape is negative or overflows 64 bits");
+    if (size->nbytes != e.len)
+      return make_error(errc::shape_mismatch,
+                        where() + ": shape x itemsize is " + std::to_string(size->nbytes) +
                             " bytes but len is " + std::to_string(e.len));
   } else if (dt->itemsize == 0 ? e.len != 0 : e.len % dt->itemsize != 0) {
     // No shape: read as 1-d, which needs a whole number of elements.

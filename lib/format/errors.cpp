@@ -1,5 +1,8 @@
 #include "blobpipe/errors.hpp"
 
+#include <algorithm>
+#include <new>
+
 namespace blobpipe {
 namespace {
 
@@ -67,6 +70,90 @@ const char* errc_name(errc e) noexcept {
 const char* errc_name(std::error_code ec) noexcept {
   if (ec.category() != category()) return "unknown";
   return errc_name(static_cast<errc>(ec.value()));
+}
+
+error allocation_error(const char* what, std::uint64_t bytes) noexcept {
+  try {
+    return make_error(errc::too_large,
+                      std::string(what) + " (" + std::to_string(bytes) + " bytes)");
+  } catch (const std::bad_alloc&) {
+    static_assert(sizeof("out of memory") <= 16, "fits std::string's inline buffer");
+    return error{make_error_code(errc::too_large), "out of memory"};
+  }
+}
+
+namespace {
+
+// Length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629:
+// no overlong forms, no surrogates, nothing above U+10FFFF) and its code
+// point; 0 when there is none.
+std::size_t utf8_sequence(std::string_view s, char32_t& cp) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = b(0);
+  std::size_t n;
+  char32_t min;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2, cp = c & 0x1f, min = 0x80;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3, cp = c & 0x0f, min = 0x800;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((b(i) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+// Characters a terminal acts on rather than shows.
+bool is_unicode_control(char32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
+std::string quote(std::string_view text, std::size_t max_bytes) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 2);
+  out += '\'';
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    char32_t cp = c;
+    const std::size_t n = c < 0x80 ? 1 : utf8_sequence(text.substr(i), cp);
+    const std::size_t len = std::max<std::size_t>(n, 1);  // a lone bad byte: 1
+    if (i + len > max_bytes) break;
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (n == 0 || c < 0x20 || c == 0x7f) {  // not UTF-8, or a C0 control
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else if (is_unicode_control(cp)) {
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += hex[(cp >> shift) & 15];
+    } else {
+      out.append(text.substr(i, n));
+    }
+    i += len;
+  }
+  out += '\'';
+  if (i < text.size()) out += "...";
+  return out;
 }
 
 }  // namespace blobpipe

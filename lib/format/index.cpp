@@ -15,34 +15,40 @@
 #include "entry_codec.hpp"
 #include "lib/format/le.hpp"
 #include "msgpack_bounded.hpp"
+#include "msgpack_reader.hpp"
 
 namespace blobpipe {
 namespace {
 
 // Index depth: the array of rows, each row, each row's shape.
 constexpr std::size_t index_depth = 3;
+constexpr std::uint32_t row_fields = 6;
 
-result<Entry> parse_row(const msgpack::object& row, std::size_t i) {
-  const std::string where = "index row " + std::to_string(i);
-  if (row.type != msgpack::type::ARRAY)
-    return make_error(errc::malformed_index, where + " is not an array");
-  if (row.via.array.size != 6)
-    return make_error(errc::malformed_index, where + " has " +
-                                                 std::to_string(row.via.array.size) +
-                                                 " fields, expected 6");
-  const msgpack::object* f = row.via.array.ptr;
-  Entry e;
-  auto key = detail::as_str(f[0]);
-  auto off = detail::as_uint(f[1]);
-  auto len = detail::as_uint(f[2]);
-  if (!key || !off || !len)
+// Reads the header of row `i`, which must be an array of six fields.
+result<void> read_row_header(detail::msgpack_reader& r, std::size_t i) {
+  auto where = [i] { return detail::field_source{"index row", i}.text(); };
+  if (!r.peek_array()) return make_error(errc::malformed_index, where() + " is not an array");
+  const std::uint32_t fields = *r.array_header();  // scanned: the elements are there
+  if (fields != row_fields)
     return make_error(errc::malformed_index,
-                      where + ": key must be a str, off and len non-negative integers");
-  e.key = std::string(*key);
+                      where() + " has " + std::to_string(fields) + " fields, expected 6");
+  return {};
+}
+
+// Reads the six fields of row `i` [key, off, len, kind, dtype, shape] into
+// `e`, checking their types in the documented order.
+result<void> read_row_fields(detail::msgpack_reader& r, std::size_t i, Entry& e) {
+  const detail::field_source at{"index row", i};
+  auto key = r.str();
+  auto off = key ? r.uint() : std::nullopt;
+  auto len = off ? r.uint() : std::nullopt;
+  if (!len)
+    return make_error(errc::malformed_index,
+                      at.text() + ": key must be a str, off and len non-negative integers");
+  e.key.assign(*key);
   e.off = *off;
   e.len = *len;
-  if (auto r = detail::read_kind_dtype_shape(f[3], f[4], f[5], e, where); !r) return r.err();
-  return e;
+  return detail::read_kind_dtype_shape(r, r, r, e, at);
 }
 
 // Checks that [index_off, index_off + index_len) lies inside the blob and
@@ -121,21 +127,50 @@ double complex_part(const entry_view& v, std::uint64_t i) {
 
 }  // namespace
 
-result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end) {
-  auto oh = detail::unpack_bounded(index, index_depth, "index");
-  if (!oh) return oh.err();
-  const msgpack::object& root = oh->get();
-  if (root.type != msgpack::type::ARRAY)
-    return make_error(errc::malformed_index, "index is not a msgpack array");
+namespace {
+
+result<std::vector<Entry>> parse_rows(std::span<const std::byte> index, std::uint64_t data_end,
+                                      std::size_t max_rows) {
+  // A declared row count over the caller's bound fails before any scan.
+  detail::msgpack_reader r(index);
+  if (r.peek_array()) {
+    detail::msgpack_reader head = r;
+    if (auto n = head.array_header(); n && *n > max_rows)
+      return make_error(errc::malformed_index, "index has " + std::to_string(*n) +
+                                                   " rows, more than the " +
+                                                   std::to_string(max_rows) + " allowed");
+  }
+  // Pass 1: the whole index is well-formed msgpack within its limits, and
+  // how many rows (arrays of six) it holds before anything else.
+  auto proven = detail::scan_bounded(index, index_depth, row_fields, "index");
+  if (!proven) return proven.err();
+  auto rows = r.array_header();
+  if (!rows) return make_error(errc::malformed_index, "index is not a msgpack array");
+  // Pass 2, row by row. Reserve only the rows the bytes hold, never the
+  // count the header claims: the first row that is not an array of six
+  // fails read_row_header, so the vector never grows past the reserve.
   std::vector<Entry> entries;
-  entries.reserve(root.via.array.size);  // bounded by index.size() via unpack_bounded
-  for (std::uint32_t i = 0; i < root.via.array.size; ++i) {
-    auto e = parse_row(root.via.array.ptr[i], i);
-    if (!e) return e.err();
-    if (auto r = validate_entry(*e, data_end); !r) return r.err();
-    entries.push_back(std::move(*e));
+  entries.reserve(*proven);
+  for (std::uint32_t i = 0; i < *rows; ++i) {
+    if (auto ok = read_row_header(r, i); !ok) return ok.err();
+    Entry& e = entries.emplace_back();
+    if (auto ok = read_row_fields(r, i, e); !ok) return ok.err();
+    if (auto ok = validate_entry(e, data_end); !ok) return ok.err();
   }
   return entries;
+}
+
+}  // namespace
+
+result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::uint64_t data_end,
+                                       std::size_t max_rows) {
+  // The rows' memory is bounded by the index size (see index.hpp), but a
+  // large index can still exceed what this process may allocate.
+  try {
+    return parse_rows(index, data_end, max_rows);
+  } catch (const std::bad_alloc&) {
+    return allocation_error("out of memory for the entries of an index", index.size());
+  }
 }
 
 result<blob_index> read_index(std::span<const std::byte> blob) {
@@ -189,8 +224,7 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   try {
     index.resize(f->index_len);
   } catch (const std::bad_alloc&) {
-    return make_error(errc::too_large, "cannot allocate " + std::to_string(f->index_len) +
-                                           " bytes for the index");
+    return allocation_error("out of memory for the index", f->index_len);
   }
   if (auto r = read_at(off + f->index_off, index); !r) return r.err();
   auto entries = parse_index(index, f->index_off);
@@ -213,7 +247,8 @@ const char* special_file_kind(mode_t mode) {
 
 result<file_ptr> open_blob_file(const std::string& path) {
   auto os_error = [&](const char* what) {
-    return make_error(errc::io, std::string(what) + " '" + path + "': " + std::strerror(errno));
+    return make_error(errc::io,
+                      std::string(what) + " " + quote(path, SIZE_MAX) + ": " + std::strerror(errno));
   };
   // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer,
   // possibly forever, before fstat could refuse it.
@@ -227,10 +262,10 @@ result<file_ptr> open_blob_file(const std::string& path) {
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return os_error("cannot stat");
-  if (S_ISDIR(st.st_mode)) return make_error(errc::io, "'" + path + "' is a directory");
+  if (S_ISDIR(st.st_mode)) return make_error(errc::io, quote(path, SIZE_MAX) + " is a directory");
   if (!S_ISREG(st.st_mode))
     return make_error(errc::io,
-                      "'" + path + "' is " + special_file_kind(st.st_mode) +
+                      quote(path, SIZE_MAX) + " is " + special_file_kind(st.st_mode) +
                           ", not a regular file; the footer is at the blob's end, so the file "
                           "must be seekable (save a piped blob to a file first)");
   // Back to blocking reads, as fopen would have opened it.
@@ -249,7 +284,7 @@ result<blob_index> read_index_file(const std::string& path, std::uint64_t off,
 result<entry_view> view_entry(const Entry& e, std::span<const std::byte> entry_bytes) {
   if (entry_bytes.size() != e.len)
     return make_error(errc::entry_out_of_range,
-                      "entry '" + e.key.substr(0, 64) + "' has " +
+                      "entry " + quote(e.key) + " has " +
                           std::to_string(entry_bytes.size()) + " bytes, index says " +
                           std::to_string(e.len));
   // Validate as if the entry sat at offset 0 of a region exactly its size.
@@ -276,16 +311,14 @@ result<entry_view> decode_entry(std::span<const std::byte> blob, const Entry& e)
   auto end = detail::checked_add(e.off, e.len);
   if (!end || *end > blob.size())
     return make_error(errc::entry_out_of_range,
-                      "entry '" + e.key.substr(0, 64) + "' [" + std::to_string(e.off) + ", +" +
+                      "entry " + quote(e.key) + " [" + std::to_string(e.off) + ", +" +
                           std::to_string(e.len) + ") runs past the blob's " +
                           std::to_string(blob.size()) + " bytes");
   return view_entry(e, blob.subspan(e.off, e.len));
 }
 
 std::uint64_t entry_view::numel() const noexcept {
-  std::uint64_t n = 1;
-  for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
-  return n;
+  return detail::checked_product(shape, 1).value_or(UINT64_MAX);
 }
 
 namespace detail {
@@ -336,7 +369,7 @@ result<double> entry_view::as_double(std::uint64_t i) const {
       return complex_part<double>(*this, i);
     default:
       return make_error(errc::invalid_argument,
-                        "dtype '" + type.name + "' has no numeric value");
+                        "dtype " + quote(type.name) + " has no numeric value");
   }
 }
 

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::uint64_t v3_limit = std::uint64_t{1} << 32;  // u32 footer fields
 
-std::string describe(const std::string& key) { return "value '" + key.substr(0, 64) + "'"; }
+std::string describe(const std::string& key) { return "value " + quote(key); }
 
 // True when `strides` (elements) are C-contiguous for `shape`; dims of
 // extent 1 may have any stride, as in torch's is_contiguous().
@@ -80,20 +80,17 @@ result<planned_entry> plan_entry(std::string key, value v, std::uint64_t off) {
     if (!v.strides.empty() && v.strides.size() != v.shape.size())
       return make_error(errc::invalid_argument,
                         describe(pe.entry.key) + ": strides rank differs from shape rank");
-    std::uint64_t len = dt->itemsize;
-    for (std::int64_t d : v.shape) {
-      auto m = d < 0 ? std::nullopt : detail::checked_mul(len, static_cast<std::uint64_t>(d));
-      if (!m)
-        return make_error(errc::invalid_argument,
-                          describe(pe.entry.key) + ": negative dim or size overflow");
-      len = *m;
-    }
-    pe.entry.len = len;
+    auto size = detail::checked_shape_size(v.shape, dt->itemsize);
+    if (!size)
+      return make_error(errc::invalid_argument,
+                        describe(pe.entry.key) + ": negative dim or size overflow");
+    pe.entry.len = size->nbytes;
     pe.entry.shape = v.shape;
     pe.contiguous = is_c_contiguous(v.shape, v.strides);
   } else {
-    return make_error(errc::unknown_kind, describe(pe.entry.key) + ": kind '" +
-                                              std::string(1, v.kind) + "' is not t, n or p");
+    return make_error(errc::unknown_kind, describe(pe.entry.key) + ": kind " +
+                                              quote(std::string_view(&v.kind, 1)) +
+                                              " is not t, n or p");
   }
   if (pe.entry.len > 0 && v.data == nullptr)
     return make_error(errc::invalid_argument,
@@ -211,7 +208,7 @@ result<BlobPlan> plan(std::initializer_list<std::string> keys,
 result<void> write_entry(const planned_entry& pe, std::span<std::byte> out) {
   if (out.size() != pe.entry.len)
     return make_error(errc::buffer_too_small,
-                      "entry '" + pe.entry.key.substr(0, 64) + "' needs exactly " +
+                      "entry " + quote(pe.entry.key) + " needs exactly " +
                           std::to_string(pe.entry.len) + " bytes, got " +
                           std::to_string(out.size()));
   if (pe.entry.len == 0) return {};
@@ -219,8 +216,8 @@ result<void> write_entry(const planned_entry& pe, std::span<std::byte> out) {
   // sender's staging path (docs/cuda.md).
   if (pe.source.memory == memory_kind::cuda_device)
     return make_error(errc::invalid_argument,
-                      "entry '" + pe.entry.key.substr(0, 64) +
-                          "' is in CUDA device memory; write() reads host memory only");
+                      "entry " + quote(pe.entry.key) +
+                          " is in CUDA device memory; write() reads host memory only");
   if (pe.contiguous)
     std::memcpy(out.data(), pe.source.data, out.size());
   else

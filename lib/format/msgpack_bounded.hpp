@@ -1,31 +1,27 @@
-// Bounded msgpack parsing: the one place that turns untrusted msgpack bytes
-// into objects. Limits scale with the input size so a declared length can
-// never make msgpack-cxx allocate more than the bytes present justify, and
-// every msgpack exception becomes `malformed_index`.
+// Bounded msgpack scanning: the one place that checks untrusted msgpack
+// bytes as a whole. msgpack-cxx's parser runs over them with a visitor that
+// builds nothing: sizes are capped at the input length, nesting at a depth,
+// and every msgpack failure becomes `malformed_index`. Readers then take
+// the values they want with msgpack_reader.hpp, row by row.
 #pragma once
-
-#include <msgpack.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include "blobpipe/errors.hpp"
 
 namespace blobpipe::detail {
 
-/// Unpacks exactly one msgpack object spanning all of `bytes`, with array,
-/// map, str and bin sizes capped at bytes.size() and nesting at `max_depth`.
+/// Checks that `bytes` hold exactly one well-formed msgpack value, with
+/// array, map, str, bin and ext sizes capped at bytes.size() and containers
+/// nested at most `max_depth` deep. Returns how many leading elements of the
+/// outermost value are arrays of exactly `row_fields` elements (0 when it
+/// is not an array): a count of rows the bytes have proven, safe to reserve.
+/// Memory: constant (msgpack-cxx's parse stack, a few hundred bytes).
 /// Errors: malformed_index (not msgpack, limits exceeded, trailing bytes).
-result<msgpack::object_handle> unpack_bounded(std::span<const std::byte> bytes,
-                                              std::size_t max_depth,
-                                              std::string_view what);
-
-/// Typed field readers over an unpacked object; nullopt on a type mismatch.
-std::optional<std::uint64_t> as_uint(const msgpack::object& o) noexcept;
-std::optional<std::string_view> as_str(const msgpack::object& o) noexcept;
+result<std::uint32_t> scan_bounded(std::span<const std::byte> bytes, std::size_t max_depth,
+                                   std::uint32_t row_fields, std::string_view what);
 
 }  // namespace blobpipe::detail

@@ -184,15 +184,15 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
         lease->device = *buf;
         b.device = std::move(*buf);
       } else {
-        abort_blob(*this, b, buf.code(), "entry '" + e.key.substr(0, 64) + "': " + buf.message());
+        abort_blob(*this, b, buf.code(), "entry " + quote(e.key) + ": " + buf.message());
       }
     }
     if (!b.discard) {
       bool reused = false;
       lease->own = recycled->acquire(e.len, reused);
       if (!lease->own && e.len != 0)
-        return make_error(errc::too_large, "cannot allocate " + num(e.len) + " bytes for entry '" +
-                                           e.key.substr(0, 64) + "'");
+        return make_error(errc::too_large, "cannot allocate " + num(e.len) + " bytes for entry " +
+                                           quote(e.key));
       if (reused) ++stats.buffers_reused;
       dest = lease->own.get();
     }
@@ -216,7 +216,7 @@ status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
   at_zero.off = 0;
   const auto bytes = cur->view.bytes;
   auto v = decode_entry(bytes, at_zero);
-  if (!v) return violation("entry '" + cur->entry.key.substr(0, 64) + "': " + v.message());
+  if (!v) return violation("entry " + quote(cur->entry.key) + ": " + v.message());
   cur->view = std::move(*v);
   cur->view.entry = &cur->entry;
   if (b.file.fd >= 0 && opt.assemble == assemble_mode::file) {

@@ -51,7 +51,7 @@ asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state>
   // connection can. Tell the consumer why.
   b.last_error = r.message();
   b.ended = true;
-  frame_abort(*q, id, "entry '" + pe.entry.key.substr(0, 64) + "': " + r.message());
+  frame_abort(*q, id, "entry " + quote(pe.entry.key) + ": " + r.message());
   co_return r.code();
 }
 

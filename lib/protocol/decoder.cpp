@@ -40,24 +40,6 @@ std::string_view as_text(std::span<const std::byte> b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-/// A key for a message: its first 64 bytes, control bytes escaped, since
-/// keys come from the peer and go into logs and terminals.
-std::string key_text(std::string_view key) {
-  std::string out;
-  for (unsigned char c : key.substr(0, 64)) {
-    if (c < 0x20 || c == 0x7f) {
-      static const char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (key.size() > 64) out += "...";
-  return out;
-}
-
 /// The most bytes any msgpack encoding of row `e` takes (every header and
 /// integer at its widest), so a tail longer than the rows announced could
 /// fill is refused before a byte of it is buffered.
@@ -300,11 +282,11 @@ result<void> decoder::check_header(const frame_header& h) {
       const Entry& e = b->current;
       const std::uint64_t expect = e.off + b->received;
       if (h.arg != expect)
-        return violation("data: offset " + num(h.arg) + " for entry '" + key_text(e.key) + "' [" +
+        return violation("data: offset " + num(h.arg) + " for entry " + quote(e.key) + " [" +
                          num(e.off) + ", " + num(e.off + e.len) + "), expected " + num(expect));
       if (h.length > e.len - b->received)
-        return violation("data: chunk runs past the end of entry '" + key_text(e.key) +
-                         "' (offset " + num(h.arg) + " + " + num(h.length) + " > " +
+        return violation("data: chunk runs past the end of entry " + quote(e.key) +
+                         " (offset " + num(h.arg) + " + " + num(h.length) + " > " +
                          num(e.off + e.len) + ")");
       cur_blob_ = b;
       return start_payload(sink::entry);
@@ -314,7 +296,7 @@ result<void> decoder::check_header(const frame_header& h) {
       open_blob* b = find(h.blob_id);
       if (!b) return violation("tail for unknown blob " + num(h.blob_id));
       if (b->entry_open)
-        return violation("tail before entry '" + key_text(b->current.key) + "' was complete");
+        return violation("tail before entry " + quote(b->current.key) + " was complete");
       if (h.length < FOOTER_SIZE + 1 || h.length > limits_.max_tail_bytes)
         return violation("tail: " + num(h.length) + " bytes not in [33, " +
                          num(limits_.max_tail_bytes) + "]");
@@ -394,15 +376,15 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   auto e = Entry::from_meta(std::string(eb->key), eb->meta);
   if (!e) return violation("entry_begin meta: " + e.message());
   if (auto r = validate_entry(*e, limits_.max_blob_bytes); !r)
-    return violation("entry '" + key_text(e->key) + "': " + r.message());
+    return violation("entry " + quote(e->key) + ": " + r.message());
   if (e->off != b.data_end)
-    return violation("entry '" + key_text(e->key) + "': offset " + num(e->off) + ", expected " +
+    return violation("entry " + quote(e->key) + ": offset " + num(e->off) + ", expected " +
                      num(b.data_end));
   if (e->len > limits_.max_entry_bytes)
-    return violation("entry '" + key_text(e->key) + "': " + num(e->len) +
+    return violation("entry " + quote(e->key) + ": " + num(e->len) +
                      " bytes exceed max_entry_bytes " + num(limits_.max_entry_bytes));
   if (has_inline && eb->inline_bytes.size() != e->len)
-    return violation("entry '" + key_text(e->key) + "': " + num(eb->inline_bytes.size()) +
+    return violation("entry " + quote(e->key) + ": " + num(eb->inline_bytes.size()) +
                      " inline bytes for an entry of " + num(e->len));
   const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
   if (auto r = check_window(credit, "entry"); !r) return r;
@@ -450,9 +432,11 @@ result<void> decoder::on_tail(std::span<const std::byte> tail) {
   if (f->tag != b.tag) return violation("tail: footer tag differs from blob_begin's");
   const auto index = tail.first(f->index_len);
   // The rows were not kept: the index must digest, row by row in
-  // canonical form, to what the entries announced did. (Its length was
-  // bounded by the rows announced when the tail was admitted.)
-  auto rows = parse_index(index, b.data_end);
+  // canonical form, to what the entries announced did. Its length was
+  // bounded by the rows announced when the tail was admitted, and an index
+  // declaring more rows than were announced is refused before a row is
+  // read.
+  auto rows = parse_index(index, b.data_end, b.entries);
   if (!rows) return violation("tail: " + rows.message());
   if (rows->size() != b.entries)
     return violation("tail: index has " + num(rows->size()) + " rows, " + num(b.entries) +

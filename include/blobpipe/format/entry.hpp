@@ -36,9 +36,13 @@ struct Entry {
   std::vector<std::byte> meta() const;
 
   /// Parses a meta map produced by `meta()`; the key travels separately.
-  /// Bounded: at most `max_dims` dims, nesting depth 2.
+  /// Bounded: at most `max_dims` dims, nesting depth 3 counting the map.
+  /// Reads the bytes in place: allocates nothing beyond the Entry's own
+  /// dtype and shape (the key is moved in). A 'p' meta keeps no dtype or
+  /// shape (docs/format.md).
   /// Errors: malformed_index (not a map of the right field types),
-  /// unknown_kind. Dtypes and lengths are checked by `validate_entry`.
+  /// unknown_kind, too_large (allocation failed). Dtypes and lengths are
+  /// checked by `validate_entry`.
   [[nodiscard]] static result<Entry> from_meta(std::string key,
                                                std::span<const std::byte> m);
 

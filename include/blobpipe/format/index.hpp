@@ -42,15 +42,31 @@ struct blob_index {
 };
 
 /// Parses an index (the msgpack bytes alone) into entries and validates
-/// each against the data region [0, data_end).
-/// Errors: malformed_index, entry_out_of_range, shape_mismatch,
-/// unknown_kind, unknown_dtype.
+/// each against the data region [0, data_end). `max_rows` bounds the row
+/// count the index's array header declares, checked before anything else
+/// is read (a streaming consumer passes the entries it has seen).
+///
+/// Memory: the index is read in place, row by row; no msgpack object tree
+/// is built and nothing is reserved from a count the bytes have not proven.
+/// At most 19 x index.size() + 4 KiB is allocated (requested bytes, the
+/// returned vector included): the vector holds at most one 128-byte Entry
+/// per 7 index bytes (the smallest row), and a row's own heap (key and
+/// dtype past 15 bytes, 8 bytes per shape dim) is at most 8 bytes per byte
+/// of that row. test/parse_memory_test.cpp checks the bound with a
+/// counting allocator.
+///
+/// Errors: malformed_index (also: more rows than max_rows),
+/// entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype,
+/// too_large (the entries cannot be allocated: std::bad_alloc never
+/// escapes).
 [[nodiscard]] result<std::vector<Entry>> parse_index(std::span<const std::byte> index,
-                                                     std::uint64_t data_end);
+                                                     std::uint64_t data_end,
+                                                     std::size_t max_rows = SIZE_MAX);
 
 /// Reads the footer and index of a whole in-memory blob. Does not touch
 /// entry bytes. Errors: too_small, bad_footer, index_out_of_range, and
-/// those of parse_index. Source: read_index (Python reference).
+/// those of parse_index (too_large included).
+/// Source: read_index (Python reference).
 [[nodiscard]] result<blob_index> read_index(std::span<const std::byte> blob);
 
 /// Closes a std::FILE.
@@ -71,8 +87,8 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 /// `nbytes` = 0 means "to the end of the file". Errors: as read_index;
 /// too_small when the file is shorter than off + nbytes; io when the file
 /// cannot be opened (as open_blob_file), seeked or read (the message names
-/// the OS error); too_large when the index (at most the file's size)
-/// cannot be allocated; invalid_argument for a null `file`.
+/// the OS error); too_large when the index (at most the file's size) or
+/// its entries cannot be allocated; invalid_argument for a null `file`.
 /// Source: read_index_file (Python reference).
 [[nodiscard]] result<blob_index> read_index_file(const std::string& path,
                                                  std::uint64_t off = 0,
@@ -90,7 +106,10 @@ struct entry_view {
   dtype type;
   shape_t shape;                     ///< elements; {len} for 'p'
 
-  /// Number of elements (prod(shape)); bytes for 'p'.
+  /// Number of elements (prod(shape)); bytes for 'p'. A view from
+  /// decode_entry or view_entry has a shape whose product fits 64 bits
+  /// (validate_entry checks it, whatever the item size); for a view built
+  /// by hand whose product overflows, 2^64 - 1.
   std::uint64_t numel() const noexcept;
 
   /// Element `i` (flat, C order) read as T with the entry's byte order
