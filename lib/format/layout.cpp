@@ -102,6 +102,30 @@ result<planned_entry> plan_entry(std::string key, value v, std::uint64_t off) {
   return pe;
 }
 
+// The index (msgpack array of rows) of `rows`, each row's Entry given by
+// `entry_of`, as the reference encodes it: canonical smallest msgpack
+// encodings, str (not bin) keys. A template so that layout_builder encodes
+// its planned entries without copying their rows first.
+template <class Rows, class EntryOf>
+std::vector<std::byte> encode_rows(const Rows& rows, EntryOf entry_of) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(static_cast<std::uint32_t>(std::size(rows)));
+  for (const auto& row : rows) {
+    const Entry& e = entry_of(row);
+    pk.pack_array(6);
+    pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
+    pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
+    pk.pack(e.off);
+    pk.pack(e.len);
+    detail::pack_kind(pk, e);
+    detail::pack_dtype(pk, e);
+    detail::pack_shape(pk, e, /*nil_as_empty=*/false);
+  }
+  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
+  return {b, b + buf.size()};
+}
+
 }  // namespace
 
 value value::tensor_bytes(std::span<const std::byte> bytes, std::string dtype, shape_t shape) {
@@ -145,10 +169,7 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
   if (finished_) return make_error(errc::closed, "layout_builder: finish called twice");
   finished_ = true;
   BlobPlan p;
-  std::vector<Entry> rows;
-  rows.reserve(entries_.size());
-  for (const auto& pe : entries_) rows.push_back(pe.entry);
-  p.index = encode_index(rows);
+  p.index = encode_rows(entries_, [](const planned_entry& pe) -> const Entry& { return pe.entry; });
   if (cursor_ >= v3_limit || p.index.size() >= v3_limit)
     return make_error(errc::too_large, "index_off " + std::to_string(cursor_) + " or index_len " +
                                            std::to_string(p.index.size()) +
@@ -160,21 +181,7 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
 }
 
 std::vector<std::byte> encode_index(std::span<const Entry> entries) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(static_cast<std::uint32_t>(entries.size()));
-  for (const Entry& e : entries) {
-    pk.pack_array(6);
-    pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
-    pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
-    pk.pack(e.off);
-    pk.pack(e.len);
-    detail::pack_kind(pk, e);
-    detail::pack_dtype(pk, e);
-    detail::pack_shape(pk, e, /*nil_as_empty=*/false);
-  }
-  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
-  return {b, b + buf.size()};
+  return encode_rows(entries, [](const Entry& e) -> const Entry& { return e; });
 }
 
 result<BlobPlan> plan(std::span<const std::string> keys, std::span<const value> values,
@@ -183,6 +190,7 @@ result<BlobPlan> plan(std::span<const std::string> keys, std::span<const value> 
     return make_error(errc::invalid_argument, std::to_string(keys.size()) + " keys for " +
                                                   std::to_string(values.size()) + " values");
   layout_builder b;
+  b.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i)
     if (auto r = b.add(keys[i], values[i]); !r) return r.err();
   return b.finish(tag);
