@@ -144,6 +144,7 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   py_plan p;
   p.keep.reserve(static_cast<std::size_t>(n));
   layout_builder b;
+  b.reserve(static_cast<std::size_t>(n));
   PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
   PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
   for (Py_ssize_t i = 0; i < n; ++i) {

@@ -8,9 +8,26 @@ namespace {
 // Not an owner: the module's capsule owns the state (init_state).
 module_state* current = nullptr;
 
+py::str intern(const char* name) {
+  return py::reinterpret_steal<py::str>(PyUnicode_InternFromString(name));
+}
+
+tensor_member member(py::handle tensor_type, const char* name) {
+  tensor_member m{intern(name), {}};
+  m.descr = tensor_type.attr(m.name);  // on the class: the descriptor itself
+  return m;
+}
+
 torch_state load_torch(py::handle torch) {
   torch_state t;
   t.tensor_type = torch.attr("Tensor");
+  for (auto [m, name] : {std::pair{&t.layout, "layout"}, {&t.is_nested, "is_nested"},
+                         {&t.dtype, "dtype"}, {&t.is_cpu, "is_cpu"}, {&t.cpu, "cpu"},
+                         {&t.is_conj, "is_conj"}, {&t.resolve_conj, "resolve_conj"},
+                         {&t.is_neg, "is_neg"}, {&t.resolve_neg, "resolve_neg"},
+                         {&t.shape, "shape"}, {&t.is_contiguous, "is_contiguous"},
+                         {&t.stride, "stride"}, {&t.data_ptr, "data_ptr"}})
+    *m = member(t.tensor_type, name);
   t.strided = torch.attr("strided");
   t.sparse_coo = torch.attr("sparse_coo");
   t.frombuffer = torch.attr("frombuffer");
@@ -46,24 +63,7 @@ py::handle torch_state::by_name(std::string_view name) const noexcept {
 
 void init_state(py::module_& m) {
   auto s = std::make_unique<module_state>();
-  auto intern = [](const char* name) {
-    return py::reinterpret_steal<py::str>(PyUnicode_InternFromString(name));
-  };
-  s->s_dtype = intern("dtype");
-  s->s_shape = intern("shape");
-  s->s_stride = intern("stride");
-  s->s_is_contiguous = intern("is_contiguous");
-  s->s_data_ptr = intern("data_ptr");
-  s->s_is_cpu = intern("is_cpu");
-  s->s_cpu = intern("cpu");
-  s->s_is_nested = intern("is_nested");
-  s->s_layout = intern("layout");
-  s->s_is_conj = intern("is_conj");
-  s->s_resolve_conj = intern("resolve_conj");
-  s->s_is_neg = intern("is_neg");
-  s->s_resolve_neg = intern("resolve_neg");
   s->s_view = intern("view");
-  s->s_reshape = intern("reshape");
   s->s_str = intern("str");
   s->s_hasobject = intern("hasobject");
   py::module_ pickle = py::module_::import("pickle");

@@ -25,6 +25,12 @@ namespace blobpipe::python {
 
 namespace py = pybind11;
 
+/// An attribute or method of torch.Tensor, looked up once.
+struct tensor_member {
+  py::str name;       ///< interned
+  py::object descr;   ///< torch.Tensor's descriptor for it (a C getter or method)
+};
+
 /// torch, as found in this process.
 struct torch_state {
   py::object tensor_type;  ///< torch.Tensor
@@ -32,6 +38,9 @@ struct torch_state {
   py::object sparse_coo;   ///< torch.sparse_coo (the reference pickles these)
   py::object frombuffer;   ///< torch.frombuffer
   py::object empty;        ///< torch.empty
+  // What the encoder reads from a tensor.
+  tensor_member layout, is_nested, dtype, is_cpu, cpu, is_conj, resolve_conj, is_neg,
+      resolve_neg, shape, is_contiguous, stride, data_ptr;
   /// Every torch.dtype, with str(dtype) less "torch." ("float32").
   std::vector<std::pair<py::object, std::string>> dtypes;
 
@@ -43,12 +52,17 @@ struct torch_state {
 };
 
 struct module_state {
-  // Interned names of the tensor attributes and methods the encoder reads.
-  py::str s_dtype, s_shape, s_stride, s_is_contiguous, s_data_ptr, s_is_cpu, s_cpu,
-      s_is_nested, s_layout, s_is_conj, s_resolve_conj, s_is_neg, s_resolve_neg, s_view,
-      s_reshape, s_str, s_hasobject;
+  // Interned attribute names.
+  py::str s_view, s_str, s_hasobject;
   py::object pickle_dumps, pickle_loads, pickle_protocol;
   py::object np_frombuffer, np_dtype, np_ascontiguousarray, np_uint8;
+  /// numpy dtype objects seen by the encoder, with their `dtype.str`
+  /// (numpy builds that string anew on each access, at a fifth of a
+  /// microsecond; builtin dtypes are singletons, so identity finds them).
+  /// Holding the object keeps its address from being reused. Bounded by
+  /// max_dtype_strs; later dtypes are not cached.
+  std::vector<std::pair<py::object, std::string>> dtype_strs;
+  static constexpr std::size_t max_dtype_strs = 64;
   py::object os_pathlike, os_fsencode;
   py::object error_for;  ///< blobpipe._errors.error_for(category, message)
   py::object raw_entry;  ///< blobpipe._raw.RawEntry
