@@ -149,7 +149,11 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
   for (Py_ssize_t i = 0; i < n; ++i) {
     encoded e = encode_value(v[i]);
-    unwrap(b.add(key_string(k[i]), std::move(e.v)));
+    const planned_entry* pe = unwrap(b.add(key_string(k[i]), std::move(e.v)));
+    if (e.raw_nbytes && *e.raw_nbytes != pe->entry.len)
+      raise(errc::invalid_argument, "RawEntry '" + pe->entry.key.substr(0, 64) + "' has " +
+                                        std::to_string(*e.raw_nbytes) + " bytes; its dtype and shape need " +
+                                        std::to_string(pe->entry.len));
     p.keep.push_back(std::move(e.keep));
   }
   p.plan = unwrap(b.finish(t));

@@ -155,6 +155,23 @@ encoded array_value(const py::array& a) {
   return e;
 }
 
+encoded raw_value(py::handle raw) {
+  const module_state& s = state();
+  const auto kind = py::cast<std::string>(raw.attr("kind"));
+  // frombuffer: a uint8 view that holds the data's buffer, so a bytearray
+  // under it cannot be resized before write().
+  py::array bytes = s.np_frombuffer(raw.attr("data"), s.np_uint8);
+  encoded e;
+  e.v.kind = kind.size() == 1 ? kind[0] : '?';
+  e.v.dtype = py::cast<std::string>(raw.attr("dtype"));
+  e.v.shape = int_vector(raw.attr("shape"));
+  e.v.data = static_cast<const std::byte*>(bytes.data());
+  e.v.nbytes = static_cast<std::uint64_t>(bytes.nbytes());
+  e.raw_nbytes = e.v.nbytes;
+  e.keep = std::move(bytes);
+  return e;
+}
+
 }  // namespace
 
 encoded encode_value(py::handle obj) {
@@ -165,6 +182,8 @@ encoded encode_value(py::handle obj) {
       return tensor_value(obj, *torch);
   }
   if (py::isinstance<py::array>(obj)) return array_value(py::reinterpret_borrow<py::array>(obj));
+  if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(state().raw_entry.ptr()))
+    return raw_value(obj);
   return pickled(obj);
 }
 

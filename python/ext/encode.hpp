@@ -10,6 +10,10 @@
 //     values shown.
 //   - a numpy.ndarray whose dtype is not object: kind 'n', dtype
 //     `dtype.str` (any byte order), shape, bytes in C order.
+//   - a blobpipe.RawEntry (what decode_entry gives for a dtype no library
+//     here has): its kind, dtype and shape, its bytes as they are, so that
+//     such an entry re-encodes unchanged. blobpipe's own type, which the
+//     reference never sees.
 //   - anything else: kind 'p', pickle.dumps(v, pickle.HIGHEST_PROTOCOL).
 // The blobpipe::value borrows the memory of the object returned in `keep`
 // (the tensor, its host copy, the array, or the pickle's bytes), which the
@@ -22,6 +26,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "blobpipe/format/layout.hpp"
 
 namespace blobpipe::python {
@@ -29,6 +37,9 @@ namespace blobpipe::python {
 struct encoded {
   value v;
   pybind11::object keep;  ///< owner of v.data
+  /// For a RawEntry: its bytes, which must be the length that dtype and
+  /// shape give (the caller checks once the entry is planned).
+  std::optional<std::uint64_t> raw_nbytes;
 };
 
 /// Describes `obj` as a value (see above). REQUIRES: the GIL.
