@@ -73,6 +73,16 @@ Entry make_entry(std::string key, std::uint64_t off, std::uint64_t len, const st
   return Entry{std::move(key), off, len, kind_from(kind), std::move(dtype), shape_from(shape)};
 }
 
+bool is_utf8(const std::string& s) {
+  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+  if (u == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(u);
+  return true;
+}
+
 // Entry.from_meta(key, m) for the reference's dict: Entry(key, int(m["o"]),
 // int(m["n"]), m["k"], m.get("d"), tuple(m.get("s") or ())).
 Entry entry_from_meta_dict(std::string key, const py::dict& m) {
@@ -88,6 +98,9 @@ Entry entry_from_meta_dict(std::string key, const py::dict& m) {
                       py::bool_(s) ? s : py::tuple());
   } catch (py::cast_error& e) {
     raise(errc::malformed_index, std::string("entry meta: ") + e.what());
+  } catch (py::error_already_set& e) {  // int() of something that is no number
+    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+    raise(errc::malformed_index, std::string("entry meta: ") + e.what());
   }
 }
 
@@ -95,6 +108,7 @@ Entry entry_from_meta(std::string key, py::handle m) {
   if (PyDict_Check(m.ptr())) return entry_from_meta_dict(std::move(key), py::reinterpret_borrow<py::dict>(m));
   held_buffer b(m, false);
   Entry e = unwrap(Entry::from_meta(std::move(key), b.bytes()));
+  if (e.dtype && !is_utf8(*e.dtype)) raise(errc::malformed_index, "entry meta: dtype is not valid UTF-8");
   // The reference's from_meta gives every entry a shape, () for a pickle.
   if (!e.shape) e.shape = shape_t{};
   return e;
@@ -125,7 +139,12 @@ std::string entry_repr(const Entry& e) {
          "', dtype=" + std::string(py::repr(dt)) + ", shape=" + std::string(py::repr(sh)) + ")";
 }
 
+// The entries as Python objects. A key or dtype read from a blob must be
+// UTF-8 (msgpack str): the reference's msgpack decoder refuses others too.
 py::list entry_list(const std::vector<Entry>& entries) {
+  for (const Entry& e : entries)
+    if (!is_utf8(e.key) || (e.dtype && !is_utf8(*e.dtype)))
+      raise(errc::malformed_index, "an index row's key or dtype is not valid UTF-8");
   py::list out(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i)
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py::cast(entries[i]).release().ptr());

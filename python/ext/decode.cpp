@@ -60,15 +60,14 @@ py::object decode_tensor(py::handle owner, const entry_view& v) {
 
 py::object decode_ndarray(py::handle owner, const entry_view& v) {
   py::tuple shape = shape_tuple(v.shape);
-  py::object dtype;
   try {
-    dtype = state().np_dtype(v.type.name);
+    return numpy_view(owner, state().np_dtype(v.type.name), shape);
   } catch (py::error_already_set& e) {
-    // blobpipe knows the dtype string but this numpy cannot build it.
+    // blobpipe reads the dtype string, but this numpy cannot build it or
+    // an array of it (an item size of 0, say).
     if (!e.matches(PyExc_TypeError) && !e.matches(PyExc_ValueError)) throw;
     return raw_entry(owner, v, shape);
   }
-  return numpy_view(owner, dtype, shape);
 }
 
 }  // namespace

@@ -21,9 +21,20 @@ def _skip_reason(report) -> str:
     return reason.removeprefix("Skipped: ")
 
 
+_config = None
+
+
+def pytest_configure(config) -> None:
+    global _config
+    _config = config
+
+
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         target = os.environ.get("TEST_TARGET", "python-tests")
-        # sys.__stdout__: pytest captures sys.stdout around each test.
-        print(f"SKIPPED: {target} {report.nodeid}: {_skip_reason(report)}", file=sys.__stdout__,
-              flush=True)
+        line = f"SKIPPED: {target} {report.nodeid}: {_skip_reason(report)}"
+        reporter = _config.pluginmanager.get_plugin("terminalreporter") if _config else None
+        if reporter is None:  # -p no:terminal
+            print(line, file=sys.__stdout__, flush=True)
+        else:  # on a line of its own, after the progress dots so far
+            reporter.write(f"\n{line}\n")
