@@ -243,7 +243,17 @@ void init_codec(py::module_& m) {
   m.attr("KIND_NUMPY") = std::string(1, KIND_NDARRAY);
   m.attr("KIND_PICKLE") = std::string(1, KIND_PICKLE);
 
-  py::class_<Entry>(m, "Entry", "One row of a blob's index (immutable).")
+  py::class_<Entry>(m, "Entry", R"(One row of a blob's index: Entry(key, off, len, kind, dtype, shape).
+
+Immutable, hashable and picklable, like the reference's frozen dataclass.
+  key:   the entry's name (str).
+  off:   offset of its bytes from the blob's start, bytes (a multiple of ALIGN).
+  len:   length of its bytes, bytes.
+  kind:  "t" (torch tensor), "n" (numpy array) or "p" (pickle).
+  dtype: torch's name ("float32") for "t", numpy's dtype.str ("<f4") for
+         "n", None for "p" (a "t" row without dtype is float32).
+  shape: elements per dimension (a tuple), None for "p".
+Source: Entry (Python reference); blobpipe/format/entry.hpp.)")
       .def(py::init(&make_entry), py::arg("key"), py::arg("off"), py::arg("len"), py::arg("kind"),
            py::arg("dtype"), py::arg("shape"))
       .def_property_readonly("key", [](const Entry& e) { return e.key; })
@@ -252,12 +262,18 @@ void init_codec(py::module_& m) {
       .def_property_readonly("kind", [](const Entry& e) { return std::string(1, e.kind); })
       .def_property_readonly("dtype", [](const Entry& e) { return optional_str(e.dtype); })
       .def_property_readonly("shape", [](const Entry& e) { return shape_or_none(e.shape); })
-      .def("meta", &entry_meta)
+      .def("meta", &entry_meta,
+           "The location map {'o': off, 'n': len, 'k': kind, 'd': dtype, 's': list(shape or ())},\n"
+           "as the reference returns it (a dict).")
       .def("meta_msgpack", [](const Entry& e) {
         auto m = e.meta();
         return py::bytes(reinterpret_cast<const char*>(m.data()), m.size());
-      })
-      .def_static("from_meta", &entry_from_meta, py::arg("key"), py::arg("m"))
+      }, "meta() as msgpack bytes, as blobpipe's C++ library and the reference encode it.")
+      .def_static("from_meta", &entry_from_meta, py::arg("key"), py::arg("m"),
+                  "The entry named `key` of a meta map `m`: a dict as meta() returns, or its\n"
+                  "msgpack bytes. As the reference, shape is tuple(m['s'] or ()): () for a pickle.\n"
+                  "Raises FormatError: malformed_index (a field missing or of the wrong type),\n"
+                  "unknown_kind.")
       .def("__eq__", [](const Entry& a, const Entry& b) { return a == b; })
       .def("__eq__", [](const Entry&, py::handle) { return py::reinterpret_borrow<py::object>(Py_NotImplemented); })
       .def("__hash__", [](const Entry& e) { return py::hash(entry_fields(e)); })
@@ -270,7 +286,18 @@ void init_codec(py::module_& m) {
                                           py::reinterpret_borrow<py::object>(t[5]));
                       }));
 
-  py::class_<py_plan>(m, "BlobPlan", "A blob's layout, made by plan().")
+  py::class_<py_plan>(m, "BlobPlan", R"(A blob's layout, made by plan(); write() fills a buffer from it.
+
+It holds the planned values (or their host copies and pickles) until it is
+dropped, so that write() can copy them later.
+  keys:        the keys, str(key) each (list[str]).
+  entries:     the index rows (list[Entry]).
+  index_bytes: the msgpack index (bytes).
+  nbytes:      size of the whole blob, bytes.
+  tag:         the 16-byte tag (bytes).
+  index_off:   offset of the index from the blob's start, bytes
+               (nbytes - FOOTER_SIZE - len(index_bytes)).
+Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
       .def_property_readonly("keys", [](py_plan& p) {
         if (!p.keys_cache) {
           py::list l;

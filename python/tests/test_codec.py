@@ -382,3 +382,21 @@ def test_damaged_blobs_raise_format_errors_only(c):
                 bf.decode_entry(blob[e.off: e.off + e.len], e, allow_pickle=False)
             except bf.FormatError:
                 pass
+
+
+def test_type_stubs_name_what_the_extension_has():
+    import ast
+    from pathlib import Path
+
+    from blobpipe import _blobpipe
+
+    stub = ast.parse((Path(bf.__file__).parent / "_blobpipe.pyi").read_text())
+    names = set()
+    for node in stub.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
+    public = {n for n in dir(_blobpipe) if not n.startswith("_")}
+    assert names == public
+    assert set(bf.__all__) <= set(dir(bf))

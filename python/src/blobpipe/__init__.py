@@ -88,6 +88,10 @@ def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobP
     - ``numpy.ndarray`` without object dtype: kind ``n``, dtype
       ``a.dtype.str`` (any byte order, as is), non-contiguous stored
       contiguous.
+    - ``RawEntry`` (what ``decode_entry`` gives for a dtype no library here
+      has): its kind, dtype and shape over its bytes, so that such an entry
+      re-encodes unchanged. blobpipe's own type, which the reference never
+      sees.
     - anything else, object arrays included: kind ``p``, the bytes of
       ``pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)``.
 
@@ -104,7 +108,8 @@ def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobP
     Raises:
         FormatError: ``invalid_argument`` (keys and values differ in
             length; a tensor layout with no dense bytes such as sparse CSR;
-            a structured dtype holding objects), ``unknown_dtype`` (a torch
+            a structured dtype holding objects; a RawEntry whose data is not
+            the length its dtype and shape need), ``unknown_dtype`` (a torch
             dtype blobpipe cannot carry, e.g. ``complex32`` or quantized
             types), ``too_large`` (data or index reaching 4 GiB, which the
             v3 footer cannot address).

@@ -12,7 +12,9 @@ class RawEntry:
     type: ``bfloat16`` without torch (numpy has no bfloat16), the
     ``float8_*`` formats without a torch that has them (Debian's torch 1.13
     has none), or a numpy ``dtype.str`` this numpy cannot build.
-    ``decode_entry`` returns one instead of failing or guessing a dtype.
+    ``decode_entry`` returns one instead of failing or guessing a dtype, and
+    ``plan`` stores one as the entry it came from (same kind, dtype, shape
+    and bytes).
 
     Attributes:
         kind: the entry's kind, ``"t"`` or ``"n"``.
