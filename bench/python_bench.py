@@ -96,12 +96,14 @@ def bench_plan_write(args) -> None:
         return
     theirs = bench_small(ref, args.entries, args.budget, args.min_reps)
     print(f"    reference       {theirs:12,.0f} entries/s")
-    print(f"    ratio           {ours / theirs:12.1f}x          target >= 10x: {verdict(ours >= 10 * theirs)}")
+    ok = ours >= 10 * theirs
+    print(f"    ratio           {ours / theirs:12.1f}x          target >= 10x: {verdict(ok)}")
 
 
 def bench_large(args) -> None:
     n = args.tensor_mib * MIB // 4
-    print(f"[2] write vs numpy copy: {args.tensors} x {args.tensor_mib} MiB float32, best of {args.large_reps}")
+    print(f"[2] write vs numpy copy: {args.tensors} x {args.tensor_mib} MiB float32, "
+          f"best of {args.large_reps}")
     g = torch.Generator().manual_seed(1)
     tensors = [torch.rand(n, generator=g) + 1 for _ in range(args.tensors)]  # non-zero: resident
     p = bf.plan([f"w{i}" for i in range(args.tensors)], tensors)

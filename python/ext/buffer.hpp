@@ -24,9 +24,8 @@ class held_buffer {
   /// an object without the protocol, BufferError for one that is not
   /// contiguous or, with `writable`, is read-only.
   held_buffer(pybind11::handle obj, bool writable) {
-    if (PyObject_GetBuffer(obj.ptr(), &view_, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
-                                                       : PyBUF_C_CONTIGUOUS) != 0)
-      throw pybind11::error_already_set();
+    const int flags = writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw pybind11::error_already_set();
   }
   held_buffer(const held_buffer&) = delete;
   held_buffer& operator=(const held_buffer&) = delete;

@@ -1,7 +1,8 @@
 // The codec with the reference's names (nemo_rl.data_plane.nixl.blob_format):
 // constants, Entry, BlobPlan, plan, write, write_tail, read_index,
-// read_index_file, decode_entry, footer_is_valid, footer_tag. Docstrings
-// are short here; python/src/blobpipe/_blobpipe.pyi has the full ones.
+// read_index_file, decode_entry, footer_is_valid, footer_tag. The classes
+// carry their docstrings here; the functions are re-exported with theirs by
+// python/src/blobpipe/__init__.py, and typed in _blobpipe.pyi.
 #include "codec.hpp"
 
 #include <pybind11/stl.h>
@@ -38,7 +39,8 @@ tag_t tag_from(py::handle tag) {
   py::object b = py::reinterpret_borrow<py::object>(tag);
   if (!PyBytes_Check(tag.ptr()))
     b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
-  const auto n = std::min<std::size_t>(static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr())), TAG_SIZE);
+  const auto n =
+      std::min<std::size_t>(static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr())), TAG_SIZE);
   tag_t t = NO_TAG;
   std::memcpy(t.data(), PyBytes_AS_STRING(b.ptr()), n);
   return t;
@@ -63,8 +65,7 @@ std::optional<shape_t> shape_from(const py::object& s) {
 }
 
 char kind_from(const std::string& k) {
-  if (k.size() != 1)
-    raise(errc::unknown_kind, "kind '" + k.substr(0, 16) + "' is not t, n or p");
+  if (k.size() != 1) raise(errc::unknown_kind, "kind '" + k.substr(0, 16) + "' is not t, n or p");
   return k[0];
 }
 
@@ -105,10 +106,12 @@ Entry entry_from_meta_dict(std::string key, const py::dict& m) {
 }
 
 Entry entry_from_meta(std::string key, py::handle m) {
-  if (PyDict_Check(m.ptr())) return entry_from_meta_dict(std::move(key), py::reinterpret_borrow<py::dict>(m));
+  if (PyDict_Check(m.ptr()))
+    return entry_from_meta_dict(std::move(key), py::reinterpret_borrow<py::dict>(m));
   held_buffer b(m, false);
   Entry e = unwrap(Entry::from_meta(std::move(key), b.bytes()));
-  if (e.dtype && !is_utf8(*e.dtype)) raise(errc::malformed_index, "entry meta: dtype is not valid UTF-8");
+  if (e.dtype && !is_utf8(*e.dtype))
+    raise(errc::malformed_index, "entry meta: dtype is not valid UTF-8");
   // The reference's from_meta gives every entry a shape, () for a pickle.
   if (!e.shape) e.shape = shape_t{};
   return e;
@@ -152,9 +155,11 @@ py::list entry_list(const std::vector<Entry>& entries) {
 }
 
 py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
-  py::object ks = py::reinterpret_steal<py::object>(PySequence_Fast(keys.ptr(), "keys must be a sequence"));
+  py::object ks =
+      py::reinterpret_steal<py::object>(PySequence_Fast(keys.ptr(), "keys must be a sequence"));
   if (!ks) throw py::error_already_set();
-  py::object vs = py::reinterpret_steal<py::object>(PySequence_Fast(values.ptr(), "values must be a sequence"));
+  py::object vs =
+      py::reinterpret_steal<py::object>(PySequence_Fast(values.ptr(), "values must be a sequence"));
   if (!vs) throw py::error_already_set();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
   if (n != PySequence_Fast_GET_SIZE(vs.ptr()))
@@ -170,9 +175,9 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
     encoded e = encode_value(v[i]);
     const planned_entry* pe = unwrap(b.add(key_string(k[i]), std::move(e.v)));
     if (e.raw_nbytes && *e.raw_nbytes != pe->entry.len)
-      raise(errc::invalid_argument, "RawEntry '" + pe->entry.key.substr(0, 64) + "' has " +
-                                        std::to_string(*e.raw_nbytes) + " bytes; its dtype and shape need " +
-                                        std::to_string(pe->entry.len));
+      raise(errc::invalid_argument,
+            "RawEntry '" + pe->entry.key.substr(0, 64) + "' has " + std::to_string(*e.raw_nbytes) +
+                " bytes; its dtype and shape need " + std::to_string(pe->entry.len));
     p.keep.push_back(std::move(e.keep));
   }
   p.plan = unwrap(b.finish(t));
@@ -204,7 +209,8 @@ py::list read_blob_index(py::handle blob) {
 
 py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nbytes) {
   const module_state& s = state();
-  if (py::isinstance<py::str>(f) || py::isinstance<py::bytes>(f) || py::isinstance(f, s.os_pathlike)) {
+  if (py::isinstance<py::str>(f) || py::isinstance<py::bytes>(f) ||
+      py::isinstance(f, s.os_pathlike)) {
     const std::string path = py::cast<std::string>(s.os_fsencode(f));
     result<blob_index> r = [&] {
       py::gil_scoped_release nogil;
@@ -243,7 +249,8 @@ void init_codec(py::module_& m) {
   m.attr("KIND_NUMPY") = std::string(1, KIND_NDARRAY);
   m.attr("KIND_PICKLE") = std::string(1, KIND_PICKLE);
 
-  py::class_<Entry>(m, "Entry", R"(One row of a blob's index: Entry(key, off, len, kind, dtype, shape).
+  py::class_<Entry>(m, "Entry",
+                    R"(One row of a blob's index: Entry(key, off, len, kind, dtype, shape).
 
 Immutable, hashable and picklable, like the reference's frozen dataclass.
   key:   the entry's name (str).
@@ -265,28 +272,37 @@ Source: Entry (Python reference); blobpipe/format/entry.hpp.)")
       .def("meta", &entry_meta,
            "The location map {'o': off, 'n': len, 'k': kind, 'd': dtype, 's': list(shape or ())},\n"
            "as the reference returns it (a dict).")
-      .def("meta_msgpack", [](const Entry& e) {
-        auto m = e.meta();
-        return py::bytes(reinterpret_cast<const char*>(m.data()), m.size());
-      }, "meta() as msgpack bytes, as blobpipe's C++ library and the reference encode it.")
-      .def_static("from_meta", &entry_from_meta, py::arg("key"), py::arg("m"),
-                  "The entry named `key` of a meta map `m`: a dict as meta() returns, or its\n"
-                  "msgpack bytes. As the reference, shape is tuple(m['s'] or ()): () for a pickle.\n"
-                  "Raises FormatError: malformed_index (a field missing or of the wrong type),\n"
-                  "unknown_kind.")
+      .def(
+          "meta_msgpack",
+          [](const Entry& e) {
+            auto m = e.meta();
+            return py::bytes(reinterpret_cast<const char*>(m.data()), m.size());
+          },
+          "meta() as msgpack bytes, as blobpipe's C++ library and the reference encode it.")
+      .def_static(
+          "from_meta", &entry_from_meta, py::arg("key"), py::arg("m"),
+          "The entry named `key` of a meta map `m`: a dict as meta() returns, or its\n"
+          "msgpack bytes. As the reference, shape is tuple(m['s'] or ()): () for a pickle.\n"
+          "Raises FormatError: malformed_index (a field missing or of the wrong type),\n"
+          "unknown_kind.")
       .def("__eq__", [](const Entry& a, const Entry& b) { return a == b; })
-      .def("__eq__", [](const Entry&, py::handle) { return py::reinterpret_borrow<py::object>(Py_NotImplemented); })
+      .def("__eq__",
+           [](const Entry&, py::handle) {
+             return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+           })
       .def("__hash__", [](const Entry& e) { return py::hash(entry_fields(e)); })
       .def("__repr__", &entry_repr)
       .def(py::pickle([](const Entry& e) { return entry_fields(e); },
                       [](const py::tuple& t) {
-                        return make_entry(py::cast<std::string>(t[0]), py::cast<std::uint64_t>(t[1]),
-                                          py::cast<std::uint64_t>(t[2]), py::cast<std::string>(t[3]),
-                                          py::cast<std::optional<std::string>>(t[4]),
-                                          py::reinterpret_borrow<py::object>(t[5]));
+                        return make_entry(
+                            py::cast<std::string>(t[0]), py::cast<std::uint64_t>(t[1]),
+                            py::cast<std::uint64_t>(t[2]), py::cast<std::string>(t[3]),
+                            py::cast<std::optional<std::string>>(t[4]),
+                            py::reinterpret_borrow<py::object>(t[5]));
                       }));
 
-  py::class_<py_plan>(m, "BlobPlan", R"(A blob's layout, made by plan(); write() fills a buffer from it.
+  py::class_<py_plan>(m, "BlobPlan",
+                      R"(A blob's layout, made by plan(); write() fills a buffer from it.
 
 It holds the planned values (or their host copies and pickles) until it is
 dropped, so that write() can copy them later.
@@ -298,36 +314,43 @@ dropped, so that write() can copy them later.
   index_off:   offset of the index from the blob's start, bytes
                (nbytes - FOOTER_SIZE - len(index_bytes)).
 Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
-      .def_property_readonly("keys", [](py_plan& p) {
-        if (!p.keys_cache) {
-          py::list l;
-          for (const auto& pe : p.plan.entries) l.append(py::str(pe.entry.key));
-          p.keys_cache = l;
-        }
-        return p.keys_cache;
-      })
-      .def_property_readonly("entries", [](py_plan& p) {
-        if (!p.entries_cache) {
-          std::vector<Entry> rows;
-          rows.reserve(p.plan.entries.size());
-          for (const auto& pe : p.plan.entries) rows.push_back(pe.entry);
-          p.entries_cache = entry_list(rows);
-        }
-        return p.entries_cache;
-      })
-      .def_property_readonly("index_bytes", [](const py_plan& p) {
-        return py::bytes(reinterpret_cast<const char*>(p.plan.index.data()), p.plan.index.size());
-      })
+      .def_property_readonly("keys",
+                             [](py_plan& p) {
+                               if (!p.keys_cache) {
+                                 py::list l;
+                                 for (const auto& pe : p.plan.entries)
+                                   l.append(py::str(pe.entry.key));
+                                 p.keys_cache = l;
+                               }
+                               return p.keys_cache;
+                             })
+      .def_property_readonly("entries",
+                             [](py_plan& p) {
+                               if (!p.entries_cache) {
+                                 std::vector<Entry> rows;
+                                 rows.reserve(p.plan.entries.size());
+                                 for (const auto& pe : p.plan.entries) rows.push_back(pe.entry);
+                                 p.entries_cache = entry_list(rows);
+                               }
+                               return p.entries_cache;
+                             })
+      .def_property_readonly("index_bytes",
+                             [](const py_plan& p) {
+                               return py::bytes(reinterpret_cast<const char*>(p.plan.index.data()),
+                                                p.plan.index.size());
+                             })
       .def_property_readonly("nbytes", [](const py_plan& p) { return p.plan.nbytes; })
       .def_property_readonly("tag", [](const py_plan& p) { return tag_bytes(p.plan.tag); })
       .def_property_readonly("index_off", [](const py_plan& p) { return p.plan.index_off(); })
       .def("__len__", [](const py_plan& p) { return p.plan.entries.size(); })
       .def("__repr__", [](const py_plan& p) {
-        return "BlobPlan(" + std::to_string(p.plan.entries.size()) + " entries, nbytes=" +
-               std::to_string(p.plan.nbytes) + ", tag=" + tag_hex(p.plan.tag) + ")";
+        return "BlobPlan(" + std::to_string(p.plan.entries.size()) +
+               " entries, nbytes=" + std::to_string(p.plan.nbytes) +
+               ", tag=" + tag_hex(p.plan.tag) + ")";
       });
 
-  m.def("plan", &plan_values, py::arg("keys"), py::arg("values"), py::arg("tag") = tag_bytes(NO_TAG));
+  m.def("plan", &plan_values, py::arg("keys"), py::arg("values"),
+        py::arg("tag") = tag_bytes(NO_TAG));
   m.def("write", &write_blob, py::arg("p"), py::arg("out"));
   m.def("write_tail", &write_blob_tail, py::arg("p"), py::arg("out"));
   m.def("read_index", &read_blob_index, py::arg("blob"));
@@ -335,10 +358,13 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
         py::arg("nbytes") = 0);
   m.def("decode_entry", &decode_one, py::arg("view"), py::arg("e"), py::kw_only(),
         py::arg("allow_pickle") = true);
-  m.def("footer_is_valid", [](py::handle tail) {
-    held_buffer b(tail, false);
-    return footer_is_valid(b.bytes());
-  }, py::arg("tail"));
+  m.def(
+      "footer_is_valid",
+      [](py::handle tail) {
+        held_buffer b(tail, false);
+        return footer_is_valid(b.bytes());
+      },
+      py::arg("tail"));
   m.def("footer_tag", &tag_of, py::arg("tail"));
 }
 

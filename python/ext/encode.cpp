@@ -28,14 +28,15 @@ struct tensor_ref {
   py::object attr(const tensor_member& m) const {
     if (!plain) return get_attr(t, m.name);
     PyObject* d = m.descr.ptr();
-    return checked(Py_TYPE(d)->tp_descr_get(d, t.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(t.ptr()))));
+    return checked(
+        Py_TYPE(d)->tp_descr_get(d, t.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(t.ptr()))));
   }
   py::object call(const tensor_member& m) const {
     PyObject* args[] = {nullptr, t.ptr()};
     if (plain) return checked(PyObject_Vectorcall(m.descr.ptr(), args + 1, 1, nullptr));
     args[0] = t.ptr();
-    return checked(PyObject_VectorcallMethod(m.name.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                             nullptr));
+    return checked(
+        PyObject_VectorcallMethod(m.name.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   }
   /// Continues with `next` (a copy or resolved view of this tensor).
   void replace(py::object next) {
@@ -78,8 +79,8 @@ bool may_be_negative_view(const std::string& name) {
 }
 
 encoded tensor_value(py::handle obj, const torch_state& torch) {
-  tensor_ref t{py::reinterpret_borrow<py::object>(obj), Py_TYPE(obj.ptr()) ==
-                                                          reinterpret_cast<PyTypeObject*>(torch.tensor_type.ptr())};
+  tensor_ref t{py::reinterpret_borrow<py::object>(obj),
+               Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type.ptr())};
   // The reference pickles nested and sparse COO tensors; other layouts
   // (sparse CSR, mkldnn) have no dense bytes to store. torch 1.13's nested
   // tensors say "strided" but have no shape: asked below, when shape fails.
@@ -97,7 +98,8 @@ encoded tensor_value(py::handle obj, const torch_state& torch) {
   // A conjugate or negative view shares its base's memory and flips the
   // values lazily; its raw bytes are not its values.
   if (is_complex(name) && truthy(t.call(torch.is_conj))) t.replace(t.call(torch.resolve_conj));
-  if (may_be_negative_view(name) && truthy(t.call(torch.is_neg))) t.replace(t.call(torch.resolve_neg));
+  if (may_be_negative_view(name) && truthy(t.call(torch.is_neg)))
+    t.replace(t.call(torch.resolve_neg));
   encoded e;
   e.v.kind = KIND_TENSOR;
   e.v.dtype = std::move(name);

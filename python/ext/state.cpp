@@ -21,12 +21,19 @@ tensor_member member(py::handle tensor_type, const char* name) {
 torch_state load_torch(py::handle torch) {
   torch_state t;
   t.tensor_type = torch.attr("Tensor");
-  for (auto [m, name] : {std::pair{&t.layout, "layout"}, {&t.is_nested, "is_nested"},
-                         {&t.dtype, "dtype"}, {&t.is_cpu, "is_cpu"}, {&t.cpu, "cpu"},
-                         {&t.is_conj, "is_conj"}, {&t.resolve_conj, "resolve_conj"},
-                         {&t.is_neg, "is_neg"}, {&t.resolve_neg, "resolve_neg"},
-                         {&t.shape, "shape"}, {&t.is_contiguous, "is_contiguous"},
-                         {&t.stride, "stride"}, {&t.data_ptr, "data_ptr"}})
+  for (auto [m, name] : {std::pair{&t.layout, "layout"},
+                         {&t.is_nested, "is_nested"},
+                         {&t.dtype, "dtype"},
+                         {&t.is_cpu, "is_cpu"},
+                         {&t.cpu, "cpu"},
+                         {&t.is_conj, "is_conj"},
+                         {&t.resolve_conj, "resolve_conj"},
+                         {&t.is_neg, "is_neg"},
+                         {&t.resolve_neg, "resolve_neg"},
+                         {&t.shape, "shape"},
+                         {&t.is_contiguous, "is_contiguous"},
+                         {&t.stride, "stride"},
+                         {&t.data_ptr, "data_ptr"}})
     *m = member(t.tensor_type, name);
   t.strided = torch.attr("strided");
   t.sparse_coo = torch.attr("sparse_coo");

@@ -27,8 +27,8 @@ namespace py = pybind11;
 
 /// An attribute or method of torch.Tensor, looked up once.
 struct tensor_member {
-  py::str name;       ///< interned
-  py::object descr;   ///< torch.Tensor's descriptor for it (a C getter or method)
+  py::str name;      ///< interned
+  py::object descr;  ///< torch.Tensor's descriptor for it (a C getter or method)
 };
 
 /// torch, as found in this process.
@@ -39,8 +39,8 @@ struct torch_state {
   py::object frombuffer;   ///< torch.frombuffer
   py::object empty;        ///< torch.empty
   // What the encoder reads from a tensor.
-  tensor_member layout, is_nested, dtype, is_cpu, cpu, is_conj, resolve_conj, is_neg,
-      resolve_neg, shape, is_contiguous, stride, data_ptr;
+  tensor_member layout, is_nested, dtype, is_cpu, cpu, is_conj, resolve_conj, is_neg, resolve_neg,
+      shape, is_contiguous, stride, data_ptr;
   /// Every torch.dtype, with str(dtype) less "torch." ("float32").
   std::vector<std::pair<py::object, std::string>> dtypes;
 

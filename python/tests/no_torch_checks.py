@@ -53,7 +53,8 @@ def check_float8_and_unsigned_tensors_decode_without_torch():
     p = bf.plan(["f8", "u32", "u64", "bf16"], values)
     blob = bytearray(p.nbytes)
     bf.write(p, blob)
-    f8, u32, u64, bf16 = (bf.decode_entry(memoryview(blob)[e.off: e.off + e.len], e) for e in bf.read_index(blob))
+    mv = memoryview(blob)
+    f8, u32, u64, bf16 = (bf.decode_entry(mv[e.off: e.off + e.len], e) for e in bf.read_index(blob))
     assert f8 == values[0] and bf16 == values[3]
     assert u32.dtype == np.uint32 and u32.tolist() == data.view("<u4").tolist()
     assert u64.dtype == np.uint64 and u64.shape == () and int(u64) == int(data[:8].view("<u8")[0])

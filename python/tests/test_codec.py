@@ -4,6 +4,7 @@ must raise FormatError, never crash."""
 
 from __future__ import annotations
 
+import gc
 import io
 import mmap
 import pickle
@@ -195,7 +196,8 @@ def test_raw_entries_round_trip_for_dtypes_torch_lacks():
     f8 = bf.RawEntry("t", "float8_e4m3fn", (2, 4), data)
     u16 = bf.RawEntry("t", "uint16", (4,), data)
     _, idx, (got_f8, got_u16) = round_trip(["f8", "u16"], [f8, u16])
-    assert [(e.kind, e.dtype, e.shape) for e in idx] == [("t", "float8_e4m3fn", (2, 4)), ("t", "uint16", (4,))]
+    assert [(e.kind, e.dtype, e.shape) for e in idx] == [
+        ("t", "float8_e4m3fn", (2, 4)), ("t", "uint16", (4,))]
     if hasattr(torch, "float8_e4m3fn"):
         assert got_f8.dtype == torch.float8_e4m3fn
     else:
@@ -233,12 +235,12 @@ def test_decoded_views_share_the_buffer_and_materialize_copies():
 
 
 def test_values_are_kept_alive_by_the_plan():
-    p = bf.plan(["a", "b"], [torch.arange(1000), np.arange(1000)])  # no other reference
-    _, _, vals = round_trip(["a", "b"], [torch.arange(1000), np.arange(1000)])
+    p = bf.plan(["a", "b"], [torch.arange(1000), np.arange(1000)])  # the plan's references only
+    gc.collect()
     out = bytearray(p.nbytes)
     bf.write(p, out)
-    idx = bf.read_index(out)
-    assert torch.equal(bf.decode_entry(memoryview(out)[idx[0].off: idx[0].off + idx[0].len], idx[0]), vals[0])
+    a, b = (bf.decode_entry(memoryview(out)[e.off: e.off + e.len], e) for e in bf.read_index(out))
+    assert torch.equal(a, torch.arange(1000)) and np.array_equal(b, np.arange(1000))
 
 
 @pytest.mark.parametrize("tag, expected", [
@@ -312,20 +314,24 @@ def category_of(call) -> str:
 
 
 def test_decode_entry_checks_the_entry_against_its_bytes():
-    e = bf.Entry("x", 0, 8, "t", "float32", (2,))
-    assert category_of(lambda: bf.decode_entry(bytes(4), e)) == "entry_out_of_range"
-    assert category_of(lambda: bf.decode_entry(bytes(8), bf.Entry("x", 0, 8, "t", "float32", (3,)))) == "shape_mismatch"
-    assert category_of(lambda: bf.decode_entry(bytes(8), bf.Entry("x", 0, 8, "q", None, None))) == "unknown_kind"
-    assert category_of(lambda: bf.decode_entry(bytes(8), bf.Entry("x", 0, 8, "t", "float128", (1,)))) == "unknown_dtype"
+    def decode(n, kind, dtype, shape):
+        return lambda: bf.decode_entry(bytes(n), bf.Entry("x", 0, 8, kind, dtype, shape))
+
+    assert category_of(decode(4, "t", "float32", (2,))) == "entry_out_of_range"
+    assert category_of(decode(8, "t", "float32", (3,))) == "shape_mismatch"
+    assert category_of(decode(8, "q", None, None)) == "unknown_kind"
+    assert category_of(decode(8, "t", "float128", (1,))) == "unknown_dtype"
     assert category_of(lambda: bf.Entry("x", 0, 8, "tt", None, None)) == "unknown_kind"
     # A tensor row without dtype is float32, as in the reference.
-    assert bf.decode_entry(np.float32([1, 2]).tobytes(), bf.Entry("x", 0, 8, "t", None, (2,))).tolist() == [1, 2]
+    no_dtype = bf.Entry("x", 0, 8, "t", None, (2,))
+    assert bf.decode_entry(np.float32([1, 2]).tobytes(), no_dtype).tolist() == [1, 2]
 
 
 def test_entry_behaves_like_the_reference_dataclass():
     e = bf.Entry(key="k", off=64, len=12, kind="t", dtype="int32", shape=(3,))
     assert (e.key, e.off, e.len, e.kind, e.dtype, e.shape) == ("k", 64, 12, "t", "int32", (3,))
-    assert e == bf.Entry("k", 64, 12, "t", "int32", [3]) and hash(e) == hash(bf.Entry("k", 64, 12, "t", "int32", (3,)))
+    same = bf.Entry("k", 64, 12, "t", "int32", [3])
+    assert e == same and hash(e) == hash(same)
     assert e != bf.Entry("k", 64, 12, "t", "int32", (4,)) and e != ("k", 64)
     assert repr(e) == "Entry(key='k', off=64, len=12, kind='t', dtype='int32', shape=(3,))"
     assert pickle.loads(pickle.dumps(e)) == e

@@ -39,7 +39,8 @@ def main() -> int:
     init = next(f for f in args.files if f.name == "__init__.py")
     found = re.search(r'^__version__ = "([^"]+)"$', init.read_text(), re.M)
     if not found or found.group(1) != args.version:
-        sys.exit(f"make_wheel: __init__.py says {found and found.group(1)!r}, the BUILD file {args.version!r}")
+        sys.exit(f"make_wheel: __init__.py says {found and found.group(1)!r}, "
+                 f"the BUILD file {args.version!r}")
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
     tag = f"{py}-{py}-{platform}"

@@ -56,4 +56,5 @@ class RawEntry:
     __hash__ = None  # type: ignore[assignment]  # mutable bytes, like ndarray
 
     def __repr__(self) -> str:
-        return f"RawEntry(kind={self.kind!r}, dtype={self.dtype!r}, shape={self.shape!r}, nbytes={self.nbytes})"
+        return (f"RawEntry(kind={self.kind!r}, dtype={self.dtype!r}, shape={self.shape!r}, "
+                f"nbytes={self.nbytes})")
