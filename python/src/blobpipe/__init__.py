@@ -189,6 +189,7 @@ def read_index_file(f: Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
         FileError: the path cannot be opened or read, or is not a regular
             file (a FIFO, a directory); a file object's own exceptions
             propagate as they are.
+        TypeError: a file object opened in text mode.
     """
     return _blobpipe.read_index_file(f, off, nbytes)
 
