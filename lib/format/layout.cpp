@@ -99,6 +99,32 @@ result<planned_entry> plan_entry(std::string key, value v, std::uint64_t off) {
   return pe;
 }
 
+// One index row [key, off, len, kind, dtype, shape], as the reference
+// encodes it: canonical smallest msgpack encodings, str (not bin) keys.
+void pack_row(msgpack::packer<msgpack::sbuffer>& pk, const Entry& e) {
+  pk.pack_array(6);
+  pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
+  pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
+  pk.pack(e.off);
+  pk.pack(e.len);
+  detail::pack_kind(pk, e);
+  detail::pack_dtype(pk, e);
+  detail::pack_shape(pk, e, /*nil_as_empty=*/false);
+}
+
+// The index (msgpack array of rows) of `rows`, each row's Entry given by
+// `entry_of`. A template so that layout_builder encodes its planned
+// entries without copying their rows first.
+template <class Rows, class EntryOf>
+std::vector<std::byte> encode_rows(const Rows& rows, EntryOf entry_of) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(static_cast<std::uint32_t>(std::size(rows)));
+  for (const auto& row : rows) pack_row(pk, entry_of(row));
+  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
+  return {b, b + buf.size()};
+}
+
 }  // namespace
 
 value value::tensor_bytes(std::span<const std::byte> bytes, std::string dtype, shape_t shape) {
@@ -142,10 +168,7 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
   if (finished_) return make_error(errc::closed, "layout_builder: finish called twice");
   finished_ = true;
   BlobPlan p;
-  std::vector<Entry> rows;
-  rows.reserve(entries_.size());
-  for (const auto& pe : entries_) rows.push_back(pe.entry);
-  p.index = encode_index(rows);
+  p.index = encode_rows(entries_, [](const planned_entry& pe) -> const Entry& { return pe.entry; });
   if (cursor_ >= v3_limit || p.index.size() >= v3_limit)
     return make_error(errc::too_large, "index_off " + std::to_string(cursor_) + " or index_len " +
                                            std::to_string(p.index.size()) +
@@ -156,28 +179,8 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
   return p;
 }
 
-namespace {
-
-void pack_row(msgpack::packer<msgpack::sbuffer>& pk, const Entry& e) {
-  pk.pack_array(6);
-  pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
-  pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
-  pk.pack(e.off);
-  pk.pack(e.len);
-  detail::pack_kind(pk, e);
-  detail::pack_dtype(pk, e);
-  detail::pack_shape(pk, e, /*nil_as_empty=*/false);
-}
-
-}  // namespace
-
 std::vector<std::byte> encode_index(std::span<const Entry> entries) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(static_cast<std::uint32_t>(entries.size()));
-  for (const Entry& e : entries) pack_row(pk, e);
-  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
-  return {b, b + buf.size()};
+  return encode_rows(entries, [](const Entry& e) -> const Entry& { return e; });
 }
 
 void append_index_row(const Entry& e, std::vector<std::byte>& out) {
@@ -194,6 +197,7 @@ result<BlobPlan> plan(std::span<const std::string> keys, std::span<const value> 
     return make_error(errc::invalid_argument, std::to_string(keys.size()) + " keys for " +
                                                   std::to_string(values.size()) + " values");
   layout_builder b;
+  b.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i)
     if (auto r = b.add(keys[i], values[i]); !r) return r.err();
   return b.finish(tag);

@@ -146,6 +146,8 @@ struct BlobPlan {
 /// `finish()` produces the same BlobPlan `plan()` would.
 class layout_builder {
  public:
+  /// Makes room for `n` entries in all, so that adding them moves none.
+  void reserve(std::size_t n) { entries_.reserve(n); }
   /// Adds one entry. Errors: as `plan`, for this value; closed after finish.
   [[nodiscard]] result<const planned_entry*> add(std::string key, value v);
   /// Encodes the index and computes nbytes. Errors: too_large, closed.

@@ -1,0 +1,148 @@
+"""bench/python_bench.py — the Python package's codec against the reference
+codec and numpy.
+
+    bazel/bazelw run -c opt --symlink_prefix=/ //bench:python_bench
+    bazel/bazelw run -c opt --symlink_prefix=/ //bench:python_bench -- --quick
+
+One run prints, side by side:
+
+1. plan()+write() from Python: one blob of 10,000 float32[16] torch tensors
+   per iteration (keys "<i>@x"), into a buffer allocated once; entries/s,
+   best of as many iterations as fit in about 3 s (at least 5), with
+   gc.collect() before each. The same for the reference codec
+   (nemo_rl.data_plane.nixl.blob_format) when it can be imported: from
+   $BLOBPIPE_REFERENCE (a path to its blob_format.py) or from nemo_rl on
+   the path; it needs torch, numpy and msgspec (Debian 12 has no msgspec).
+   Otherwise its row says why it was skipped. Targets: >= 1,000,000
+   entries/s, and >= 10x the reference in the same run.
+2. write() of 8 x 64 MiB float32 tensors into one blob against numpy
+   copying the same bytes to the same offsets of the same (pre-faulted)
+   buffer; GB/s, best of 5, interleaved. Target: >= 0.8x the copy.
+
+The streaming rows (Python sender to Python consumer over TCP) come with
+the streaming classes. Prints PASS/MISS against each target but exits 0
+whatever the numbers: a benchmark reports, it never gates. --quick runs
+small sizes (a check that the benchmark works, not figures). Peak memory
+about 1.1 GiB (sources, one blob buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import blobpipe as bf
+
+MIB = 1 << 20
+
+
+def load_reference():
+    """(module, None), or (None, why it cannot be imported)."""
+    path = os.environ.get("BLOBPIPE_REFERENCE")
+    try:
+        if path:
+            spec = importlib.util.spec_from_file_location("reference_blob_format", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = mod  # its dataclasses look themselves up there
+            spec.loader.exec_module(mod)
+            return mod, None
+        from nemo_rl.data_plane.nixl import blob_format
+        return blob_format, None
+    except Exception as ex:  # any failure to import means: no reference row
+        return None, f"{type(ex).__name__}: {ex}"
+
+
+def best_time(fn, budget_s: float, min_reps: int) -> float:
+    """Best wall time of fn() over at least min_reps runs and about budget_s."""
+    best, spent, reps = float("inf"), 0.0, 0
+    while reps < min_reps or spent < budget_s:
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best, spent, reps = min(best, dt), spent + dt, reps + 1
+    return best
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def bench_small(codec, entries: int, budget_s: float, min_reps: int) -> float:
+    """entries/s of codec.plan()+codec.write() for `entries` float32[16] tensors."""
+    keys = [f"{i}@x" for i in range(entries)]
+    values = [torch.randn(16) for _ in range(entries)]
+    out = memoryview(np.empty(codec.plan(keys, values).nbytes, dtype=np.uint8))
+    return entries / best_time(lambda: codec.write(codec.plan(keys, values), out), budget_s, min_reps)
+
+
+def bench_plan_write(args) -> None:
+    print(f"[1] plan+write from Python: {args.entries} x float32[16] torch tensors per blob")
+    ours = bench_small(bf, args.entries, args.budget, args.min_reps)
+    print(f"    blobpipe        {ours:12,.0f} entries/s   target >= 1,000,000: {verdict(ours >= 1e6)}")
+    ref, why = load_reference()
+    if ref is None:
+        print(f"    reference       skipped: cannot import the reference codec ({why})")
+        print("                    set BLOBPIPE_REFERENCE=/path/to/blob_format.py (it needs msgspec)")
+        return
+    theirs = bench_small(ref, args.entries, args.budget, args.min_reps)
+    print(f"    reference       {theirs:12,.0f} entries/s")
+    ok = ours >= 10 * theirs
+    print(f"    ratio           {ours / theirs:12.1f}x          target >= 10x: {verdict(ok)}")
+
+
+def bench_large(args) -> None:
+    n = args.tensor_mib * MIB // 4
+    print(f"[2] write vs numpy copy: {args.tensors} x {args.tensor_mib} MiB float32, "
+          f"best of {args.large_reps}")
+    g = torch.Generator().manual_seed(1)
+    tensors = [torch.rand(n, generator=g) + 1 for _ in range(args.tensors)]  # non-zero: resident
+    p = bf.plan([f"w{i}" for i in range(args.tensors)], tensors)
+    out = np.empty(p.nbytes, dtype=np.uint8)
+    out.fill(1)  # pre-fault
+    sources = [t.numpy().view(np.uint8) for t in tensors]
+    spans = [out[e.off: e.off + e.len] for e in p.entries]
+
+    def numpy_copy():
+        for dst, src in zip(spans, sources):
+            np.copyto(dst, src)
+
+    best_copy = best_write = float("inf")
+    for _ in range(args.large_reps):  # interleaved: both see the same machine
+        best_copy = min(best_copy, best_time(numpy_copy, 0, 1))
+        best_write = min(best_write, best_time(lambda: bf.write(p, out), 0, 1))
+    gbs = lambda s: args.tensors * args.tensor_mib * MIB / s / 1e9  # noqa: E731
+    ratio = best_copy / best_write
+    print(f"    numpy copy      {gbs(best_copy):8.2f} GB/s  ({best_copy * 1e3:.1f} ms)")
+    print(f"    write           {gbs(best_write):8.2f} GB/s  ({best_write * 1e3:.1f} ms)")
+    print(f"    write/copy      {ratio:8.2f}x       target >= 0.80x: {verdict(ratio >= 0.8)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="blobpipe's Python codec against the reference and numpy")
+    ap.add_argument("--quick", action="store_true", help="small sizes: checks that it runs")
+    ap.add_argument("--entries", type=int, default=10_000)
+    ap.add_argument("--tensors", type=int, default=8)
+    ap.add_argument("--tensor-mib", type=int, default=64)
+    args = ap.parse_args()
+    args.budget, args.min_reps, args.large_reps = 3.0, 5, 5
+    if args.quick:
+        args.entries, args.tensor_mib, args.budget, args.min_reps, args.large_reps = 1000, 4, 0.2, 3, 2
+    print(f"python_bench: blobpipe {bf.__version__} from {os.path.dirname(bf.__file__)}, "
+          f"torch {torch.__version__}, numpy {np.__version__}, Python {sys.version.split()[0]}")
+    bench_plan_write(args)
+    bench_large(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+// python/ext/buffer.hpp — a held Python buffer (PEP 3118) as a byte span.
+//
+// Anything with the buffer protocol will do: bytes, bytearray, memoryview,
+// a numpy array of any dtype, mmap. The bytes must be C-contiguous (as the
+// reference's memoryview.cast("B") requires); the span covers all of them
+// (len in bytes, whatever the item type). The buffer is released when the
+// holder goes, so the exporter (a bytearray, say) cannot be resized while
+// the span is in use, including while the GIL is released.
+//
+//   held_buffer out(obj, /*writable=*/true);   // TypeError/BufferError if not
+//   std::span<std::byte> s = out.writable_bytes();
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <span>
+
+namespace blobpipe::python {
+
+class held_buffer {
+ public:
+  /// Raises (error_already_set) as PyObject_GetBuffer does: TypeError for
+  /// an object without the protocol, BufferError for one that is not
+  /// contiguous or, with `writable`, is read-only.
+  held_buffer(pybind11::handle obj, bool writable) {
+    const int flags = writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw pybind11::error_already_set();
+  }
+  held_buffer(const held_buffer&) = delete;
+  held_buffer& operator=(const held_buffer&) = delete;
+  ~held_buffer() { PyBuffer_Release(&view_); }
+
+  /// The bytes, view_.len of them.
+  std::span<const std::byte> bytes() const noexcept {
+    return {static_cast<const std::byte*>(view_.buf), static_cast<std::size_t>(view_.len)};
+  }
+  /// REQUIRES: constructed with writable = true.
+  std::span<std::byte> writable_bytes() const noexcept {
+    return {static_cast<std::byte*>(view_.buf), static_cast<std::size_t>(view_.len)};
+  }
+
+ private:
+  Py_buffer view_{};
+};
+
+}  // namespace blobpipe::python

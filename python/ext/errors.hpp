@@ -1,0 +1,38 @@
+// python/ext/errors.hpp — blobpipe errors as Python exceptions.
+//
+// Every blobpipe::error raised into Python becomes an instance of the class
+// blobpipe._errors maps its category to (FormatError for the format codes,
+// FileError for io, ...), carrying `.category` ("bad_footer") and the
+// one-line message. The classes live in Python so that they can inherit
+// from ValueError/OSError and pickle; C++ only asks for an instance.
+//
+//   auto idx = unwrap(blobpipe::read_index(bytes));   // raises FormatError
+//
+// REQUIRES: the GIL is held by the caller of raise() and unwrap().
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <utility>
+
+#include "blobpipe/errors.hpp"
+
+namespace blobpipe::python {
+
+/// Sets the Python exception for `e` and throws pybind11's
+/// error_already_set, which pybind11 turns back into that exception.
+[[noreturn]] void raise(const error& e);
+[[noreturn]] void raise(errc c, std::string message);
+
+/// The value of `r`, or raise(r.err()).
+template <class T>
+T unwrap(result<T>&& r) {
+  if (!r) raise(r.err());
+  return std::move(*r);
+}
+inline void unwrap(result<void>&& r) {
+  if (!r) raise(r.err());
+}
+
+}  // namespace blobpipe::python

@@ -1,0 +1,252 @@
+"""blobpipe: NVDP blobs from Python, byte-compatible with the reference codec.
+
+A drop-in for ``nemo_rl.data_plane.nixl.blob_format`` (the reference): code
+written against it works with ``import blobpipe as bf``, with the same names,
+arguments and bytes, and the work done by blobpipe's C++ codec::
+
+    import blobpipe as bf
+    import numpy as np
+    import torch
+
+    p = bf.plan(["ids", "meta"], [torch.arange(6).view(2, 3), {"idx": 0}])
+    buf = np.zeros(p.nbytes, dtype=np.uint8)
+    bf.write(p, buf)
+    for e in bf.read_index(buf):
+        v = bf.decode_entry(memoryview(buf)[e.off : e.off + e.len], e)
+
+A blob is ``entry 0 | pad | entry 1 | ... | index (msgpack) | footer (32 B)``,
+entries at 64-byte aligned offsets (``docs/format.md`` in the repository).
+
+Values are stored as the reference stores them: a torch tensor as kind
+``t`` (its raw bytes in C order, dtype as torch names it), a numpy array as
+kind ``n`` (dtype as ``dtype.str``, any byte order), anything else pickled
+(kind ``p``, ``pickle.HIGHEST_PROTOCOL``). numpy is required; torch is
+optional (see ``decode_entry``).
+
+Errors: ``FormatError`` (a ``ValueError``) for bytes that are not a valid
+blob and for arguments the codec refuses, ``FileError`` (an ``OSError``)
+for files; both carry blobpipe's error category in ``.category``.
+
+Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
+``blobpipe/format/*.hpp``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+# The extension module loads these two, so they come first.
+from ._errors import Error, FileError, FormatError
+from ._raw import RawEntry
+from . import _blobpipe
+from ._blobpipe import BlobPlan, Entry
+
+__version__ = "0.1.0"
+
+#: Entry alignment in bytes: every entry starts at a multiple of it.
+ALIGN: int = _blobpipe.ALIGN
+#: Footer magic, 0x4E564450 ("PDVN" on disk, little-endian).
+MAGIC: int = _blobpipe.MAGIC
+#: Version of the blob format written (3). Not the wire protocol's version.
+VERSION: int = _blobpipe.VERSION
+#: Size of the v3 footer in bytes (32): magic, version, flags, index_off,
+#: index_len, 16-byte tag.
+FOOTER_SIZE: int = _blobpipe.FOOTER_SIZE
+#: Size of the legacy v2 footer in bytes (16, no tag); read, never written.
+FOOTER_V2_SIZE: int = _blobpipe.FOOTER_V2_SIZE
+#: The all-zero 16-byte tag: "no tag".
+NO_TAG: bytes = _blobpipe.NO_TAG
+#: Entry kinds: torch tensor, numpy array (C++: KIND_NDARRAY), pickle.
+KIND_TENSOR: str = _blobpipe.KIND_TENSOR
+KIND_NUMPY: str = _blobpipe.KIND_NUMPY
+KIND_PICKLE: str = _blobpipe.KIND_PICKLE
+
+__all__ = [
+    "ALIGN", "MAGIC", "VERSION", "FOOTER_SIZE", "FOOTER_V2_SIZE", "NO_TAG",
+    "KIND_TENSOR", "KIND_NUMPY", "KIND_PICKLE",
+    "Entry", "BlobPlan", "RawEntry", "Error", "FormatError", "FileError",
+    "plan", "write", "write_tail", "read_index", "read_index_file",
+    "decode_entry", "materialize", "footer_is_valid", "footer_tag",
+]
+
+
+def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobPlan:
+    """Lays out a blob of ``values`` named by ``keys`` (``str(key)`` each).
+
+    Reads only the values' descriptions (dtype, shape, where their bytes
+    are); the bytes are copied later by ``write``, so the values must not
+    change until then (the plan keeps them alive). Per value:
+
+    - ``torch.Tensor`` (not nested, not sparse COO): kind ``t``, dtype
+      ``str(t.dtype)`` without ``torch.``, shape ``tuple(t.shape)`` in
+      elements. A tensor off the CPU (CUDA) is copied to host here; a
+      non-contiguous one is stored contiguous (gathered in C order by
+      ``write``); conjugate/negative views are resolved.
+    - ``numpy.ndarray`` without object dtype: kind ``n``, dtype
+      ``a.dtype.str`` (any byte order, as is), non-contiguous stored
+      contiguous.
+    - ``RawEntry`` (what ``decode_entry`` gives for a dtype no library here
+      has): its kind, dtype and shape over its bytes, so that such an entry
+      re-encodes unchanged. blobpipe's own type, which the reference never
+      sees.
+    - anything else, object arrays included: kind ``p``, the bytes of
+      ``pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)``.
+
+    Args:
+        keys: one per value; keys need not be unique.
+        values: the values, in blob order.
+        tag: the blob's tag, any bytes-like object: ``bytes(tag)`` cut or
+            zero-padded to 16 bytes (the reference's rule).
+
+    Returns:
+        A ``BlobPlan``: ``nbytes`` (whole blob, bytes), ``entries``,
+        ``index_bytes``, ``index_off``, ``keys``, ``tag``.
+
+    Raises:
+        FormatError: ``invalid_argument`` (keys and values differ in
+            length; a tensor layout with no dense bytes such as sparse CSR;
+            a structured dtype holding objects; a RawEntry whose data is not
+            the length its dtype and shape need), ``unknown_dtype`` (a torch
+            dtype blobpipe cannot carry, e.g. ``complex32`` or quantized
+            types), ``too_large`` (data or index reaching 4 GiB, which the
+            v3 footer cannot address).
+        Whatever pickling a value raises.
+    """
+    return _blobpipe.plan(keys, values, tag)
+
+
+def write(p: BlobPlan, out: Any) -> None:
+    """Writes the whole blob planned by ``p`` into ``out[0:p.nbytes]``.
+
+    Entries, zero pads, index, footer: for the same keys, values and tag,
+    the bytes the reference writes (with its pads zeroed). The GIL is
+    released while the bytes are copied.
+
+    Args:
+        p: a plan from ``plan``.
+        out: a writable, C-contiguous buffer (bytearray, numpy array of any
+            dtype, writable memoryview, mmap) of at least ``p.nbytes`` bytes.
+
+    Raises:
+        FormatError: ``buffer_too_small`` when ``out`` is shorter than
+            ``p.nbytes``.
+        BufferError / TypeError: ``out`` is read-only, not contiguous, or
+            has no buffer protocol.
+    """
+    _blobpipe.write(p, out)
+
+
+def write_tail(p: BlobPlan, out: Any) -> None:
+    """Writes only the index and the footer: ``len(p.index_bytes) +
+    FOOTER_SIZE`` bytes into ``out``, which maps to blob offset
+    ``p.index_off``. For a blob whose entries travel separately.
+
+    Raises:
+        FormatError: ``buffer_too_small`` when ``out`` is shorter than that.
+    """
+    _blobpipe.write_tail(p, out)
+
+
+def read_index(blob: Any) -> list[Entry]:
+    """The entries of a whole blob held in memory, in index order.
+
+    Reads the footer (v3, or legacy v2) and the index, and checks every row
+    before returning (``docs/format.md``, "Validation order"): the entries
+    lie inside the data region, 64-byte aligned, with known kinds and
+    dtypes and ``prod(shape) * itemsize == len``. Entry bytes are not read.
+
+    Args:
+        blob: the blob's bytes (any C-contiguous buffer: bytes, bytearray,
+            memoryview, numpy array, mmap), ending with its footer.
+
+    Raises:
+        FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
+            ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
+            ``unknown_kind``, ``unknown_dtype``.
+    """
+    return _blobpipe.read_index(blob)
+
+
+def read_index_file(f: Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
+    """The entries of the blob stored at byte ``off`` of a file, ``nbytes``
+    long (0: to the end of the file): two reads, the footer and then the
+    index, never the entry bytes. Entry offsets are from the blob's start
+    (add ``off`` for the file position).
+
+    Args:
+        f: a path (str, bytes, os.PathLike) of a regular file, or a file
+            object opened in binary mode (``read(n)``, ``seek(pos, whence)``;
+            its position is left after the index).
+        off: where the blob starts in the file, bytes.
+        nbytes: the blob's length in bytes, 0 for "to the end".
+
+    Raises:
+        FormatError: as ``read_index``; ``too_small`` when the file is shorter
+            than ``off + nbytes``.
+        FileError: the path cannot be opened or read, or is not a regular
+            file (a FIFO, a directory); a file object's own exceptions
+            propagate as they are.
+        TypeError: a file object opened in text mode.
+    """
+    return _blobpipe.read_index_file(f, off, nbytes)
+
+
+def decode_entry(view: Any, e: Entry, *, allow_pickle: bool = True) -> Any:
+    """Rebuilds an entry's value from its bytes; tensors and arrays are
+    zero-copy views of ``view`` (which they keep alive), as in the reference.
+
+    - kind ``t``: a ``torch.Tensor`` of ``e.dtype`` and ``e.shape``
+      (``torch.frombuffer``; an empty entry gives ``torch.empty(shape)``).
+      Without torch, or when torch lacks the dtype (torch 1.13 has no
+      ``uint16/32/64`` or ``float8_*``), a ``numpy.ndarray`` of that dtype
+      where numpy has it, else a ``RawEntry`` (``bfloat16`` without torch;
+      ``float8_*``): never an error, never another dtype.
+    - kind ``n``: ``numpy.frombuffer(view, numpy.dtype(e.dtype))`` reshaped
+      to ``e.shape`` (byte order as stored); a ``RawEntry`` if this numpy
+      cannot build the dtype.
+    - kind ``p``: ``pickle.loads(view)``; with ``allow_pickle=False`` the
+      pickle's ``bytes`` instead. Unpickling runs code chosen by whoever
+      wrote the blob: pass ``allow_pickle=False`` for bytes from a peer you
+      do not trust, and unpickle only what you decide to.
+
+    Args:
+        view: exactly the entry's ``e.len`` bytes (e.g.
+            ``memoryview(blob)[e.off : e.off + e.len]``), any C-contiguous
+            buffer.
+        e: the entry, from ``read_index`` or ``Entry.from_meta``.
+
+    Raises:
+        FormatError: ``entry_out_of_range`` (``view`` is not ``e.len``
+            bytes), ``shape_mismatch``, ``unknown_kind``, ``unknown_dtype``.
+        Whatever unpickling raises (kind ``p`` with ``allow_pickle``).
+    """
+    return _blobpipe.decode_entry(view, e, allow_pickle=allow_pickle)
+
+
+def materialize(v: Any) -> Any:
+    """A copy of a decoded value that no longer views the blob's buffer:
+    ``clone()`` of a tensor, ``copy()`` of an array or ``RawEntry``; other
+    values (unpickled objects, bytes) are already their own and are
+    returned as they are. torch and numpy release the GIL for large copies.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(v, torch.Tensor):
+        return v.clone()
+    if isinstance(v, (np.ndarray, RawEntry)):
+        return v.copy()
+    return v
+
+
+def footer_is_valid(tail: Any) -> bool:
+    """True when ``tail`` (a buffer: the blob, or at least its last
+    ``FOOTER_SIZE`` bytes) ends with a valid v3 or v2 footer."""
+    return _blobpipe.footer_is_valid(tail)
+
+
+def footer_tag(tail: Any) -> Optional[bytes]:
+    """The 16-byte tag of the footer that ends ``tail``; ``None`` for an
+    invalid footer, a v2 footer, or ``NO_TAG``."""
+    return _blobpipe.footer_tag(tail)

@@ -1,0 +1,408 @@
+"""The codec through the Python API: round trips of every dtype and shape,
+non-contiguous values, pickles, buffers, tags, errors, and bad bytes that
+must raise FormatError, never crash."""
+
+from __future__ import annotations
+
+import gc
+import io
+import mmap
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import blobpipe as bf
+from blob_cases import blob_bytes, cases
+
+# The dtypes the reference writes (str(dtype) less "torch."); torch 1.13
+# lacks the float8 and uint16/32/64 ones.
+REFERENCE_TORCH_DTYPES = [
+    "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64",
+    "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "uint16", "uint32", "uint64",
+]
+TORCH_DTYPES = [n for n in REFERENCE_TORCH_DTYPES if isinstance(getattr(torch, n, None), torch.dtype)]
+SHAPES = [(), (0,), (3,), (2, 0, 3), (2, 3, 4)]
+
+
+def round_trip(keys, values, tag=bf.NO_TAG):
+    """plan + write + read_index + decode_entry: (blob, entries, values)."""
+    p = bf.plan(keys, values, tag)
+    blob = np.zeros(p.nbytes, dtype=np.uint8)
+    bf.write(p, blob)
+    idx = bf.read_index(blob)
+    assert idx == p.entries
+    mv = memoryview(blob)
+    return blob, idx, [bf.decode_entry(mv[e.off: e.off + e.len], e) for e in idx]
+
+
+def make_tensor(dtype: torch.dtype, shape) -> torch.Tensor:
+    g = torch.Generator().manual_seed(7)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        return torch.randn(shape, dtype=dtype, generator=g)
+    return (torch.randn(shape, generator=g) * 50).abs().to(dtype)
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_dtype_round_trip(dtype, shape):
+    t = make_tensor(getattr(torch, dtype), shape)
+    _, idx, (got,) = round_trip(["t"], [t])
+    assert (idx[0].kind, idx[0].dtype, idx[0].shape) == ("t", dtype, shape)
+    assert idx[0].len == t.numel() * t.element_size()
+    assert isinstance(got, torch.Tensor) and got.dtype == t.dtype and tuple(got.shape) == shape
+    assert tensor_bytes(got) == tensor_bytes(t)
+
+
+def noncontiguous_tensors():
+    base = torch.arange(24, dtype=torch.float32).view(4, 6)
+    c = torch.randn(5, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    return {
+        "transposed": base.t(),
+        "step slice": base[:, ::2],
+        "narrowed (storage offset)": base[1:3, 2:5],
+        "expanded (stride 0)": torch.arange(3.0).expand(4, 3),
+        "permuted 3-d": torch.arange(24).view(2, 3, 4).permute(2, 0, 1),
+        "conjugate view": c.conj(),
+        "negative view": c.conj().imag,
+        "requires grad": torch.ones(3, requires_grad=True),
+    }
+
+
+@pytest.mark.parametrize("name", list(noncontiguous_tensors()))
+def test_tensor_views_are_stored_as_their_values(name):
+    t = noncontiguous_tensors()[name]
+    _, idx, (got,) = round_trip(["t"], [t])
+    assert idx[0].shape == tuple(t.shape)
+    assert torch.equal(got, t.detach().resolve_conj().resolve_neg())
+    # Same bytes as the reference, which stores t.contiguous().
+    plain = t.detach().resolve_conj().resolve_neg().contiguous()
+    assert bytes(round_trip(["t"], [t])[0]) == bytes(round_trip(["t"], [plain])[0])
+
+
+NUMPY_DTYPES = ["<f4", ">f8", "<f2", "|i1", "|u1", "<i2", ">u2", "<i4", "<u4", "<i8", ">u8", "|b1",
+                "<c8", ">c16", "<U3", "|S4", "<M8[ns]", "<m8[s]", ">i4", "<f8"]
+
+
+def make_array(dtype: str, shape) -> np.ndarray:
+    n = int(np.prod(shape))
+    a = np.arange(n).astype(np.float64)
+    if dtype[1] in "US":
+        a = np.array([str(i % 1000) for i in range(n)])
+    elif dtype[1] in "Mm":
+        a = np.arange(n).astype("i8")
+    return a.astype(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_numpy_dtype_round_trip(dtype, shape):
+    a = make_array(dtype, shape)
+    _, idx, (got,) = round_trip(["a"], [a])
+    assert (idx[0].kind, idx[0].dtype, idx[0].shape) == ("n", a.dtype.str, shape)
+    assert got.dtype.str == a.dtype.str and got.shape == shape
+    assert got.tobytes() == a.tobytes()
+
+
+def noncontiguous_arrays():
+    a = np.arange(24, dtype="<i4").reshape(4, 6)
+    packed = np.zeros(4, dtype=np.dtype([("a", "i1"), ("b", "<i4")]))  # itemsize 5
+    packed["b"] = [1, 2, 3, 4]
+    aligned = np.zeros(3, dtype=[("x", "<f4"), ("y", "<f4")])
+    aligned["y"] = [1.5, 2.5, 3.5]
+    return {
+        "transposed": a.T,
+        "step slice": a[:, ::2],
+        "reversed (negative stride)": a[::-1, ::-1],
+        "big-endian view": a.astype(">i4")[::2],
+        "record field, stride a whole number of items": aligned["y"],
+        "record field, stride not a whole number of items": packed["b"],
+        "broadcast (stride 0)": np.broadcast_to(np.arange(3.0), (4, 3)),
+    }
+
+
+@pytest.mark.parametrize("name", list(noncontiguous_arrays()))
+def test_array_views_are_stored_as_their_values(name):
+    a = noncontiguous_arrays()[name]
+    _, idx, (got,) = round_trip(["a"], [a])
+    assert idx[0].dtype == a.dtype.str and idx[0].shape == a.shape
+    assert np.array_equal(got, a) and got.dtype == a.dtype
+    assert bytes(round_trip(["a"], [a])[0]) == bytes(round_trip(["a"], [np.ascontiguousarray(a)])[0])
+
+
+def test_structured_array_is_stored_as_raw_records():
+    a = np.zeros(2, dtype=[("x", "<i4"), ("y", "<f4")])
+    a["y"] = [0.5, 1.5]
+    _, idx, (got,) = round_trip(["r"], [a])
+    assert idx[0].dtype == "|V8"  # as the reference writes dtype.str
+    assert got.tobytes() == a.tobytes()
+
+
+PICKLED = {
+    "int": 7, "float": 2.5, "str": "héllo", "bytes": b"\x00\x01", "none": None, "list": [1, "a", 2.0],
+    "dict": {"k": 1, "v": [1, 2]}, "tuple": (1, 2), "bigint": 2 ** 70, "numpy scalar": np.float32(2.5),
+    "object array": np.array([1, "a", None], dtype=object),
+    "sparse COO tensor": torch.eye(3).to_sparse(),
+}
+
+
+@pytest.mark.parametrize("name", list(PICKLED))
+def test_other_values_are_pickled_like_the_reference(name):
+    v = PICKLED[name]
+    blob, idx, (got,) = round_trip([name], [v])
+    e = idx[0]
+    assert (e.kind, e.dtype, e.shape) == ("p", None, None)
+    assert blob[e.off: e.off + e.len].tobytes() == pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+    if isinstance(v, torch.Tensor):
+        assert torch.equal(got.to_dense(), v.to_dense())
+    elif isinstance(v, np.ndarray):
+        assert got.tolist() == v.tolist()
+    else:
+        assert got == v and type(got) is type(v)
+    raw = bf.decode_entry(blob[e.off: e.off + e.len], e, allow_pickle=False)
+    assert raw == pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def test_sparse_csr_tensor_is_refused():
+    with pytest.raises(bf.FormatError) as err:
+        bf.plan(["csr"], [torch.eye(3).to_sparse_csr()])
+    assert err.value.category == "invalid_argument"
+
+
+def test_torch_dtype_blobpipe_cannot_carry_is_refused():
+    with pytest.raises(bf.FormatError) as err:
+        bf.plan(["c32"], [torch.zeros(2, dtype=torch.complex32)])
+    assert err.value.category == "unknown_dtype"
+
+
+def test_cuda_tensor_is_copied_to_host():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (or a torch built without CUDA)")
+    t = torch.arange(10, dtype=torch.float32, device="cuda")
+    _, _, (got,) = round_trip(["t"], [t])
+    assert torch.equal(got, t.cpu())
+
+
+def test_raw_entries_round_trip_for_dtypes_torch_lacks():
+    data = np.arange(8, dtype=np.uint8)
+    f8 = bf.RawEntry("t", "float8_e4m3fn", (2, 4), data)
+    u16 = bf.RawEntry("t", "uint16", (4,), data)
+    _, idx, (got_f8, got_u16) = round_trip(["f8", "u16"], [f8, u16])
+    assert [(e.kind, e.dtype, e.shape) for e in idx] == [
+        ("t", "float8_e4m3fn", (2, 4)), ("t", "uint16", (4,))]
+    if hasattr(torch, "float8_e4m3fn"):
+        assert got_f8.dtype == torch.float8_e4m3fn
+    else:
+        assert got_f8 == f8
+    if hasattr(torch, "uint16"):
+        assert got_u16.dtype == torch.uint16
+    else:  # numpy has the dtype torch lacks
+        assert isinstance(got_u16, np.ndarray) and got_u16.dtype == np.uint16
+        assert got_u16.tolist() == data.view("<u2").tolist()
+
+
+def test_raw_entry_of_the_wrong_size_is_refused():
+    with pytest.raises(bf.FormatError) as err:
+        bf.plan(["x"], [bf.RawEntry("t", "uint16", (4,), np.zeros(7, np.uint8))])
+    assert err.value.category == "invalid_argument"
+
+
+def test_decoded_views_share_the_buffer_and_materialize_copies():
+    p = bf.plan(["t", "n", "p"], [torch.zeros(4), np.zeros(4, "<i4"), [1]])
+    buf = bytearray(p.nbytes)
+    bf.write(p, buf)
+    idx = bf.read_index(buf)
+    mv = memoryview(buf)
+    t, n, obj = (bf.decode_entry(mv[e.off: e.off + e.len], e) for e in idx)
+    t_copy, n_copy, obj_copy = (bf.materialize(v) for v in (t, n, obj))
+    buf[0:4] = np.float32(3.0).tobytes()
+    buf[64:68] = np.int32(9).tobytes()
+    assert t[0].item() == 3.0 and n[0] == 9  # views of buf
+    assert t_copy[0].item() == 0.0 and n_copy[0] == 0  # copies
+    assert obj_copy == [1]
+    raw = bf.RawEntry("t", "bfloat16", (2,), np.frombuffer(buf, np.uint8, 4))
+    raw_copy = bf.materialize(raw)
+    buf[0] = 0x11
+    assert raw.data[0] == 0x11 and raw_copy.data[0] != 0x11
+
+
+def test_values_are_kept_alive_by_the_plan():
+    p = bf.plan(["a", "b"], [torch.arange(1000), np.arange(1000)])  # the plan's references only
+    gc.collect()
+    out = bytearray(p.nbytes)
+    bf.write(p, out)
+    a, b = (bf.decode_entry(memoryview(out)[e.off: e.off + e.len], e) for e in bf.read_index(out))
+    assert torch.equal(a, torch.arange(1000)) and np.array_equal(b, np.arange(1000))
+
+
+@pytest.mark.parametrize("tag, expected", [
+    (b"single", b"single" + bytes(10)),
+    (bytes(range(16)), bytes(range(16))),
+    (bytes(range(20)), bytes(range(16))),  # cut to 16, as the reference does
+    (bytearray(b"ab"), b"ab" + bytes(14)),
+    (memoryview(b"xyz"), b"xyz" + bytes(13)),
+])
+def test_tags_are_cut_or_padded_to_16_bytes(tag, expected):
+    p = bf.plan(["x"], [1], tag=tag)
+    assert p.tag == expected
+    blob = bytearray(p.nbytes)
+    bf.write(p, blob)
+    assert bf.footer_tag(blob) == expected
+
+
+def test_no_tag_reads_back_as_none():
+    p = bf.plan([], [])
+    blob = bytearray(p.nbytes)
+    bf.write(p, blob)
+    assert p.tag == bf.NO_TAG and bf.footer_tag(blob) is None and bf.read_index(blob) == []
+
+
+def test_plan_fields_match_the_reference():
+    p = bf.plan([1, "b"], [torch.ones(2), "x"], tag=b"t")
+    assert p.keys == ["1", "b"]  # str(key), as the reference
+    assert [e.key for e in p.entries] == ["1", "b"] and len(p) == 2
+    assert p.index_off == p.nbytes - bf.FOOTER_SIZE - len(p.index_bytes)
+    assert p.entries[1].off == bf.ALIGN  # the pickle of "x" follows at 64
+    assert "2 entries" in repr(p)
+
+
+@pytest.mark.parametrize("make_out", [
+    bytearray, lambda n: memoryview(bytearray(n)), lambda n: np.zeros((n + 3) // 4, np.float32),
+    lambda n: mmap.mmap(-1, n),
+], ids=["bytearray", "memoryview", "float32 array", "mmap"])
+def test_any_writable_buffer_takes_a_blob(make_out):
+    p = bf.plan(["x", "y"], [torch.arange(5), {"a": 1}])
+    out = make_out(p.nbytes)
+    bf.write(p, out)
+    blob = bytes(memoryview(out).cast("B")[: p.nbytes])
+    for src in (blob, bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8)):
+        assert bf.read_index(src) == p.entries
+
+
+def test_write_refuses_read_only_and_short_buffers():
+    p = bf.plan(["x"], [torch.arange(5)])
+    with pytest.raises((BufferError, TypeError)):
+        bf.write(p, bytes(p.nbytes))
+    with pytest.raises(bf.FormatError) as err:
+        bf.write(p, bytearray(p.nbytes - 1))
+    assert err.value.category == "buffer_too_small"
+    with pytest.raises(bf.FormatError) as err:
+        bf.write_tail(p, bytearray(len(p.index_bytes)))
+    assert err.value.category == "buffer_too_small"
+    with pytest.raises((BufferError, ValueError)):
+        bf.write(p, np.zeros((p.nbytes, 2), np.uint8)[:, 0])  # not contiguous
+
+
+def test_keys_and_values_must_pair_up():
+    with pytest.raises(ValueError) as err:
+        bf.plan(["a", "b"], [1])
+    assert isinstance(err.value, bf.FormatError) and err.value.category == "invalid_argument"
+
+
+def category_of(call) -> str:
+    with pytest.raises(bf.FormatError) as err:
+        call()
+    return err.value.category
+
+
+def test_decode_entry_checks_the_entry_against_its_bytes():
+    def decode(n, kind, dtype, shape):
+        return lambda: bf.decode_entry(bytes(n), bf.Entry("x", 0, 8, kind, dtype, shape))
+
+    assert category_of(decode(4, "t", "float32", (2,))) == "entry_out_of_range"
+    assert category_of(decode(8, "t", "float32", (3,))) == "shape_mismatch"
+    assert category_of(decode(8, "q", None, None)) == "unknown_kind"
+    assert category_of(decode(8, "t", "float128", (1,))) == "unknown_dtype"
+    assert category_of(lambda: bf.Entry("x", 0, 8, "tt", None, None)) == "unknown_kind"
+    # A tensor row without dtype is float32, as in the reference.
+    no_dtype = bf.Entry("x", 0, 8, "t", None, (2,))
+    assert bf.decode_entry(np.float32([1, 2]).tobytes(), no_dtype).tolist() == [1, 2]
+
+
+def test_entry_behaves_like_the_reference_dataclass():
+    e = bf.Entry(key="k", off=64, len=12, kind="t", dtype="int32", shape=(3,))
+    assert (e.key, e.off, e.len, e.kind, e.dtype, e.shape) == ("k", 64, 12, "t", "int32", (3,))
+    same = bf.Entry("k", 64, 12, "t", "int32", [3])
+    assert e == same and hash(e) == hash(same)
+    assert e != bf.Entry("k", 64, 12, "t", "int32", (4,)) and e != ("k", 64)
+    assert repr(e) == "Entry(key='k', off=64, len=12, kind='t', dtype='int32', shape=(3,))"
+    assert pickle.loads(pickle.dumps(e)) == e
+    with pytest.raises(AttributeError):
+        e.off = 0  # frozen
+    p = bf.Entry("p", 0, 5, "p", None, None)
+    assert p.meta() == {"o": 0, "n": 5, "k": "p", "d": None, "s": []}
+    assert bf.Entry.from_meta("p", p.meta()) == bf.Entry("p", 0, 5, "p", None, ())
+    assert bf.Entry.from_meta("q", {"o": 1, "n": 2, "k": "t"}) == bf.Entry("q", 1, 2, "t", None, ())
+    assert category_of(lambda: bf.Entry.from_meta("x", {"o": 0, "k": "t"})) == "malformed_index"
+    assert category_of(lambda: bf.Entry.from_meta("x", {"o": "a", "n": 1, "k": "t"})) == "malformed_index"
+    assert category_of(lambda: bf.Entry.from_meta("x", b"\xc1")) == "malformed_index"
+
+
+def test_read_index_file_errors():
+    with pytest.raises(bf.FileError) as err:
+        bf.read_index_file("/nonexistent/blob")
+    assert err.value.category == "io" and isinstance(err.value, OSError)
+    with pytest.raises(bf.FileError):
+        bf.read_index_file("/")
+    blob = blob_bytes("single_f32.blob")
+    with pytest.raises(TypeError):
+        bf.read_index_file(io.StringIO("text"))
+
+    class Broken(io.BytesIO):
+        def read(self, n=-1):
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        bf.read_index_file(Broken(blob))
+    assert category_of(lambda: bf.read_index_file(io.BytesIO(blob), 0, len(blob) + 1)) == "too_small"
+
+
+SMALL_VALID = [c for c in cases(valid=True) if c["nbytes"] <= 4096 and c["footer_version"] == 3]
+
+
+@pytest.mark.parametrize("c", SMALL_VALID, ids=[c["name"] for c in SMALL_VALID])
+def test_damaged_blobs_raise_format_errors_only(c):
+    """Every byte set to 0x00 and to 0xff in turn, and every truncation:
+    each read either succeeds or raises FormatError; so does decoding each
+    entry it then lists (pickles as bytes: unpickling damage is pickle's)."""
+    good = blob_bytes(c["file"])
+    variants = [good[:n] for n in range(len(good))]
+    for i in range(len(good)):
+        for b in (0x00, 0xFF):
+            variants.append(good[:i] + bytes([b]) + good[i + 1:])
+    for blob in variants:
+        try:
+            idx = bf.read_index(blob)
+        except bf.FormatError:
+            continue
+        for e in idx:
+            try:
+                bf.decode_entry(blob[e.off: e.off + e.len], e, allow_pickle=False)
+            except bf.FormatError:
+                pass
+
+
+def test_type_stubs_name_what_the_extension_has():
+    import ast
+    from pathlib import Path
+
+    from blobpipe import _blobpipe
+
+    stub = ast.parse((Path(bf.__file__).parent / "_blobpipe.pyi").read_text())
+    names = set()
+    for node in stub.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
+    public = {n for n in dir(_blobpipe) if not n.startswith("_")}
+    assert names == public
+    assert set(bf.__all__) <= set(dir(bf))
