@@ -3,15 +3,19 @@
 // of pipeline_fixture.hpp's raw_pair).
 //
 // Each configuration names UCX_TLS through blobpipe::ucx::options (so tests
-// need no setenv) and the transport UCX must select for it; a test first
-// checks the selection with selected() and skips, saying why, when this
-// machine cannot provide it. The connection itself is made through a
+// need no setenv) and the transport UCX must select for it. A test first
+// asks offered(): when UCX itself reports that this machine has no such
+// transport (it lists it nowhere, as ucx_info -d would not: cma is left out
+// under a strict ptrace scope, for one), the case skips, saying why, before
+// anything runs. Otherwise the transport must be selected: ucx_pair() fails
+// when UCX chose another. The connection itself is made through a
 // listener, so every list includes tcp for the sockaddr connection
 // manager.
 #pragma once
 
 #include <memory>
 #include <ostream>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 #include <string>
@@ -19,8 +23,10 @@
 #include <vector>
 
 #include <asio/this_coro.hpp>
+#include <uct/api/uct.h>
 
 #include "blobpipe/transport/ucx.hpp"
+#include "test/skip.hpp"
 
 namespace blobpipe::testing {
 
@@ -45,6 +51,71 @@ inline const std::vector<ucx_link>& ucx_links() {
   return links;
 }
 
+/// The transports UCX finds on this machine ("tcp", "posix", ...), as
+/// ucx_info -d lists them: every memory domain of every UCT component,
+/// asked for its transport resources.
+inline const std::set<std::string>& ucx_transports_here() {
+  static const std::set<std::string> names = [] {
+    std::set<std::string> out;
+    uct_component_h* comps = nullptr;
+    unsigned ncomps = 0;
+    if (uct_query_components(&comps, &ncomps) != UCS_OK) return out;
+    for (unsigned c = 0; c < ncomps; ++c) {
+      uct_component_attr_t attr{};
+      attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+      if (uct_component_query(comps[c], &attr) != UCS_OK) continue;
+      std::vector<uct_md_resource_desc_t> mds(attr.md_resource_count);
+      attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+      attr.md_resources = mds.data();
+      if (uct_component_query(comps[c], &attr) != UCS_OK) continue;
+      for (const auto& md_desc : mds) {
+        uct_md_config_t* cfg = nullptr;
+        if (uct_md_config_read(comps[c], nullptr, nullptr, &cfg) != UCS_OK) continue;
+        uct_md_h md = nullptr;
+        const ucs_status_t opened = uct_md_open(comps[c], md_desc.md_name, cfg, &md);
+        uct_config_release(cfg);
+        if (opened != UCS_OK) continue;
+        uct_tl_resource_desc_t* tls = nullptr;
+        unsigned ntls = 0;
+        if (uct_md_query_tl_resources(md, &tls, &ntls) == UCS_OK) {
+          for (unsigned t = 0; t < ntls; ++t) out.insert(tls[t].tl_name);
+          uct_release_tl_resource_list(tls);
+        }
+        uct_md_close(md);
+      }
+    }
+    uct_release_component_list(comps);
+    return out;
+  }();
+  return names;
+}
+
+/// Whether this machine can offer the link's transport at all (UCX lists
+/// it: for "sm", one of posix, sysv and cma); otherwise `why` says so.
+inline bool offered(const ucx_link& l, std::string& why) {
+  const auto& here = ucx_transports_here();
+  const std::string tl = l.lane.substr(0, l.lane.find('/'));
+  const std::vector<std::string> wanted =
+      tl.empty() ? std::vector<std::string>{"posix", "sysv", "cma"} : std::vector{tl};
+  for (const auto& w : wanted)
+    if (here.count(w)) return true;
+  std::string listed;
+  for (const auto& h : here) listed += (listed.empty() ? "" : ",") + h;
+  why = "ucx/" + l.name + ": UCX offers no " + (tl.empty() ? "shared-memory" : tl) +
+        " transport on this machine (it lists: " + (listed.empty() ? "none" : listed) + ")";
+  return false;
+}
+
+/// In a Boost.Test case: skips it (a SKIPPED line, test/skip.hpp) when UCX
+/// reports that this machine has no transport for `link` (a ucx_link).
+/// Call it first, before anything runs.
+#define BLOBPIPE_SKIP_UNLESS_OFFERED(link)                                \
+  do {                                                                    \
+    std::string blobpipe_offer_why_;                                      \
+    if (!::blobpipe::testing::offered((link), blobpipe_offer_why_))       \
+      BLOBPIPE_SKIP(blobpipe_offer_why_);                                 \
+  } while (0)
+
 /// Whether UCX selected `l.lane` for the endpoint of `t`; otherwise
 /// `why` says what it selected instead.
 inline bool selected(const ucx_link& l, const transport& t, std::string& why) {
@@ -60,13 +131,16 @@ inline bool selected(const ucx_link& l, const transport& t, std::string& why) {
 }
 
 /// Two connected UCX transports on the current executor (a: connected,
-/// b: accepted).
+/// b: accepted). Throws when UCX did not select the link's transport for
+/// them: the connected end's lanes are final once connect() returns (it
+/// flushed the endpoint, which waits for the wireup).
 inline asio::awaitable<std::pair<std::unique_ptr<transport>, std::unique_ptr<transport>>> ucx_pair(
     const ucx_link& l, transport_options opt = {}) {
   auto ex = co_await asio::this_coro::executor;
   auto lis = ucx::listen(ex, 0, "127.0.0.1", l.opt).value();
   auto [cec, connected] = co_await ucx::connect(ex, "127.0.0.1", lis.port(), opt, l.opt);
   if (cec) throw std::runtime_error("ucx connect: " + cec.message());
+  if (std::string why; !selected(l, *connected, why)) throw std::runtime_error("ucx_pair: " + why);
   // The listener took the request already: accept does not wait for it.
   auto [aec, accepted] = co_await lis.accept(opt);
   if (aec) throw std::runtime_error("ucx accept: " + aec.message());
