@@ -248,9 +248,12 @@ int main(int argc, char** argv) {
   auto pinned = cuda::pinned_buffer::allocate(entry).value();
   std::vector<std::byte> host_dst(entry);
 
-  const double d2h_copy = copy_seconds("cudaMemcpy D2H", pinned.data(), dev_src.data(), entry, count);
-  const double h2d_copy = copy_seconds("cudaMemcpy H2D", dev_dst.data(), pinned.data(), entry, count);
-  const double d2d_copy = copy_seconds("cudaMemcpy D2D", dev_dst.data(), dev_src.data(), entry, count);
+  const double d2h_copy =
+      copy_seconds("cudaMemcpy D2H", pinned.data(), dev_src.data(), entry, count);
+  const double h2d_copy =
+      copy_seconds("cudaMemcpy H2D", dev_dst.data(), pinned.data(), entry, count);
+  const double d2d_copy =
+      copy_seconds("cudaMemcpy D2D", dev_dst.data(), dev_src.data(), entry, count);
   std::memcpy(host_dst.data(), host.data(), entry);  // fault pages in
   const auto t0 = clock_type::now();
   for (std::uint64_t i = 0; i < count; ++i) std::memcpy(host_dst.data(), host.data(), entry);

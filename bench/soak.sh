@@ -69,7 +69,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 port=${BLOBPIPE_SOAK_PORT:-7811}
 bound=${BLOBPIPE_SOAK_RSS_BOUND_KIB:-16384}
-[[ $bound =~ ^[0-9]+$ ]] || { echo "soak.sh: BLOBPIPE_SOAK_RSS_BOUND_KIB '$bound' is not a decimal integer" >&2; exit 2; }
+if ! [[ $bound =~ ^[0-9]+$ ]]; then
+  echo "soak.sh: BLOBPIPE_SOAK_RSS_BOUND_KIB '$bound' is not a decimal integer" >&2
+  exit 2
+fi
 # --symlink_prefix=/ creates no convenience symlinks: an opt build would
 # otherwise repoint bazel-bin, which examples/README.md's commands use.
 build=(bazel/bazelw build -c opt --symlink_prefix=/ //bench:soak)

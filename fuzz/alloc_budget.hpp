@@ -94,7 +94,8 @@ class alloc_budget {
  public:
   alloc_budget(const char* what, std::size_t input_bytes, budget b) {
     if (!detail::hooks_installed) {
-      std::fprintf(stderr, "==alloc_budget== no sanitizer malloc hooks: build with --config=fuzz\n");
+      std::fprintf(stderr,
+                   "==alloc_budget== no sanitizer malloc hooks: build with --config=fuzz\n");
       std::abort();
     }
     detail::scope_what = what;

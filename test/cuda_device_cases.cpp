@@ -412,8 +412,10 @@ void staging_keeps_copies_in_flight_while_sending(checker& ck, backend) {
   };
   r.spawn(consume());
   r.spawn(produce());
-  BLOBPIPE_EXPECT(ck, r.run(std::chrono::seconds(20)), "finished (a serial sender stalls at the gate)");
-  BLOBPIPE_EXPECT(ck, in_flight.size() == chunks, std::to_string(in_flight.size()) + " data frames");
+  BLOBPIPE_EXPECT(ck, r.run(std::chrono::seconds(20)),
+                  "finished (a serial sender stalls at the gate)");
+  BLOBPIPE_EXPECT(ck, in_flight.size() == chunks,
+                  std::to_string(in_flight.size()) + " data frames");
   const std::size_t depth = staging.pool_depth;
   for (std::size_t k = 0; k < in_flight.size(); ++k) {
     // Chunks with depth - 1 more behind them; then the ring drains.

@@ -68,8 +68,10 @@ inline std::vector<link_kind> offered_links(std::vector<link_kind> links) {
   std::vector<link_kind> out;
   for (link_kind l : links) {
     std::string why;
-    if (is_ucx(l) && !offered(ucx_config(l), why)) print_skip("(every case over " + link_name(l) + ")", why);
-    else out.push_back(l);
+    if (is_ucx(l) && !offered(ucx_config(l), why))
+      print_skip("(every case over " + link_name(l) + ")", why);
+    else
+      out.push_back(l);
   }
   return out;
 }

@@ -12,8 +12,8 @@
 
 /// Fails the test case when UCX did not select the configuration's
 /// transport for `t` (a pointer to one end of its pair).
-#define BLOBPIPE_REQUIRE_SELECTED(link, t)           \
-  do {                                               \
-    std::string why_;                                \
-    BOOST_TEST_REQUIRE(selected((link), *(t), why_), why_); \
+#define BLOBPIPE_REQUIRE_SELECTED(link, t)                    \
+  do {                                                        \
+    std::string why_;                                         \
+    BOOST_TEST_REQUIRE(selected((link), *(t), why_), why_);   \
   } while (0)

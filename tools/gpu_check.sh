@@ -50,7 +50,8 @@ while (($#)); do
       jobs="$2"; shift ;;
     --quick) bench_mib=256 ;;
     --budget)
-      (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad_usage "--budget needs a positive number of seconds"
+      (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] ||
+        bad_usage "--budget needs a positive number of seconds"
       budget="$2"; shift ;;
     *) bad_usage "unknown option '$1'" ;;
   esac

@@ -211,7 +211,8 @@ class emulated_runtime_impl final : public runtime {
   }
   result<int> device_count() override { return 1; }
   result<std::string> device_name(int device) override {
-    if (device != 0) return {errc::invalid_argument, "CUDA device " + std::to_string(device) + " of 1"};
+    if (device != 0)
+      return {errc::invalid_argument, "CUDA device " + std::to_string(device) + " of 1"};
     return std::string("emulated device");
   }
   result<int> get_device() override { return current_; }
