@@ -14,8 +14,9 @@
 // Next to each: cudaMemcpy of one entry's bytes, repeated as often
 // (D2H into pinned memory, H2D from pinned memory, D2D), and memcpy.
 // Without a device it prints "SKIP: <reason>" and exits 0 (or 3 with
-// --require-device). --emulated runs on lib/cuda's emulator (host memory,
-// meaningless numbers: a check that the benchmark itself works).
+// --require-device). --emulated runs on the test-only CUDA emulator
+// (lib/cuda/testing.hpp; meaningless numbers: a check that the benchmark
+// itself works). Exit 1 when a mode or a reference copy failed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -150,14 +151,15 @@ double stream(const options& o, const mode& m, const std::byte* src, std::uint64
         const std::size_t n = std::min<std::uint64_t>(4096, entry_bytes);
         std::vector<std::byte> head(n), tail(n);
         if (ev.entry->memory == memory_kind::cuda_device) {
-          (void)cuda::copy_sync(head.data(), ev.entry->device.data, n);
-          (void)cuda::copy_sync(tail.data(), ev.entry->device.data + entry_bytes - n, n);
+          auto h = cuda::copy_sync(head.data(), ev.entry->device.data, n);
+          auto t = h ? cuda::copy_sync(tail.data(), ev.entry->device.data + entry_bytes - n, n) : h;
+          if (!t) failure = "spot check: " + t.message();
         } else {
           std::memcpy(head.data(), ev.entry->view.bytes.data(), n);
           std::memcpy(tail.data(), ev.entry->view.bytes.data() + entry_bytes - n, n);
         }
-        if (std::memcmp(head.data(), host_copy.data(), n) != 0 ||
-            std::memcmp(tail.data(), host_copy.data() + entry_bytes - n, n) != 0)
+        if (failure.empty() && (std::memcmp(head.data(), host_copy.data(), n) != 0 ||
+                                std::memcmp(tail.data(), host_copy.data() + entry_bytes - n, n) != 0))
           failure = "bytes differ";
       }
     }
@@ -179,12 +181,17 @@ double stream(const options& o, const mode& m, const std::byte* src, std::uint64
   return secs;
 }
 
-/// cudaMemcpy (then cudaDeviceSynchronize) of `bytes`, `count` times.
-double copy_seconds(void* dst, const void* src, std::uint64_t bytes, std::uint64_t count) {
-  (void)cuda::copy_sync(dst, src, bytes);  // warm up
+/// cudaMemcpy (then cudaDeviceSynchronize) of `bytes`, `count` times:
+/// seconds, or -1 (having said why) when a copy failed.
+double copy_seconds(const char* what, void* dst, const void* src, std::uint64_t bytes,
+                    std::uint64_t count) {
+  auto r = cuda::copy_sync(dst, src, bytes);  // warm up
   const auto t0 = clock_type::now();
-  for (std::uint64_t i = 0; i < count; ++i)
-    if (!cuda::copy_sync(dst, src, bytes)) return -1;
+  for (std::uint64_t i = 0; r && i < count; ++i) r = cuda::copy_sync(dst, src, bytes);
+  if (!r) {
+    std::printf("  %s: FAILED: %s\n", what, r.message().c_str());
+    return -1;
+  }
   return seconds_since(t0);
 }
 
@@ -241,9 +248,12 @@ int main(int argc, char** argv) {
   auto pinned = cuda::pinned_buffer::allocate(entry).value();
   std::vector<std::byte> host_dst(entry);
 
-  const double d2h_copy = copy_seconds(pinned.data(), dev_src.data(), entry, count);
-  const double h2d_copy = copy_seconds(dev_dst.data(), pinned.data(), entry, count);
-  const double d2d_copy = copy_seconds(dev_dst.data(), dev_src.data(), entry, count);
+  const double d2h_copy =
+      copy_seconds("cudaMemcpy D2H", pinned.data(), dev_src.data(), entry, count);
+  const double h2d_copy =
+      copy_seconds("cudaMemcpy H2D", dev_dst.data(), pinned.data(), entry, count);
+  const double d2d_copy =
+      copy_seconds("cudaMemcpy D2D", dev_dst.data(), dev_src.data(), entry, count);
   std::memcpy(host_dst.data(), host.data(), entry);  // fault pages in
   const auto t0 = clock_type::now();
   for (std::uint64_t i = 0; i < count; ++i) std::memcpy(host_dst.data(), host.data(), entry);
@@ -269,8 +279,12 @@ int main(int argc, char** argv) {
       ++failed;
       continue;
     }
-    std::printf("%-5s %-55s %6.2f GB/s   %-24s %6.2f GB/s\n", m.name, m.path, gbps(total, s),
-                reference_name[k], reference[k] > 0 ? gbps(total, reference[k]) : 0.0);
+    // A reference copy that failed is a failure too, not 0.00 GB/s.
+    char ref[32] = "FAILED";
+    if (reference[k] < 0) ++failed;
+    else std::snprintf(ref, sizeof ref, "%6.2f GB/s", gbps(total, reference[k]));
+    std::printf("%-5s %-55s %6.2f GB/s   %-24s %11s\n", m.name, m.path, gbps(total, s),
+                reference_name[k], ref);
   }
   std::printf("\nGB/s = 1e9 bytes/s. blobpipe: first emit to last entry in place, entries "
               "released as they arrive (device landing: cudaMalloc/cudaFree per entry).\n");

@@ -11,7 +11,8 @@
 //    shows the pipeline's own per-entry cost without syscalls).
 // 3. Time to first entry: a blob whose first entry is 1 MiB, 16 MiB in all
 //    versus 1 GiB in all. Entries stream as they are emitted, so the first
-//    one should arrive as fast in both cases. Target: best runs within 1.5x.
+//    one should arrive as fast in both cases. Target: best runs within 1.5x
+//    of each other, either way (max / min).
 //
 // Memory stays small: every sent entry is a view of one reused 16 MiB
 // buffer, and the consumer drops each entry as soon as it arrives (its
@@ -335,7 +336,10 @@ void bench_first_entry() {
   }
   // Judged on the best run: on a shared machine single runs vary by a few
   // milliseconds either way, and the best run is the pipeline's own floor.
-  const double ratio = best(large) / best(small);
+  // Either way round: a 1 GiB blob whose first entry came 3x sooner is as
+  // far from "as fast" as one 3x later.
+  const double lo = std::min(best(large), best(small)), hi = std::max(best(large), best(small));
+  const double ratio = hi / lo;
   std::printf("[3] time to first entry: first entry %zu MiB (entries of 1 MiB), best and "
               "median of %d\n",
               first_entry_bytes / mib, ttfe_reps);
@@ -343,7 +347,7 @@ void bench_first_entry() {
               median(small) * 1e3);
   std::printf("    blob of 1 GiB   %7.3f ms  (median %.3f ms; whole blob %.1f ms)\n",
               best(large) * 1e3, median(large) * 1e3, median(large_total) * 1e3);
-  std::printf("    1 GiB / 16 MiB  %7.2fx     target <= %.1fx: %s\n", ratio, ttfe_target,
+  std::printf("    max / min       %7.2fx     target <= %.1fx: %s\n", ratio, ttfe_target,
               ratio <= ttfe_target ? "PASS" : "MISS");
 }
 

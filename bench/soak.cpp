@@ -2,11 +2,15 @@
 // through a resend session over TCP, the trainer in one process and the
 // rollout worker in another. The trainer checks every blob once and
 // byte-identical with constant memory (a bitmap sized up front) and prints
-// its resident set size as it goes, so a leak shows as a rising line.
+// its resident set size as it goes, so a leak shows as a rising line; it
+// fails (exit 1) when its RSS at the end exceeds its RSS after the warm-up
+// by more than RSS_BOUND_KIB.
 //
-//   soak consume PORT BLOBS [CUT_EVERY]   trainer; closes each connection
-//                                         after CUT_EVERY blobs (resends)
-//   soak produce PORT BLOBS               rollout worker
+//   soak consume PORT BLOBS [CUT_EVERY [RSS_BOUND_KIB]]
+//                              trainer; closes each connection after
+//                              CUT_EVERY blobs (resends); RSS bound
+//                              default 16384 KiB
+//   soak produce PORT BLOBS    rollout worker
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,7 +62,14 @@ std::vector<std::int32_t> payload(std::uint64_t i) {
   return v;
 }
 
-int consume(std::uint16_t port, std::uint64_t n, std::uint64_t cut_every) {
+/// Default RSS_BOUND_KIB: what the trainer may grow between the warm-up
+/// and the end. Its memory is meant to be constant (the bitmap is made up
+/// front, the delivery log's window is fixed); this leaves room for the
+/// allocator's noise, and a leak of 16 bytes per blob over the default
+/// million blobs exceeds it.
+constexpr long default_rss_bound_kib = 16 << 10;
+
+int consume(std::uint16_t port, std::uint64_t n, std::uint64_t cut_every, long rss_bound_kib) {
   asio::io_context ctx;
   auto lis = tcp::listen(ctx.get_executor(), port);
   if (!lis) {
@@ -118,12 +129,14 @@ int consume(std::uint16_t port, std::uint64_t n, std::uint64_t cut_every) {
   ctx.run();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const long rss_end = rss_kib();
+  const bool grew = rss_end - rss_start > rss_bound_kib;
   std::cout << "rss end " << rss_end << " KiB (start " << rss_start << " KiB, growth "
-            << rss_end - rss_start << " KiB)\n"
+            << rss_end - rss_start << " KiB, bound " << rss_bound_kib << " KiB"
+            << (grew ? ": EXCEEDED" : "") << ")\n"
             << done << " of " << n << " blobs once and intact, " << bad << " bad, "
             << connections << " connections, " << duplicates << " duplicates dropped, "
             << static_cast<long>(done / s) << " blobs/s" << std::endl;
-  return done == n && bad == 0 ? 0 : 1;
+  return done == n && bad == 0 && !grew ? 0 : 1;
 }
 
 int produce(std::uint16_t port, std::uint64_t n) {
@@ -164,13 +177,16 @@ int produce(std::uint16_t port, std::uint64_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::cerr << "usage: soak consume|produce PORT BLOBS [CUT_EVERY]\n";
+    std::cerr << "usage: soak consume PORT BLOBS [CUT_EVERY [RSS_BOUND_KIB]]\n"
+                 "       soak produce PORT BLOBS\n";
     return 2;
   }
   const std::string mode = argv[1];
   const auto port = static_cast<std::uint16_t>(std::atoi(argv[2]));
   const auto n = std::strtoull(argv[3], nullptr, 10);
-  if (mode == "consume") return consume(port, n, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0);
+  if (mode == "consume")
+    return consume(port, n, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0,
+                   argc > 5 ? std::strtol(argv[5], nullptr, 10) : default_rss_bound_kib);
   if (mode == "produce") return produce(port, n);
   return 2;
 }

@@ -51,7 +51,9 @@
 # per entry, like one ucx_perftest message),
 # REPEAT (3), TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
 # PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
-# Reports, never gates: the exit status is 0 unless a run fails.
+# Reports, never gates on the figures; but every run must produce one: the
+# exit status is 1 when any run failed (its figure is then "-" in the run's
+# line, and the summary still prints the best of the others).
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
@@ -197,6 +199,7 @@ pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
 printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s; pipeline entries of %s bytes%s\n' \
   "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$ENTRY" "$pinned"
 summary=()
+failed_runs=()
 for tls in $TLS_LIST; do
   tag=() stream=() tag_plain=() stream_plain=() rawr=() bp=() spin=() pipe=()
   for i in $(seq "$REPEAT"); do
@@ -211,9 +214,16 @@ for tls in $TLS_LIST; do
     spin+=("$(blobpipe "$tls" $((PORT + 6)) 1000000)")
     pipe+=("$(pipeline "$tls" $((PORT + 7)))")
     PORT=$((PORT + 8))
+    # A run that printed no figure failed (run_failed said why on stderr).
+    names=("tag_bw -e" "stream_bw -e" "tag_bw" "stream_bw" raw blobpipe spin pipeline)
+    figures=("${tag[-1]}" "${stream[-1]}" "${tag_plain[-1]}" "${stream_plain[-1]}" \
+             "${rawr[-1]}" "${bp[-1]}" "${spin[-1]}" "${pipe[-1]}")
+    for k in "${!figures[@]}"; do
+      [[ ${figures[k]} =~ ^[0-9.]+$ ]] || failed_runs+=("$tls run $i: ${names[k]}")
+    done
     printf '  %-8s run %s: tag_bw -e %s, stream_bw -e %s, tag_bw %s, stream_bw %s, raw %s, blobpipe %s, spin %s, pipeline %s\n' \
-      "$tls" "$i" "${tag[-1]}" "${stream[-1]}" "${tag_plain[-1]}" "${stream_plain[-1]}" \
-      "${rawr[-1]}" "${bp[-1]}" "${spin[-1]}" "${pipe[-1]}"
+      "$tls" "$i" "${figures[0]:--}" "${figures[1]:--}" "${figures[2]:--}" "${figures[3]:--}" \
+      "${figures[4]:--}" "${figures[5]:--}" "${figures[6]:--}" "${figures[7]:--}"
   done
   t=$(best "${tag[@]}") s=$(best "${stream[@]}") n=$(best "${tag_plain[@]}")
   m=$(best "${stream_plain[@]}") w=$(best "${rawr[@]}") b=$(best "${bp[@]}")
@@ -240,3 +250,8 @@ echo "(best of $REPEAT, MB/s, MB = 2^20 bytes; ratio = column / the best ucx_per
 echo " target >= 0.90 for blobpipe; raw: UCP connected as blobpipe is, no blobpipe (a reference,"
 echo " not a target); blobpipe: event-driven default (busy_poll 200 us); spin: busy_poll 1 s;"
 echo " pipeline: sender to consumer, entries of $ENTRY bytes, as an application receives them)"
+if ((${#failed_runs[@]})); then
+  echo "ucx_bench: FAILED: ${#failed_runs[@]} run(s) produced no figure:" >&2
+  printf '  %s\n' "${failed_runs[@]}" >&2
+  exit 1
+fi

@@ -1,15 +1,22 @@
 // libFuzzer entry point: Entry::from_meta (the per-entry msgpack map), then
 // validate_entry and view_entry over a buffer of the claimed length when
-// that length is small.
+// that length is small. Parsing must stay within its memory budget.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "blobpipe/format/index.hpp"
+#include "fuzz/alloc_budget.hpp"
+
+/// The meta parser's stated worst case (docs/reliability.md "Fuzzing").
+constexpr blobpipe::fuzz::budget meta_budget{.per_input_byte = 32, .constant_bytes = 64 << 10};
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  auto e = blobpipe::Entry::from_meta("k", std::as_bytes(std::span(data, size)));
+  auto e = [&] {
+    blobpipe::fuzz::alloc_budget b("Entry::from_meta", size, meta_budget);
+    return blobpipe::Entry::from_meta("k", std::as_bytes(std::span(data, size)));
+  }();
   if (!e) return 0;
   // meta() of a parsed entry must parse back to the same entry.
   auto again = blobpipe::Entry::from_meta("k", e->meta());

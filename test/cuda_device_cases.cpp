@@ -3,7 +3,11 @@
 // device-to-device, strided device values, the pool, injected failures,
 // and a transport that takes device memory itself.
 #include <algorithm>
+#include <condition_variable>
+#include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
 
 #include "lib/cuda/staging.hpp"
 #include "lib/cuda/testing.hpp"
@@ -18,6 +22,7 @@ using namespace blobpipe::testing;
 // Named, not literals: GCC 12 rejects a string literal argument inside a
 // co_await expression ("array used as initializer").
 const std::string u8 = "uint8";
+const std::string key_x = "x";
 
 void device_buffer_round_trip(checker& ck, backend) {
   const auto host = pattern(5000, 1);
@@ -107,9 +112,10 @@ void device_values_arrive_byte_identical(checker& ck, backend) {
       BLOBPIPE_EXPECT(ck, st.device_entries == sizes.size(), where);
       BLOBPIPE_EXPECT(ck, st.device_chunks == chunks,
                       where + " chunks " + std::to_string(st.device_chunks));
-      // 100000 bytes span many chunks: every slot but the one on the wire
-      // was being filled while a chunk was sent.
-      BLOBPIPE_EXPECT(ck, st.device_prefetch_high_water == cfg.staging.pool_depth - 1,
+      // Never more in flight than the ring has slots besides the one on
+      // the wire. How many actually are depends on how fast the copies run
+      // (staging_keeps_copies_in_flight_while_sending holds them to count).
+      BLOBPIPE_EXPECT(ck, st.device_prefetch_high_water <= cfg.staging.pool_depth - 1,
                       where + " overlap " + std::to_string(st.device_prefetch_high_water));
     }
   }
@@ -335,9 +341,154 @@ void failed_landing_copy_aborts_blob(checker& ck, backend) {
                   "second lands intact");
 }
 
-/// A transport that moves device memory itself (as UCX with cuda_copy
-/// would): the emulator's device memory is host memory, so a loopback
-/// pair can stand in for it. Counts what came through the device calls.
+/// The sender's end of a connection that, at each data frame, notes how
+/// many device-to-host copies are in flight and then lets one more copy
+/// through the emulator's gate (cuda::testing::hold_copies).
+class copy_pacer final : public forwarding_transport {
+ public:
+  copy_pacer(std::unique_ptr<transport> inner, std::vector<std::size_t>& in_flight)
+      : forwarding_transport(std::move(inner)), in_flight_(in_flight) {}
+  asio::awaitable<std::error_code> send(const frame_header& h,
+                                        std::span<const asio::const_buffer> p) override {
+    if (h.type == frame_type::data) {
+      in_flight_.push_back(cuda::testing::copies_in_flight());
+      cuda::testing::release_copies(1);
+    }
+    return inner().send(h, p);
+  }
+
+ private:
+  std::vector<std::size_t>& in_flight_;
+};
+
+/// Holds the emulator's copies from construction (letting `first` through)
+/// until destruction; declare it after the runner, so the copies are let go
+/// before the runner's coroutines (and their streams) are destroyed.
+struct held_copies {
+  explicit held_copies(std::size_t first) {
+    cuda::testing::hold_copies(true);
+    cuda::testing::release_copies(first);
+  }
+  held_copies(const held_copies&) = delete;
+  held_copies& operator=(const held_copies&) = delete;
+  ~held_copies() { cuda::testing::hold_copies(false); }
+};
+
+/// The overlap of copy and network, counted rather than timed: every
+/// device-to-host copy waits at the emulator's gate, and one is let through
+/// per data frame sent (and one to begin). While chunk k is handed to the
+/// transport, the copies of chunks k+1 .. k+depth-1 must be issued and not
+/// yet run: pool_depth - 1 in flight. A sender that waits for all its
+/// queued copies before sending stalls at the gate (the run does not
+/// finish); one whose copies run one at a time shows 0 in flight.
+void staging_keeps_copies_in_flight_while_sending(checker& ck, backend) {
+  const cuda::staging_options staging{.pinned_chunk_bytes = 1000, .pool_depth = 3};
+  const std::size_t chunks = 10;
+  const auto host = pattern(chunks * staging.pinned_chunk_bytes, 5);
+  auto dev = on_device(host);
+  runner r;
+  std::vector<std::size_t> in_flight;  // at each data frame sent
+  auto [a, b] = loopback::make_pair(r.ex());
+  auto paced = std::make_unique<copy_pacer>(std::move(a), in_flight);
+  held_copies held(1);
+  received got;
+  std::optional<sender> s;
+  auto consume = [&]() -> asio::awaitable<void> {
+    auto [ec, c] = co_await consumer::start(std::move(b), {});
+    BLOBPIPE_EXPECT(ck, !ec, ec.message());
+    if (!ec) co_await collect(c, got);
+  };
+  auto produce = [&]() -> asio::awaitable<void> {
+    // One chunk per data frame: frames larger than a pinned chunk.
+    auto [ec, ss] = co_await sender::start(std::move(paced), sender_opts(4096, staging));
+    BLOBPIPE_EXPECT(ck, !ec, ec.message());
+    if (ec) co_return;
+    s.emplace(std::move(ss));
+    auto blob = s->open_blob();
+    const value v = device_value(dev, u8, {std::int64_t(host.size())});
+    BLOBPIPE_EXPECT(ck, !co_await blob.emit(key_x, v), blob.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await s->shutdown(), "shutdown");
+  };
+  r.spawn(consume());
+  r.spawn(produce());
+  BLOBPIPE_EXPECT(ck, r.run(std::chrono::seconds(20)),
+                  "finished (a serial sender stalls at the gate)");
+  BLOBPIPE_EXPECT(ck, in_flight.size() == chunks,
+                  std::to_string(in_flight.size()) + " data frames");
+  const std::size_t depth = staging.pool_depth;
+  for (std::size_t k = 0; k < in_flight.size(); ++k) {
+    // Chunks with depth - 1 more behind them; then the ring drains.
+    const std::size_t want = std::min(depth - 1, chunks - 1 - k);
+    BLOBPIPE_EXPECT(ck, in_flight[k] == want,
+                    "chunk " + std::to_string(k) + ": " + std::to_string(in_flight[k]) +
+                        " copies in flight, want " + std::to_string(want));
+  }
+  BLOBPIPE_EXPECT(ck, s && s->stats().device_prefetch_high_water == depth - 1,
+                  "device_prefetch_high_water " +
+                      std::to_string(s ? s->stats().device_prefetch_high_water : 0));
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(got.entries[0]->view.bytes, host), "bytes");
+}
+
+/// Work the caller queued on the legacy default stream before emit (a
+/// kernel on torch's default stream, say) comes before the staging copy:
+/// the staging stream is a blocking stream (cudaStreamCreate). The kernel
+/// writes the value's bytes and is held until the staging stream's next
+/// work is seen waiting for it; a staging copy that did not wait would
+/// send the bytes from before the kernel (and the kernel would be let go
+/// only once the entry had arrived).
+void staging_waits_for_the_legacy_default_stream(checker& ck, backend) {
+  const auto before = pattern(5000, 1), after = pattern(5000, 2);
+  auto dev = on_device(before);
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  cuda::testing::launch_on_default_stream([&] {
+    std::unique_lock l(m);
+    cv.wait(l, [&] { return go; });
+    auto bytes = cuda::testing::kernel_view(dev.data(), after.size());
+    std::memcpy(bytes.data(), after.data(), after.size());
+  });
+  auto release_kernel = [&] {
+    {
+      std::lock_guard l(m);
+      go = true;
+    }
+    cv.notify_all();
+  };
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback, {}, sender_opts(4096)));
+  received got;
+  bool waited = false;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    const value v = device_value(dev, u8, {5000});
+    BLOBPIPE_EXPECT(ck, !co_await blob.emit(key_x, v), blob.last_error());
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await ep.s.shutdown(), "shutdown");
+  };
+  auto releaser = [&]() -> asio::awaitable<void> {
+    while (got.entries.empty() && !waited) {
+      co_await yield_n(1);
+      waited = cuda::testing::streams_waiting_for_default_stream() > 0;
+    }
+    release_kernel();
+  };
+  r.spawn(produce());
+  r.spawn(collect(ep.c, got));
+  r.spawn(releaser());
+  const bool finished = r.run(std::chrono::seconds(20));
+  release_kernel();  // whatever happened, before the stream is waited for
+  BLOBPIPE_EXPECT(ck, finished, "finished");
+  BLOBPIPE_EXPECT(ck, waited, "the staging copy did not wait for the legacy default stream");
+  BLOBPIPE_EXPECT(ck, got.entries.size() == 1 && same(got.entries[0]->view.bytes, after),
+                  "the blob carries the kernel's output");
+}
+
+/// A transport that moves device memory itself, as UCX with cuda_copy
+/// would: the device bytes go to and from the wire through the copy engine
+/// (cudaMemcpy), never through the CPU, which cannot read them. Counts what
+/// came through the device calls.
 class device_loopback final : public forwarding_transport {
  public:
   device_loopback(std::unique_ptr<transport> inner, int& device_frames)
@@ -348,11 +499,22 @@ class device_loopback final : public forwarding_transport {
                                                      std::span<const asio::const_buffer> p,
                                                      int) override {
     ++device_frames_;
-    return inner().write_bulk(header, p);
+    std::vector<std::byte> bounce;
+    for (const auto& b : p) {
+      const std::size_t at = bounce.size();
+      bounce.resize(at + b.size());
+      if (auto r = cuda::copy_sync(bounce.data() + at, b.data(), b.size()); !r)
+        co_return r.code();
+    }
+    const asio::const_buffer whole = asio::buffer(bounce);
+    co_return co_await inner().write_bulk(header, std::span(&whole, 1));
   }
   asio::awaitable<std::error_code> read_exact_device(std::span<std::byte> d, int) override {
     ++device_frames_;
-    return inner().read_exact(d);
+    std::vector<std::byte> bounce(d.size());
+    if (auto ec = co_await inner().read_exact(bounce)) co_return ec;
+    if (auto r = cuda::copy_sync(d.data(), bounce.data(), d.size()); !r) co_return r.code();
+    co_return std::error_code{};
   }
 
  private:
@@ -427,6 +589,10 @@ std::vector<test_case> device_cases() {
        &failed_landing_copy_aborts_blob},
       {"device_transport_gets_device_pointers", emulated, &emulator_only,
        &device_transport_gets_device_pointers},
+      {"staging_keeps_copies_in_flight_while_sending", emulated, &emulator_only,
+       &staging_keeps_copies_in_flight_while_sending},
+      {"staging_waits_for_the_legacy_default_stream", emulated, &emulator_only,
+       &staging_waits_for_the_legacy_default_stream},
   };
 }
 

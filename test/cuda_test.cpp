@@ -1,8 +1,8 @@
 // The CUDA cases (test/cuda_cases.hpp) as Boost.Test cases, suites "real"
 // and "emulated". A case that cannot run here (no device on the real
-// backend) is skipped through a precondition whose message says why, e.g.
-//   Test case "cuda/real/device_buffer_round_trip" is skipped because
-//   precondition failed: no device: no CUDA device: cudaGetDeviceCount: ...
+// backend) is skipped through a precondition whose message says why, and
+// prints the SKIPPED line .ci/run counts (test/skip.hpp), e.g.
+//   SKIPPED: //test:cuda_test real/device_buffer_round_trip: no device: ...
 // With --config=cuda on a GPU machine the real suite runs on the device.
 #define BOOST_TEST_NO_MAIN
 #define BOOST_TEST_ALTERNATIVE_INIT_API
@@ -13,6 +13,7 @@
 
 #include "blobpipe/cuda.hpp"
 #include "test/cuda_cases.hpp"
+#include "test/skip.hpp"
 
 namespace bt = boost::unit_test;
 using namespace blobpipe::cuda_cases;
@@ -22,7 +23,8 @@ namespace {
 void run_one(const test_case& c, backend b) {
   const auto o = run(c, b);
   if (o.result == outcome::status::fail) BOOST_ERROR(o.detail);
-  else if (o.result == outcome::status::skip) BOOST_TEST_MESSAGE("skipped: " << o.detail);
+  else if (o.result == outcome::status::skip)
+    blobpipe::testing::print_skip(std::string(backend_name(b)) + "/" + c.name, o.detail);
   else BOOST_TEST(true);  // one assertion, so Boost does not warn about none
 }
 
@@ -38,7 +40,7 @@ bool init() {
       tc->add_precondition([&c, b](bt::test_unit_id) -> boost::test_tools::assertion_result {
         const auto why = why_skip(c, b);
         if (why.empty()) return true;
-        std::cout << "SKIP " << backend_name(b) << "/" << c.name << ": " << why << "\n";
+        blobpipe::testing::print_skip(std::string(backend_name(b)) + "/" + c.name, why);
         boost::test_tools::assertion_result r(false);
         r.message() << why;
         return r;

@@ -142,6 +142,15 @@ std::vector<std::byte> reencode(const bp::blob_index& idx, std::span<const std::
   return out;
 }
 
+bool is_shard(const json& c) { return c.value("kind", "") == "shard"; }
+
+/// Cases of the manifest that are valid single blobs, or invalid ones.
+std::size_t count_cases(bool valid) {
+  std::size_t n = 0;
+  for (const auto& c : manifest()["cases"]) n += c["valid"].get<bool>() == valid && !is_shard(c);
+  return n;
+}
+
 void check_valid_blob(const json& c, std::span<const std::byte> blob,
                       const bp::blob_index& idx) {
   BOOST_TEST(idx.nbytes == c["nbytes"].get<std::uint64_t>());
@@ -149,6 +158,14 @@ void check_valid_blob(const json& c, std::span<const std::byte> blob,
   BOOST_TEST(bp::tag_hex(idx.foot.tag) == c["tag_hex"].get<std::string>());
   BOOST_TEST(idx.foot.index_off == c["index_off"].get<std::uint32_t>());
   BOOST_TEST(bp::footer_is_valid(blob));
+  // The index bytes themselves, as the reference wrote them (every v3 case
+  // lists their digest; v2_footer, the same index as single_f32, does not).
+  BOOST_TEST((c.contains("index_sha256") || idx.foot.version == bp::VERSION_V2));
+  if (c.contains("index_sha256")) {
+    BOOST_TEST_REQUIRE(std::uint64_t{idx.foot.index_off} + idx.foot.index_len <= blob.size());
+    BOOST_TEST(sha256_hex(blob.subspan(idx.foot.index_off, idx.foot.index_len)) ==
+               c["index_sha256"].get<std::string>());
+  }
   if (c.contains("entries")) {
     BOOST_TEST_REQUIRE(idx.entries.size() == c["entries"].size());
     for (std::size_t i = 0; i < idx.entries.size(); ++i)
@@ -165,10 +182,22 @@ void check_valid_blob(const json& c, std::span<const std::byte> blob,
 
 }  // namespace
 
+// The golden set is whole: the reference's generator writes 12 valid single
+// blobs, 15 invalid ones and one shard file. A manifest cut short (or a
+// golden dir from another generator) would let every case below pass on
+// fewer cases.
+BOOST_AUTO_TEST_CASE(manifest_lists_every_golden_case) {
+  BOOST_TEST(count_cases(true) == 12u);
+  BOOST_TEST(count_cases(false) == 15u);
+  std::size_t shards = 0;
+  for (const auto& c : manifest()["cases"]) shards += is_shard(c);
+  BOOST_TEST(shards == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(every_valid_golden_blob_decodes_and_reencodes_byte_identical) {
   std::size_t checked = 0;
   for (const auto& c : manifest()["cases"]) {
-    if (!c["valid"].get<bool>() || c.value("kind", "") == "shard") continue;
+    if (!c["valid"].get<bool>() || is_shard(c)) continue;
     BOOST_TEST_CONTEXT("case " << c["name"].get<std::string>()) {
       const auto path = golden_dir() / c["file"].get<std::string>();
       const auto blob = read_file(path);
@@ -201,7 +230,7 @@ BOOST_AUTO_TEST_CASE(every_valid_golden_blob_decodes_and_reencodes_byte_identica
       ++checked;
     }
   }
-  BOOST_TEST(checked >= 11u);
+  BOOST_TEST(checked == count_cases(true));
 }
 
 BOOST_AUTO_TEST_CASE(v2_footer_blob_decodes_like_single_f32) {
@@ -220,7 +249,7 @@ BOOST_AUTO_TEST_CASE(v2_footer_blob_decodes_like_single_f32) {
 BOOST_AUTO_TEST_CASE(shard_blobs_read_at_their_offsets_and_reencode) {
   const json* shard = nullptr;
   for (const auto& c : manifest()["cases"])
-    if (c.value("kind", "") == "shard") shard = &c;
+    if (is_shard(c)) shard = &c;
   BOOST_TEST_REQUIRE(shard != nullptr);
   const auto path = golden_dir() / (*shard)["file"].get<std::string>();
   const auto file = read_file(path);
@@ -257,7 +286,7 @@ BOOST_AUTO_TEST_CASE(every_invalid_golden_blob_fails_with_its_category) {
       ++checked;
     }
   }
-  BOOST_TEST(checked == 15u);
+  BOOST_TEST(checked == count_cases(false));
 }
 
 BOOST_AUTO_TEST_CASE(strided_inputs_are_written_contiguous_in_logical_order) {

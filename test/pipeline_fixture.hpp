@@ -62,10 +62,27 @@ inline std::string link_name(link_kind l) {
   return "ucx/" + ucx_config(l).name;
 }
 
-/// Every link: what a transport-independent test body loops over.
+/// `links` less the UCX ones whose transport this machine cannot offer
+/// (ucx_links.hpp's offered()); each left out prints its SKIPPED line
+/// (test/skip.hpp), once, naming the link for the cases that loop over it.
+inline std::vector<link_kind> offered_links(std::vector<link_kind> links) {
+  std::vector<link_kind> out;
+  for (link_kind l : links) {
+    std::string why;
+    if (is_ucx(l) && !offered(ucx_config(l), why))
+      print_skip("(every case over " + link_name(l) + ")", why);
+    else
+      out.push_back(l);
+  }
+  return out;
+}
+
+/// Every link this machine offers: what a transport-independent test body
+/// loops over.
 inline std::vector<link_kind> all_links() {
-  return {link_kind::loopback, link_kind::tcp,     link_kind::ucx_tcp, link_kind::ucx_posix,
-          link_kind::ucx_sysv, link_kind::ucx_cma, link_kind::ucx_sm};
+  return offered_links({link_kind::loopback, link_kind::tcp, link_kind::ucx_tcp,
+                        link_kind::ucx_posix, link_kind::ucx_sysv, link_kind::ucx_cma,
+                        link_kind::ucx_sm});
 }
 
 /// Runs spawned coroutines until all finish. Returns false if they did not

@@ -305,15 +305,32 @@ class tcp_link final : public listener_link {
                       [ex](std::uint16_t port) { return tcp::connect(ex, "127.0.0.1", port); }) {}
 };
 
-/// UCX on 127.0.0.1 with one configuration of test/ucx_links.hpp.
+/// UCX on 127.0.0.1 with one configuration of test/ucx_links.hpp. Each
+/// connection made is checked for the configuration's transport (its
+/// connected end, whose lanes are final once connect() returns):
+/// wrong_lane() says what UCX selected instead, the first time it did.
 class ucx_reconnect_link final : public listener_link {
  public:
   ucx_reconnect_link(asio::any_io_executor ex, const ucx_link& l)
       : listener_link("ucx/" + l.name,
                       std::make_unique<ucx::listener>(ucx::listen(ex, 0, "127.0.0.1", l.opt).value()),
-                      [ex, opt = l.opt](std::uint16_t port) {
-                        return ucx::connect(ex, "127.0.0.1", port, {}, opt);
+                      [this, ex, l](std::uint16_t port) -> asio::awaitable<accept_result> {
+                        auto [ec, t] = co_await ucx::connect(ex, "127.0.0.1", port, {}, l.opt);
+                        if (!ec) {
+                          std::string why;
+                          if (selected(l, *t, why)) ++checked_;
+                          else if (wrong_lane_.empty()) wrong_lane_ = why;
+                        }
+                        co_return accept_result{ec, std::move(t)};
                       }) {}
+  /// Connections made over the configuration's transport.
+  int lanes_checked() const { return checked_; }
+  /// Empty, or what UCX selected instead of the configuration's transport.
+  const std::string& wrong_lane() const { return wrong_lane_; }
+
+ private:
+  int checked_ = 0;
+  std::string wrong_lane_;
 };
 
 inline std::unique_ptr<reconnect_link> make_link(link_kind k, asio::any_io_executor ex) {

@@ -13,7 +13,8 @@
 #        netem delay 2ms+-1ms, loss 1%, reorder 10% on both ends (needs the
 #        sch_netem kernel module), with cuts.
 # Needs root, iproute2 and network namespaces; when any is missing it says
-# why and exits 0 (skipped). A run that is skipped says so on its own line.
+# why and exits 0 (skipped). Each skip, of the whole test or of one run,
+# prints `SKIPPED: <target> <run>: <reason>` (.ci/run counts them).
 set -uo pipefail
 
 peer=${1:-${BLOBPIPE_TWO_HOST_PEER:-}}
@@ -25,7 +26,9 @@ fi
 [[ -n $peer && -x $peer ]] || { echo "two_hosts: no two_host_peer binary (pass its path)" >&2; exit 2; }
 peer=$(cd "$(dirname "$peer")" && pwd)/$(basename "$peer")
 
-skip() { echo "SKIPPED: $*"; exit 0; }
+target=${TEST_TARGET:-two_hosts.sh}
+skipped() { echo "SKIPPED: $target $1: $2"; }    # RUN REASON
+skip() { skipped "(every run)" "$*"; exit 0; }  # REASON: the whole test
 PATH=$PATH:/usr/sbin:/sbin
 [[ $(id -u) -eq 0 ]] || skip "two_hosts needs root (network namespaces); run as root or with sudo"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
@@ -109,9 +112,9 @@ done
 if [[ $netem_ok -eq 1 ]]; then
   run "netem delay 2ms+-1ms, loss 1%, reorder 10%, cut 3 times" 3
 elif ! command -v tc >/dev/null; then
-  echo "SKIPPED: netem run: tc (iproute2) is not installed"
+  skipped "netem run" "tc (iproute2) is not installed"
 else
-  echo "SKIPPED: netem run: tc cannot add a netem qdisc here (${err:-?}); the kernel needs sch_netem (modprobe sch_netem)"
+  skipped "netem run" "tc cannot add a netem qdisc here (${err:-?}); the kernel needs sch_netem (modprobe sch_netem)"
 fi
 
 echo "two_hosts: $failures failed"

@@ -3,15 +3,19 @@
 // of pipeline_fixture.hpp's raw_pair).
 //
 // Each configuration names UCX_TLS through blobpipe::ucx::options (so tests
-// need no setenv) and the transport UCX must select for it; a test first
-// checks the selection with selected() and skips, saying why, when this
-// machine cannot provide it. The connection itself is made through a
+// need no setenv) and the transport UCX must select for it. A test first
+// asks offered(): when UCX itself reports that this machine has no such
+// transport (it lists it nowhere, as ucx_info -d would not: cma is left out
+// under a strict ptrace scope, for one), the case skips, saying why, before
+// anything runs. Otherwise the transport must be selected: ucx_pair() fails
+// when UCX chose another. The connection itself is made through a
 // listener, so every list includes tcp for the sockaddr connection
 // manager.
 #pragma once
 
 #include <memory>
 #include <ostream>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 #include <string>
@@ -21,6 +25,7 @@
 #include <asio/this_coro.hpp>
 
 #include "blobpipe/transport/ucx.hpp"
+#include "test/skip.hpp"
 
 namespace blobpipe::testing {
 
@@ -45,6 +50,36 @@ inline const std::vector<ucx_link>& ucx_links() {
   return links;
 }
 
+/// The transports UCX finds on this machine ("tcp", "posix", ...), as
+/// ucx_info -d lists them (test/ucx_links.cpp).
+const std::set<std::string>& ucx_transports_here();
+
+/// Whether this machine can offer the link's transport at all (UCX lists
+/// it: for "sm", one of posix, sysv and cma); otherwise `why` says so.
+inline bool offered(const ucx_link& l, std::string& why) {
+  const auto& here = ucx_transports_here();
+  const std::string tl = l.lane.substr(0, l.lane.find('/'));
+  const std::vector<std::string> wanted =
+      tl.empty() ? std::vector<std::string>{"posix", "sysv", "cma"} : std::vector{tl};
+  for (const auto& w : wanted)
+    if (here.count(w)) return true;
+  std::string listed;
+  for (const auto& h : here) listed += (listed.empty() ? "" : ",") + h;
+  why = "ucx/" + l.name + ": UCX offers no " + (tl.empty() ? "shared-memory" : tl) +
+        " transport on this machine (it lists: " + (listed.empty() ? "none" : listed) + ")";
+  return false;
+}
+
+/// In a Boost.Test case: skips it (a SKIPPED line, test/skip.hpp) when UCX
+/// reports that this machine has no transport for `link` (a ucx_link).
+/// Call it first, before anything runs.
+#define BLOBPIPE_SKIP_UNLESS_OFFERED(link)                                \
+  do {                                                                    \
+    std::string blobpipe_offer_why_;                                      \
+    if (!::blobpipe::testing::offered((link), blobpipe_offer_why_))       \
+      BLOBPIPE_SKIP(blobpipe_offer_why_);                                 \
+  } while (0)
+
 /// Whether UCX selected `l.lane` for the endpoint of `t`; otherwise
 /// `why` says what it selected instead.
 inline bool selected(const ucx_link& l, const transport& t, std::string& why) {
@@ -60,13 +95,16 @@ inline bool selected(const ucx_link& l, const transport& t, std::string& why) {
 }
 
 /// Two connected UCX transports on the current executor (a: connected,
-/// b: accepted).
+/// b: accepted). Throws when UCX did not select the link's transport for
+/// them: the connected end's lanes are final once connect() returns (it
+/// flushed the endpoint, which waits for the wireup).
 inline asio::awaitable<std::pair<std::unique_ptr<transport>, std::unique_ptr<transport>>> ucx_pair(
     const ucx_link& l, transport_options opt = {}) {
   auto ex = co_await asio::this_coro::executor;
   auto lis = ucx::listen(ex, 0, "127.0.0.1", l.opt).value();
   auto [cec, connected] = co_await ucx::connect(ex, "127.0.0.1", lis.port(), opt, l.opt);
   if (cec) throw std::runtime_error("ucx connect: " + cec.message());
+  if (std::string why; !selected(l, *connected, why)) throw std::runtime_error("ucx_pair: " + why);
   // The listener took the request already: accept does not wait for it.
   auto [aec, accepted] = co_await lis.accept(opt);
   if (aec) throw std::runtime_error("ucx accept: " + aec.message());

@@ -92,16 +92,10 @@ outcome run_with_peer(const ucx_link& link, const char* mode) {
   return out;
 }
 
-// True (saying why) when UCX did not select the link's transport here.
-bool skipped(const outcome& o, const ucx_link& link) {
-  if (o.selected) return false;
-  BOOST_TEST_MESSAGE("skipped " << link.name << ": " << o.why);
-  return true;
-}
-
-// Every blob of the peer arrived whole and byte-identical, and the peer
-// shut down cleanly.
+// Every blob of the peer arrived whole and byte-identical over the link's
+// transport, and the peer shut down cleanly.
 void expect_all_delivered(const outcome& o) {
+  BOOST_TEST(o.selected, o.why);
   BOOST_TEST(o.complete == ucx_blob_count);
   BOOST_TEST(o.mismatched == 0);
   BOOST_TEST(o.aborted == 0);
@@ -112,8 +106,8 @@ void expect_all_delivered(const outcome& o) {
 }  // namespace
 
 BOOST_DATA_TEST_CASE(blobs_stream_between_processes_intact, bdata::make(ucx_links()), link) {
-  auto o = run_with_peer(link, "all");
-  if (!skipped(o, link)) expect_all_delivered(o);
+  BLOBPIPE_SKIP_UNLESS_OFFERED(link);
+  expect_all_delivered(run_with_peer(link, "all"));
 }
 
 // The same blobs from six producers at once: the consumer takes their
@@ -121,14 +115,15 @@ BOOST_DATA_TEST_CASE(blobs_stream_between_processes_intact, bdata::make(ucx_link
 // (cross-entry overlap), and every blob still arrives byte-identical.
 BOOST_DATA_TEST_CASE(concurrent_blobs_stream_between_processes_intact, bdata::make(ucx_links()),
                      link) {
-  auto o = run_with_peer(link, "concurrent");
-  if (!skipped(o, link)) expect_all_delivered(o);
+  BLOBPIPE_SKIP_UNLESS_OFFERED(link);
+  expect_all_delivered(run_with_peer(link, "concurrent"));
 }
 
 BOOST_DATA_TEST_CASE(killed_sender_aborts_open_blob_and_keeps_completed, bdata::make(ucx_links()),
                      link) {
+  BLOBPIPE_SKIP_UNLESS_OFFERED(link);
   auto o = run_with_peer(link, "crash");
-  if (skipped(o, link)) return;
+  BOOST_TEST(o.selected, o.why);
   BOOST_TEST(o.complete == ucx_blob_count);  // nothing completed is lost
   BOOST_TEST(o.mismatched == 0);
   BOOST_TEST(o.aborted == 1);

@@ -1,6 +1,7 @@
 // Resend sessions over UCX (blobpipe/ucx.hpp): the exactly-once stream of
 // resend_test with the connection killed repeatedly, over UCX's tcp lane
-// and its shared-memory alias (test/ucx_links.hpp).
+// and its shared-memory alias (test/ucx_links.hpp); every connection must
+// have used the named transport (a link this machine cannot offer skips).
 #define BOOST_TEST_MODULE ucx_resend
 #include <boost/test/unit_test.hpp>
 
@@ -12,10 +13,12 @@ using namespace blobpipe::testing;
 BOOST_AUTO_TEST_CASE(resend_over_ucx_delivers_every_blob_once_across_kills) {
   const std::uint64_t n = 2000;
   const int kills = 8;
-  for (link_kind k : {link_kind::ucx_tcp, link_kind::ucx_sm}) {
+  for (link_kind k : offered_links({link_kind::ucx_tcp, link_kind::ucx_sm})) {
     BOOST_TEST_CONTEXT(link_name(k)) {
       runner r;
-      auto l = make_link(k, r.ex());
+      auto owned = std::make_unique<ucx_reconnect_link>(r.ex(), ucx_config(k));
+      ucx_reconnect_link* ucx_l = owned.get();
+      std::unique_ptr<reconnect_link> l = std::move(owned);
       l->wrap = [](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
         const std::uint64_t at = conn < kills ? 30 + (static_cast<std::uint64_t>(conn) * 131) % 500
                                               : kill_switch::never;
@@ -76,6 +79,9 @@ BOOST_AUTO_TEST_CASE(resend_over_ucx_delivers_every_blob_once_across_kills) {
       // had its route removed by the old connection's late cleanup.)
       BOOST_TEST(st.reconnects == static_cast<std::uint64_t>(kills));
       BOOST_TEST(l->connections() == kills + 1);
+      // Every connection went over the transport the link names.
+      BOOST_TEST(ucx_l->wrong_lane().empty(), ucx_l->wrong_lane());
+      BOOST_TEST(ucx_l->lanes_checked() == l->connections());
       BOOST_TEST_MESSAGE(link_name(k) << ": " << l->connections() << " connections for "
                                       << st.reconnects << " reconnects");
     }

@@ -3,8 +3,10 @@
 # benchmark with CMake (the GPU machine has nvcc and CMake, no Bazel, no
 # network), runs the tests on one GPU, then the benchmark (device-to-host,
 # host-to-device, device-to-device through loopback, next to cudaMemcpy of
-# the same bytes). About 2-3 minutes on a 16-core machine; every step has
-# its own timeout so the whole stays under 5.
+# the same bytes). About 2-3 minutes on a 16-core machine. Time limits:
+# every step has its own (20 s to 420 s), cut to what is left of a budget
+# for the whole run (--budget, default 540 s), so the script ends within
+# the budget plus 10 s (a step's kill grace); a step cut off fails.
 #
 #   bash tools/gpu_prepare.sh          # on the dev machine: .gpu_deps
 #   bash tools/gpu_check.sh            # on the GPU machine
@@ -18,6 +20,8 @@
 #                    kept between runs, so a rerun only rebuilds changes)
 #   --jobs N         parallel compile jobs (default: nproc)
 #   --quick          smaller benchmark (256 MiB per mode instead of 1 GiB)
+#   --budget SECONDS time for the whole run (default 540: under the device
+#                    tool's 600 s limit per command)
 #   --help           print this text
 # Output: one log, also copied to $OUT/gpu_check.log when $OUT is set (the
 # device tool's result folder). Exit status: 0 all passed; 1 a test or
@@ -30,7 +34,8 @@ build="$root/.gpu_build"
 jobs="$(nproc 2>/dev/null || echo 4)"
 dry_run=0
 bench_mib=1024
-usage="usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick]"
+budget=540
+usage="usage: $0 [--dry-run] [--build-dir DIR] [--jobs N] [--quick] [--budget SECONDS]"
 # A usage error: one line saying what is wrong, then the usage line.
 bad_usage() { printf 'gpu_check: %s\n%s\n' "$1" "$usage" >&2; exit 2; }
 while (($#)); do
@@ -44,6 +49,10 @@ while (($#)); do
       (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] || bad_usage "--jobs needs a positive number"
       jobs="$2"; shift ;;
     --quick) bench_mib=256 ;;
+    --budget)
+      (($# >= 2)) && [[ "$2" =~ ^[1-9][0-9]*$ ]] ||
+        bad_usage "--budget needs a positive number of seconds"
+      budget="$2"; shift ;;
     *) bad_usage "unknown option '$1'" ;;
   esac
   shift
@@ -53,10 +62,17 @@ log="$build/gpu_check.log"
 mkdir -p "$build"
 : >"$log"
 say() { echo "$*" | tee -a "$log"; }
-# Runs a step under a time limit, its output into the log.
+# Runs a step under its time limit, cut to what is left of the budget,
+# its output into the log. Out of time: the step fails (status 124).
+deadline=$((SECONDS + budget))
 step() {
-  local limit="$1"; shift
-  say "+ $*"
+  local limit="$1" left=$((deadline - SECONDS)); shift
+  if ((left <= 0)); then
+    say "gpu_check: the ${budget} s budget is spent; not run: $*"
+    return 124
+  fi
+  ((limit > left)) && limit=$left
+  say "+ $* (limit ${limit} s)"
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
 }
@@ -73,8 +89,8 @@ command -v cmake >/dev/null || { say "gpu_check: cmake not found"; finish 2; }
 command -v nvcc >/dev/null || { say "gpu_check: nvcc not found (CUDA toolkit)"; finish 2; }
 say "$(cmake --version | head -1); $(nvcc --version | tail -1); $(${CXX:-g++} --version | head -1)"
 if command -v nvidia-smi >/dev/null; then
-  timeout 20 nvidia-smi --query-gpu=index,name,memory.total,driver_version \
-    --format=csv,noheader 2>&1 | tee -a "$log" || true
+  step 20 nvidia-smi --query-gpu=index,name,memory.total,driver_version \
+    --format=csv,noheader || true
 else
   say "nvidia-smi: not found"
 fi

@@ -5,12 +5,11 @@
 //   goes through one checker (BLOBPIPE_CUDA_CHECK) that turns a cudaError_t
 //   into cuda_failure with the call's name and CUDA's error string;
 // - runtime_cuda.cpp, default build: every call fails "built without CUDA";
-// - runtime_emulated.cpp: a test double. "Device" memory is host memory
-//   it tracks, a stream is a worker thread running its queue in order, and
-//   host functions run on that thread, as CUDA's do. It lets a machine with
-//   no GPU run the staging logic (slot reuse, completions arriving from
-//   another thread, failures) through the same code paths; see
-//   lib/cuda/testing.hpp.
+// - testing/emulated_runtime.cpp, test-only (//lib/cuda:emulator): a test
+//   double that keeps CUDA's rules (streams, the legacy default stream,
+//   device memory the host cannot touch). It lets a machine with no GPU
+//   run the staging logic (slot reuse, completions arriving from another
+//   thread, failures) through the same code paths; see lib/cuda/testing.hpp.
 //
 // Streams are opaque `void*` (cudaStream_t) so nothing outside lib/cuda
 // sees a CUDA type, and `#if BLOBPIPE_WITH_CUDA` stays in this folder.
@@ -63,10 +62,10 @@ class runtime {
 };
 
 /// The runtime every blobpipe CUDA call uses: cuda_runtime() unless a test
-/// selected the emulator (lib/cuda/testing.hpp).
+/// selected the emulator (lib/cuda/testing.hpp, the only caller of
+/// set_active; production code has no other runtime to select).
 runtime& active() noexcept;
 runtime& cuda_runtime() noexcept;
-runtime& emulated_runtime() noexcept;
 void set_active(runtime& r) noexcept;
 
 /// Makes `device` current for one scope and restores the previous one

@@ -105,8 +105,11 @@ asio::awaitable<result<void>> send_device_entry(asio::any_io_executor ex,
     if (auto r = issue(k); !r) co_return r.err();
   for (std::uint64_t k = 0; k < n; ++k) {
     if (auto r = co_await q.wait(k + 1); !r) co_return r;
-    // Copies still running while this chunk is on the network: the overlap.
-    report.prefetch_high_water = std::max(report.prefetch_high_water, q.issued() - (k + 1));
+    // Copies issued and not yet reported done as this chunk goes to the
+    // network: the overlap (a serial sender, or copies that ran before
+    // the send, show 0 here whatever was queued).
+    report.prefetch_high_water =
+        std::max(report.prefetch_high_water, q.issued() - q.completed());
     const std::span<const std::byte> bytes(q.slot(k % depth), size_of(k));
     if (auto ec = co_await send(pe.entry.off + k * chunk, bytes, -1))
       co_return error{ec, ec.message()};

@@ -44,7 +44,7 @@ struct device_send_report {
   bool direct = false;       ///< handed to the transport as device memory
   bool gathered = false;     ///< strided: copied to the host and gathered
   std::uint64_t chunks = 0;  ///< device-to-host copies queued
-  std::uint64_t prefetch_high_water = 0;  ///< most copies queued ahead of the chunk sent
+  std::uint64_t prefetch_high_water = 0;  ///< most copies not yet done as a chunk was sent
 };
 
 /// Copies the e.len bytes of `pe` (device memory, contiguous or strided)

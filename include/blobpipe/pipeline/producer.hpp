@@ -141,8 +141,10 @@ struct sender_stats {
   std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
   std::uint64_t device_chunks = 0;    ///< device-to-host copies into pinned buffers
   std::uint64_t device_direct_entries = 0;  ///< given to a transport as device memory
-  /// Most device-to-host copies queued ahead of the chunk being sent: the
-  /// overlap of copy and network (pool_depth - 1 once entries span the ring).
+  /// Most device-to-host copies in flight (issued, not yet reported done)
+  /// as a staged chunk was handed to the transport: the overlap of copy
+  /// and network. At most pool_depth - 1; how many are still running then
+  /// depends on the copy engine's speed against the network's.
   std::uint64_t device_prefetch_high_water = 0;
   // Resend sessions.
   std::uint64_t reconnects = 0;       ///< connections made after the first
