@@ -13,6 +13,7 @@
 #include "lib/cuda/testing.hpp"
 #include "test/cuda_case_util.hpp"
 #include "test/forwarding_transport.hpp"
+#include "test/frame_scanner.hpp"
 
 namespace blobpipe::cuda_cases {
 namespace {
@@ -341,24 +342,28 @@ void failed_landing_copy_aborts_blob(checker& ck, backend) {
                   "second lands intact");
 }
 
-/// The sender's end of a connection that, at each data frame, notes how
-/// many device-to-host copies are in flight and then lets one more copy
-/// through the emulator's gate (cuda::testing::hold_copies).
+/// The sender's end of a connection that, at each data frame written,
+/// notes how many device-to-host copies are in flight and then lets one
+/// more copy through the emulator's gate (cuda::testing::hold_copies).
 class copy_pacer final : public forwarding_transport {
  public:
   copy_pacer(std::unique_ptr<transport> inner, std::vector<std::size_t>& in_flight)
-      : forwarding_transport(std::move(inner)), in_flight_(in_flight) {}
-  asio::awaitable<std::error_code> send(const frame_header& h,
-                                        std::span<const asio::const_buffer> p) override {
-    if (h.type == frame_type::data) {
-      in_flight_.push_back(cuda::testing::copies_in_flight());
-      cuda::testing::release_copies(1);
-    }
-    return inner().send(h, p);
+      : forwarding_transport(std::move(inner)),
+        frames_([&in_flight](const frame_header& h, std::uint64_t) {
+          if (h.type == frame_type::data) {
+            in_flight.push_back(cuda::testing::copies_in_flight());
+            cuda::testing::release_copies(1);
+          }
+          return false;  // never stops the stream
+        }) {}
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
+    for (const auto& b : bytes)
+      (void)frames_.feed(std::span(static_cast<const std::byte*>(b.data()), b.size()));
+    return inner().write(bytes);
   }
 
  private:
-  std::vector<std::size_t>& in_flight_;
+  frame_scanner frames_;
 };
 
 /// Holds the emulator's copies from construction (letting `first` through)
