@@ -154,20 +154,16 @@ int run(const options& o) {
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
-    auto addr = listen_address(ex, o.host, o.transport);
-    if (!addr) {
-      std::cerr << "rollout_to_trainer: --listen: " << addr.message()
-                << " (give an IP address, [IPv6], or a host name)\n";
-      return exit_usage;
-    }
-    host = *addr;
-    auto l = listen_transport(ex, o.transport, o.port, host);
+    // A host name listens on its address (blobpipe::listen resolves it).
+    auto l = blobpipe::listen(ex, endpoint_url(o.transport, o.host, o.port));
     if (!l) {
-      // An address the transport refuses (UCX: IPv6) is a bad command line;
-      // one it cannot bind (in use, not this host's) a failure to run.
-      std::cerr << "rollout_to_trainer: " << l.message() << "\n";
+      // A name that does not resolve, an address the transport refuses
+      // (UCX: IPv6) is a bad command line; one it cannot bind (in use, not
+      // this host's) a failure to run.
+      std::cerr << "rollout_to_trainer: --listen: " << l.message() << "\n";
       return l.code() == blobpipe::errc::invalid_argument ? exit_usage : exit_mismatch;
     }
+    host = (*l)->endpoint().host;
     port = (*l)->port();
     auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
     trainer_config cfg{.connections = o.workers,

@@ -6,10 +6,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <string>
 
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
@@ -28,6 +30,25 @@ namespace {
 
 using detail::connection;
 using detail::runtime;
+
+/// "ucx://ip:port" of a socket address (IPv4 or IPv6); "" for another family.
+std::string address_url(const sockaddr_storage& a) {
+  char ip[INET6_ADDRSTRLEN] = {};
+  std::uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &v4.sin_addr, ip, sizeof ip);
+    port = ntohs(v4.sin_port);
+    return "ucx://" + std::string(ip) + ":" + std::to_string(port);
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
+    port = ntohs(v6.sin6_port);
+    return "ucx://[" + std::string(ip) + "]:" + std::to_string(port);
+  }
+  return {};
+}
 constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
 // The transport object: a connection and the runtime it lives on.
@@ -220,6 +241,12 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     while (!requests.empty()) {
       ucp_conn_request_h req = requests.front();
       requests.pop_front();
+      // The client's address, for transport::peer_address (before the
+      // request is consumed by ucp_ep_create).
+      ucp_conn_request_attr_t attr{};
+      attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+      std::string peer;
+      if (ucp_conn_request_query(req, &attr) == UCS_OK) peer = address_url(attr.client_address);
       auto c = connection::make(*rt, {});
       auto p = ep_params(*c);
       p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
@@ -228,6 +255,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
       if (ucp_ep_create(rt->worker(), &p, &ep) != UCS_OK) continue;  // the client sees it fail
       c->attach(ep);
       backlog.push_back(std::move(c));
+      backlog_peers.push_back(std::move(peer));
       ready.notify_all();
     }
     rt->kick();
@@ -259,6 +287,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     closed = true;
     for (auto& c : backlog) c->close();
     backlog.clear();
+    backlog_peers.clear();
     ready.notify_all();
     reject_requests();
   }
@@ -269,6 +298,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   std::uint16_t port = 0;
   std::deque<ucp_conn_request_h> requests;
   std::deque<std::shared_ptr<connection>> backlog;
+  std::deque<std::string> backlog_peers;  // peer_address of each, in step
   blobpipe::detail::async_condition ready;
   asio::steady_timer linger;  // see "Closing a listener"
   bool closed = false;
@@ -293,9 +323,12 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listene
   if (p->closed) co_return failed(errc::closed);
   auto c = std::move(p->backlog.front());
   p->backlog.pop_front();
+  auto peer = std::move(p->backlog_peers.front());
+  p->backlog_peers.pop_front();
   c->set_options(opt);
-  co_return std::tuple{std::error_code{},
-                       std::unique_ptr<transport>(std::make_unique<ucx_transport>(p->rt, c))};
+  auto t = std::make_unique<ucx_transport>(p->rt, c);
+  t->set_peer_address(std::move(peer));
+  co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
 }
 
 void listener::close() noexcept {
@@ -377,6 +410,11 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   if (ucp_ep_create(keep->worker(), &p, &ep) != UCS_OK) co_return failed(errc::peer_failed);
   c->attach(ep);
   auto t = std::make_unique<ucx_transport>(keep, c);
+  {
+    sockaddr_storage a{};
+    std::memcpy(&a, target.data(), std::min<std::size_t>(target.size(), sizeof a));
+    t->set_peer_address(address_url(a));
+  }
   if (auto ec = co_await c->wait_connected())
     co_return std::tuple{ec, std::unique_ptr<transport>{}};
   co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
