@@ -1,13 +1,12 @@
 // inproc:// endpoints: see inproc.hpp.
 #include "lib/transport/url/inproc.hpp"
 
+#include <asio/error.hpp>
+#include <asio/post.hpp>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
-
-#include <asio/error.hpp>
-#include <asio/post.hpp>
 
 #include "blobpipe/transport/loopback.hpp"
 #include "lib/transport/async_sync.hpp"
@@ -54,7 +53,8 @@ class inproc_listener final : public listener {
         co_return std::tuple{std::error_code(asio::error::operation_aborted),
                              std::unique_ptr<transport>{}};
     }
-    if (h->closed) co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
+    if (h->closed)
+      co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
     auto t = std::move(h->backlog.front());
     h->backlog.pop_front();
     co_return std::tuple{std::error_code{}, std::move(t)};
@@ -79,8 +79,7 @@ class inproc_listener final : public listener {
 
 }  // namespace
 
-result<std::unique_ptr<listener>> inproc_listen(asio::any_io_executor ex,
-                                                const std::string& name) {
+result<std::unique_ptr<listener>> inproc_listen(asio::any_io_executor ex, const std::string& name) {
   auto& r = registry::get();
   std::lock_guard lock(r.m);
   auto& slot = r.hubs[name];

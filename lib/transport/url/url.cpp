@@ -2,10 +2,9 @@
 // connect dispatched to the transport the scheme names.
 #include "blobpipe/transport/url.hpp"
 
-#include <charconv>
-
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
+#include <charconv>
 
 #include "blobpipe/transport/tcp.hpp"
 #include "blobpipe/transport/ucx.hpp"
@@ -21,8 +20,8 @@ error bad(std::string_view url, const std::string& what) {
 }
 
 bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '-' || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '-' || c == '_';
 }
 
 /// The first character of `s` that `ok` refuses, or npos.
@@ -43,7 +42,8 @@ result<endpoint_url> parse_authority(std::string_view url, endpoint_url u, std::
     after = rest.substr(close + 1);
     std::error_code ec;
     (void)asio::ip::make_address_v6(std::string(host), ec);
-    if (ec) return bad(url, "host " + quote("[" + std::string(host) + "]") + " is not an IPv6 address");
+    if (ec)
+      return bad(url, "host " + quote("[" + std::string(host) + "]") + " is not an IPv6 address");
   } else {
     const auto end = rest.find_first_of(":/?#");
     host = rest.substr(0, end);
@@ -91,9 +91,8 @@ result<std::string> listen_address(asio::any_io_executor ex, const endpoint_url&
   auto found = u.scheme == url_scheme::ucx ? resolver.resolve(asio::ip::tcp::v4(), u.host, "0", ec)
                                            : resolver.resolve(u.host, "0", ec);
   if (ec || found.empty())
-    return {errc::invalid_argument,
-            "listen on " + u.str() + ": cannot resolve " + quote(u.host) +
-                (ec ? ": " + ec.message() : std::string())};
+    return {errc::invalid_argument, "listen on " + u.str() + ": cannot resolve " + quote(u.host) +
+                                        (ec ? ": " + ec.message() : std::string())};
   for (const auto& e : found)
     if (e.endpoint().address().is_v4()) return e.endpoint().address().to_string();
   return found.begin()->endpoint().address().to_string();
@@ -130,9 +129,12 @@ result<endpoint_url> parse_target(std::string_view url) {
 
 const char* scheme_name(url_scheme s) noexcept {
   switch (s) {
-    case url_scheme::tcp: return "tcp";
-    case url_scheme::ucx: return "ucx";
-    case url_scheme::inproc: return "inproc";
+    case url_scheme::tcp:
+      return "tcp";
+    case url_scheme::ucx:
+      return "ucx";
+    case url_scheme::inproc:
+      return "inproc";
   }
   return "unknown";
 }
@@ -214,9 +216,8 @@ result<connect_function> connector(asio::any_io_executor ex, std::string_view ur
                                    transport_options opt) {
   auto u = parse_target(url);
   if (!u) return u.err();
-  return connect_function([ex = std::move(ex), u = std::move(*u), opt] {
-    return connect_to(ex, u, opt);
-  });
+  return connect_function(
+      [ex = std::move(ex), u = std::move(*u), opt] { return connect_to(ex, u, opt); });
 }
 
 }  // namespace blobpipe

@@ -1,0 +1,387 @@
+// blobpipe/cluster/server.hpp: many senders into one server — the merged
+// stream naming each event's connection, one budget shared and never
+// exceeded, a killed or misbehaving sender ending only its own blobs, the
+// connection cap, the handshake timeout, drain and close.
+#define BOOST_TEST_MODULE server_test
+#include <boost/test/unit_test.hpp>
+#include <deque>
+#include <set>
+
+#include "test/cluster_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+/// The events of connection `conn`, in order.
+std::vector<seen> of(const std::vector<seen>& v, std::uint64_t conn) {
+  std::vector<seen> out;
+  for (const auto& s : v)
+    if (s.conn == conn) out.push_back(s);
+  return out;
+}
+
+/// Checks every connection's events are opened, its own, closed: each
+/// entry's and blob's tag names one sender per connection.
+void check_attribution(const std::vector<seen>& v) {
+  std::map<std::uint64_t, std::set<std::uint32_t>> senders;
+  for (const auto& s : v) {
+    if (s.kind == server_event_kind::entry_ready || s.kind == server_event_kind::blob_complete)
+      senders[s.conn].insert(tag_sender(s.tag));
+  }
+  std::set<std::uint32_t> all;
+  for (const auto& [conn, who] : senders) {
+    BOOST_TEST(who.size() == 1u, "connection " << conn << " carries several senders' blobs");
+    all.insert(who.begin(), who.end());
+    const auto mine = of(v, conn);
+    BOOST_TEST_REQUIRE(!mine.empty());
+    BOOST_TEST(mine.front().kind == server_event_kind::connection_opened);
+    BOOST_TEST(mine.back().kind == server_event_kind::connection_closed);
+    BOOST_TEST(!mine.front().peer.empty());
+  }
+  BOOST_TEST(all.size() == senders.size(), "a sender's blobs came on several connections");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) {
+  for (const char* url : {"inproc://server-test-merge", "tcp://127.0.0.1:0"}) {
+    BOOST_TEST_CONTEXT(url) {
+      runner r;
+      auto srv = server::listen(r.ex(), url).value();
+      constexpr int senders = 8;
+      std::vector<seen> got;
+      r.spawn(collect_into(srv, senders, got));
+      std::vector<std::error_code> sent(senders);
+      for (int w = 0; w < senders; ++w) {
+        r.spawn(send_into(
+            srv.url(),
+            {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 1000},
+            sent[w]));
+      }
+      BOOST_TEST_REQUIRE(r.run());
+      for (int w = 0; w < senders; ++w)
+        BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
+      BOOST_TEST(count(got, server_event_kind::connection_opened) == std::size_t(senders));
+      BOOST_TEST(count(got, server_event_kind::connection_closed) == std::size_t(senders));
+      BOOST_TEST(count(got, server_event_kind::entry_ready) == std::size_t(senders * 10 * 3));
+      BOOST_TEST(count(got, server_event_kind::blob_complete) == std::size_t(senders * 10));
+      BOOST_TEST(count(got, server_event_kind::blob_aborted) == 0u);
+      BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+      BOOST_TEST(!got.back().error);
+      for (const auto& s : got) {
+        BOOST_TEST(s.bytes_ok);
+        if (s.kind == server_event_kind::connection_closed) BOOST_TEST(!s.error, s.error.message());
+      }
+      check_attribution(got);
+      // Counted as yielded.
+      const auto st = srv.stats();
+      BOOST_TEST(st.accepted == std::uint64_t(senders));
+      BOOST_TEST(st.total.entries == std::uint64_t(senders * 10 * 3));
+      BOOST_TEST(st.total.bytes == std::uint64_t(senders * 10 * 3 * 1000));
+      BOOST_TEST(st.total.blobs == std::uint64_t(senders * 10));
+      BOOST_TEST(st.total.aborts == 0u);
+      BOOST_TEST(st.open == 0u);
+      BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 64 << 10;  // small: the senders share it and wait for credit
+  auto srv = server::listen(r.ex(), "inproc://server-test-kill", opt).value();
+  constexpr int healthy = 4;
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, healthy + 1, got));
+  std::vector<std::error_code> sent(healthy);
+  for (int w = 0; w < healthy; ++w) {
+    r.spawn(send_into(
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 20, .entries = 2, .bytes = 4000},
+        sent[w]));
+  }
+  // The victim: one entry of an open blob, then its connection dies.
+  auto victim = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    BOOST_TEST_REQUIRE(!ec);
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(blob_options{.tag = numbered_tag(99, 0)});
+    std::vector<std::uint8_t> half(4000, 99);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(half)));
+    BLOBPIPE_CO_CHECK(s.flush());
+    co_await yield_n(50);
+    s.close();  // gone: no abort, no close frame
+  };
+  r.spawn(victim());
+  BOOST_TEST_REQUIRE(r.run());
+  for (int w = 0; w < healthy; ++w)
+    BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
+  std::size_t aborted = 0, victim_closed = 0;
+  for (const auto& s : got) {
+    if (s.kind == server_event_kind::blob_aborted) {
+      ++aborted;
+      BOOST_TEST(tag_sender(s.tag) == 99u);
+      BOOST_TEST((s.error == errc::peer_closed || s.error == errc::peer_failed), s.error.message());
+    }
+    if (s.kind == server_event_kind::blob_complete) BOOST_TEST(tag_sender(s.tag) != 99u);
+    if (s.kind == server_event_kind::connection_closed && s.error) ++victim_closed;
+  }
+  BOOST_TEST(aborted == 1u);
+  BOOST_TEST(victim_closed == 1u);
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == std::size_t(healthy * 20));
+  const auto st = srv.stats();
+  BOOST_TEST(st.total.aborts == 1u);
+  BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
+  BOOST_TEST(st.pool.overcommits == 0u);
+  BOOST_TEST(st.pool.credit_requests > 0u);  // the budget was tight: senders asked
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-violation").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 2, got));
+  std::error_code good;
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 5, .entries = 2, .bytes = 100}, good));
+  auto hostile = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    BOOST_TEST_REQUIRE(!ec);
+    // A hello, then a data frame for a blob that never began.
+    BLOBPIPE_CO_CHECK(
+        send_frame(*t, {.type = frame_type::hello}, encode_hello({.role = wire_role::sender})));
+    frame_reader reader;
+    auto [hec, their_hello] = co_await reader.next(*t);
+    BOOST_TEST(!hec);
+    std::array<std::byte, 8> junk{};
+    BLOBPIPE_CO_CHECK(send_frame(*t, {.type = frame_type::data, .blob_id = 5}, junk));
+    auto [eec, end] = co_await reader.next(*t);  // the server closes it
+    BOOST_TEST(eec);
+  };
+  r.spawn(hostile());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!good, good.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 5u);
+  std::size_t violations = 0;
+  for (const auto& s : got)
+    violations +=
+        s.kind == server_event_kind::connection_closed && s.error == errc::protocol_violation;
+  BOOST_TEST(violations == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_exceeded) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 48 << 10;
+  opt.initial_grant_bytes = 4 << 10;
+  auto srv = server::listen(r.ex(), "inproc://server-test-slow", opt).value();
+  constexpr int senders = 4;
+  std::uint64_t worst = 0;  // most credit committed at any yield
+  std::size_t entries = 0;
+  std::map<std::uint64_t, std::size_t> per_conn;
+  auto slow_application = [&]() -> asio::awaitable<void> {
+    std::deque<std::shared_ptr<const received_entry>> held;  // the slow application
+    std::size_t closed = 0;
+    for (;;) {
+      auto ev = co_await srv.next();
+      const auto st = srv.stats();
+      worst = std::max(worst, st.pool.committed_bytes);
+      if (ev.kind == server_event_kind::entry_ready) {
+        ++entries;
+        ++per_conn[ev.connection->id];
+        held.push_back(ev.ev.entry);
+        if (held.size() > 6) held.pop_front();  // releases the oldest
+        co_await yield_n(3);
+      }
+      if (ev.kind == server_event_kind::connection_closed && ++closed == senders) {
+        held.clear();
+        srv.stop_accepting();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(slow_application());
+  std::vector<std::error_code> sent(senders);
+  for (int w = 0; w < senders; ++w) {
+    r.spawn(send_into(
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 3000},
+        sent[w]));
+  }
+  BOOST_TEST_REQUIRE(r.run());
+  for (int w = 0; w < senders; ++w) BOOST_TEST(!sent[w], sent[w].message());
+  BOOST_TEST(entries == std::size_t(senders * 30));
+  BOOST_TEST(per_conn.size() == std::size_t(senders));
+  const auto st = srv.stats();
+  BOOST_TEST(worst <= opt.budget_bytes);
+  BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);
+  BOOST_TEST(st.pool.overcommits == 0u);
+  BOOST_TEST(st.total.credit_waits > 0u);
+  BOOST_TEST(st.pool.committed_bytes == 0u);  // everything released and the connections gone
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_larger_than_the_budget_is_granted_when_nothing_else_is_buffered) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 16 << 10;
+  auto srv = server::listen(r.ex(), "inproc://server-test-big", opt).value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::error_code sent;
+  r.spawn(send_into(srv.url(), {.who = 3, .blobs = 2, .entries = 2, .bytes = 64 << 10}, sent));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
+  const auto st = srv.stats();
+  BOOST_TEST(st.pool.overcommits >= 4u);  // each 64 KiB entry, alone
+  BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes + (64u << 10) + 1024u);
+}
+
+BOOST_AUTO_TEST_CASE(connections_beyond_the_cap_are_refused) {
+  runner r;
+  server_options opt;
+  opt.max_connections = 2;
+  auto srv = server::listen(r.ex(), "inproc://server-test-cap", opt).value();
+  std::vector<sender> kept;
+  auto start_one = [&]() -> asio::awaitable<std::error_code> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    if (ec) co_return ec;
+    auto [sec, s] = co_await sender::start(std::move(t));
+    if (!sec) kept.push_back(std::move(s));
+    co_return sec;
+  };
+  BOOST_TEST(!r.await(start_one()));
+  BOOST_TEST(!r.await(start_one()));
+  const auto third = r.await(start_one());
+  BOOST_TEST((third == errc::peer_closed || third == errc::peer_failed), third.message());
+  auto st = srv.stats();
+  BOOST_TEST(st.accepted == 2u);
+  BOOST_TEST(st.refused == 1u);
+  BOOST_TEST(st.open == 2u);
+  srv.close();
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_connection_is_closed_at_the_handshake_timeout) {
+  runner r;
+  server_options opt;
+  opt.handshake_timeout = std::chrono::milliseconds(20);
+  auto srv = server::listen(r.ex(), "inproc://server-test-silent", opt).value();
+  auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
+  BOOST_TEST_REQUIRE(!ec);
+  std::array<std::byte, 1> b{};
+  const auto rec = r.await(t->read_exact(b));  // ends when the server closes it
+  BOOST_TEST((rec == errc::peer_closed), rec.message());
+  auto st = srv.stats();
+  BOOST_TEST(st.handshake_failures == 1u);
+  BOOST_TEST(st.open == 0u);
+  srv.stop_accepting();
+  auto end = r.await(srv.next());
+  BOOST_TEST(end.kind == server_event_kind::end_of_stream);  // it never opened: no events
+}
+
+BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-drain").value();
+  gate drained(r.ex());
+  std::vector<seen> got;
+  std::error_code finished, after;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::entry_ready && !drained.is_open()) {
+        srv.drain();
+        drained.open();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  auto drained_sender = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(blob_options{.tag = numbered_tag(1, 0)});
+    std::vector<std::uint8_t> x(100, 1);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    co_await drained.wait();
+    BLOBPIPE_CO_CHECK(blob.emit("e1", value::tensor(x)));
+    finished = co_await blob.finish();
+    (void)co_await s.flush();  // the server may close as soon as the tail is in
+    // The server closes the connection once the blob has ended.
+    auto next = s.open_blob(blob_options{.tag = numbered_tag(1, 1)});
+    for (int i = 0; i < 100 && !after; ++i) {
+      after = co_await next.emit("e0", value::tensor(x));
+      co_await yield_n(5);
+    }
+  };
+  r.spawn(drained_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!finished, finished.message());
+  BOOST_TEST(after, "the sender could go on after the drain");
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 1u);
+  BOOST_TEST(count(got, server_event_kind::entry_ready) >= 2u);
+  BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+}
+
+BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-close").value();
+  gate begun(r.ex());
+  std::vector<seen> got;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::entry_ready) begun.open();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  auto mid_blob_sender = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0)});
+    std::vector<std::uint8_t> x(100, 2);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    co_await begun.wait();
+    srv.close();  // next() is pending in the other coroutine, or soon will be
+    auto rest = co_await blob.emit("e1", value::tensor(x));
+    (void)rest;
+  };
+  r.spawn(mid_blob_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST_REQUIRE(got.size() >= 4u);
+  BOOST_TEST(count(got, server_event_kind::blob_aborted) == 1u);
+  BOOST_TEST(got[got.size() - 2].kind == server_event_kind::connection_closed);
+  BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+  BOOST_TEST((got.back().error == errc::closed));
+  // And it stays ended.
+  auto again = r.await(srv.next());
+  BOOST_TEST(again.kind == server_event_kind::end_of_stream);
+}
+
+BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-json").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  auto one_sender = [&]() -> asio::awaitable<void> {
+    BLOBPIPE_CO_CHECK(send_to(srv.url(), {.who = 4, .blobs = 3, .entries = 2, .bytes = 10}));
+  };
+  r.spawn(one_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  const auto j = srv.stats_json();
+  BOOST_TEST(j.find('\n') == std::string::npos);
+  BOOST_TEST(j.starts_with("{\"role\":\"server\",\"accepted\":1,"));
+  BOOST_TEST(j.find("\"total\":{\"bytes\":60,\"entries\":6,\"blobs\":3,\"aborts\":0,") !=
+                 std::string::npos,
+             j);
+  BOOST_TEST(j.find("\"latency_ms\":{\"count\":6,") != std::string::npos, j);
+}
