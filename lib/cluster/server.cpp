@@ -160,7 +160,11 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
       pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes)),
       ready(ex),
       groups({opt.group_timeout, opt.max_open_groups, opt.max_open_groups}),
-      group_timer(ex) {}
+      group_timer(ex) {
+  // Resend sessions reconnect to this server: its connections share a log
+  // (not the process's, which other servers in the process share).
+  if (!opt.connection.delivered) opt.connection.delivered = std::make_shared<delivery_log>();
+}
 
 void server_state::push(server_event ev) {
   queue.push_back(std::move(ev));
@@ -327,6 +331,14 @@ void server::drain() noexcept {
   s.close_listener();
   s.draining = true;
   for (auto& [id, cn] : s.conns) s.drain_one(*cn);
+}
+
+void server::disconnect(std::uint64_t id) noexcept {
+  if (!state_) return;
+  auto it = state_->conns.find(id);
+  if (it == state_->conns.end() || it->second->ended) return;
+  if (it->second->c) it->second->c->close();
+  else if (it->second->raw) it->second->raw->close();
 }
 
 void server::close() noexcept {

@@ -351,6 +351,7 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
   }
   s->stats.bytes_sent += planned.entry.len;
   ++s->stats.entries_sent;
+  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = e.emitted_ns;
   e.planned.entry = planned.entry;
   e.planned.itemsize = planned.itemsize;
   e.planned.source.data = e.bytes.data();

@@ -69,7 +69,8 @@ struct server_options {
   /// A sender's hello must arrive within this, or the connection is
   /// closed (0: no limit).
   std::chrono::milliseconds handshake_timeout{10'000};
-  /// Each connection's consumer: limits, assembly, delivery log, and its
+  /// Each connection's consumer: limits, assembly, delivery log (null: one
+  /// of the server's own, shared by its connections), and its
   /// stall timeout (default here 60 s: a sender that owes bytes and sends
   /// nothing for that long loses its connection, with its blobs aborted).
   /// `pool` is the server's; `window_bytes` serves only senders that do
@@ -169,6 +170,10 @@ class server {
   /// Stops listening, and closes each connection once no blob is open on
   /// it (blobs being sent finish first; senders see peer_closed).
   void drain() noexcept;
+  /// Closes connection `id` (as if its sender had gone): its open blobs
+  /// are aborted (closed), then its connection_closed. A resend session
+  /// reconnects. No-op for an unknown or ended connection.
+  void disconnect(std::uint64_t id) noexcept;
   /// Closes the listener and every connection now: a pending next()
   /// yields their blob_aborted and connection_closed events (closed), then
   /// end_of_stream (closed). Idempotent.

@@ -146,6 +146,9 @@ struct sender_stats {
   std::uint64_t credit_requests = 0;
   std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish)
   std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer)
+  /// The steady clock (nanoseconds since its epoch) when the first entry
+  /// was emitted; 0 before.
+  std::uint64_t first_entry_ns = 0;
   std::uint64_t gathered_entries = 0; ///< strided values copied via write_entry
   // Device values (docs/cuda.md).
   std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
