@@ -3,6 +3,7 @@
 //
 //   bazel/bazelw run -c opt --symlink_prefix=/ //bench:entry_sizes -- --csv entry_sizes.csv
 //   ... -- --quick       (small counts: checks that it runs)
+//   ... -- --only "16 KiB" --column "blobpipe in" --samples 10000   (a part)
 //
 // Workloads: entries of 64 B, 1 KiB, 16 KiB, 256 KiB, 1 MiB and 16 MiB,
 // and an RL sample (int64[2048], float32[2048], bool[2048], a float32
@@ -362,17 +363,26 @@ std::string rate(const workload& w, const cell& c) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string csv_path;
+  std::string csv_path, only, only_column;
+  std::uint64_t count = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--column" && i + 1 < argc) {
+      only_column = argv[++i];
+    } else if (a == "--samples" && i + 1 < argc) {
+      count = std::stoull(argv[++i]);
     } else if (a == "--csv" && i + 1 < argc) {
       csv_path = argv[++i];
       if (csv_path[0] != '/' && std::getenv("BUILD_WORKING_DIRECTORY"))
         csv_path = std::string(std::getenv("BUILD_WORKING_DIRECTORY")) + "/" + csv_path;
     } else {
-      std::fprintf(stderr, "usage: entry_sizes [--quick] [--csv FILE]\n");
+      std::fprintf(stderr,
+                   "usage: entry_sizes [--quick] [--only WORKLOAD] [--column PREFIX] "
+                   "[--samples N] [--csv FILE]\n");
       return 1;
     }
   }
@@ -390,6 +400,8 @@ int main(int argc, char** argv) {
   const int reps = quick ? 1 : 3;
   if (quick)
     for (auto& w : ws) w.samples = std::max<std::size_t>(w.samples / 200, 2);
+  if (count)
+    for (auto& w : ws) w.samples = count;
   std::printf("entry_sizes: %u hardware threads; best of %d; sender and receiver on two threads\n",
               std::thread::hardware_concurrency(), reps);
   std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
@@ -397,6 +409,9 @@ int main(int argc, char** argv) {
     std::fprintf(csv, "workload,entry_bytes,entries,column,blob_entries,seconds_best,"
                       "seconds_worst,entries_per_s,gb_per_s\n");
   int failures = 0;
+  auto wanted = [&](const char* column) {
+    return only_column.empty() || std::string(column).rfind(only_column, 0) == 0;
+  };
   auto report = [&](const workload& w, const char* column, std::size_t per_blob, const cell& c) {
     std::printf("  %-22s %-10s %s\n", column,
                 per_blob ? ("blob " + std::to_string(per_blob)).c_str() : "", rate(w, c).c_str());
@@ -412,19 +427,27 @@ int main(int argc, char** argv) {
                    w.entries() / c.best, w.bytes() / c.best / 1e9);
   };
   for (const auto& w : ws) {
+    if (!only.empty() && w.name != only) continue;
     std::printf("[%s] %llu entries, %.2f GB\n", w.name.c_str(), (unsigned long long)w.entries(),
                 w.bytes() / 1e9);
     for (std::size_t per_blob : {std::size_t{5}, std::size_t{1000}}) {
       const std::size_t n = std::min<std::size_t>(per_blob, w.entries());
       if (per_blob == 1000 && n <= 5) continue;
-      report(w, "blobpipe tcp", n,
-             best_of(reps, [&](std::string& e) { return run_blobpipe(link::tcp, w, n, e); }));
-      report(w, "blobpipe in-process", n,
-             best_of(reps, [&](std::string& e) { return run_blobpipe(link::inproc, w, n, e); }));
+      if (wanted("blobpipe tcp"))
+        report(w, "blobpipe tcp", n,
+               best_of(reps, [&](std::string& e) { return run_blobpipe(link::tcp, w, n, e); }));
+      if (wanted("blobpipe in-process"))
+        report(w, "blobpipe in-process", n,
+               best_of(reps, [&](std::string& e) { return run_blobpipe(link::inproc, w, n, e); }));
     }
-    report(w, "zeromq defaults", 0, best_of(reps, [&](std::string& e) { return run_zmq(w, false, e); }));
-    report(w, "zeromq tuned", 0, best_of(reps, [&](std::string& e) { return run_zmq(w, true, e); }));
-    report(w, "raw socket", 0, best_of(reps, [&](std::string& e) { return run_raw(w, e); }));
+    if (wanted("zeromq defaults"))
+      report(w, "zeromq defaults", 0,
+             best_of(reps, [&](std::string& e) { return run_zmq(w, false, e); }));
+    if (wanted("zeromq tuned"))
+      report(w, "zeromq tuned", 0,
+             best_of(reps, [&](std::string& e) { return run_zmq(w, true, e); }));
+    if (wanted("raw socket"))
+      report(w, "raw socket", 0, best_of(reps, [&](std::string& e) { return run_raw(w, e); }));
   }
   if (csv) std::fclose(csv);
   return failures == 0 ? 0 : 1;
