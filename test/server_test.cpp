@@ -57,7 +57,7 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
       for (int w = 0; w < senders; ++w) {
         r.spawn(send_into(
             srv.url(),
-            {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 1000},
+            {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 1000, .group = {}},
             sent[w]));
       }
       BOOST_TEST_REQUIRE(r.run());
@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
   std::vector<std::error_code> sent(healthy);
   for (int w = 0; w < healthy; ++w) {
     r.spawn(send_into(
-        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 20, .entries = 2, .bytes = 4000},
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 20, .entries = 2, .bytes = 4000, .group = {}},
         sent[w]));
   }
   // The victim: one entry of an open blob, then its connection dies.
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
     BOOST_TEST_REQUIRE(!ec);
     auto [sec, s] = co_await sender::start(std::move(t));
     BOOST_TEST_REQUIRE(!sec);
-    auto blob = s.open_blob(blob_options{.tag = numbered_tag(99, 0)});
+    auto blob = s.open_blob(numbered_tag(99, 0));
     std::vector<std::uint8_t> half(4000, 99);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(half)));
     BLOBPIPE_CO_CHECK(s.flush());
@@ -146,7 +146,7 @@ BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
   std::vector<seen> got;
   r.spawn(collect_into(srv, 2, got));
   std::error_code good;
-  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 5, .entries = 2, .bytes = 100}, good));
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 5, .entries = 2, .bytes = 100, .group = {}}, good));
   auto hostile = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_ex
   std::vector<std::error_code> sent(senders);
   for (int w = 0; w < senders; ++w) {
     r.spawn(send_into(
-        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 3000},
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 3000, .group = {}},
         sent[w]));
   }
   BOOST_TEST_REQUIRE(r.run());
@@ -231,7 +231,7 @@ BOOST_AUTO_TEST_CASE(an_entry_larger_than_the_budget_is_granted_when_nothing_els
   std::vector<seen> got;
   r.spawn(collect_into(srv, 1, got));
   std::error_code sent;
-  r.spawn(send_into(srv.url(), {.who = 3, .blobs = 2, .entries = 2, .bytes = 64 << 10}, sent));
+  r.spawn(send_into(srv.url(), {.who = 3, .blobs = 2, .entries = 2, .bytes = 64 << 10, .group = {}}, sent));
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST(!sent, sent.message());
   BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
@@ -306,7 +306,7 @@ BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
     auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
     auto [sec, s] = co_await sender::start(std::move(t));
     BOOST_TEST_REQUIRE(!sec);
-    auto blob = s.open_blob(blob_options{.tag = numbered_tag(1, 0)});
+    auto blob = s.open_blob(numbered_tag(1, 0));
     std::vector<std::uint8_t> x(100, 1);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
     co_await drained.wait();
@@ -314,7 +314,7 @@ BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
     finished = co_await blob.finish();
     (void)co_await s.flush();  // the server may close as soon as the tail is in
     // The server closes the connection once the blob has ended.
-    auto next = s.open_blob(blob_options{.tag = numbered_tag(1, 1)});
+    auto next = s.open_blob(numbered_tag(1, 1));
     for (int i = 0; i < 100 && !after; ++i) {
       after = co_await next.emit("e0", value::tensor(x));
       co_await yield_n(5);
@@ -347,7 +347,7 @@ BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
     auto ex = co_await asio::this_coro::executor;
     auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
     auto [sec, s] = co_await sender::start(std::move(t));
-    auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0)});
+    auto blob = s.open_blob(numbered_tag(2, 0));
     std::vector<std::uint8_t> x(100, 2);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
     co_await begun.wait();
@@ -373,7 +373,7 @@ BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {
   std::vector<seen> got;
   r.spawn(collect_into(srv, 1, got));
   auto one_sender = [&]() -> asio::awaitable<void> {
-    BLOBPIPE_CO_CHECK(send_to(srv.url(), {.who = 4, .blobs = 3, .entries = 2, .bytes = 10}));
+    BLOBPIPE_CO_CHECK(send_to(srv.url(), {.who = 4, .blobs = 3, .entries = 2, .bytes = 10, .group = {}}));
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
@@ -384,4 +384,165 @@ BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {
                  std::string::npos,
              j);
   BOOST_TEST(j.find("\"latency_ms\":{\"count\":6,") != std::string::npos, j);
+}
+
+namespace {
+
+/// Where the first event of `kind` for group `id` is in `v` (v.size(): none).
+std::size_t index_of_group(const std::vector<seen>& v, server_event_kind kind, std::uint64_t id) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i].kind == kind && v[i].group && v[i].group->id == id) return i;
+  return v.size();
+}
+
+std::size_t count_group(const std::vector<seen>& v, server_event_kind kind, std::uint64_t id) {
+  std::size_t n = 0;
+  for (const auto& s : v) n += s.kind == kind && s.group && s.group->id == id;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_group_from_two_connections_completes_after_its_last_member) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-group").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 2, got));
+  std::error_code a, b;
+  // Group 7 has four members: two from each sender; group 8 (one member)
+  // rides along on sender 2's connection.
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}}, a));
+  auto second = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    b = co_await stream_blobs(s, {.who = 2, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}});
+    if (!b) b = co_await stream_blobs(s, {.who = 3, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{8, 1}});
+    if (!b) b = co_await s.shutdown();
+  };
+  r.spawn(second());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!a, a.message());
+  BOOST_TEST(!b, b.message());
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 7) == 1u);
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 8) == 1u);
+  BOOST_TEST(count(got, server_event_kind::group_aborted) == 0u);
+  // Every member's blob_complete came first, from both connections.
+  const std::size_t done = index_of_group(got, server_event_kind::group_complete, 7);
+  std::set<std::uint64_t> conns;
+  std::size_t members = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i].kind != server_event_kind::blob_complete || got[i].group->id != 7) continue;
+    BOOST_TEST(i < done, "member " << i << " completed after its group");
+    BOOST_TEST(got[i].group->size == 4u);
+    conns.insert(got[i].conn);
+    ++members;
+  }
+  BOOST_TEST(members == 4u);
+  BOOST_TEST(conns.size() == 2u);
+  BOOST_TEST_REQUIRE(done < got.size());
+  BOOST_TEST(got[done].conn == 0u);  // a group's event names no connection
+  const auto st = srv.stats();
+  BOOST_TEST(st.groups_complete == 2u);
+  BOOST_TEST(st.groups_aborted == 0u);
+  BOOST_TEST(st.groups_open == 0u);
+  BOOST_TEST(st.late_members == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_members_are_late) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-group-abort").value();
+  gate group_ended(r.ex());
+  std::vector<seen> got;
+  std::size_t closed = 0;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::group_aborted) group_ended.open();
+      if (ev.kind == server_event_kind::connection_closed && ++closed == 2) srv.stop_accepting();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  const blob_group g{9, 3};
+  // Sender 1: one member complete; after the group ended, a late one.
+  auto first = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = g}));
+    co_await group_ended.wait();
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 11, .blobs = 1, .entries = 2, .bytes = 10, .group = g}));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  // Sender 2: a member that aborts after one entry.
+  auto second = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0), .group = g});
+    std::vector<std::uint8_t> x(10, 2);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(blob.abort("the rollout failed"));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  r.spawn(first());
+  r.spawn(second());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(count_group(got, server_event_kind::group_aborted, 9) == 1u);
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 9) == 0u);
+  const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 9);
+  const std::size_t member = index_of_group(got, server_event_kind::blob_aborted, 9);
+  BOOST_TEST_REQUIRE(aborted < got.size());
+  BOOST_TEST(member + 1 == aborted, "the group ends right after its member's abort");
+  BOOST_TEST((got[aborted].error == errc::aborted), got[aborted].error.message());
+  // The late member still streams (entries and its blob_complete).
+  BOOST_TEST(count_group(got, server_event_kind::blob_complete, 9) == 2u);
+  const auto st = srv.stats();
+  BOOST_TEST(st.groups_aborted == 1u);
+  BOOST_TEST(st.groups_open == 0u);
+  BOOST_TEST(st.late_members == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
+  runner r;
+  server_options opt;
+  opt.group_timeout = std::chrono::milliseconds(20);
+  auto srv = server::listen(r.ex(), "inproc://server-test-group-timeout", opt).value();
+  gate group_ended(r.ex());
+  std::vector<seen> got;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::group_aborted) group_ended.open();
+      if (ev.kind == server_event_kind::connection_closed) srv.stop_accepting();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  // One member of two; the connection stays open until the group ends
+  // (so the end is the timeout's, not the last connection's).
+  auto one_member = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{5, 2}}));
+    co_await group_ended.wait();
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  r.spawn(one_member());
+  BOOST_TEST_REQUIRE(r.run());
+  const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 5);
+  BOOST_TEST_REQUIRE(aborted < got.size());
+  BOOST_TEST((got[aborted].error == errc::timed_out), got[aborted].error.message());
+  std::size_t closed = 0;
+  while (closed < got.size() && got[closed].kind != server_event_kind::connection_closed) ++closed;
+  BOOST_TEST(aborted < closed, "the group ended with the connection, not at its timeout");
+  BOOST_TEST(srv.stats().groups_aborted == 1u);
 }

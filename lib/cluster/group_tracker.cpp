@@ -26,7 +26,9 @@ std::vector<group_outcome> group_tracker::observe(const event& ev, clock::time_p
   if (!ev.group || ev.kind == event_kind::end_of_stream) return out;
   const blob_group& g = *ev.group;
   if (ended_.count(g.id)) {
-    ++late_;
+    // A member counts once, when it ends.
+    if (ev.kind == event_kind::blob_complete || (ev.kind == event_kind::blob_aborted && !ev.resend))
+      ++late_;
     return out;
   }
   auto it = open_.find(g.id);

@@ -181,6 +181,9 @@ void server_state::push_groups(const std::vector<group_outcome>& outcomes) {
     ++(o.complete ? counts.groups_complete : counts.groups_aborted);
     push(std::move(ev));
   }
+  // No group left to time out: the timer must not hold the executor's
+  // run() for up to group_timeout (run_group_timer then ends).
+  if (!outcomes.empty() && groups.open() == 0) group_timer.cancel();
 }
 
 void server_state::watch_groups() {

@@ -252,7 +252,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
   co_return ret{std::error_code{}, sender(std::move(s))};
 }
 
-blob_writer sender::open_blob(const tag_t& tag) { return open_blob(blob_options{.tag = tag}); }
+blob_writer sender::open_blob(const tag_t& tag) { return open_blob(blob_options{.tag = tag, .group = {}}); }
 
 blob_writer sender::open_blob(const blob_options& opt) {
   auto b = std::make_shared<detail::blob_state>(state_, 0, opt.tag);  // ids: at blob_begin
