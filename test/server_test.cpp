@@ -506,6 +506,11 @@ BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_member
   BOOST_TEST(st.groups_aborted == 1u);
   BOOST_TEST(st.groups_open == 0u);
   BOOST_TEST(st.late_members == 1u);
+  // The metrics count what next() yielded.
+  BOOST_TEST(st.total.entries == count(got, server_event_kind::entry_ready));
+  BOOST_TEST(st.total.bytes == 10u * count(got, server_event_kind::entry_ready));
+  BOOST_TEST(st.total.blobs == 2u);
+  BOOST_TEST(st.total.aborts == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
@@ -545,4 +550,45 @@ BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
   while (closed < got.size() && got[closed].kind != server_event_kind::connection_closed) ++closed;
   BOOST_TEST(aborted < closed, "the group ended with the connection, not at its timeout");
   BOOST_TEST(srv.stats().groups_aborted == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-metrics").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::string sender_json;
+  sender_stats sent;
+  auto one_sender = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 5, .blobs = 3, .entries = 2, .bytes = 1000, .group = {}}));
+    auto dropped = s.open_blob(numbered_tag(6, 0));
+    std::vector<std::uint8_t> x(1000, 6);
+    BLOBPIPE_CO_CHECK(dropped.emit("e0", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(dropped.abort("dropped"));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+    sent = s.stats();
+    sender_json = to_json(sent, 1);
+  };
+  r.spawn(one_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  const auto got_st = srv.stats();
+  const auto sent_m = metrics_of(sent);
+  BOOST_TEST(sent_m.entries == 7u);
+  BOOST_TEST(sent_m.blobs == 3u);
+  BOOST_TEST(sent_m.aborts == 1u);
+  BOOST_TEST(!sent_m.first_entry_s.has_value());  // no start time given
+  BOOST_TEST(got_st.total.entries == count(got, server_event_kind::entry_ready));
+  BOOST_TEST(got_st.total.entries >= 6u);  // the aborted blob's entry may not have been yielded
+  BOOST_TEST(got_st.total.blobs == 3u);
+  BOOST_TEST(got_st.total.aborts == 1u);
+  BOOST_TEST(got_st.total.latency.count() == got_st.total.entries);
+  BOOST_TEST(got_st.total.first_entry_s.has_value());
+  BOOST_TEST(sender_json.find('\n') == std::string::npos);
+  BOOST_TEST(sender_json.starts_with("{\"role\":\"sender\",\"total\":{\"bytes\":"), sender_json);
+  BOOST_TEST(sender_json.find("\"entries\":7,\"blobs\":3,\"aborts\":1,") != std::string::npos,
+             sender_json);
 }

@@ -93,6 +93,27 @@ std::string to_json(const endpoint_metrics& m) {
   return out + "}";
 }
 
+endpoint_metrics metrics_of(const sender_stats& st, std::uint64_t since_ns) noexcept {
+  endpoint_metrics m;
+  m.bytes = st.bytes_sent;
+  m.entries = st.entries_sent;
+  m.blobs = st.blobs_sent;
+  m.aborts = st.blobs_aborted;
+  m.credit_waits = st.credit_waits;
+  m.reconnects = st.reconnects;
+  if (since_ns != 0 && st.first_entry_ns >= since_ns)
+    m.first_entry_s = static_cast<double>(st.first_entry_ns - since_ns) / 1e9;
+  return m;
+}
+
+std::string to_json(const sender_stats& st, std::uint64_t since_ns) {
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  return "{\"role\":\"sender\",\"total\":" + to_json(metrics_of(st, since_ns)) +
+         ",\"credit_requests\":" + n(st.credit_requests) + ",\"blobs_resent\":" +
+         n(st.blobs_resent) + ",\"blobs_delivered\":" + n(st.blobs_delivered) +
+         ",\"budget_waits\":" + n(st.budget_waits) + "}";
+}
+
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {

@@ -123,19 +123,6 @@ asio::awaitable<void> shutdown_one(std::shared_ptr<router_state> s, std::size_t 
   if (--j->left == 0) j->done.notify_all();
 }
 
-endpoint_metrics metrics_of(const sender_stats& st, std::uint64_t started_ns) {
-  endpoint_metrics m;
-  m.bytes = st.bytes_sent;
-  m.entries = st.entries_sent;
-  m.blobs = st.blobs_sent;
-  m.aborts = st.blobs_aborted;
-  m.credit_waits = st.credit_waits;
-  m.reconnects = st.reconnects;
-  if (st.first_entry_ns != 0 && st.first_entry_ns >= started_ns)
-    m.first_entry_s = static_cast<double>(st.first_entry_ns - started_ns) / 1e9;
-  return m;
-}
-
 }  // namespace
 }  // namespace detail
 
@@ -257,7 +244,7 @@ router_stats router::stats() const {
     ds.url = s.dests[d].url;
     ds.error = s.gone(d);
     if (s.dests[d].started) ds.sender = s.dests[d].s.stats();
-    ds.metrics = detail::metrics_of(ds.sender, s.started_ns);
+    ds.metrics = metrics_of(ds.sender, s.started_ns);
     st.total.merge(ds.metrics);
     st.destinations.push_back(std::move(ds));
   }

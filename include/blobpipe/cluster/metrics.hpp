@@ -13,6 +13,7 @@
 //   auto st = server.stats();
 //   std::cout << st.total.latency.percentile(0.99) / 1e6 << " ms\n";
 //   std::cout << server.stats_json() << "\n";          // one line, for logs
+//   std::cout << blobpipe::to_json(sender.stats()) << "\n";
 //
 // Source: docs/cluster.md "Metrics".
 #pragma once
@@ -22,6 +23,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "blobpipe/pipeline/producer.hpp"
 
 namespace blobpipe {
 
@@ -71,6 +74,19 @@ struct endpoint_metrics {
 /// "credit_waits":..,"reconnects":..,"latency_ms":{"count":..,"p50":..,
 /// "p90":..,"p99":..,"max":..},"first_entry_s":..|null}.
 std::string to_json(const endpoint_metrics& m);
+
+/// A sender's counters (sender::stats()) as an endpoint's: bytes are entry
+/// and tail bytes sent, blobs finished, aborts framed; latency is not
+/// measured on this end. first_entry_s: from `since_ns` (the steady clock
+/// in nanoseconds, e.g. when the sender started) to the first entry
+/// emitted; empty when since_ns is 0 or no entry was emitted.
+endpoint_metrics metrics_of(const sender_stats& st, std::uint64_t since_ns = 0) noexcept;
+
+/// A sender's counters as one line of JSON:
+/// {"role":"sender","total":<endpoint_metrics, since_ns as metrics_of>,
+/// "credit_requests":..,"blobs_resent":..,"blobs_delivered":..,
+/// "budget_waits":..}.
+std::string to_json(const sender_stats& st, std::uint64_t since_ns = 0);
 
 /// `s` as a JSON string literal (quotes, backslash and control characters
 /// escaped; bytes >= 0x80 as they are).
