@@ -12,6 +12,7 @@
 // Source: UCX examples/ucp_hello_world.c (main's labelled cleanup).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +25,7 @@ namespace blobpipe::ucx::detail {
 
 /// The overrides ucp_config_modify applies: blobpipe's defaults (for peer
 /// error mode MM_ERROR_HANDLING=y so posix/sysv qualify and
-/// MEMORY_INVALIDATE=y so cma does; CM_REUSEADDR=y for listeners; each
+/// MEMORY_INVALIDATE=y so cma does; each
 /// unless set in the environment or named in `overrides`), then `overrides`.
 std::vector<std::pair<std::string, std::string>> effective_config(
     const std::vector<std::pair<std::string, std::string>>& overrides);
@@ -63,6 +64,10 @@ class worker {
   /// The worker's event fd (ucp_worker_get_efd); owned by the worker.
   /// Errors: peer_failed.
   result<int> event_fd() const;
+
+  /// The worker's packed address (ucp_worker_get_address), copied.
+  /// Errors: peer_failed.
+  result<std::vector<std::byte>> address() const;
 
  private:
   explicit worker(ucp_worker_h h) : h_(h) {}
