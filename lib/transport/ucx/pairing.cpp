@@ -17,6 +17,12 @@ constexpr std::size_t address_padding = std::size_t{64} << 10;
 
 }  // namespace
 
+bool pairing::same_format(std::span<const std::byte> remote) const noexcept {
+  constexpr auto version_bits = std::byte{0x0f};
+  return !remote.empty() && !own_.empty() &&
+         (remote[0] & version_bits) == (own_[0] & version_bits);
+}
+
 std::uint32_t pairing::next(std::span<const std::byte> remote) const {
   auto it = next_.find(key(remote));
   return it == next_.end() ? 0 : it->second;

@@ -48,7 +48,8 @@ class pairing {
   /// Most bytes of a worker address taken from a peer.
   static constexpr std::size_t max_address_bytes = std::size_t{64} << 10;
 
-  explicit pairing(ucp_worker_h w) : worker_(w) {}
+  /// `own`: this worker's address (the format peers' must match).
+  pairing(ucp_worker_h w, std::span<const std::byte> own) : worker_(w), own_(own) {}
 
   /// The number UCX gives the next endpoint this worker creates toward the
   /// worker at `remote` (its packed address).
@@ -59,6 +60,14 @@ class pairing {
   /// pairs with whatever the peer holds under that number, or with nothing.
   /// REQUIRES: next(remote) <= sn <= last_sn.
   void skip_to(std::span<const std::byte> remote, std::uint32_t sn);
+
+  /// Whether `remote` is a worker address of the format this worker packs
+  /// (UCX 1.13: the low 4 bits of byte 0 are the address version, and
+  /// ucp_address_unpack aborts the process on a version it does not know,
+  /// ucs_assertv_always in ucp_address_unpack_header). UCX checks nothing
+  /// else it could fail on cleanly; this is the one test cheap enough to
+  /// make first (docs/ucx.md "Foreign bytes").
+  bool same_format(std::span<const std::byte> remote) const noexcept;
 
   /// ucp_ep_create toward `remote` with `p` (this adds the remote address
   /// and UCP_EP_PARAMS_FLAGS_NO_LOOPBACK). The address is copied into a
@@ -76,6 +85,7 @@ class pairing {
     return {reinterpret_cast<const char*>(remote.data()), remote.size()};
   }
   ucp_worker_h worker_;
+  std::span<const std::byte> own_;
   std::unordered_map<std::string, std::uint32_t> next_;
 };
 

@@ -207,6 +207,9 @@ asio::awaitable<outcome> serve_rendezvous(std::shared_ptr<runtime> rt,
   auto [hec, hello] = co_await receive(*a, rv_types_of(rv_type::hello), false, body);
   if (hec) co_return failed(*a, hec, {});
   const std::vector<std::byte> peer = std::move(body);
+  if (!rt->pairs().same_format(peer))
+    co_return failed(*a, make_error_code(errc::protocol_violation),
+                     "rendezvous: the peer's worker address is of another UCX format");
   const nonce n = random_nonce();
   a->conn = connection::make(*rt, {});
   const bool loopback = same_bytes(peer, rt->address());
@@ -275,6 +278,9 @@ asio::awaitable<outcome> join_rendezvous(std::shared_ptr<runtime> rt,
   nonce n;
   std::copy_n(body.begin() + 8, nonce_bytes, n.begin());
   const std::vector<std::byte> peer(body.begin() + listener_hello_prefix, body.end());
+  if (!rt->pairs().same_format(peer))
+    co_return failed(*a, make_error_code(errc::protocol_violation),
+                     "rendezvous: the listener's worker address is of another UCX format");
 
   if (hello.flags & rv_flag_loopback) {
     // The listener is this worker: it made both endpoints.

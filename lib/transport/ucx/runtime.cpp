@@ -74,7 +74,7 @@ runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail:
       efd_(ex_, efd_copy),
       config_(std::move(config)),
       address_(std::move(address)),
-      pairs_(worker_.get()),
+      pairs_(worker_.get(), address_),
       pairing_lock_(ex_),
       busy_poll_(busy_poll) {}
 
