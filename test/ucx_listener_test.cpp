@@ -527,3 +527,32 @@ BOOST_DATA_TEST_CASE(rendezvous_cut_short_leave_later_connections_working,
   BOOST_TEST(ping(child.port(), link.opt, why), why);
   BOOST_TEST(child.wait_exit(std::chrono::seconds(20)) == 0);
 }
+
+// Without tcp at all: the rendezvous needs no UCX connection manager, so
+// UCX_TLS=sm alone (shared memory, one host) connects, and the process
+// listens on no port but the rendezvous's.
+BOOST_AUTO_TEST_CASE(shared_memory_alone_connects_on_one_host) {
+  const ucx_link sm_only{"sm-only", {{{"TLS", "sm"}}}, "/memory"};
+  BLOBPIPE_SKIP_UNLESS_OFFERED(sm_only);
+  listening_child child("sm");
+  const auto ports = listening_ports(child.pid());
+  BOOST_TEST_REQUIRE(ports.size() == 1u);
+  BOOST_TEST(ports[0].second == child.port());
+  runner r;
+  bool ok = false;
+  std::string lanes;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto [ec, t] = co_await ucx::connect(r.ex(), "127.0.0.1", child.port(), {}, sm_only.opt);
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    ok = co_await echo(*t, "sm");
+    lanes = ucx::describe(*t).value();
+    t->close();
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
+  BOOST_TEST(ok);
+  BOOST_TEST(lanes.find("tcp") == std::string::npos, lanes);
+  std::string why;
+  BOOST_TEST(ping(child.port(), sm_only.opt, why), why);
+  BOOST_TEST(child.wait_exit(std::chrono::seconds(20)) == 0);
+}
