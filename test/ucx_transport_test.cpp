@@ -512,9 +512,10 @@ std::uint16_t leave_time_wait() {
 }
 
 BOOST_AUTO_TEST_CASE(listener_binds_a_port_left_in_time_wait) {
-  // UCX's tcp connection manager binds without SO_REUSEADDR by default
-  // (UCX_TCP_CM_REUSEADDR=n): a trainer restarted on its port failed with
-  // "Address already in use" for up to a minute. blobpipe turns it on.
+  // A trainer restarted on its port must bind it while the old
+  // connections sit in TIME_WAIT (with UCX's connection manager, which
+  // binds without SO_REUSEADDR by default, it failed with "Address already
+  // in use" for up to a minute). blobpipe's listener sets SO_REUSEADDR.
   const std::uint16_t port = leave_time_wait();
   asio::io_context ctx;
   auto l = ucx::listen(ctx.get_executor(), port, "127.0.0.1", ucx_links()[0].opt);

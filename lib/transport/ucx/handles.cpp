@@ -179,16 +179,4 @@ endpoint::~endpoint() {
   if (h_) force_close(h_);
 }
 
-listener_handle& listener_handle::operator=(listener_handle&& o) noexcept {
-  if (this != &o) {
-    reset();
-    h_ = std::exchange(o.h_, nullptr);
-  }
-  return *this;
-}
-
-void listener_handle::reset() noexcept {
-  if (h_) ucp_listener_destroy(std::exchange(h_, nullptr));
-}
-
 }  // namespace blobpipe::ucx::detail

@@ -1,9 +1,9 @@
-// RAII for UCX handles: context -> worker -> endpoint / listener.
+// RAII for UCX handles: context -> worker -> endpoint.
 //
 // Each wrapper is move-only and releases its handle in its destructor.
 // Owners declare them in acquisition order (context, worker, then what
 // lives on the worker), so C++ destruction runs UCX's teardown in exact
-// reverse: endpoints and listeners, then the worker (ucp_worker_destroy),
+// reverse: endpoints, then the worker (ucp_worker_destroy),
 // then the context (ucp_cleanup).
 //
 //   auto ctx = context::create({{"TLS", "tcp"}}).value();
@@ -93,21 +93,6 @@ class endpoint {
 
  private:
   ucp_ep_h h_ = nullptr;
-};
-
-/// A ucp_listener_h (ucp_listener_destroy on release).
-class listener_handle {
- public:
-  listener_handle() = default;
-  explicit listener_handle(ucp_listener_h h) noexcept : h_(h) {}
-  listener_handle(listener_handle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  listener_handle& operator=(listener_handle&& o) noexcept;
-  ~listener_handle() { reset(); }
-  ucp_listener_h get() const noexcept { return h_; }
-  void reset() noexcept;
-
- private:
-  ucp_listener_h h_ = nullptr;
 };
 
 }  // namespace blobpipe::ucx::detail
