@@ -140,7 +140,12 @@ result<void> decoder::consume(std::span<const std::byte> in) {
         std::memcpy(header_buf_.data() + header_have_, in.data(), n);
         header_have_ += n;
         in = in.subspan(n);
-        if (header_have_ < frame_header_size) return {};
+        if (header_have_ < frame_header_size) {
+          // A stray client (an HTTP request, a port scanner) is refused on
+          // its first bytes, not after it has sent a whole header.
+          if (state_ == state::hello) return check_hello_prefix();
+          return {};
+        }
         header_have_ = 0;
         if (auto r = on_header(header_buf_); !r) return r;
         break;
@@ -218,6 +223,18 @@ result<void> decoder::on_header(std::span<const std::byte> bytes) {
                           ", expected hello"));
   if (auto r = check_header(cur_); !r) return fail(r.err());
   return {};
+}
+
+result<void> decoder::check_hello_prefix() {
+  // The hello's header begins type 1, flags 0, reserved 0 (docs/wire.md).
+  static constexpr std::array<std::byte, 4> prefix{
+      std::byte{static_cast<std::uint8_t>(frame_type::hello)}, std::byte{0}, std::byte{0},
+      std::byte{0}};
+  const std::size_t n = std::min(header_have_, prefix.size());
+  if (std::memcmp(header_buf_.data(), prefix.data(), n) == 0) return {};
+  return fail(violation(
+      "the first bytes are not a blobpipe hello: " +
+      quote(std::string_view(reinterpret_cast<const char*>(header_buf_.data()), n))));
 }
 
 result<void> decoder::start_payload(sink k) {
@@ -389,9 +406,12 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
   if (auto r = check_window(credit, "entry"); !r) return r;
   buffered_ += credit;
-  row_.clear();
-  append_index_row(*e, row_);
-  b.rows.update(row_);
+  // The row is digested in batches: one SHA-256 update per kilobyte.
+  append_index_row(*e, b.rows_pending);
+  if (b.rows_pending.size() >= 1024) {
+    b.rows.update(b.rows_pending);
+    b.rows_pending.clear();
+  }
   b.max_index_bytes += max_row_bytes(*e);
   b.data_end = align_up(e->off + e->len);
   b.current = std::move(*e);
@@ -436,19 +456,29 @@ result<void> decoder::on_tail(std::span<const std::byte> tail) {
   // bounded by the rows announced when the tail was admitted, and an index
   // declaring more rows than were announced is refused before a row is
   // read.
+  b.rows.update(b.rows_pending);
+  const auto announced = b.rows.finish();
   auto rows = parse_index(index, b.data_end, b.entries);
   if (!rows) return violation("tail: " + rows.message());
   if (rows->size() != b.entries)
     return violation("tail: index has " + num(rows->size()) + " rows, " + num(b.entries) +
                      " entries were sent");
-  digest seen;
-  for (const Entry& row : *rows) {
-    row_.clear();
-    append_index_row(row, row_);
-    seen.update(row_);
+  // Canonical encoders (the reference's, ours) write exactly the rows
+  // announced after the array's header: digest those bytes as they are;
+  // only an index encoded otherwise is re-encoded row by row.
+  const std::size_t header = b.entries < 16 ? 1 : b.entries < 65536 ? 3 : 5;
+  digest as_sent;
+  as_sent.update(index.subspan(std::min(header, index.size())));
+  if (as_sent.finish() != announced) {
+    digest seen;
+    for (const Entry& row : *rows) {
+      row_.clear();
+      append_index_row(row, row_);
+      seen.update(row_);
+    }
+    if (seen.finish() != announced)
+      return violation("tail: index rows disagree with the entries sent");
   }
-  if (seen.finish() != b.rows.finish())
-    return violation("tail: index rows disagree with the entries sent");
   blob_index out;
   out.foot = *f;
   out.entries = std::move(*rows);
