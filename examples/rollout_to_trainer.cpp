@@ -1,7 +1,8 @@
 // examples/rollout_to_trainer.cpp — RL rollout workers stream samples to a
 // trainer as NVDP blobs over TCP.
 //
-//   bazel/bazelw run //examples:rollout_to_trainer                 # all in one process
+//   bazel/bazelw run //examples:rollout_to_trainer                 # all in one process, 2 ranks
+//   bazel/bazelw run //examples:rollout_to_trainer -- --trainers 4 --group-size 8
 //   bazel/bazelw run //examples:rollout_to_trainer -- --replay ../shared/golden
 //   rollout_to_trainer --listen 5555 &  rollout_to_trainer --connect 127.0.0.1:5555
 //
@@ -25,6 +26,7 @@
 
 #include "blobpipe/transport/tcp.hpp"
 #include "examples/rollout/check.hpp"
+#include "examples/rollout/cluster.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/options.hpp"
@@ -70,7 +72,8 @@ std::optional<std::string> check_descriptor_budget(const options& o) {
   const rlim_t ends = o.mode == role::both ? 2 : 1;      // connection ends in this process
   const rlim_t per_end = o.transport == "ucx" ? 4 : 1;  // UCX: sockets, event fds
   const rlim_t spare = 64;                              // stdio, the listener, UCX's own
-  const rlim_t need = static_cast<rlim_t>(o.workers) * ends * per_end + spare;
+  // Each worker connects to every trainer rank (--trainers).
+  const rlim_t need = static_cast<rlim_t>(o.workers * o.trainers) * ends * per_end + spare;
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
       lim.rlim_cur >= need)
@@ -132,6 +135,8 @@ int run(const options& o) {
   } else {
     builder = std::make_shared<const sample_builder>(corpus::embedded());
   }
+  // K trainer ranks, each a fan-in server, groups routed by rank.
+  if (o.trainers > 1) return run_cluster(o, builder, std::cout);
 
   asio::io_context ctx;
   auto ex = ctx.get_executor();
