@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "blobpipe/cluster/server.hpp"
@@ -54,13 +55,20 @@ inline asio::awaitable<std::error_code> stream_blobs(sender& s, stream_plan p) {
   co_return std::error_code{};
 }
 
+/// Connects to `url` and starts a sender; connect's or the handshake's
+/// error.
+inline asio::awaitable<std::tuple<std::error_code, sender>> start_sender(std::string url,
+                                                                         sender_options opt = {}) {
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await blobpipe::connect(ex, url);
+  if (ec) co_return std::tuple{ec, sender{}};
+  co_return co_await sender::start(std::move(t), opt);
+}
+
 /// Connects to `url`, streams `p`, shuts down in order; the first error.
 inline asio::awaitable<std::error_code> send_to(std::string url, stream_plan p,
                                                 sender_options opt = {}) {
-  auto ex = co_await asio::this_coro::executor;
-  auto [ec, t] = co_await blobpipe::connect(ex, url);
-  if (ec) co_return ec;
-  auto [sec, s] = co_await sender::start(std::move(t), opt);
+  auto [sec, s] = co_await start_sender(std::move(url), opt);
   if (sec) co_return sec;
   if (auto e = co_await stream_blobs(s, p)) co_return e;
   co_return co_await s.shutdown();

@@ -302,9 +302,7 @@ BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
   };
   r.spawn(application());
   auto drained_sender = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     auto blob = s.open_blob(numbered_tag(1, 0));
     std::vector<std::uint8_t> x(100, 1);
@@ -344,9 +342,7 @@ BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
   };
   r.spawn(application());
   auto mid_blob_sender = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     auto blob = s.open_blob(numbered_tag(2, 0));
     std::vector<std::uint8_t> x(100, 2);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
@@ -413,9 +409,7 @@ BOOST_AUTO_TEST_CASE(a_group_from_two_connections_completes_after_its_last_membe
   // rides along on sender 2's connection.
   r.spawn(send_into(srv.url(), {.who = 1, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}}, a));
   auto second = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     b = co_await stream_blobs(s, {.who = 2, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}});
     if (!b) b = co_await stream_blobs(s, {.who = 3, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{8, 1}});
@@ -469,9 +463,7 @@ BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_member
   const blob_group g{9, 3};
   // Sender 1: one member complete; after the group ended, a late one.
   auto first = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = g}));
     co_await group_ended.wait();
@@ -480,9 +472,7 @@ BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_member
   };
   // Sender 2: a member that aborts after one entry.
   auto second = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0), .group = g});
     std::vector<std::uint8_t> x(10, 2);
@@ -533,9 +523,7 @@ BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
   // One member of two; the connection stays open until the group ends
   // (so the end is the timeout's, not the last connection's).
   auto one_member = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{5, 2}}));
     co_await group_ended.wait();
@@ -560,9 +548,7 @@ BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) 
   std::string sender_json;
   sender_stats sent;
   auto one_sender = [&]() -> asio::awaitable<void> {
-    auto ex = co_await asio::this_coro::executor;
-    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
-    auto [sec, s] = co_await sender::start(std::move(t));
+    auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 5, .blobs = 3, .entries = 2, .bytes = 1000, .group = {}}));
     auto dropped = s.open_blob(numbered_tag(6, 0));
