@@ -133,7 +133,7 @@ int run(const options& o) {
       return exit_usage;
     }
   } else {
-    builder = std::make_shared<const sample_builder>(corpus::embedded());
+    builder = std::make_shared<const sample_builder>(corpus::embedded(), o.seq_len);
   }
   // K trainer ranks, each a fan-in server, groups routed by rank.
   if (o.trainers > 1) return run_cluster(o, builder, std::cout);

@@ -166,6 +166,17 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_routes_uneven_groups_to_three_ranks) {
   BOOST_TEST(zero.exit_code == 2, REPORT(zero));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_seq_len_sets_the_tokens_per_sample) {
+  // 8 samples of 1000 tokens: 8 * 1000 token ids.
+  auto r = run("rollout_to_trainer", {"--seq-len", "1000", "--batch", "8", "--workers", "2"});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 4/4 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "  tokens 4000 (prompt "), REPORT(r));
+  BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
+  auto bad = run("rollout_to_trainer", {"--seq-len", "0"});
+  BOOST_TEST(bad.exit_code == 2, REPORT(bad));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_over_ucx) {
   // The same workers and trainer with UCX as the transport (UCX_TLS as the
   // environment sets it; UCX picks tcp or shared memory on loopback).

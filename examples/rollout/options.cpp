@@ -87,6 +87,10 @@ options:
                       this process, else 1; K > 1 not with --listen,
                       --connect or --replay)
   --group-size G      samples per GRPO group: samples gG .. gG+G-1 (default 4)
+  --seq-len N         N tokens per sample (token ids int64, logprobs float32,
+                      mask: 13 N bytes; the response repeated or cut to fit;
+                      default: the corpus text, about 80); give both sides
+                      of a --listen/--connect run the same N
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and
@@ -137,6 +141,9 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
     } else if (name == "--group-size") {
       if (!need() || !parse_number(val, o.group_size) || o.group_size == 0)
         return bad("expected a positive number");
+    } else if (name == "--seq-len") {
+      if (!need() || !parse_number(val, o.seq_len) || o.seq_len == 0 || o.seq_len > (1u << 24))
+        return bad("expected a number of tokens from 1 to 16777216");
     } else if (name == "--replay") {
       if (!need() || val.empty()) return bad("expected a directory");
       o.replay_dir = std::string(val);

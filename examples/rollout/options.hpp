@@ -40,6 +40,8 @@ struct options {
   /// workers run in this process without --replay, else 1.
   std::size_t trainers = 1;
   std::size_t group_size = 4;  ///< samples per GRPO group (--group-size G)
+  /// Tokens per sample (--seq-len N; 0: as the corpus text is, about 80).
+  std::size_t seq_len = 0;
 };
 
 /// --timeout's range in seconds: from a millisecond (the timers' unit) to

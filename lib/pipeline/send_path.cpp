@@ -313,10 +313,10 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
   if (!pe.contiguous && e.len != 0) ++s->stats.gathered_entries;
   s->stats.bytes_sent += e.len;
   ++s->stats.entries_sent;
-  if (emitted_ns == 0) emitted_ns = steady_ns();
-  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = emitted_ns;
+  // The clock is read only when something needs it (not per entry).
+  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = emitted_ns ? emitted_ns : steady_ns();
   std::optional<std::uint64_t> stamp;
-  if (s->features & feature_entry_timestamps) stamp = emitted_ns;
+  if (s->features & feature_entry_timestamps) stamp = emitted_ns ? emitted_ns : steady_ns();
   if (e.len != 0 && e.len <= s->inline_bytes) {
     // Small: copied into the frame, so the producer may go on at once.
     auto room = frame_entry_begin_inline(q->frames(), blob_id, index, e, meta, stamp);
