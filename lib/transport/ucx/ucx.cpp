@@ -196,34 +196,36 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
         handshake_timeout(o.handshake_timeout),
         max_pending(o.max_pending) {}
 
-  asio::awaitable<void> accept_loop() {
-    auto self = shared_from_this();
-    while (!closed) {
-      auto [ec, sock] = co_await acceptor.async_accept(use_tuple);
-      if (closed) co_return;
+  // `self` is a parameter, so the coroutine's frame owns the listener from
+  // its creation: one closed before the loop first runs stays alive.
+  static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self) {
+    impl& l = *self;
+    while (!l.closed) {
+      auto [ec, sock] = co_await l.acceptor.async_accept(use_tuple);
+      if (l.closed) co_return;
       if (ec) {
         // EMFILE and the like: refusing this one must not end the loop,
         // but must not spin either.
-        asio::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(10));
+        asio::steady_timer pause(l.acceptor.get_executor(), std::chrono::milliseconds(10));
         co_await pause.async_wait(use_tuple);
         continue;
       }
-      if (pending >= max_pending) {
-        ++counters.over_cap;
-        last_refusal = "over max_pending (" + std::to_string(max_pending) + ")";
+      if (l.pending >= l.max_pending) {
+        ++l.counters.over_cap;
+        l.last_refusal = "over max_pending (" + std::to_string(l.max_pending) + ")";
         std::error_code ignored;
         sock.close(ignored);
         continue;
       }
-      ++pending;
-      auto a = std::make_shared<detail::rv_attempt>(acceptor.get_executor());
+      ++l.pending;
+      auto a = std::make_shared<detail::rv_attempt>(l.acceptor.get_executor());
       a->sock = std::move(sock);
-      asio::co_spawn(acceptor.get_executor(), serve(a), asio::detached);
+      asio::co_spawn(l.acceptor.get_executor(), l.serve(self, a), asio::detached);
     }
   }
 
-  asio::awaitable<void> serve(std::shared_ptr<detail::rv_attempt> a) {
-    auto self = shared_from_this();
+  // `self` (this listener) is a parameter for the reason given above.
+  asio::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<detail::rv_attempt> a) {
     auto rt_hold = rt;  // close() lets go of `rt`; this rendezvous may still need it
     attempts.insert(a);
     // The client's address, for transport::peer_address.
@@ -344,7 +346,7 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
     return {errc::peer_failed, why + " (" + ec.message() + ")"};
   }
   p->port = a.local_endpoint(ec).port();
-  asio::co_spawn(a.get_executor(), p->accept_loop(), asio::detached);
+  asio::co_spawn(a.get_executor(), listener::impl::accept_loop(p), asio::detached);
   return listener(std::move(p));
 }
 
