@@ -72,7 +72,7 @@ asio::awaitable<void> send_share(std::string url, const sample_data& s, std::siz
     if (!e) e = co_await b.emit(n + "@input_ids", blobpipe::value::tensor(s.ids));
     if (!e) e = co_await b.emit(n + "@generation_logprobs", blobpipe::value::tensor(s.logprobs));
     if (!e) e = co_await b.emit(n + "@token_mask", blobpipe::value::tensor(s.mask));
-    if (!e) e = co_await b.emit(n + "@reward", blobpipe::value::tensor(std::span<const float>(&s.reward, 1), blobpipe::shape_t{}));
+    if (!e) e = co_await b.emit(n + "@reward", blobpipe::value::scalar(s.reward));
     if (!e) e = co_await b.emit(n + "@meta", blobpipe::value::pickle(s.meta));
     if (!e) e = co_await b.finish();
     if (e) {

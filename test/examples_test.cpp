@@ -177,6 +177,14 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_seq_len_sets_the_tokens_per_sample) {
   BOOST_TEST(bad.exit_code == 2, REPORT(bad));
 }
 
+BOOST_AUTO_TEST_CASE(stream_minimal_prints_each_entry_as_it_arrives) {
+  auto r = run("stream_minimal", {});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "0@input_ids: 48 bytes from tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(contains(r.out, "0@reward: 4 bytes from tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(r.err.empty(), REPORT(r));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_over_ucx) {
   // The same workers and trainer with UCX as the transport (UCX_TLS as the
   // environment sets it; UCX picks tcp or shared memory on loopback).
