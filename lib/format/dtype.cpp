@@ -182,6 +182,50 @@ result<dtype> parse_numpy_dtype(std::string_view str) {
   }
 }
 
+namespace {
+
+/// The torch table as dtypes, built once.
+const std::array<dtype, torch_dtypes.size()>& torch_table() {
+  static const auto table = [] {
+    std::array<dtype, torch_dtypes.size()> t;
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = *parse_torch_dtype(torch_dtypes[i].name);
+    return t;
+  }();
+  return table;
+}
+
+const dtype* lookup_torch(std::string_view n) {
+  if (n.starts_with("torch.")) n.remove_prefix(6);
+  const auto& table = torch_table();
+  for (std::size_t i = 0; i < table.size(); ++i)
+    if (torch_dtypes[i].name == n) return &table[i];
+  for (const auto& [alias, canonical] : torch_aliases)
+    if (n == alias) return lookup_torch(canonical);
+  return nullptr;
+}
+
+}  // namespace
+
+const dtype* lookup_dtype(char kind, std::string_view name) {
+  if (kind == KIND_TENSOR) return lookup_torch(name);
+  if (kind != KIND_NDARRAY) return nullptr;
+  // A stream carries a handful of numpy spellings: remember the last few.
+  struct slot {
+    std::string name;
+    dtype type;
+  };
+  thread_local std::array<slot, 8> recent;
+  thread_local std::size_t next = 0;
+  for (auto& r : recent)
+    if (!r.name.empty() && r.name == name) return &r.type;
+  auto d = parse_numpy_dtype(name);
+  if (!d) return nullptr;
+  auto& r = recent[next++ % recent.size()];
+  r.name = std::string(name);
+  r.type = std::move(*d);
+  return &r.type;
+}
+
 result<dtype> parse_dtype(char kind, std::string_view name) {
   if (kind == KIND_TENSOR) return parse_torch_dtype(name);
   if (kind == KIND_NDARRAY) return parse_numpy_dtype(name);

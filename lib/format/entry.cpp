@@ -94,7 +94,15 @@ result<void> read_kind_dtype_shape(msgpack_reader& kind, msgpack_reader& dt,
 }  // namespace detail
 
 std::vector<std::byte> Entry::meta() const {
-  msgpack::sbuffer buf;
+  std::vector<std::byte> out;
+  append_meta(out);
+  return out;
+}
+
+void Entry::append_meta(std::vector<std::byte>& out) const {
+  // One packing buffer per thread, kept: no allocation per entry once warm.
+  thread_local msgpack::sbuffer buf;
+  buf.clear();
   msgpack::packer<msgpack::sbuffer> pk(buf);
   auto field = [&pk](const char* name) {
     pk.pack_str(1);
@@ -113,7 +121,7 @@ std::vector<std::byte> Entry::meta() const {
   // The meta map spells a missing shape as [] (the reference's convention).
   detail::pack_shape(pk, *this, /*nil_as_empty=*/true);
   const auto* p = reinterpret_cast<const std::byte*>(buf.data());
-  return {p, p + buf.size()};
+  out.insert(out.end(), p, p + buf.size());
 }
 
 namespace {
@@ -185,11 +193,10 @@ result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
   if (e.kind == KIND_PICKLE) return {};
   // A tensor row with nil dtype means float32 (reference behaviour); an
   // ndarray row must name its dtype.
-  result<dtype> dt = e.dtype ? parse_dtype(e.kind, *e.dtype)
-                     : e.kind == KIND_TENSOR
-                         ? parse_torch_dtype("float32")
-                         : result<dtype>(errc::unknown_dtype, where() + ": ndarray row has no dtype");
-  if (!dt) return dt.err();
+  if (!e.dtype && e.kind != KIND_TENSOR)
+    return make_error(errc::unknown_dtype, where() + ": ndarray row has no dtype");
+  const dtype* dt = lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
+  if (!dt) return parse_dtype(e.kind, *e.dtype).err();  // says why
   if (e.shape) {
     auto size = detail::checked_shape_size(*e.shape, dt->itemsize);
     if (!size)

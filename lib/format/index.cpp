@@ -291,17 +291,21 @@ result<entry_view> view_entry(const Entry& e, std::span<const std::byte> entry_b
   Entry at_zero = e;
   at_zero.off = 0;
   if (auto r = validate_entry(at_zero, e.len); !r) return r.err();
+  return view_valid_entry(e, entry_bytes);
+}
+
+entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes) {
   entry_view v;
   v.entry = &e;
   v.bytes = entry_bytes;
   if (e.kind == KIND_PICKLE) {
-    v.type = *parse_torch_dtype("uint8");
+    v.type = *lookup_dtype(KIND_TENSOR, "uint8");
     v.type.kind = KIND_PICKLE;
     v.type.name.clear();
     v.shape = {static_cast<std::int64_t>(e.len)};
     return v;
   }
-  v.type = *parse_dtype(e.kind, e.dtype.value_or("float32"));  // validated above
+  v.type = *lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
   v.shape = e.shape ? *e.shape
                     : shape_t{static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0)};
   return v;

@@ -72,8 +72,8 @@ result<planned_entry> plan_entry(std::string key, value v, std::uint64_t off) {
     pe.entry.len = v.nbytes;
     pe.itemsize = 1;
   } else if (v.kind == KIND_TENSOR || v.kind == KIND_NDARRAY) {
-    auto dt = parse_dtype(v.kind, v.dtype);
-    if (!dt) return dt.err();
+    const dtype* dt = lookup_dtype(v.kind, v.dtype);
+    if (!dt) return parse_dtype(v.kind, v.dtype).err();  // says why
     // Tensor rows carry torch's canonical name, as the reference writes it.
     pe.entry.dtype = dt->name;
     pe.itemsize = dt->itemsize;
@@ -184,7 +184,9 @@ std::vector<std::byte> encode_index(std::span<const Entry> entries) {
 }
 
 void append_index_row(const Entry& e, std::vector<std::byte>& out) {
-  msgpack::sbuffer buf(256);
+  // One packing buffer per thread, kept: no allocation per row once warm.
+  thread_local msgpack::sbuffer buf;
+  buf.clear();
   msgpack::packer<msgpack::sbuffer> pk(buf);
   pack_row(pk, e);
   const auto* b = reinterpret_cast<const std::byte*>(buf.data());

@@ -165,23 +165,26 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
                                                             const entry_announcement& a) {
   sink_blob& b = blob_of(blob);
   const Entry& e = *a.entry;
-  auto lease = std::make_shared<entry_lease>();
-  lease->owner = weak_from_this();
+  // Its own allocation, not a member of the received_entry: storage may
+  // outlive the entry (and a lease inside it would keep itself alive).
+  auto owned_lease = std::make_shared<entry_lease>();
+  entry_lease& lease = *owned_lease;
+  lease.owner = weak_from_this();
   // Untracked: a held entry must not keep the io_context's run() going.
-  lease->ex = asio::prefer(ex, asio::execution::outstanding_work.untracked);
-  lease->credit = a.credit;
+  lease.ex = asio::prefer(ex, asio::execution::outstanding_work.untracked);
+  lease.credit = a.credit;
   std::byte* dest = nullptr;
   b.device.reset();
   if (!b.discard && b.region) {
     dest = b.region->data() + e.off;  // validate_entry: off + len <= max_blob_bytes
-    lease->region = b.region;
+    lease.region = b.region;
   } else if (!b.discard) {
     if (landing && landing->selects(e)) {
       // consumer_options::landing: its home is device memory (docs/cuda.md);
       // the bytes land here first and are copied there before the yield.
       auto buf = landing->allocate(e.len);
       if (buf) {
-        lease->device = *buf;
+        lease.device = *buf;
         b.device = std::move(*buf);
       } else {
         abort_blob(*this, b, buf.code(), "entry " + quote(e.key) + ": " + buf.message());
@@ -189,22 +192,24 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
     }
     if (!b.discard) {
       bool reused = false;
-      lease->own = recycled->acquire(e.len, reused);
-      if (!lease->own && e.len != 0)
+      lease.own = recycled->acquire(e.len, reused);
+      if (!lease.own && e.len != 0)
         return make_error(errc::too_large, "cannot allocate " + num(e.len) + " bytes for entry " +
                                            quote(e.key));
       if (reused) ++stats.buffers_reused;
-      dest = lease->own.get();
+      dest = lease.own.get();
     }
   }
-  auto cur = std::make_shared<received_entry>();
-  cur->blob_id = b.id;
-  cur->tag = b.tag;
-  cur->index = a.index;
-  cur->entry = e;
-  cur->view.bytes = std::span<const std::byte>(dest, dest ? e.len : 0);
-  cur->storage = std::move(lease);
-  b.cur = std::move(cur);
+  auto owned = std::make_shared<received_entry>();
+  received_entry& cur = *owned;
+  cur.blob_id = b.id;
+  cur.tag = b.tag;
+  cur.index = a.index;
+  cur.entry = e;
+  // The decoder validated the row: the view needs no second check.
+  cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? e.len : 0));
+  cur.storage = std::move(owned_lease);
+  b.cur = std::move(owned);
   return std::span<std::byte>(dest, dest ? e.len : 0);
 }
 
@@ -212,13 +217,7 @@ status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
   sink_blob& b = blob_of(blob);
   auto cur = std::move(b.cur);  // a discarded entry's credit goes back here
   if (b.discard) return {};
-  Entry at_zero = cur->entry;  // decode over the entry's own bytes
-  at_zero.off = 0;
   const auto bytes = cur->view.bytes;
-  auto v = decode_entry(bytes, at_zero);
-  if (!v) return violation("entry " + quote(cur->entry.key) + ": " + v.message());
-  cur->view = std::move(*v);
-  cur->view.entry = &cur->entry;
   if (b.file.fd >= 0 && opt.assemble == assemble_mode::file) {
     // File sinks never post reads: the bytes are in.
     auto r = write_zeros_at(b.file.fd, b.file.offset + b.file_end, cur->entry.off - b.file_end);

@@ -106,7 +106,11 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   const std::uint64_t index = b->builder.size() - 1;
   // From here an early return leaves the consumer without this entry.
   b->broken = true;
-  const auto meta = planned.entry.meta();
+  // Encoded into the blob's own buffer (blob calls are serialised by its
+  // lock): no allocation per entry once warm.
+  auto& meta = b->meta;
+  meta.clear();
+  planned.entry.append_meta(meta);
   if (meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
   auto q = s->queue;
   const std::uint64_t credit =

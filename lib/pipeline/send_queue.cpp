@@ -51,7 +51,8 @@ asio::awaitable<std::error_code> send_queue::room() {
   co_return error_;
 }
 
-asio::awaitable<void> send_queue::run(std::shared_ptr<send_queue> self) {
+// `self` keeps the queue alive for as long as the writer runs.
+asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queue> self) {
   for (;;) {
     if (error_) break;
     if (front_.empty()) {

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -81,6 +82,7 @@ struct blob_state {
   bool ended = false;    // tail or abort framed
   bool broken = false;   // an entry went out incompletely; only abort() is left
   std::shared_ptr<kept_blob> kept;  // resend session: the bytes kept for resending
+  std::vector<std::byte> meta;     // the entry being emitted: its Entry::meta()
   std::string last_error;  // why the last emit failed (blob_writer::last_error)
 };
 

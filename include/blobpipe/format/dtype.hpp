@@ -79,6 +79,13 @@ struct dtype {
 /// order. Errors: unknown_dtype. Source: numpy `dtype.str`.
 [[nodiscard]] result<dtype> parse_numpy_dtype(std::string_view str);
 
+/// The dtype `parse_dtype(kind, name)` would return, or null when it would
+/// fail (ask parse_dtype for the error). No allocation on the hot path:
+/// torch dtypes come from a fixed table, numpy ones from a small
+/// per-thread cache of recent spellings. The pointer stays valid until the
+/// calling thread's next lookup_dtype (torch ones for the program's life).
+const dtype* lookup_dtype(char kind, std::string_view name);
+
 /// Dispatches on `kind`: 't' -> parse_torch_dtype, 'n' -> parse_numpy_dtype.
 /// Errors: unknown_kind (kind not 't'/'n'), unknown_dtype.
 [[nodiscard]] result<dtype> parse_dtype(char kind, std::string_view name);

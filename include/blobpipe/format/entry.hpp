@@ -34,6 +34,8 @@ struct Entry {
 
   /// The msgpack map {o, n, k, d, s} for this entry (keys in that order).
   std::vector<std::byte> meta() const;
+  /// Appends meta() to `out` (no allocation but `out`'s growth).
+  void append_meta(std::vector<std::byte>& out) const;
 
   /// Parses a meta map produced by `meta()`; the key travels separately.
   /// Bounded: at most `max_dims` dims, nesting depth 3 counting the map.

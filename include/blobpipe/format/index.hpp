@@ -140,6 +140,12 @@ struct entry_view {
 [[nodiscard]] result<entry_view> view_entry(const Entry& e,
                                             std::span<const std::byte> entry_bytes);
 
+/// The view of an entry validate_entry accepted (at its offset or at 0),
+/// over `entry_bytes` (e.len bytes), built without checking again: for
+/// callers that validated the row already (the streaming consumer).
+/// REQUIRES: validate_entry passed for `e`; entry_bytes.size() == e.len.
+entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes);
+
 /// An owning copy of a decoded entry (bytes copied, 64-byte aligned).
 struct materialized {
   Entry entry;

@@ -29,8 +29,9 @@
 // releases itself once checked (take_returned_credit()).
 //
 // Memory: per open blob the decoder keeps a constant (the row being
-// received and a SHA-256 digest of the rows announced, against which the
-// tail's index is checked), never the rows themselves; per frame, a
+// received, a SHA-256 digest of the rows announced, against which the
+// tail's index is checked, and under 1 KiB of rows not yet digested),
+// never the rows themselves; per frame, a
 // control payload split across consume() calls (at most the frame's
 // checked length) and a data payload's scratch when its entry is dropped
 // (at most the chunk size).
@@ -196,6 +197,7 @@ class decoder {
     void* user = nullptr;
     std::uint64_t entries = 0;          // announced
     digest rows;                        // of the rows announced (append_index_row)
+    std::vector<std::byte> rows_pending;  // rows not yet digested (< 1 KiB)
     std::uint64_t data_end = 0;         // aligned end of the last entry
     std::uint64_t max_index_bytes = 5;  // no index of these rows encodes longer
     // The last entry announced, receiving data frames while entry_open.
@@ -235,7 +237,7 @@ class decoder {
   std::vector<std::byte> assembly_;  // control payloads split across calls
   std::size_t assembly_have_ = 0;
   std::vector<std::byte> scratch_;   // data of a dropped entry
-  std::vector<std::byte> row_;       // one row's encoding, for the digest
+  std::vector<std::byte> row_;       // rows re-encoded from a tail, for the digest
   open_blob* cur_blob_ = nullptr;    // data frames: the blob they fill
   // Blobs.
   std::map<std::uint64_t, open_blob> blobs_;

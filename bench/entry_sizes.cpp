@@ -1,0 +1,454 @@
+// bench/entry_sizes.cpp — the streaming pipeline by entry size, against
+// ZeroMQ and a raw socket, in one run (docs/performance.md).
+//
+//   bazel/bazelw run -c opt --symlink_prefix=/ //bench:entry_sizes -- --csv entry_sizes.csv
+//   ... -- --quick       (small counts: checks that it runs)
+//   ... -- --only "16 KiB" --column "blobpipe in" --samples 10000   (a part)
+//
+// Workloads: entries of 64 B, 1 KiB, 16 KiB, 256 KiB, 1 MiB and 16 MiB,
+// and an RL sample (int64[2048], float32[2048], bool[2048], a float32
+// scalar, a 200-byte pickle: 26,828 bytes in 5 entries). Columns, each
+// with its sender and its receiver on two threads:
+//
+// - blobpipe tcp: sender -> TCP loopback -> consumer, public API, default
+//   options, in blobs of 5 and of 1,000 entries (fewer when the workload
+//   has fewer); the consumer drops each entry as it arrives.
+// - blobpipe in-process: the same over loopback::make_pair, its ends on
+//   the two threads (no socket, no system call).
+// - ZeroMQ PUSH/PULL over TCP loopback, one message per entry: at its
+//   defaults (high-water mark 1000), and tuned (high-water marks 0 =
+//   unbounded, 4 MiB socket buffers, zero-copy sends of the source buffer).
+// - raw socket: the workload's bytes, concatenated, with blocking send()
+//   of up to 1 MiB and recv() into a 1 MiB buffer (no framing at all): the
+//   wire's ceiling in bytes/s.
+//
+// Each cell is the best of 3 runs (interleaved by column), with the
+// spread (worst/best) in the CSV. Entries/s count entries delivered to the
+// receiver; GB/s count entry bytes (10^9). A benchmark reports; it never
+// gates: the exit status is 0 unless something failed to run.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+
+#include "blobpipe/pipeline.hpp"
+
+namespace {
+
+namespace bp = blobpipe;
+using clock_type = std::chrono::steady_clock;
+
+struct workload {
+  std::string name;
+  std::vector<std::size_t> sizes;  // entry sizes of one sample, bytes
+  std::size_t samples = 0;         // how many samples one run sends
+  std::uint64_t sample_bytes() const {
+    std::uint64_t n = 0;
+    for (auto s : sizes) n += s;
+    return n;
+  }
+  std::uint64_t entries() const { return samples * sizes.size(); }
+  std::uint64_t bytes() const { return samples * sample_bytes(); }
+};
+
+struct cell {
+  double best = 0, worst = 0;  // seconds
+  bool ok = true;
+  std::string note;
+};
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+/// One reused source buffer per entry size: every entry is a view of it.
+struct sources {
+  std::vector<std::vector<std::byte>> bufs;
+  explicit sources(const workload& w) {
+    for (auto s : w.sizes) {
+      std::vector<std::byte> b(s);
+      for (std::size_t i = 0; i < s; ++i) b[i] = std::byte(i * 131 + s);
+      bufs.push_back(std::move(b));
+    }
+  }
+};
+
+bp::value value_of(const std::vector<std::byte>& b, std::size_t k, std::size_t n_kinds) {
+  // The RL sample's entries as typed values; sizes from the workload.
+  if (n_kinds == 5) {
+    switch (k) {
+      case 0: return bp::value::tensor_bytes(b, "int64", {std::int64_t(b.size() / 8)});
+      case 1: return bp::value::tensor_bytes(b, "float32", {std::int64_t(b.size() / 4)});
+      case 2: return bp::value::tensor_bytes(b, "bool", {std::int64_t(b.size())});
+      case 3: return bp::value::tensor_bytes(b, "float32", {});
+      default: return bp::value::pickle(b);
+    }
+  }
+  return bp::value::tensor_bytes(b, "uint8", {std::int64_t(b.size())});
+}
+
+// ---- blobpipe ----------------------------------------------------------------
+
+enum class link { tcp, inproc };
+
+/// Sends the workload in blobs of `per_blob` entries from one thread to a
+/// consumer on another; seconds from the first emit to the consumer's end
+/// of stream.
+double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string& error) {
+  sources src(w);
+  asio::io_context ctx_s, ctx_c;
+  std::unique_ptr<bp::transport> ts, tc;
+  std::optional<bp::tcp::listener> lis;
+  std::uint64_t received = 0;
+  std::atomic<bool> started{false};
+  clock_type::time_point t0;
+  double elapsed = 0;
+  if (l == link::inproc) {
+    auto [a, b] = bp::loopback::make_pair(ctx_s.get_executor(), ctx_c.get_executor());
+    ts = std::move(a);
+    tc = std::move(b);
+  } else {
+    lis.emplace(bp::tcp::listen(ctx_c.get_executor(), 0).value());
+  }
+  const std::uint16_t port = lis ? lis->port() : 0;
+  asio::co_spawn(ctx_c, [&]() -> asio::awaitable<void> {
+    if (!tc) {
+      auto [ec, t] = co_await lis->accept();
+      if (ec) {
+        error = "accept: " + ec.message();
+        co_return;
+      }
+      tc = std::move(t);
+    }
+    auto [ec, c] = co_await bp::consumer::start(std::move(tc));
+    if (ec) {
+      error = "consumer: " + ec.message();
+      co_return;
+    }
+    for (;;) {
+      auto ev = co_await c.next();
+      if (ev.kind == bp::event_kind::entry_ready) ++received;
+      if (ev.kind == bp::event_kind::end_of_stream) {
+        if (ev.error) error = "stream: " + ev.reason;
+        break;
+      }
+    }
+    elapsed = seconds_since(t0);
+  }, asio::detached);
+  asio::co_spawn(ctx_s, [&]() -> asio::awaitable<void> {
+    if (!ts) {
+      auto [ec, t] = co_await bp::tcp::connect(ctx_s.get_executor(), "127.0.0.1", port);
+      if (ec) {
+        error = "connect: " + ec.message();
+        co_return;
+      }
+      ts = std::move(t);
+    }
+    auto [ec, s] = co_await bp::sender::start(std::move(ts));
+    if (ec) {
+      error = "sender: " + ec.message();
+      co_return;
+    }
+    t0 = clock_type::now();
+    started = true;
+    std::uint64_t sent = 0;
+    const std::uint64_t total = w.entries();
+    while (sent < total) {
+      auto blob = s.open_blob();
+      for (std::size_t i = 0; i < per_blob && sent < total; ++i, ++sent) {
+        const std::size_t k = sent % w.sizes.size();
+        if (auto e = co_await blob.emit("e", value_of(src.bufs[k], k, w.sizes.size()))) {
+          error = "emit: " + e.message();
+          co_return;
+        }
+      }
+      if (auto e = co_await blob.finish()) {
+        error = "finish: " + e.message();
+        co_return;
+      }
+    }
+    if (auto e = co_await s.shutdown()) error = "shutdown: " + e.message();
+  }, asio::detached);
+  std::thread consumer_thread([&] { ctx_c.run(); });
+  ctx_s.run();
+  consumer_thread.join();
+  if (error.empty() && received != w.entries())
+    error = "received " + std::to_string(received) + " of " + std::to_string(w.entries());
+  return elapsed;
+}
+
+// ---- ZeroMQ ------------------------------------------------------------------
+
+double run_zmq(const workload& w, bool tuned, std::string& error) {
+  sources src(w);
+  void* ctx = zmq_ctx_new();
+  void* pull = zmq_socket(ctx, ZMQ_PULL);
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  if (tuned) {
+    const int zero = 0, buf = 4 << 20;
+    for (void* s : {pull, push}) {
+      zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+      zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+      zmq_setsockopt(s, ZMQ_SNDBUF, &buf, sizeof buf);
+      zmq_setsockopt(s, ZMQ_RCVBUF, &buf, sizeof buf);
+    }
+  }
+  if (zmq_bind(pull, "tcp://127.0.0.1:*") != 0) {
+    error = std::string("zmq_bind: ") + zmq_strerror(zmq_errno());
+    return 0;
+  }
+  char endpoint[256];
+  std::size_t len = sizeof endpoint;
+  zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  zmq_connect(push, endpoint);
+  std::size_t biggest = 0;
+  for (auto s : w.sizes) biggest = std::max(biggest, s);
+  const std::uint64_t total = w.entries();
+  double elapsed = 0;
+  std::atomic<bool> go{false};
+  clock_type::time_point t0;
+  std::thread receiver([&] {
+    std::vector<std::byte> buf(std::max<std::size_t>(biggest, 1));
+    std::uint64_t got = 0;
+    while (got < total) {
+      const int n = zmq_recv(pull, buf.data(), buf.size(), 0);
+      if (n < 0) {
+        error = std::string("zmq_recv: ") + zmq_strerror(zmq_errno());
+        break;
+      }
+      ++got;
+    }
+    elapsed = seconds_since(t0);
+  });
+  t0 = clock_type::now();
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const auto& b = src.bufs[i % w.sizes.size()];
+    int rc;
+    if (tuned && b.size() >= 4096) {
+      // Zero copy: the message points at the source, which outlives it.
+      zmq_msg_t m;
+      zmq_msg_init_data(&m, const_cast<std::byte*>(b.data()), b.size(), nullptr, nullptr);
+      rc = zmq_msg_send(&m, push, 0);
+    } else {
+      rc = zmq_send(push, b.data(), b.size(), 0);
+    }
+    if (rc < 0) {
+      error = std::string("zmq_send: ") + zmq_strerror(zmq_errno());
+      break;
+    }
+  }
+  receiver.join();
+  zmq_close(push);
+  zmq_close(pull);
+  zmq_ctx_term(ctx);
+  return elapsed;
+}
+
+// ---- raw socket --------------------------------------------------------------
+
+double run_raw(const workload& w, std::string& error) {
+  sources src(w);
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof addr;
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) {
+    error = "raw socket: bind/listen failed";
+    ::close(lfd);
+    return 0;
+  }
+  const std::uint64_t total = w.bytes();
+  double elapsed = 0;
+  clock_type::time_point t0;
+  std::thread receiver([&] {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    std::vector<std::byte> buf(1 << 20);
+    std::uint64_t got = 0;
+    while (got < total) {
+      const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      got += static_cast<std::uint64_t>(n);
+    }
+    elapsed = seconds_since(t0);
+    ::close(fd);
+  });
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) error = "raw connect";
+  // The sample's bytes back to back in a 1 MiB staging buffer, sent whole.
+  std::vector<std::byte> stage;
+  stage.reserve(1 << 20);
+  t0 = clock_type::now();
+  for (std::uint64_t s = 0; s < w.samples && error.empty(); ++s) {
+    for (const auto& b : src.bufs) {
+      if (b.size() >= (1 << 20)) {
+        for (std::size_t at = 0; at < b.size();) {
+          const ssize_t n = ::send(fd, b.data() + at, b.size() - at, 0);
+          if (n <= 0) break;
+          at += static_cast<std::size_t>(n);
+        }
+        continue;
+      }
+      if (stage.size() + b.size() > (1 << 20)) {
+        for (std::size_t at = 0; at < stage.size();) {
+          const ssize_t n = ::send(fd, stage.data() + at, stage.size() - at, 0);
+          if (n <= 0) break;
+          at += static_cast<std::size_t>(n);
+        }
+        stage.clear();
+      }
+      stage.insert(stage.end(), b.begin(), b.end());
+    }
+  }
+  for (std::size_t at = 0; at < stage.size();) {
+    const ssize_t n = ::send(fd, stage.data() + at, stage.size() - at, 0);
+    if (n <= 0) break;
+    at += static_cast<std::size_t>(n);
+  }
+  receiver.join();
+  ::close(fd);
+  ::close(lfd);
+  return elapsed;
+}
+
+// ---- the table ---------------------------------------------------------------
+
+cell best_of(int reps, const std::function<double(std::string&)>& run) {
+  cell c;
+  for (int r = 0; r < reps; ++r) {
+    std::string err;
+    const double t = run(err);
+    if (!err.empty() || t <= 0) {
+      c.ok = false;
+      c.note = err.empty() ? "no time" : err;
+      return c;
+    }
+    c.best = r == 0 ? t : std::min(c.best, t);
+    c.worst = std::max(c.worst, t);
+  }
+  return c;
+}
+
+std::string rate(const workload& w, const cell& c) {
+  if (!c.ok) return "failed";
+  char out[64];
+  std::snprintf(out, sizeof out, "%10.0f /s %6.2f GB/s", w.entries() / c.best,
+                w.bytes() / c.best / 1e9);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string csv_path, only, only_column;
+  std::uint64_t count = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--column" && i + 1 < argc) {
+      only_column = argv[++i];
+    } else if (a == "--samples" && i + 1 < argc) {
+      count = std::stoull(argv[++i]);
+    } else if (a == "--csv" && i + 1 < argc) {
+      csv_path = argv[++i];
+      if (csv_path[0] != '/' && std::getenv("BUILD_WORKING_DIRECTORY"))
+        csv_path = std::string(std::getenv("BUILD_WORKING_DIRECTORY")) + "/" + csv_path;
+    } else {
+      std::fprintf(stderr,
+                   "usage: entry_sizes [--quick] [--only WORKLOAD] [--column PREFIX] "
+                   "[--samples N] [--csv FILE]\n");
+      return 1;
+    }
+  }
+  const std::size_t k = 1024, m = k * k;
+  // Counts sized for about a second per cell at the rates seen here.
+  std::vector<workload> ws = {
+      {"64 B", {64}, 2'000'000},
+      {"1 KiB", {k}, 1'000'000},
+      {"16 KiB", {16 * k}, 200'000},
+      {"256 KiB", {256 * k}, 12'000},
+      {"1 MiB", {m}, 3'000},
+      {"16 MiB", {16 * m}, 192},
+      {"RL sample", {16 * k, 8 * k, 2 * k, 4, 200}, 100'000},
+  };
+  const int reps = quick ? 1 : 3;
+  if (quick)
+    for (auto& w : ws) w.samples = std::max<std::size_t>(w.samples / 200, 2);
+  if (count)
+    for (auto& w : ws) w.samples = count;
+  std::printf("entry_sizes: %u hardware threads; best of %d; sender and receiver on two threads\n",
+              std::thread::hardware_concurrency(), reps);
+  std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
+  if (csv)
+    std::fprintf(csv, "workload,entry_bytes,entries,column,blob_entries,seconds_best,"
+                      "seconds_worst,entries_per_s,gb_per_s\n");
+  int failures = 0;
+  auto wanted = [&](const char* column) {
+    return only_column.empty() || std::string(column).rfind(only_column, 0) == 0;
+  };
+  auto report = [&](const workload& w, const char* column, std::size_t per_blob, const cell& c) {
+    std::printf("  %-22s %-10s %s\n", column,
+                per_blob ? ("blob " + std::to_string(per_blob)).c_str() : "", rate(w, c).c_str());
+    if (!c.ok) {
+      std::printf("    (%s)\n", c.note.c_str());
+      ++failures;
+      return;
+    }
+    if (csv)
+      std::fprintf(csv, "%s,%llu,%llu,%s,%zu,%.6f,%.6f,%.0f,%.4f\n", w.name.c_str(),
+                   (unsigned long long)(w.sample_bytes() / w.sizes.size()),
+                   (unsigned long long)w.entries(), column, per_blob, c.best, c.worst,
+                   w.entries() / c.best, w.bytes() / c.best / 1e9);
+  };
+  for (const auto& w : ws) {
+    if (!only.empty() && w.name != only) continue;
+    std::printf("[%s] %llu entries, %.2f GB\n", w.name.c_str(), (unsigned long long)w.entries(),
+                w.bytes() / 1e9);
+    for (std::size_t per_blob : {std::size_t{5}, std::size_t{1000}}) {
+      const std::size_t n = std::min<std::size_t>(per_blob, w.entries());
+      if (per_blob == 1000 && n <= 5) continue;
+      if (wanted("blobpipe tcp"))
+        report(w, "blobpipe tcp", n,
+               best_of(reps, [&](std::string& e) { return run_blobpipe(link::tcp, w, n, e); }));
+      if (wanted("blobpipe in-process"))
+        report(w, "blobpipe in-process", n,
+               best_of(reps, [&](std::string& e) { return run_blobpipe(link::inproc, w, n, e); }));
+    }
+    if (wanted("zeromq defaults"))
+      report(w, "zeromq defaults", 0,
+             best_of(reps, [&](std::string& e) { return run_zmq(w, false, e); }));
+    if (wanted("zeromq tuned"))
+      report(w, "zeromq tuned", 0,
+             best_of(reps, [&](std::string& e) { return run_zmq(w, true, e); }));
+    if (wanted("raw socket"))
+      report(w, "raw socket", 0, best_of(reps, [&](std::string& e) { return run_raw(w, e); }));
+  }
+  if (csv) std::fclose(csv);
+  return failures == 0 ? 0 : 1;
+}
