@@ -19,6 +19,7 @@
 
 #include <deque>
 
+#include "entry_ready.hpp"
 #include "errors.hpp"
 #include "received.hpp"
 #include "state.hpp"
@@ -100,28 +101,7 @@ void spawn_loop(const std::shared_ptr<consumer_core>& c) {
   });
 }
 
-// ---- events as Python objects ----
-
-py::object entry_object(const Entry& e) { return py::cast(e); }
-
-struct py_entry_ready {
-  received_ref ref;
-  bool allow_pickle = true;
-  py::object value, entry, buffer;  // made on first use
-
-  const py::object& get_value() {
-    if (!value) value = received_value(ref, allow_pickle);
-    return value;
-  }
-  const py::object& get_entry() {
-    if (!entry) entry = entry_object(ref.e->entry);
-    return entry;
-  }
-  const py::object& get_buffer() {
-    if (!buffer) buffer = received_buffer(ref);
-    return buffer;
-  }
-};
+// ---- events as Python objects (EntryReady: entry_ready.cpp) ----
 
 struct py_blob_complete {
   tag_t tag;
@@ -324,8 +304,7 @@ class consumer_handle {
   py::object to_python(event ev) {
     switch (ev.kind) {
       case event_kind::entry_ready:
-        return py::cast(py_entry_ready{received_ref(rt_, std::move(ev.entry)), allow_pickle_,
-                                       {}, {}, {}});
+        return make_entry_ready(received_ref(rt_, std::move(ev.entry)), allow_pickle_);
       case event_kind::blob_complete:
         return py::cast(py_blob_complete{ev.tag, ev.blob_id, std::move(ev.blob)});
       default:  // blob_aborted: end_of_stream is handled by pull()
@@ -350,10 +329,6 @@ struct py_consumer {
   std::shared_ptr<consumer_handle> h;
 };
 
-py::str short_key(const Entry& e) {
-  return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(
-      e.key.data(), static_cast<Py_ssize_t>(e.key.size()), "backslashreplace"));
-}
 
 }  // namespace
 
@@ -394,39 +369,7 @@ py::object make_consumer(std::shared_ptr<io_runtime> rt, std::shared_ptr<consume
 }
 
 void init_consumer(py::module_& m) {
-  py::class_<py_entry_ready>(m, "EntryReady", R"(An entry whose bytes have all arrived: EntryReady(tag, entry, value).
-
-  tag:    the blob's 16-byte tag (bytes).
-  entry:  its index row (Entry: key, off from the blob's start and len in
-          bytes, kind, dtype, shape in elements).
-  value:  the value, a zero-copy view of the receive buffer: a torch.Tensor
-          for kind "t" (numpy.ndarray or RawEntry where torch lacks the
-          dtype, as decode_entry), numpy.ndarray for "n", the unpickled
-          object for "p" (bytes with allow_pickle=False). Made on first use.
-  buffer: the receive buffer (ReceivedBuffer), entry.len bytes.
-  blob_id, index: the blob's id on this connection and the entry's
-          position in it.
-Holding the event, its value or its buffer keeps the bytes and their share
-of the consumer's window; the credit returns to the sender when all are
-freed (on any thread). Unpacks as `tag, entry, value = ev`.)")
-      .def_property_readonly("tag", [](const py_entry_ready& e) { return tag_bytes(e.ref.e->tag); })
-      .def_property_readonly("entry", [](py_entry_ready& e) { return e.get_entry(); })
-      .def_property_readonly("value", [](py_entry_ready& e) { return e.get_value(); })
-      .def_property_readonly("buffer", [](py_entry_ready& e) { return e.get_buffer(); })
-      .def_property_readonly("key", [](const py_entry_ready& e) { return short_key(e.ref.e->entry); },
-                             "entry.key, without making the Entry.")
-      .def_property_readonly("blob_id", [](const py_entry_ready& e) { return e.ref.e->blob_id; })
-      .def_property_readonly("index", [](const py_entry_ready& e) { return e.ref.e->index; })
-      .def("__iter__",
-           [](py_entry_ready& e) {
-             return py::iter(py::make_tuple(tag_bytes(e.ref.e->tag), e.get_entry(), e.get_value()));
-           })
-      .def("__repr__", [](const py_entry_ready& e) {
-        const Entry& en = e.ref.e->entry;
-        return "EntryReady(tag=" + tag_hex(e.ref.e->tag) + ", key=" +
-               std::string(py::repr(short_key(en))) + ", kind='" + std::string(1, en.kind) +
-               "', len=" + std::to_string(en.len) + ")";
-      });
+  init_entry_ready(m);
 
   py::class_<py_blob_complete>(m, "BlobComplete", R"(A blob whose tail arrived and checked out: every entry was yielded
 before it, and its index and footer agree with them.
@@ -473,12 +416,7 @@ before it, and its index and footer agree with them.
                ", reason=" + quote(b.reason) + ")";
       });
 
-  for (const char* name : {"EntryReady", "BlobAborted"}) {
-    py::object cls = m.attr(name);
-    cls.attr("__match_args__") = std::string(name) == "EntryReady"
-                                     ? py::make_tuple("tag", "entry", "value")
-                                     : py::make_tuple("tag", "reason");
-  }
+  m.attr("BlobAborted").attr("__match_args__") = py::make_tuple("tag", "reason");
   m.attr("BlobComplete").attr("__match_args__") = py::make_tuple("tag");
 
   py::class_<py_consumer>(m, "Consumer", R"(Receives blobs from one sender (Listener.accept, loopback_pair).

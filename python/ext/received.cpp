@@ -1,5 +1,6 @@
 #include "received.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -117,6 +118,22 @@ py::object dlpack_tensor(const torch_state& torch, const received_ref& ref, DLDa
   return tensor;
 }
 
+// Whether this torch has the dtype: torch_state::by_name, remembered per
+// scalar_type (a search of torch's dtypes by name per entry otherwise).
+bool torch_has(const torch_state& torch, const dtype& t) {
+  enum : std::int8_t { unknown = 0, yes, no };
+  static std::array<std::int8_t, 64> known{};
+  static const torch_state* known_for = nullptr;
+  if (known_for != &torch) {
+    known.fill(unknown);
+    known_for = &torch;
+  }
+  const auto i = static_cast<std::size_t>(t.type);
+  if (i >= known.size()) return static_cast<bool>(torch.by_name(t.name));
+  if (known[i] == unknown) known[i] = torch.by_name(t.name) ? yes : no;
+  return known[i] == yes;
+}
+
 // The Python type holding a received_ref and exposing its bytes.
 struct buffer_owner {
   received_ref ref;
@@ -125,10 +142,13 @@ struct buffer_owner {
 }  // namespace
 
 received_ref::~received_ref() {
-  if (rt && rt->generation() != fork_generation()) {
+  if (!rt) return;
+  if (rt->generation() != fork_generation()) {
     leak_in_child(std::move(e));
     leak_in_child(std::move(rt));
+    return;
   }
+  if (e) rt->retire(std::move(e));
 }
 
 py::object received_buffer(received_ref ref) {
@@ -139,7 +159,7 @@ py::object received_value(const received_ref& ref, bool allow_pickle) {
   const entry_view& v = ref.e->view;
   if (v.entry->kind == KIND_TENSOR && !v.bytes.empty()) {
     if (const torch_state* torch = torch_for_decode(); torch && torch->from_dlpack) {
-      if (auto type = dl_type(v.type.type); type && torch->by_name(v.type.name))
+      if (auto type = dl_type(v.type.type); type && torch_has(*torch, v.type))
         return dlpack_tensor(*torch, ref, *type, v.type.type == scalar_type::bool_);
     }
   }

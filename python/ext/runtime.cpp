@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <asio/post.hpp>
+
 #include <atomic>
 #include <cmath>
 #include <utility>
@@ -55,6 +57,8 @@ io_runtime::io_runtime(private_tag)
 std::shared_ptr<io_runtime> io_runtime::start() {
   auto rt = std::make_shared<io_runtime>(private_tag{});
   rt->thread_ = std::thread([r = rt.get()] {
+    // Named for top, perf and debuggers (at most 15 characters).
+    ::pthread_setname_np(::pthread_self(), "blobpipe-io");
     // Coroutines report their own failures (stream.hpp); an exception
     // escaping a handler is a bug, but must not take the process down
     // with std::terminate while the application still runs.
@@ -87,6 +91,33 @@ void io_runtime::release_user() {
   stop();
 }
 
+void io_runtime::retire(std::shared_ptr<const void> p) noexcept {
+  std::unique_lock lk(grave_mu_);
+  if (stopped_) {
+    lk.unlock();
+    p.reset();
+    return;
+  }
+  try {
+    grave_.push_back(std::move(p));
+    if (grave_posted_) return;
+    asio::post(ctx_, [this] { bury(); });
+    grave_posted_ = true;
+  } catch (...) {  // out of memory: drop it here after all
+    lk.unlock();
+    p.reset();
+  }
+}
+
+void io_runtime::bury() noexcept {
+  std::vector<std::shared_ptr<const void>> dead;
+  {
+    std::lock_guard lk(grave_mu_);
+    dead.swap(grave_);
+    grave_posted_ = false;
+  }
+}
+
 void io_runtime::set_stop_grace(std::chrono::milliseconds grace) {
   std::lock_guard lk(mu_);
   grace_ = std::max(grace_, grace);
@@ -100,6 +131,12 @@ void io_runtime::stop() noexcept {
   }
   ctx_.stop();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  std::vector<std::shared_ptr<const void>> dead;
+  {
+    std::lock_guard lk(grave_mu_);
+    stopped_ = true;
+    dead.swap(grave_);
+  }
 }
 
 io_runtime::~io_runtime() { stop(); }

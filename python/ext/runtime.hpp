@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace blobpipe::python {
 
@@ -95,6 +96,13 @@ class io_runtime {
 
   asio::any_io_executor executor() { return ctx_.get_executor(); }
 
+  /// Drops `p` on the io thread: received entries go there, so that their
+  /// window credit returns without a post each (the consumer posts from
+  /// any other thread) and their memory is freed by the thread that
+  /// allocated it. One post per batch. Once the thread has stopped, `p` is
+  /// dropped here. Thread-safe; no GIL needed.
+  void retire(std::shared_ptr<const void> p) noexcept;
+
   /// Raises the stop grace (default default_stop_grace) to `grace`. UCX
   /// needs more: a closing listener stays bound until 2 s pass without
   /// connection requests (blobpipe/transport/ucx.hpp). Thread-safe.
@@ -108,6 +116,7 @@ class io_runtime {
  private:
   asio::io_context ctx_{1};  // one thread runs it; others only post to it
   void stop() noexcept;
+  void bury() noexcept;
 
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::thread thread_;
@@ -117,6 +126,11 @@ class io_runtime {
   int users_ = 1;
   bool ran_out_ = false;  // run() returned: no work left
   std::chrono::milliseconds grace_ = default_stop_grace;
+  // retire(): what waits to be dropped on the io thread.
+  std::mutex grave_mu_;
+  std::vector<std::shared_ptr<const void>> grave_;
+  bool grave_posted_ = false;
+  bool stopped_ = false;  // under grave_mu_
 };
 
 /// rt->release_user() with the GIL released, so that other Python threads
