@@ -1,0 +1,245 @@
+"""Streaming from Python to Python: Sender -> Consumer over the in-process
+transport and over TCP on 127.0.0.1 (round trips, abort, end of stream,
+backpressure, close from another thread, asyncio, URLs, allow_pickle)."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import blobpipe as bf
+from stream_cases import Pair, Thread, pickled, same_value, sample_values, wait_until
+
+TRANSPORTS = ["inproc", "tcp"]
+
+
+def send_blobs(sender: bf.Sender, values: dict) -> None:
+    """Blob b"one": every value, finished; blob b"two": one entry, aborted;
+    then an orderly shutdown (the consumer's end of stream)."""
+    with sender.open_blob(tag=b"one") as blob:
+        for k, v in values.items():
+            blob.emit(k, v)
+    blob = sender.open_blob(tag=b"two")
+    blob.emit("partial", torch.ones(3))
+    blob.abort("rollout cancelled")
+    sender.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_values_round_trip_then_abort_then_end_of_stream(transport):
+    values = sample_values()
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, values))
+        t.start()
+        events = list(consumer)  # ends at the sender's shutdown
+        t.join_result()
+
+    tag1 = b"one".ljust(16, b"\0")
+    tag2 = b"two".ljust(16, b"\0")
+    n = len(values)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady"] * n + ["BlobComplete", "EntryReady", "BlobAborted"], kinds
+    for ev, (key, want) in zip(events[:n], values.items()):
+        assert ev.tag == tag1 and ev.key == key and ev.entry.key == key
+        tag, entry, value = ev
+        assert same_value(value, want), (key, value, want)
+        if isinstance(want, dict):
+            assert entry.kind == bf.KIND_PICKLE
+            assert bytes(ev.buffer) == pickled(want)
+    complete = events[n]
+    assert complete.tag == tag1 and len(complete.entries) == n
+    assert [e.key for e in complete.entries] == list(values)
+    assert events[n + 1].tag == tag2 and same_value(events[n + 1].value, torch.ones(3))
+    aborted = events[n + 2]
+    assert aborted.tag == tag2 and aborted.reason == "rollout cancelled"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_received_values_outlive_the_consumer(transport):
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, {"x": torch.arange(10)}))
+        t.start()
+        first = next(iter(consumer))
+        x = first.value
+        del first
+        rest = list(consumer)
+        t.join_result()
+    assert [type(ev).__name__ for ev in rest] == ["BlobComplete", "EntryReady", "BlobAborted"]
+    assert torch.equal(x, torch.arange(10))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_backpressure_blocks_emit_and_loses_nothing(transport):
+    entry = 16 << 10
+    count = 64  # 1 MiB in all, 16 windows' worth
+    with Pair(transport, consumer_options={"window_bytes": 64 << 10}) as (sender, consumer):
+        assert sender.window_bytes == 64 << 10
+        emitted = []
+
+        def produce():
+            with sender.open_blob(tag=b"bp") as blob:
+                for i in range(count):
+                    blob.emit(f"e{i}", np.full(entry, i % 251, dtype=np.uint8))
+                    emitted.append(i)
+            sender.shutdown()
+
+        t = Thread(produce)
+        t.start()
+        # Nobody reads: the window and then the sender's queue fill, and
+        # emit blocks.
+        wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+        assert len(emitted) < count
+        assert t.is_alive()
+        # Check each entry and drop it: a held entry keeps its window share.
+        keys = []
+        for ev in consumer:
+            if isinstance(ev, bf.EntryReady):
+                i = len(keys)
+                keys.append(ev.key)
+                assert ev.value.shape == (entry,) and bool((ev.value == i % 251).all()), i
+        t.join_result()
+        assert sender.stats()["queue_waits"] + sender.stats()["credit_waits"] > 0
+    assert keys == [f"e{i}" for i in range(count)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_close_from_another_thread_wakes_a_blocked_iterator(transport):
+    with Pair(transport) as (sender, consumer):
+        it = Thread(lambda: list(consumer))
+        it.start()
+        wait_until(lambda: consumer._waiting == 1, "the iterator to block")
+        consumer.close()
+        assert it.join_result() == []  # woke and ended
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_close_from_another_thread_wakes_a_blocked_emit(transport):
+    with Pair(transport, consumer_options={"window_bytes": 64 << 10}) as (sender, consumer):
+        def produce():
+            blob = sender.open_blob()
+            for i in range(1000):
+                blob.emit(str(i), np.zeros(16 << 10, dtype=np.uint8))
+
+        t = Thread(produce)
+        t.start()
+        wait_until(lambda: sender._waiting == 1, "emit to block")
+        sender.close()
+        with pytest.raises(bf.ClosedError) as e:
+            t.join_result()
+        assert e.value.category == "closed"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_async_for_yields_the_same_events(transport):
+    values = {"a": torch.arange(5), "n": np.arange(3.0), "m": {"k": 1}}
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, values))
+        t.start()
+
+        async def drain():
+            return [ev async for ev in consumer]
+
+        events = asyncio.run(drain())
+        t.join_result()
+    assert [type(ev).__name__ for ev in events] == \
+        ["EntryReady"] * 3 + ["BlobComplete", "EntryReady", "BlobAborted"]
+    for ev, (k, v) in zip(events, values.items()):
+        assert ev.key == k and same_value(ev.value, v)
+    assert events[-1].reason == "rollout cancelled"
+
+
+def test_async_for_lets_other_tasks_run_while_it_waits():
+    sender, consumer = bf.loopback_pair()
+    with sender, consumer:
+        async def main():
+            got = []
+
+            async def consume():
+                async for ev in consumer:
+                    got.append(ev)
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0)  # the consumer awaits; this task still runs
+            assert not got
+            await asyncio.to_thread(send_blobs, sender, {"x": torch.zeros(2)})
+            await asyncio.wait_for(task, 60)
+            return got
+
+        events = asyncio.run(main())
+    assert [type(ev).__name__ for ev in events] == \
+        ["EntryReady", "BlobComplete", "EntryReady", "BlobAborted"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_allow_pickle_false_yields_the_pickle_bytes(transport):
+    meta = {"idx": 3, "text": "héllo"}
+    with Pair(transport, consumer_options={"allow_pickle": False}) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, {"meta": meta, "t": torch.ones(2)}))
+        t.start()
+        events = list(consumer)
+        t.join_result()
+    assert events[0].value == pickled(meta) and isinstance(events[0].value, bytes)
+    assert pickle.loads(events[0].value) == meta
+    assert same_value(events[1].value, torch.ones(2))  # tensors unaffected
+
+
+@pytest.mark.parametrize("url, part", [
+    ("127.0.0.1:5555", "scheme"),
+    ("http://127.0.0.1:5555", "scheme"),
+    ("tcp://127.0.0.1", "port"),
+    ("tcp://127.0.0.1:0", "port"),        # port 0 only to listen
+    ("tcp://127.0.0.1:65536", "port"),
+    ("tcp://:5555", "host"),
+    ("tcp://::1:5555", "host"),           # IPv6 needs brackets
+    ("tcp://127.0.0.1:5555/x", "port"),
+])
+def test_bad_url_raises_url_error(url, part):
+    with pytest.raises(bf.URLError) as e:
+        bf.connect(url)
+    assert isinstance(e.value, ValueError)
+    assert e.value.part == part and e.value.category == "invalid_argument"
+
+
+def test_listen_refuses_a_bad_url_too():
+    with pytest.raises(bf.URLError):
+        bf.listen("udp://127.0.0.1:0")
+
+
+def test_connect_with_nobody_listening_raises_peer_failed():
+    with bf.listen("tcp://127.0.0.1:0") as l:
+        port = l.port  # free now that it is closed
+    with pytest.raises(bf.PeerFailedError) as e:
+        bf.connect(f"tcp://127.0.0.1:{port}")
+    assert e.value.category == "peer_failed" and isinstance(e.value, bf.StreamError)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(TypeError):
+        bf.loopback_pair(sender_options={"no_such_option": 1})
+
+
+def test_objects_are_unusable_after_close():
+    sender, consumer = bf.loopback_pair()
+    consumer.close()
+    assert list(consumer) == []  # closed here: ends, no error
+    sender.close()
+    with pytest.raises(bf.ClosedError):
+        sender.open_blob()
+
+
+def test_sender_gone_without_shutdown_raises_peer_closed():
+    sender, consumer = bf.loopback_pair()
+    with consumer:
+        blob = sender.open_blob(tag=b"open")
+        blob.emit("x", torch.ones(1))
+        sender.flush()
+        sender.close()
+        events = []
+        with pytest.raises(bf.PeerClosedError):
+            for ev in consumer:
+                events.append(ev)
+    assert isinstance(events[-1], bf.BlobAborted) and events[-1].tag == b"open".ljust(16, b"\0")
