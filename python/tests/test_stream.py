@@ -1,11 +1,15 @@
 """Streaming from Python to Python: Sender -> Consumer over the in-process
 transport and over TCP on 127.0.0.1 (round trips, abort, end of stream,
-backpressure, close from another thread, asyncio, URLs, allow_pickle)."""
+backpressure, close from another thread, asyncio, URLs, allow_pickle,
+fork), and the type stubs against the module."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,3 +247,72 @@ def test_sender_gone_without_shutdown_raises_peer_closed():
             for ev in consumer:
                 events.append(ev)
     assert isinstance(events[-1], bf.BlobAborted) and events[-1].tag == b"open".ljust(16, b"\0")
+
+
+def test_objects_made_before_fork_raise_forked_error_in_the_child():
+    values = {"x": torch.arange(4)}
+    sender, consumer = bf.loopback_pair()
+    with sender, consumer:
+        with sender.open_blob(tag=b"pre") as blob:
+            blob.emit("x", values["x"])
+        sender.flush()
+        before = next(iter(consumer))  # received before the fork
+        pid = os.fork()
+        if pid == 0:  # the child: exit status says what happened
+            code = 0
+            try:
+                sender.open_blob()
+                code = 10
+            except bf.ForkedError as e:
+                code = 0 if isinstance(e, bf.ClosedError) else 11
+            except BaseException:
+                code = 12
+            try:
+                next(iter(consumer))
+                code = code or 13
+            except bf.ForkedError:
+                pass
+            except BaseException:
+                code = code or 14
+            if not torch.equal(before.value, values["x"]):  # still readable
+                code = code or 15
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's objects are unaffected.
+        send_blobs(sender, {"y": torch.ones(1)})
+        assert [type(ev).__name__ for ev in consumer] == \
+            ["BlobComplete", "EntryReady", "BlobComplete", "EntryReady", "BlobAborted"]
+
+
+def test_stubs_declare_every_public_streaming_member():
+    """_blobpipe.pyi names each public class and member the module has."""
+    stub = Path(bf.__file__).with_name("_blobpipe.pyi")
+    tree = ast.parse(stub.read_text())
+    declared = {n.name: {m.name for m in n.body if isinstance(m, (ast.FunctionDef,
+                                                                  ast.AsyncFunctionDef))}
+                | {t.id for m in n.body if isinstance(m, ast.Assign) for t in m.targets}
+                for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name in ["Sender", "Blob", "Consumer", "Listener", "EntryReady", "BlobComplete",
+                 "BlobAborted", "ReceivedBuffer"]:
+        cls = getattr(bf, name)
+        public = {a for a in vars(cls) if not a.startswith("_")}
+        assert name in declared, name
+        assert public <= declared[name], (name, public - declared[name])
+
+
+def test_ctrl_c_interrupts_a_blocked_iterator():
+    """SIGINT while next(consumer) waits raises KeyboardInterrupt in it."""
+    import signal
+    import threading
+    main = threading.get_ident()
+    with Pair("inproc") as (sender, consumer):
+        def interrupt():
+            wait_until(lambda: consumer._waiting == 1, "the iterator to block")
+            signal.pthread_kill(main, signal.SIGINT)
+
+        t = Thread(interrupt)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(consumer))
+        t.join_result()
