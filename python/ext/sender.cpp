@@ -391,15 +391,7 @@ class sender_handle {
   void close_now() {
     {
       std::unique_lock lk(core_->mu);
-      if (close_started_) {
-        if (user_released_) return;
-        lk.unlock();
-        py::gil_scoped_release nogil;  // another thread is closing: wait for it
-        std::unique_lock l(core_->mu);
-        core_->cv.wait(l, [&] { return user_released_; });
-        return;
-      }
-      close_started_ = true;
+      if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;
       core_->closed = true;
       core_->cv.notify_all();
       asio::post(core_->ex, [c = core_] { c->s.close(); });

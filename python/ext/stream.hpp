@@ -148,6 +148,27 @@ pybind11::object make_consumer(std::shared_ptr<io_runtime> rt,
                                std::shared_ptr<consumer_core> core,
                                const consumer_settings& settings);
 
+/// Whether this call is the one to close an object (Sender.close,
+/// Consumer.close): true for the first, which marks `started`. A later
+/// call returns false, after waiting (GIL released) until the first one
+/// has set `done` and notified `cv`, so that no close() returns before the
+/// object is closed. REQUIRES: the GIL; `lk` locks the mutex that guards
+/// `started` and `done` (on false it may have been released).
+inline bool claim_close(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
+                        bool& started, const bool& done) {
+  if (!started) {
+    started = true;
+    return true;
+  }
+  if (done) return false;
+  std::mutex& mu = *lk.mutex();
+  lk.unlock();
+  py::gil_scoped_release nogil;  // another thread is closing: wait for it
+  std::unique_lock l(mu);
+  cv.wait(l, [&] { return done; });
+  return false;
+}
+
 /// Releases one user of `rt` when it goes, unless dismissed: the factories'
 /// guard while a handshake may still fail or be interrupted. REQUIRES: the
 /// GIL.

@@ -10,11 +10,14 @@ one sent (dtype, shape and bytes, or equality for pickles).
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 import torch
 
 import blobpipe as bf
@@ -123,3 +126,17 @@ class Pair:
         self.consumer.close()
         if self.listener is not None:
             self.listener.close()
+
+
+def finish(proc: subprocess.Popen, head: str = "") -> tuple[int, str]:
+    """Waits (at most 120 s, then fails the test) for a process started with
+    stdout=PIPE, stderr=STDOUT, text=True; copies ``head`` (lines already
+    read) and its output into the test log. (exit status, output)."""
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"{proc.args} did not end; its output:\n{head}{out}")
+    sys.stdout.write(head + out)
+    return proc.returncode, head + out

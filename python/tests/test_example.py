@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from stream_cases import finish
+
 EXAMPLE = "examples/python/rollout_to_trainer.py"
 BIN = os.environ.get("ROLLOUT_TO_TRAINER", "examples/rollout_to_trainer")
 ARGS = ["--workers", "2", "--batch", "24", "--timeout", "60"]
@@ -23,17 +25,6 @@ def start(cmd: list[str]) -> subprocess.Popen:
 
 def python(*args: str) -> list[str]:
     return [sys.executable, EXAMPLE, *args, *ARGS]
-
-
-def finish(proc: subprocess.Popen, head: str = "") -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        pytest.fail(f"{proc.args} did not end:\n{head}{out}")
-    sys.stdout.write(head + out)
-    return proc.returncode, head + out
 
 
 def port_of(proc: subprocess.Popen, pattern: str) -> tuple[int, str]:

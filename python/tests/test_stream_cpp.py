@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ import pytest
 import torch
 
 import blobpipe as bf
-from stream_cases import same_value, sample_values
+from stream_cases import finish, same_value, sample_values
 
 BIN = os.environ.get("ROLLOUT_TO_TRAINER", "examples/rollout_to_trainer")
 
@@ -59,17 +58,6 @@ def start_cpp(*args: str) -> subprocess.Popen:
         pytest.fail(f"{BIN} is not an executable (build //examples:rollout_to_trainer)")
     return subprocess.Popen([BIN, "--workers", "1", "--timeout", "60", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        pytest.fail(f"{BIN} did not end; its output:\n{out}")
-    sys.stdout.write(out)  # into the test log
-    return proc.returncode, out
 
 
 def listening_port(proc: subprocess.Popen) -> int:
