@@ -142,7 +142,7 @@ def bench_large(args) -> None:
 def stream_python(blobs: int, per_blob: int, entry_bytes: int) -> float:
     """Seconds from the first emit to the last BlobComplete, Python to Python
     over TCP loopback (connection set up before the clock starts)."""
-    value = torch.arange(entry_bytes, dtype=torch.int64).to(torch.uint8)  # one reused source
+    value = torch.full((entry_bytes,), 7, dtype=torch.uint8)  # one reused source
     keys = [f"e{i}" for i in range(per_blob)]
     with bf.listen("tcp://127.0.0.1:0") as listener:
         box: dict = {}
