@@ -9,6 +9,8 @@ import ast
 import asyncio
 import os
 import pickle
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -303,8 +305,6 @@ def test_stubs_declare_every_public_streaming_member():
 
 def test_ctrl_c_interrupts_a_blocked_iterator():
     """SIGINT while next(consumer) waits raises KeyboardInterrupt in it."""
-    import signal
-    import threading
     main = threading.get_ident()
     with Pair("inproc") as (sender, consumer):
         def interrupt():
