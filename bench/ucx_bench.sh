@@ -8,9 +8,12 @@
 #   ucx_perftest -t tag_bw         } without it
 #   ucx_perftest -t stream_bw      }
 #   ucx_raw_bench                  raw UCP connected as blobpipe is
-#                                  (//bench:ucx_raw_bench: listener, peer
-#                                  error handling, one active message per
-#                                  frame; no blobpipe, no Asio; polling)
+#                                  (//bench:ucx_raw_bench: endpoints from
+#                                  worker addresses, RAW_CONNECT=listener:
+#                                  from UCX's sockaddr listener as before
+#                                  issue 17; peer error handling, one
+#                                  active message per frame; no blobpipe,
+#                                  no Asio; polling)
 #   ucx_bench --server / --client  blobpipe (//bench:ucx_bench), as an
 #                                  application runs it (busy_poll 200 us)
 #   ucx_bench ... --busy-poll 1000000  the same, polling like ucx_perftest
@@ -49,6 +52,8 @@
 # RX_BUFFERS (receive buffers used in turn, 1 as in ucx_perftest),
 # ENTRY (bytes per entry in the pipeline column; SIZE: one data frame
 # per entry, like one ucx_perftest message),
+# RAW_CONNECT (address: as blobpipe connects; listener: UCX's sockaddr
+# listener, as blobpipe connected before issue 17),
 # REPEAT (3), TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
 # PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
 # Reports, never gates on the figures; but every run must produce one: the
@@ -79,6 +84,7 @@ WARMUP=${WARMUP:-100}
 WINDOW=${WINDOW:-8}
 RX_WINDOW=${RX_WINDOW:-16}
 RX_BUFFERS=${RX_BUFFERS:-1}
+RAW_CONNECT=${RAW_CONNECT:-address}
 ENTRY=${ENTRY:-$SIZE}
 REPEAT=${REPEAT:-3}
 TLS_LIST=${TLS_LIST:-"tcp sm,tcp"}
@@ -176,16 +182,18 @@ pipeline() { ucx_bench_pair "$1" "$2" blobpipe-pipeline --pipeline "$ENTRY"; }
 raw() {
   local tls=$1 port=$2 out
   UCX_TLS=$tls timeout 120 "${server_cpu[@]}" "$work/ucx_raw_bench" --server --port "$port" \
-    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" >"$work/raw_server.log" 2>&1 &
+    --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" --connect "$RAW_CONNECT" \
+    >"$work/raw_server.log" 2>&1 &
   local server=$!
   # The client fails at once while the server is not listening yet.
   for _ in $(seq 100); do
     if out=$(UCX_TLS=$tls timeout 120 "${client_cpu[@]}" "$work/ucx_raw_bench" --client \
                127.0.0.1 --port "$port" --size "$SIZE" --iters "$ITERS" --warmup "$WARMUP" \
-               --window "$WINDOW" 2>&1); then
+               --window "$WINDOW" --connect "$RAW_CONNECT" 2>&1); then
       break
     fi
-    grep -q 'ucp_ep_flush_nbx' <<<"$out" || break  # failed after connecting
+    # Failed after connecting, or before (the server not up yet: retry).
+    grep -q 'ucp_ep_flush_nbx\|not listening yet' <<<"$out" || break
     sleep 0.1
   done
   wait "$server" || true
@@ -196,8 +204,8 @@ raw() {
 best() { printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | tail -1; }
 
 pinned=${server_cpu:+; receivers on CPU 0, senders on CPU 1}
-printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s; pipeline entries of %s bytes%s\n' \
-  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$ENTRY" "$pinned"
+printf 'message size %s bytes, %s iterations (+%s warm-up), best of %s; blobpipe window %s, rx window %s, rx buffers %s; pipeline entries of %s bytes; raw connected by %s%s\n' \
+  "$SIZE" "$ITERS" "$WARMUP" "$REPEAT" "$WINDOW" "$RX_WINDOW" "$RX_BUFFERS" "$ENTRY" "$RAW_CONNECT" "$pinned"
 summary=()
 failed_runs=()
 for tls in $TLS_LIST; do

@@ -6,8 +6,11 @@
 // (blobpipe's transport), it separates what the connection style costs
 // inside UCX from what blobpipe's own event loop and coroutines cost.
 //
-// Same as blobpipe's transport (lib/transport/ucx): a ucp_listener and an
-// endpoint created from a socket address (UCP_EP_PARAMS_FLAGS_CLIENT_SERVER),
+// Same as blobpipe's transport (lib/transport/ucx): endpoints created from
+// worker addresses exchanged over a TCP socket (--connect address, the
+// default: blobpipe's rendezvous, without its checks), or, as blobpipe did
+// before issue 17, a ucp_listener and an endpoint created from a socket
+// address (--connect listener, UCP_EP_PARAMS_FLAGS_CLIENT_SERVER);
 // UCP_ERR_HANDLING_MODE_PEER on both ends, one active message per frame
 // with a 24-byte header (ucp_am_send_nbx, UCP_AM_SEND_FLAG_REPLY), and the
 // payload of a rendezvous frame landed with ucp_am_recv_data_nbx. Same as
@@ -21,12 +24,15 @@
 // src/tools/perf/lib/ucp_tests.cc (am_bw's receive path).
 //
 //   ucx_raw_bench --server [--port P] [--size BYTES (1..2^30)] [--iters N] [--warmup N]
+//                 [--connect address|listener]
 //   ucx_raw_bench --client HOST [same options] [--window W]
 //
 // Prints "ucx-raw size=S iters=N window=W: X MB/s" (MB = 2^20 bytes).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 #include <array>
@@ -55,12 +61,14 @@ struct args {
   long iters = 2000;
   long warmup = 100;
   long window = 8;
+  bool by_address = true;  // --connect address (default) or listener
 };
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: ucx_raw_bench (--server | --client HOST) [--port P] [--size BYTES]\n"
-               "                     [--iters N] [--warmup N] [--window W]\n");
+               "                     [--iters N] [--warmup N] [--window W]\n"
+               "                     [--connect address|listener]\n");
   std::exit(2);
 }
 
@@ -99,6 +107,10 @@ args parse(int argc, char** argv) {
       a.warmup = number();
     } else if (k == "--window") {
       a.window = number();
+    } else if (k == "--connect") {
+      const std::string how = next();
+      if (how != "address" && how != "listener") usage();
+      a.by_address = how == "address";
     } else {
       usage();
     }
@@ -238,9 +250,67 @@ void close_endpoint(ucp_ep_h ep) {
   }
 }
 
-// Receives warmup + iters frames, acking after each phase.
-int serve(const args& a) {
+// --connect address: this worker's address and the peer's, swapped over a
+// connected socket (u32 length, then the bytes, each way).
+std::vector<char> swap_addresses(int fd) {
+  ucp_address_t* own = nullptr;
+  std::size_t own_len = 0;
+  if (auto st = ucp_worker_get_address(g.worker, &own, &own_len); st != UCS_OK)
+    die("ucp_worker_get_address", st);
+  auto io = [fd](auto op, void* p, std::size_t n) {
+    for (std::size_t done = 0; done < n;) {
+      const ssize_t k = op(fd, static_cast<char*>(p) + done, n - done);
+      if (k <= 0) {
+        std::fprintf(stderr, "ucx_raw_bench: address exchange failed\n");
+        std::exit(1);
+      }
+      done += std::size_t(k);
+    }
+  };
+  auto put = [](int f, char* p, std::size_t n) { return ::send(f, p, n, MSG_NOSIGNAL); };
+  auto get = [](int f, char* p, std::size_t n) { return ::recv(f, p, n, 0); };
+  std::uint32_t n = std::uint32_t(own_len);
+  io(put, &n, sizeof n);
+  io(put, own, own_len);
+  ucp_worker_release_address(g.worker, own);
+  io(get, &n, sizeof n);
+  if (n == 0 || n > (1u << 20)) {
+    std::fprintf(stderr, "ucx_raw_bench: peer address of %u bytes\n", n);
+    std::exit(1);
+  }
+  std::vector<char> peer(n);
+  io(get, peer.data(), n);
+  return peer;
+}
+
+ucp_ep_h endpoint_to(const std::vector<char>& peer) {
+  ucp_ep_params_t ep = endpoint_params();
+  ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer.data());
+  ucp_ep_h e = nullptr;
+  if (auto st = ucp_ep_create(g.worker, &ep, &e); st != UCS_OK) die("ucp_ep_create", st);
+  return e;
+}
+
+// The server's endpoint: from the one connection request (--connect
+// listener), or from the address the one client sends (--connect address).
+ucp_ep_h accept_one(const args& a) {
   sockaddr_in sa = resolve("", a.port);
+  if (a.by_address) {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int on = 1;
+    ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 ||
+        ::listen(lfd, 1) != 0) {
+      std::perror("ucx_raw_bench: listen");
+      std::exit(1);
+    }
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    ::close(lfd);
+    ucp_ep_h e = endpoint_to(swap_addresses(fd));
+    ::close(fd);
+    return e;
+  }
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
@@ -256,6 +326,12 @@ int serve(const args& a) {
   ep.conn_request = g.conn_request;
   ucp_ep_h e = nullptr;
   if (auto st = ucp_ep_create(g.worker, &ep, &e); st != UCS_OK) die("ucp_ep_create", st);
+  return e;
+}
+
+// Receives warmup + iters frames, acking after each phase.
+int serve(const args& a) {
+  ucp_ep_h e = accept_one(a);
   g.dest.assign(a.size, 0);
   for (long phase_end : {a.warmup, a.warmup + a.iters}) {
     while (g.received < phase_end && !g.failed) ucp_worker_progress(g.worker);
@@ -295,8 +371,19 @@ double round(ucp_ep_h e, const args& a, long n, const std::vector<char>& src) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int run_client(const args& a) {
+ucp_ep_h connect_one(const args& a) {
   sockaddr_in sa = resolve(a.host, a.port);
+  if (a.by_address) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+      // bench/ucx_bench.sh retries on this line (the server is not up yet).
+      std::fprintf(stderr, "ucx_raw_bench: connect: not listening yet\n");
+      std::exit(1);
+    }
+    ucp_ep_h e = endpoint_to(swap_addresses(fd));
+    ::close(fd);
+    return e;
+  }
   ucp_ep_params_t ep = endpoint_params();
   ep.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
   ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
@@ -304,6 +391,11 @@ int run_client(const args& a) {
   ep.sockaddr.addrlen = sizeof sa;
   ucp_ep_h e = nullptr;
   if (auto st = ucp_ep_create(g.worker, &ep, &e); st != UCS_OK) die("ucp_ep_create", st);
+  return e;
+}
+
+int run_client(const args& a) {
+  ucp_ep_h e = connect_one(a);
   ucp_request_param_t fp{};
   wait_request(ucp_ep_flush_nbx(e, &fp), "connect (ucp_ep_flush_nbx)");
   std::vector<char> src(a.size, 0x5a);

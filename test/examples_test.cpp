@@ -216,6 +216,58 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_trainer_with_fewer_workers_says_so) {
   BOOST_TEST(!contains(t.out, "timed out"), REPORT(t));
 }
 
+// A plain TCP connection to 127.0.0.1:port (-1 if refused); the caller
+// closes it.
+int raw_connect(const std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_counts_only_connections_that_finish_their_handshake) {
+  // Issue 17: the trainer took exactly --workers connections and applied no
+  // handshake timeout, so a silent connection held the one slot of
+  // --workers 1 and the real worker was refused until --timeout. Now a
+  // connection is a worker once its handshake is done: the silent one and
+  // one sending garbage are not counted, and the real worker's batch
+  // arrives.
+  process trainer(example("rollout_to_trainer"),
+                  {"--listen", "0", "--workers", "1", "--batch", "8", "--timeout", "30"});
+  const std::string port = listening_port(trainer);
+  BOOST_TEST_REQUIRE(!port.empty(), trainer.stdout_so_far());
+  const int silent = raw_connect(port);
+  BOOST_TEST_REQUIRE(silent >= 0);
+  const int garbage = raw_connect(port);
+  BOOST_TEST_REQUIRE(garbage >= 0);
+  const std::string junk = "GET / HTTP/1.0\r\n\r\n";
+  BOOST_TEST_REQUIRE(::write(garbage, junk.data(), junk.size()) == ssize_t(junk.size()));
+  // The trainer refuses it (closes it) before the worker comes, so the
+  // note below is certain.
+  char b[64];
+  while (::read(garbage, b, sizeof b) > 0) {
+  }
+  ::close(garbage);
+  process workers(example("rollout_to_trainer"),
+                  {"--connect", "127.0.0.1:" + port, "--workers", "1", "--batch", "8"});
+  auto w = workers.wait();
+  auto t = trainer.wait();
+  ::close(silent);
+  BOOST_TEST(w.exit_code == 0, REPORT(w));
+  BOOST_TEST(t.exit_code == 0, REPORT(t));
+  BOOST_TEST(contains(t.out, "OK: every sample arrived complete"), REPORT(t));
+  BOOST_TEST(contains(t.out, "note: connections that failed their handshake (not counted as "
+                             "workers):\n  connection 1: handshake: "),
+             REPORT(t));
+  BOOST_TEST(!contains(t.out, "timed out"), REPORT(t));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_listens_on_a_host_name_and_bracketed_ipv6) {
   // --listen takes the host forms --connect takes: a name (localhost
   // listens on 127.0.0.1), an IPv6 address with or without brackets.

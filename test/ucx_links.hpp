@@ -8,9 +8,9 @@
 // transport (it lists it nowhere, as ucx_info -d would not: cma is left out
 // under a strict ptrace scope, for one), the case skips, saying why, before
 // anything runs. Otherwise the transport must be selected: ucx_pair() fails
-// when UCX chose another. The connection itself is made through a
-// listener, so every list includes tcp for the sockaddr connection
-// manager.
+// when UCX chose another. (tcp stays in every list, as applications had it
+// when UCX's sockaddr connection manager set connections up; blobpipe's
+// own rendezvous needs none: ucx_listener_test connects with UCX_TLS=sm.)
 #pragma once
 
 #include <memory>
@@ -37,8 +37,8 @@ struct ucx_link {
 
 inline std::ostream& operator<<(std::ostream& os, const ucx_link& l) { return os << l.name; }
 
-/// tcp alone, then each shared-memory transport on loopback (with tcp for
-/// the connection), then UCX's "sm" alias (sysv + cma here).
+/// tcp alone, then each shared-memory transport on loopback (with tcp
+/// beside it), then UCX's "sm" alias (sysv + cma here).
 inline const std::vector<ucx_link>& ucx_links() {
   static const std::vector<ucx_link> links = {
       {"tcp", {{{"TLS", "tcp"}}}, "tcp/lo"},

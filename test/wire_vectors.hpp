@@ -261,6 +261,11 @@ inline std::vector<wire_vector> build_vectors() {
     std::memcpy(room.data() + frame_header_size, payload.data(), payload.size());
     out.push_back({"inline_short.bin", bytes_of(o)});
   }
+  {  // A stray client: fewer bytes than a frame header, refused on the first.
+    const std::string_view http = "GET / HTTP/1.0\r\n\r\n";
+    const auto* p = reinterpret_cast<const std::byte*>(http.data());
+    out.push_back({"stray_client.bin", std::vector<std::byte>(p, p + http.size())});
+  }
   return out;
 }
 

@@ -33,7 +33,9 @@ asio::awaitable<bool> trainer::run() {
                    self->problems_.add("watchdog: " + what);
                  }), asio::detached);
 
-  for (std::size_t conn = 0; accepting_ && conn < cfg_.connections; ++conn) {
+  // Until cfg_.connections workers have done their handshake (consume()
+  // stops accepting then): a connection that fails it is not one.
+  for (std::size_t conn = 0; accepting_; ++conn) {
     auto [ec, t] = co_await listener_->accept();
     if (ec) {
       if (!stopping_ && accepting_) problems_.add("accept: " + error_text(ec));
@@ -43,7 +45,6 @@ asio::awaitable<bool> trainer::run() {
       first_accept_ = clock::now();
       progress_.restart();
     }
-    ++accepted_;
     ++active_;
     // An exception that ends consume() (say, std::bad_alloc in the checker)
     // is a connection problem like any other.
@@ -75,22 +76,44 @@ asio::awaitable<void> trainer::consume(std::shared_ptr<trainer> self, std::size_
   struct leave {
     trainer& tr;
     std::size_t conn;
+    bool worker = false;
     ~leave() {
       tr.closers_.erase(conn);
+      if (worker) --tr.working_;
       if (--tr.active_ == 0) tr.idle_.cancel();
     }
   } on_exit{*self, conn};
   blobpipe::transport* raw = t.get();  // alive until start() returns
   self->closers_[conn] = [raw] { raw->close(); };
-  auto [ec, c] = co_await blobpipe::consumer::start(std::move(t));
+  self->handshaking_.insert(conn);
+  blobpipe::consumer_options opt;
+  opt.handshake_timeout = self->cfg_.handshake_timeout;
+  opt.idle_timeout = self->cfg_.idle_timeout;
+  auto [ec, c] = co_await blobpipe::consumer::start(std::move(t), opt);
+  self->handshaking_.erase(conn);
   if (ec) {
-    if (!self->stopping_)
-      self->problems_.add("connection " + std::to_string(conn) + ": handshake: " +
-                          error_text(ec));
-  } else {
-    self->closers_[conn] = [&c] { c.close(); };
-    co_await self->drain(conn, c);
+    // Not a worker: the trainer goes on waiting for one (unless it has all
+    // it wants, and closed this one itself).
+    if (!self->stopping_ && self->accepting_)
+      self->not_workers_.add("connection " + std::to_string(conn) + ": handshake: " +
+                             error_text(ec));
+    co_return;
   }
+  if (self->accepted_ == self->cfg_.connections) co_return;  // one too many: closed
+  ++self->accepted_;
+  ++self->working_;
+  on_exit.worker = true;
+  if (self->accepted_ == self->cfg_.connections) self->take_no_more(conn);
+  self->closers_[conn] = [&c] { c.close(); };
+  co_await self->drain(conn, c);
+}
+
+// Every worker has come: no more connections, and those still in their
+// handshake (strays, or workers beyond --workers) are closed.
+void trainer::take_no_more(std::size_t last) noexcept {
+  stop_accepting();
+  for (std::size_t conn : std::set(handshaking_))
+    if (conn != last) closers_[conn]();
 }
 
 // One connection's events, in order, until its end of stream. Each event
@@ -125,7 +148,7 @@ asio::awaitable<void> trainer::watchdog(std::shared_ptr<trainer> self) {
   auto [ec] = co_await self->deadline_.async_wait(as_tuple(asio::use_awaitable));
   if (ec) co_return;  // cancelled: run() finished in time
   self->timed_out_ = true;
-  self->active_at_timeout_ = self->active_;
+  self->working_at_timeout_ = self->working_;
   self->stop();
 }
 
@@ -174,6 +197,12 @@ bool trainer::print_summary() {
     problems_.print(out_);
     ok = false;
   }
+  if (!not_workers_.empty()) {
+    // Not a failure: such connections were not workers (a stray client, a
+    // port scanner); the workers were counted without them.
+    out_ << "note: connections that failed their handshake (not counted as workers):\n";
+    not_workers_.print(out_);
+  }
   // The one verdict: OK only when nothing above failed.
   if (ok) out_ << "OK: " << check_->ok_text() << "\n";
   return ok;
@@ -191,14 +220,14 @@ void trainer::print_timeout() {
          << ") arrived";
   } else if (short_of_connections) {
     out_ << "worker connections: accepted " << accepted_ << " of the " << expected
-         << " expected (--workers " << expected << "), " << accepted_ - active_at_timeout_
+         << " expected (--workers " << expected << "), " << accepted_ - working_at_timeout_
          << " of them ended";
   } else {
-    out_ << active_at_timeout_ << " of " << accepted_ << " connection(s) to end";
+    out_ << working_at_timeout_ << " of " << accepted_ << " connection(s) to end";
   }
   out_ << "; " << check_->done() << "/" << check_->total() << " " << check_->unit()
        << " complete\n";
-  if (cfg_.remote_workers && short_of_connections && accepted_ > 0 && active_at_timeout_ == 0)
+  if (cfg_.remote_workers && short_of_connections && accepted_ > 0 && working_at_timeout_ == 0)
     out_ << "  every accepted connection ended and no more came: the workers (--connect) may "
             "have been\n  started with a smaller --workers than this trainer's "
          << expected << "; give both sides the same --workers\n";

@@ -10,6 +10,7 @@
 #include <asio/error.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
+#include "lib/pipeline/handshake_deadline.hpp"
 #include "lib/pipeline/resend.hpp"
 #include "lib/pipeline/sender_state.hpp"
 
@@ -143,6 +144,17 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
     return ret{make_error_code(errc::protocol_violation), std::move(r)};
   };
   auto reader = std::make_shared<ack_reader>(link);
+  // handshake_timeout: closing the link ends the write or read below.
+  handshake_deadline deadline(link->get_executor(), opt.handshake_timeout,
+                              [weak = std::weak_ptr<transport>(link)] {
+                                if (auto l = weak.lock()) l->close();
+                              });
+  const auto failed = [&](std::error_code ec) {
+    if (!deadline.expired()) return ret{ec, reader};
+    reader->message = "no handshake with the consumer within " +
+                      num(opt.handshake_timeout.count()) + " ms (handshake_timeout)";
+    return ret{make_error_code(errc::timed_out), reader};
+  };
   hello mine{.role = wire_role::sender,
              .max_chunk_bytes = opt.chunk_bytes,
              .session = session,
@@ -151,10 +163,10 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
   frame_hello(out, mine);
   const auto bytes = out.pieces()[0].bytes(out);
   const asio::const_buffer buf(bytes.data(), bytes.size());
-  if (auto ec = co_await link->write(std::span(&buf, 1))) co_return ret{ec, reader};
+  if (auto ec = co_await link->write(std::span(&buf, 1))) co_return failed(ec);
   while (!reader->peer) {
     const std::error_code ec = co_await reader->read_more();
-    if (ec) co_return ret{ec, reader};
+    if (ec) co_return failed(ec);
     if (reader->peer_closed && !reader->peer) co_return ret{make_error_code(errc::peer_closed), reader};
   }
   const hello& peer = *reader->peer;

@@ -140,7 +140,12 @@ result<void> decoder::consume(std::span<const std::byte> in) {
         std::memcpy(header_buf_.data() + header_have_, in.data(), n);
         header_have_ += n;
         in = in.subspan(n);
-        if (header_have_ < frame_header_size) return {};
+        if (header_have_ < frame_header_size) {
+          // A stray client (an HTTP request, a port scanner) is refused on
+          // its first bytes, not after it has sent a whole header.
+          if (state_ == state::hello) return check_hello_prefix();
+          return {};
+        }
         header_have_ = 0;
         if (auto r = on_header(header_buf_); !r) return r;
         break;
@@ -218,6 +223,18 @@ result<void> decoder::on_header(std::span<const std::byte> bytes) {
                           ", expected hello"));
   if (auto r = check_header(cur_); !r) return fail(r.err());
   return {};
+}
+
+result<void> decoder::check_hello_prefix() {
+  // The hello's header begins type 1, flags 0, reserved 0 (docs/wire.md).
+  static constexpr std::array<std::byte, 4> prefix{
+      std::byte{static_cast<std::uint8_t>(frame_type::hello)}, std::byte{0}, std::byte{0},
+      std::byte{0}};
+  const std::size_t n = std::min(header_have_, prefix.size());
+  if (std::memcmp(header_buf_.data(), prefix.data(), n) == 0) return {};
+  return fail(violation(
+      "the first bytes are not a blobpipe hello: " +
+      quote(std::string_view(reinterpret_cast<const char*>(header_buf_.data()), n))));
 }
 
 result<void> decoder::start_payload(sink k) {

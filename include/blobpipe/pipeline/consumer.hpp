@@ -146,12 +146,28 @@ struct consumer_options {
   /// delivery_log::process_default(). Its window is advertised in the hello.
   std::shared_ptr<delivery_log> delivered{};
 
-  /// Timeouts (0: none). next() ends the stream with timed_out, and closes
-  /// the connection, when it has waited on the sender for this long with no
-  /// byte arriving: `stall_timeout` while the sender owes bytes (a frame's
-  /// payload is incomplete, or a blob is open), `idle_timeout` always. An
-  /// idle producer sends nothing, so idle_timeout also ends a healthy but
-  /// quiet connection; a resend session then reconnects.
+  /// The longest start() may take: waiting for the sender's hello and
+  /// writing the answer (0: no limit). Past it start() closes the
+  /// connection and fails with timed_out. On by default, so a connection
+  /// that never says hello (a port scanner, a stray client, a peer that
+  /// hangs) cannot hold a consumer, or the slot an application keeps for
+  /// it, for longer.
+  std::chrono::milliseconds handshake_timeout{10'000};
+
+  /// Timeouts after the handshake (0: none). next() ends the stream with
+  /// timed_out, and closes the connection, when it has waited on the sender
+  /// for this long with no byte arriving: `stall_timeout` while the sender
+  /// owes bytes (a frame's payload is incomplete, or a blob is open),
+  /// `idle_timeout` always. Both apply to the sender's hello as well.
+  /// An idle producer sends nothing (the wire has no keepalive frame), so
+  /// idle_timeout also ends a healthy but quiet connection (a plain sender
+  /// then fails; a resend session reconnects). That is why it is off by
+  /// default: rollout workers are quiet for as long as generation or a
+  /// training step takes, minutes, and no default fits every job; a
+  /// peer that is gone is reported by the transport instead (TCP: reset or
+  /// end of file; UCX: peer error handling and its link). An application
+  /// that knows how long its producers may be quiet sets it (the rollout
+  /// example: 30 s).
   std::chrono::milliseconds stall_timeout{0};
   std::chrono::milliseconds idle_timeout{0};
 
@@ -257,9 +273,10 @@ class consumer {
 
   /// Waits for the sender's hello, checks it, answers with the negotiated
   /// chunk size, this window and the delivery log's window. On error the
-  /// transport is closed. stall_timeout and idle_timeout apply to the
-  /// sender's hello as well.
-  /// Errors: protocol_violation (bad hello or a non-hello first frame),
+  /// transport is closed. handshake_timeout bounds the whole; stall_timeout
+  /// and idle_timeout apply to the sender's hello as well.
+  /// Errors: timed_out (handshake_timeout, stall_timeout or idle_timeout
+  /// passed), protocol_violation (bad hello or a non-hello first frame),
   /// invalid_argument (options out of range, e.g. payload_window 0), peer_closed, peer_failed, closed,
   /// cuda_failure (landing enabled without a device: cuda::device_count()
   /// says why).

@@ -120,6 +120,13 @@ struct sender_options {
   /// the application on the far side too (credit comes back only when it
   /// releases entries), so set it above the longest it may hold entries.
   std::chrono::milliseconds stall_timeout{0};
+  /// The longest a handshake may take: writing this side's hello and
+  /// waiting for the consumer's (0: no limit). Past it the connection is
+  /// closed: start() fails with timed_out; a resend session counts a
+  /// failed attempt and connects again (the connect itself is the connect
+  /// function's to bound). On by default, so a peer that accepts the
+  /// connection and never answers does not hold the sender.
+  std::chrono::milliseconds handshake_timeout{10'000};
   // `{}` below changes nothing at run time; it lets callers name only the
   // fields they set (`{.chunk_bytes = 256}`) without GCC's
   // -Wmissing-field-initializers, which skips members that have one.
@@ -232,7 +239,8 @@ class sender {
   /// Runs the handshake (sends hello, waits for the consumer's) and starts
   /// reading acknowledgements. On error the transport is closed.
   /// Errors: protocol_violation (bad hello: magic, version, role, chunk),
-  /// peer_closed, peer_failed, closed.
+  /// timed_out (handshake_timeout or stall_timeout passed), peer_closed,
+  /// peer_failed, closed.
   static asio::awaitable<std::tuple<std::error_code, sender>> start(
       std::unique_ptr<transport> t, sender_options opt = {});
 

@@ -209,6 +209,7 @@ class decoder {
 
   result<void> fail(error e);
   result<void> on_header(std::span<const std::byte> bytes);
+  result<void> check_hello_prefix();
   result<void> start_payload(sink k);
   result<void> finish_payload(std::span<const std::byte> payload);
   result<void> advance_entry(std::size_t n);

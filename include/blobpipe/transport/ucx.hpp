@@ -27,14 +27,24 @@
 // connection costs no CPU and no thread is added.
 //
 // Choosing the UCX transports: UCX reads UCX_TLS, UCX_NET_DEVICES, ... from
-// the environment; options::config overrides them for one io_context. The
-// connection itself is set up through a listener socket address, so a
-// sockaddr-capable transport must be allowed besides shared memory, e.g.
-// UCX_TLS=tcp,posix,cma or UCX_TLS=sm,tcp. Because every endpoint runs in
-// peer error mode, blobpipe turns on what UCX 1.13 requires of the shared
-// memory transports in that mode (MM_ERROR_HANDLING, MEMORY_INVALIDATE),
-// and lets a listener bind a port whose old connections are in TIME_WAIT
-// (CM_REUSEADDR), unless told otherwise. docs/ucx.md has the details.
+// the environment; options::config overrides them for one io_context. Any
+// transport UCX can connect with a worker address will do: tcp, the shared
+// memory ones on one host (UCX_TLS=sm alone works there), RDMA ones.
+// Because every endpoint runs in peer error mode, blobpipe turns on what
+// UCX 1.13 requires of the shared memory transports in that mode
+// (MM_ERROR_HANDLING, MEMORY_INVALIDATE), unless told otherwise.
+// docs/ucx.md has the details.
+//
+// Connecting: listen() opens a TCP socket of blobpipe's own, not UCX's
+// sockaddr listener (ucp_listener_create), whose connection manager UCX
+// 1.13.1 let sixteen stray bytes abort the process with. Each connection
+// is a short rendezvous over it: a checked hello each way carrying the
+// two workers' addresses, an endpoint each (ucp_ep_create with the
+// peer's worker address, numbered so that UCX pairs the two), and an
+// active message proving they paired; then the socket stays open as the
+// connection's link, whose end says the peer went. Anything else on the
+// socket, or silence past options::handshake_timeout, closes it; the
+// listener goes on. docs/ucx.md "Connecting".
 //
 // Closing: close() says goodbye (an AM the peer answers) and then closes
 // the endpoint in flush mode (ucp_ep_close_nbx), so the peer sees
@@ -51,13 +61,15 @@
 //
 // Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
 // closed its transport (an orderly goodbye); peer_failed: the peer's
-// process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER).
+// process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER,
+// or the rendezvous socket ended before a goodbye).
 // Messages already received before either are still delivered.
 //
-// Source: docs/ucx.md; UCX examples/ucp_client_server.c.
+// Source: docs/ucx.md; UCX examples/ucp_hello_world.c (worker addresses).
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -93,33 +105,56 @@ struct options {
   /// last message. 0: arm as soon as a progress pass finds nothing.
   /// Like `config`, fixed when the io_context's UCX context is created.
   std::chrono::microseconds busy_poll{200};
+
+  // The two below apply to each listen/connect call that passes them (not
+  // fixed with the io_context's UCX context).
+
+  /// The longest a rendezvous may take: listen's side from taking the
+  /// socket from the OS until the connection is ready for accept(),
+  /// connect's from its TCP connect until it completes. Past it the socket
+  /// is closed (connect: timed_out). 0: no limit.
+  std::chrono::milliseconds handshake_timeout{10000};
+  /// listen: most connections taken from the OS and not yet handed over by
+  /// accept() (rendezvous in progress and connections waiting for
+  /// accept()); past it a new connection is closed at once. Bounds what
+  /// silent or slow peers can hold: with the defaults, 64 sockets for at
+  /// most 10 s each.
+  std::size_t max_pending = 64;
 };
 
-/// A listener (ucp_listener_create) that yields UCX transports
-/// (blobpipe::listener).
-///
-/// Connection requests are taken as they arrive (ucp_ep_create with the
-/// request, like a kernel backlog), so a client's connect() completes
-/// before accept() is called.
+/// What a listener has done (listener::counters()).
+struct listener_counters {
+  std::uint64_t connections_ready = 0;  ///< rendezvous done: handed to accept()
+  /// Closed without being handed over: bytes that were not a rendezvous,
+  /// a peer that went, endpoints UCX could not create or pair.
+  std::uint64_t refused = 0;
+  std::uint64_t timed_out = 0;   ///< rendezvous past options::handshake_timeout
+  std::uint64_t over_cap = 0;    ///< closed at once: options::max_pending reached
+};
+
+/// A listener that yields UCX transports (blobpipe::listener): a TCP
+/// socket on which each connection runs the rendezvous (see the file
+/// comment) in the background, so a client's connect() completes before
+/// accept() is called.
 class listener final : public blobpipe::listener {
  public:
   listener(listener&&) noexcept;
   listener& operator=(listener&&) noexcept;
   ~listener() override;
 
-  /// ucp_listener_query.
   std::uint16_t port() const noexcept override;
-  /// Errors: closed (close() called, before or while waiting).
+  /// Errors: closed (close() called, before or while waiting);
+  /// operation_aborted (the awaiting coroutine was cancelled).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
       transport_options opt = {}) override;
-  /// Stops accepting at once; connections not yet accepted are closed too.
-  /// UCX 1.13 crashes when a ucp_listener is destroyed while a connection
-  /// to it is half accepted, so the port stays bound, rejecting every
-  /// request that still comes (ucp_listener_reject: the client's connect
-  /// fails with peer_failed), until 2 s pass without one; then
-  /// ucp_listener_destroy. Meanwhile the io_context's run() does not return
-  /// (as with a closing connection). docs/ucx.md "Gaps".
+  /// Stops accepting at once and lets the port go; connections not yet
+  /// accepted are closed too (those whose rendezvous was running see their
+  /// connect fail with peer_failed; those done see peer_closed).
   void close() noexcept override;
+
+  listener_counters counters() const noexcept;
+  /// One line on the last connection refused or timed out; empty if none.
+  std::string last_refusal() const;
 
  private:
   struct impl;
@@ -130,14 +165,15 @@ class listener final : public blobpipe::listener {
 };
 
 /// Listens on `address`:`port` (an IPv4 literal, or a v4-mapped IPv6 one;
-/// port 0 picks an ephemeral port). IPv6 is refused: UCX 1.13's tcp
+/// port 0 picks an ephemeral port; SO_REUSEADDR, so a port whose old
+/// connections sit in TIME_WAIT binds). IPv6 is refused: UCX 1.13's tcp
 /// transport cannot connect over it (docs/ucx.md). Creates the
 /// io_context's UCX context and worker on the first call (ucp_init,
 /// ucp_worker_create).
 /// Errors: invalid_argument (address does not parse or is IPv6; config
 /// differing from the io_context's live UCX context; an unknown UCX config
-/// name), peer_failed (UCX could not be initialised, or ucp_listener_create
-/// failed, e.g. the port is in use; the message names the UCX status).
+/// name; max_pending 0), peer_failed (UCX could not be initialised, or the
+/// socket could not listen, e.g. the port is in use; the message says so).
 [[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
                                       const std::string& address = "127.0.0.1",
                                       const options& opt = {});
@@ -149,14 +185,19 @@ class listener final : public blobpipe::listener {
 [[nodiscard]] result<void> check_host(const std::string& host);
 
 /// Resolves `host` to IPv4 addresses (asio resolver; an IPv6 literal is
-/// refused, see check_host), creates an endpoint to the first
-/// address (ucp_ep_create with UCP_EP_PARAMS_FLAGS_CLIENT_SERVER and the
-/// sockaddr, error mode UCP_ERR_HANDLING_MODE_PEER with an err_handler)
-/// and completes once UCX has connected it (ucp_ep_flush_nbx). Creates
-/// the io_context's UCX context and worker on the first call, as listen.
-/// Errors: peer_failed (resolve failed, nobody listens, UCX could not be
-/// initialised), invalid_argument (config as for listen; an IPv6 literal
-/// `host`), closed (the awaiting coroutine was cancelled).
+/// refused, see check_host), connects a TCP socket to the first that
+/// accepts and runs the rendezvous over it: the endpoint is created from
+/// the listener's worker address (ucp_ep_create, error mode
+/// UCP_ERR_HANDLING_MODE_PEER with an err_handler), and connect completes
+/// once UCX has connected it (ucp_ep_flush_nbx) and the listener has seen
+/// it paired. Creates the io_context's UCX context and worker on the first
+/// call, as listen.
+/// Errors: peer_failed (resolve failed, nobody listens, the listener
+/// refused or went, UCX could not be initialised or reach the peer),
+/// protocol_violation (what answered is not a blobpipe UCX listener),
+/// timed_out (uopt.handshake_timeout passed), invalid_argument (config as
+/// for listen; an IPv6 literal `host`), closed (the awaiting coroutine was
+/// cancelled).
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt = {},
     options uopt = {});

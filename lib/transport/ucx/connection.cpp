@@ -389,6 +389,7 @@ void connection::close() noexcept {
   if (link_ != link::open) return;  // already closing or released
   if (!ep_) {
     link_ = link::released;  // never connected
+    close_link();
     return;
   }
   if (peer_error_ != UCS_OK || !inflight_.empty()) {
@@ -473,6 +474,7 @@ void connection::released() {
   inflight_.abandon_all();
   if (closed_by_us_) drop_received();
   rx_ready_.notify_all();
+  close_link();  // only now: the peer has had our goodbye
   rt_hold = std::move(rt_keepalive_);
   rt_->release(this);
   // `self` goes before `rt_hold`: the connection ends before its runtime.
@@ -528,6 +530,7 @@ void connection::abandon() noexcept {
   link_ = link::released;
   inflight_.abandon_all();
   drop_received();
+  close_link();
   rx_ready_.notify_all();
   rt_keepalive_.reset();
 }

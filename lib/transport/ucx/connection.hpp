@@ -42,6 +42,7 @@
 
 #include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
+#include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 #include <ucp/api/ucp.h>
 
@@ -50,6 +51,7 @@
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/handles.hpp"
 #include "lib/transport/ucx/request.hpp"
+#include "lib/transport/ucx/runtime.hpp"
 
 namespace blobpipe::ucx::detail {
 
@@ -121,6 +123,30 @@ class connection : public std::enable_shared_from_this<connection> {
   /// Errors: peer_failed, closed.
   asio::awaitable<std::error_code> wait_connected();
 
+  // ---- set up by the rendezvous (rendezvous.hpp; connection_link.cpp) ----
+
+  /// Connecting side: sends am_verify with `n` as its header and waits
+  /// until UCX has sent it. Errors: peer_failed, closed.
+  asio::awaitable<std::error_code> send_verify(const nonce& n);
+  /// Listening side: waits until am_verify came (runtime::expect_verify):
+  /// on this endpoint (true) or on another one (false: the endpoints did
+  /// not pair), or the connection ended (false).
+  asio::awaitable<bool> wait_verified();
+  /// From runtime::on_verify, inside ucp_worker_progress.
+  void on_verify(ucp_ep_h reply_ep) noexcept;
+
+  /// close() without the goodbye, the endpoint forced closed: for a
+  /// rendezvous that failed (the peer may never have had this endpoint).
+  void close_now() noexcept;
+
+  /// Keeps the rendezvous socket for the connection's life. Nothing more is
+  /// written to it; it is read only to learn that the peer went: end of
+  /// file, a reset, or any byte, before the peer's goodbye, is a peer
+  /// failure, reported at once (UCX's own detection over shared memory
+  /// waits for its keepalive, UCX_KEEPALIVE_INTERVAL, 20 s). It is closed
+  /// once the endpoint is released, so the peer sees the goodbye first.
+  void attach_link(asio::ip::tcp::socket s);
+
   const std::string& error_text() const noexcept { return error_text_; }
   const stats& counters() const noexcept { return stats_; }
   ucp_ep_h endpoint_handle() const noexcept { return ep_.get(); }
@@ -169,6 +195,9 @@ class connection : public std::enable_shared_from_this<connection> {
   void release(incoming& f) noexcept;
   void drop_received() noexcept;
   void keep_alive();
+  void watch_link();
+  void on_link_lost(std::error_code ec);
+  void close_link() noexcept;
   void say_goodbye();
   /// Sends a payload-less control AM (goodbye, goodbye_ack); nobody waits
   /// for it. `inside_progress`: called from a UCX callback (no kick).
@@ -195,6 +224,8 @@ class connection : public std::enable_shared_from_this<connection> {
   ucs_status_t peer_error_ = UCS_OK;
   std::string error_text_;
   stats stats_;
+  std::optional<asio::ip::tcp::socket> link_sock_;  // see attach_link
+  enum class verify_state { waiting, on_this_endpoint, on_another } verify_ = verify_state::waiting;
 };
 
 }  // namespace blobpipe::ucx::detail

@@ -24,16 +24,6 @@ namespace {
 // with their error handling on, cma (for rendezvous reads) only with
 // memory invalidation on. Without these the shared-memory transports in
 // UCX_TLS are silently unused.
-//
-// Listening: UCX's connection managers bind a listener without
-// SO_REUSEADDR (UCX_TCP_CM_REUSEADDR=n, UCX_RDMA_CM_REUSEADDR=n), so a
-// listener could not come back on its port while earlier connections to it
-// sat in TIME_WAIT (up to a minute after a trainer restarts). blobpipe's
-// TCP listener sets it, as asio's acceptor does; so does this. A port
-// another listener holds still fails (SO_REUSEADDR does not allow two
-// listeners). The name is the field both CM tables share: "TCP_CM_REUSEADDR"
-// passes ucp_config_modify but the worker rejects it ("invalid
-// configuration") and applies nothing.
 struct ucx_default {
   const char* name;
   const char* value;
@@ -49,7 +39,6 @@ const ucx_default ucx_defaults[] = {
      "y",
      {"UCX_CMA_MEMORY_INVALIDATE"},
      {"all", "sm", "shm", "cma"}},
-    {"CM_REUSEADDR", "y", {"UCX_TCP_CM_REUSEADDR", "UCX_RDMA_CM_REUSEADDR"}, {}},
 };
 
 // Whether the transport list (UCX_TLS syntax: comma separated, "^" to
@@ -157,6 +146,17 @@ result<int> worker::event_fd() const {
   return fd;
 }
 
+result<std::vector<std::byte>> worker::address() const {
+  ucp_address_t* a = nullptr;
+  std::size_t n = 0;
+  if (auto st = ucp_worker_get_address(h_, &a, &n); st != UCS_OK)
+    return {errc::peer_failed, status_message("ucp_worker_get_address", st)};
+  const auto* p = reinterpret_cast<const std::byte*>(a);
+  std::vector<std::byte> out(p, p + n);
+  ucp_worker_release_address(h_, a);
+  return out;
+}
+
 namespace {
 void force_close(ucp_ep_h ep) noexcept {
   ucp_request_param_t p{};
@@ -177,18 +177,6 @@ endpoint& endpoint::operator=(endpoint&& o) noexcept {
 
 endpoint::~endpoint() {
   if (h_) force_close(h_);
-}
-
-listener_handle& listener_handle::operator=(listener_handle&& o) noexcept {
-  if (this != &o) {
-    reset();
-    h_ = std::exchange(o.h_, nullptr);
-  }
-  return *this;
-}
-
-void listener_handle::reset() noexcept {
-  if (h_) ucp_listener_destroy(std::exchange(h_, nullptr));
 }
 
 }  // namespace blobpipe::ucx::detail

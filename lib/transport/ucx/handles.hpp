@@ -1,9 +1,9 @@
-// RAII for UCX handles: context -> worker -> endpoint / listener.
+// RAII for UCX handles: context -> worker -> endpoint.
 //
 // Each wrapper is move-only and releases its handle in its destructor.
 // Owners declare them in acquisition order (context, worker, then what
 // lives on the worker), so C++ destruction runs UCX's teardown in exact
-// reverse: endpoints and listeners, then the worker (ucp_worker_destroy),
+// reverse: endpoints, then the worker (ucp_worker_destroy),
 // then the context (ucp_cleanup).
 //
 //   auto ctx = context::create({{"TLS", "tcp"}}).value();
@@ -12,6 +12,7 @@
 // Source: UCX examples/ucp_hello_world.c (main's labelled cleanup).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +25,7 @@ namespace blobpipe::ucx::detail {
 
 /// The overrides ucp_config_modify applies: blobpipe's defaults (for peer
 /// error mode MM_ERROR_HANDLING=y so posix/sysv qualify and
-/// MEMORY_INVALIDATE=y so cma does; CM_REUSEADDR=y for listeners; each
+/// MEMORY_INVALIDATE=y so cma does; each
 /// unless set in the environment or named in `overrides`), then `overrides`.
 std::vector<std::pair<std::string, std::string>> effective_config(
     const std::vector<std::pair<std::string, std::string>>& overrides);
@@ -64,6 +65,10 @@ class worker {
   /// Errors: peer_failed.
   result<int> event_fd() const;
 
+  /// The worker's packed address (ucp_worker_get_address), copied.
+  /// Errors: peer_failed.
+  result<std::vector<std::byte>> address() const;
+
  private:
   explicit worker(ucp_worker_h h) : h_(h) {}
   ucp_worker_h h_ = nullptr;
@@ -88,21 +93,6 @@ class endpoint {
 
  private:
   ucp_ep_h h_ = nullptr;
-};
-
-/// A ucp_listener_h (ucp_listener_destroy on release).
-class listener_handle {
- public:
-  listener_handle() = default;
-  explicit listener_handle(ucp_listener_h h) noexcept : h_(h) {}
-  listener_handle(listener_handle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  listener_handle& operator=(listener_handle&& o) noexcept;
-  ~listener_handle() { reset(); }
-  ucp_listener_h get() const noexcept { return h_; }
-  void reset() noexcept;
-
- private:
-  ucp_listener_h h_ = nullptr;
 };
 
 }  // namespace blobpipe::ucx::detail

@@ -49,12 +49,14 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   if (!w) return w.err();
   auto fd = w->event_fd();
   if (!fd) return fd.err();
+  auto address = w->address();
+  if (!address) return address.err();
   // The descriptor closes what it holds; the worker owns the original fd.
   int copy = ::dup(*fd);
   if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
   auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config,
-                                      opt.busy_poll);
-  for (unsigned id : {am_message, am_goodbye, am_goodbye_ack}) {
+                                      opt.busy_poll, std::move(*address));
+  for (unsigned id : {am_message, am_goodbye, am_goodbye_ack, am_verify}) {
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
   }
@@ -64,12 +66,16 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
 }
 
 runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w,
-                 int efd_copy, config_list config, std::chrono::microseconds busy_poll)
+                 int efd_copy, config_list config, std::chrono::microseconds busy_poll,
+                 std::vector<std::byte> address)
     : ex_(std::move(ex)),
       context_(std::move(ctx)),
       worker_(std::move(w)),
       efd_(ex_, efd_copy),
       config_(std::move(config)),
+      address_(std::move(address)),
+      pairs_(worker_.get(), address_),
+      pairing_lock_(ex_),
       busy_poll_(busy_poll) {}
 
 runtime::~runtime() {
@@ -99,9 +105,10 @@ ucs_status_t runtime::set_am_handler(unsigned id) {
   // kept (UCS_INPROGRESS) until read_some/read_exact copy it out, instead of
   // being copied into a buffer of ours first.
   p.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
-  p.cb = id == am_message     ? &am_callback<am_message>
-         : id == am_goodbye ? &am_callback<am_goodbye>
-                            : &am_callback<am_goodbye_ack>;
+  p.cb = id == am_message       ? &am_callback<am_message>
+         : id == am_goodbye     ? &am_callback<am_goodbye>
+         : id == am_goodbye_ack ? &am_callback<am_goodbye_ack>
+                                : &am_callback<am_verify>;
   p.arg = this;
   return ucp_worker_set_am_recv_handler(worker_.get(), &p);
 }
@@ -113,8 +120,14 @@ ucs_status_t am_callback(void* arg, const void* header, std::size_t header_lengt
                          std::size_t length, const ucp_am_recv_param_t* param) {
   auto* rt = static_cast<runtime*>(arg);
   ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  connection* c = ep ? rt->find(ep) : nullptr;
   bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if constexpr (Id == am_verify) {
+    // Routed by its nonce, not its endpoint: it tells whether the
+    // endpoints paired at all.
+    rt->on_verify(ep, std::span(static_cast<const std::byte*>(header), header_length));
+    return rndv ? UCS_ERR_CANCELED : UCS_OK;
+  }
+  connection* c = ep ? rt->find(ep) : nullptr;
   if (c == nullptr) {
     // Nobody listens on this endpoint any more (closed): a rendezvous
     // sender learns it from the status, eager data is dropped.
@@ -232,6 +245,33 @@ void runtime::release(const connection* c) noexcept {
   keep.reset();
 }
 
+std::uint64_t runtime::park(std::shared_ptr<connection> c) {
+  const std::uint64_t key = next_park_key_++;
+  parked_.emplace(key, std::move(c));
+  return key;
+}
+
+std::shared_ptr<connection> runtime::take(std::uint64_t key) noexcept {
+  auto it = parked_.find(key);
+  if (it == parked_.end()) return nullptr;
+  auto c = std::move(it->second);
+  parked_.erase(it);
+  return c;
+}
+
+void runtime::expect_verify(const nonce& n, connection* c) { verifying_[n] = c; }
+
+void runtime::forget_verify(const nonce& n) noexcept { verifying_.erase(n); }
+
+void runtime::on_verify(ucp_ep_h reply_ep, std::span<const std::byte> header) noexcept {
+  if (header.size() != nonce_bytes) return;  // not from a blobpipe rendezvous
+  nonce n;
+  std::copy(header.begin(), header.end(), n.begin());
+  auto it = verifying_.find(n);
+  if (it == verifying_.end()) return;  // given up on already
+  it->second->on_verify(reply_ep);
+}
+
 void runtime::shutdown() noexcept {
   auto self = weak_from_this().lock();  // null inside the destructor
   std::vector<std::shared_ptr<connection>> all;
@@ -250,6 +290,7 @@ void runtime::shutdown() noexcept {
   while (pending() && std::chrono::steady_clock::now() < deadline) ucp_worker_progress(worker());
   auto closing = std::move(closing_);
   closing_.clear();
+  parked_.clear();
   for (auto& c : all) c->abandon();
   eps_.clear();
   closing.clear();

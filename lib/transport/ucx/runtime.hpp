@@ -27,9 +27,13 @@
 // Source: UCX examples/ucp_hello_world.c (test_poll_wait), STYLE.md rule 11.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -42,7 +46,9 @@
 
 #include "blobpipe/errors.hpp"
 #include "blobpipe/transport/ucx.hpp"
+#include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/handles.hpp"
+#include "lib/transport/ucx/pairing.hpp"
 
 namespace blobpipe::ucx::detail {
 
@@ -52,6 +58,13 @@ class connection;
 inline constexpr unsigned am_message = 0;      ///< header: none (bytes) or a bulk header; data
 inline constexpr unsigned am_goodbye = 1;      ///< "closing, nothing more follows"
 inline constexpr unsigned am_goodbye_ack = 2;  ///< answer: the closer may disconnect
+/// Rendezvous (rendezvous.hpp): the connecting side's first message on its
+/// new endpoint; header: the nonce the listener sent; no data.
+inline constexpr unsigned am_verify = 3;
+
+/// Bytes of a rendezvous nonce (am_verify's header).
+inline constexpr std::size_t nonce_bytes = 16;
+using nonce = std::array<std::byte, nonce_bytes>;
 
 /// How long an orderly close (goodbye, flush, ucp_ep_close_nbx) may take
 /// before the endpoint is forced closed.
@@ -73,7 +86,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
   static result<std::shared_ptr<runtime>> of(const asio::any_io_executor& ex, const options& opt);
 
   runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w, int efd_copy,
-          config_list config, std::chrono::microseconds busy_poll);
+          config_list config, std::chrono::microseconds busy_poll, std::vector<std::byte> address);
   ~runtime();
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
@@ -112,6 +125,32 @@ class runtime : public std::enable_shared_from_this<runtime> {
   /// endpoint and drops the closing connections, so nothing leaks.
   void shutdown() noexcept;
 
+  // ---- the rendezvous (rendezvous.hpp) ----
+
+  /// This worker's address (ucp_worker_get_address), packed once.
+  std::span<const std::byte> address() const noexcept { return address_; }
+  /// Endpoints toward other workers' addresses, numbered as UCX pairs them.
+  detail::pairing& pairs() noexcept { return pairs_; }
+  /// Held by a connecting side from creating its endpoint until the
+  /// listener has created the other (so no second endpoint toward the same
+  /// worker takes a number in between).
+  blobpipe::detail::async_mutex& pairing_lock() noexcept { return pairing_lock_; }
+
+  /// Loopback: the listener creates both endpoints of a connection to its
+  /// own worker and parks the connecting side's here under a key, for the
+  /// connecting coroutine to take (same runtime). take() returns null for
+  /// an unknown key.
+  std::uint64_t park(std::shared_ptr<connection> c);
+  std::shared_ptr<connection> take(std::uint64_t key) noexcept;
+
+  /// The listener's side of a connection awaits am_verify carrying `n` on
+  /// its endpoint: connection::on_verify is called when it comes (on that
+  /// endpoint or, if the endpoints did not pair, another).
+  void expect_verify(const nonce& n, connection* c);
+  void forget_verify(const nonce& n) noexcept;
+  /// From the am_verify callback.
+  void on_verify(ucp_ep_h reply_ep, std::span<const std::byte> header) noexcept;
+
  private:
   /// Progress until idle; arm only when the pass found nothing, else run
   /// another pass from the executor's queue (see runtime.cpp). Armed, it
@@ -133,6 +172,12 @@ class runtime : public std::enable_shared_from_this<runtime> {
   config_list config_;
   std::unordered_map<ucp_ep_h, connection*> eps_;
   std::unordered_map<const connection*, std::shared_ptr<connection>> closing_;
+  std::vector<std::byte> address_;
+  detail::pairing pairs_;
+  blobpipe::detail::async_mutex pairing_lock_;
+  std::map<std::uint64_t, std::shared_ptr<connection>> parked_;
+  std::uint64_t next_park_key_ = 1;
+  std::map<nonce, connection*> verifying_;
   std::chrono::microseconds busy_poll_;
   std::chrono::steady_clock::time_point last_events_{};
   bool kick_posted_ = false;

@@ -2,15 +2,15 @@
 // connect, and the transport object over a connection.
 #include "blobpipe/transport/ucx.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <set>
 
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/detached.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
@@ -20,6 +20,7 @@
 
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/connection.hpp"
+#include "lib/transport/ucx/rendezvous.hpp"
 #include "lib/transport/ucx/runtime.hpp"
 #include "lib/transport/ucx/status.hpp"
 
@@ -152,23 +153,15 @@ std::tuple<std::error_code, std::unique_ptr<transport>> failed(errc e) {
   return {make_error_code(e), nullptr};
 }
 
-// ucp_ep_params for the parts both sides share: peer error mode, so a
-// failing peer is reported (err_handler) rather than left hanging.
-ucp_ep_params_t ep_params(connection& c) {
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler = c.err_handler();
-  return p;
-}
-
-// UCX 1.13 cannot use an IPv6 connection manager address with its tcp
-// transport: the accepting side's wireup connects to the peer's tcp
-// interface at the IPv6 address, which listens on IPv4 only, is refused,
-// and the worker later aborts in ucp_worker_destroy (free(): invalid
-// pointer, or an assertion in tcp_sockcm_ep.c). So blobpipe takes IPv4
-// only, a v4-mapped IPv6 address as its IPv4 address. Empty when usable;
-// else why not.
+// UCX 1.13 could not use an IPv6 connection manager address with its tcp
+// transport: the accepting side's wireup connected to the peer's tcp
+// interface at the IPv6 address, which listens on IPv4 only, was refused,
+// and the worker later aborted in ucp_worker_destroy (free(): invalid
+// pointer, or an assertion in tcp_sockcm_ep.c). The rendezvous no longer
+// hands UCX that address, but UCX's tcp lanes still choose their own
+// address family (UCX_TCP_AF_PRIO), untried over IPv6; so blobpipe takes
+// IPv4 only, a v4-mapped IPv6 address as its IPv4 address. Empty when
+// usable; else why not.
 std::string ipv4_only(asio::ip::address& a) {
   if (a.is_v4()) return {};
   if (a.to_v6().is_v4_mapped()) {
@@ -183,94 +176,95 @@ std::string ipv4_only(asio::ip::address& a) {
 
 // ---- listener ----------------------------------------------------------------
 
-// Closing a listener: UCX 1.13 must not destroy a ucp_listener while a
-// connection to it is half accepted (the TCP connection manager took the
-// socket but has not yet read the client's request): the request then
-// arrives on UCX's async thread for the freed listener and the process
-// dies in ucp_cm_server_conn_request_cb (seen when more clients connect
-// than a trainer accepts before it closes its listener). So close() stops
-// accepting at once, but the ucp_listener lingers, rejecting every request
-// that still comes (ucp_listener_reject: the client's connect fails), and
-// is destroyed only after close_linger without one. Like a closing
-// connection, the lingering listener keeps the runtime (and so the
-// io_context's run()) alive that long.
+// The accept loop takes sockets from the OS as they come and runs each
+// one's rendezvous in the background (rendezvous.hpp), so a client's
+// connect completes before accept() is called; finished ones wait in
+// `backlog`. `pending` counts both (what options::max_pending caps).
 struct listener::impl : std::enable_shared_from_this<listener::impl> {
-  explicit impl(std::shared_ptr<runtime> r)
-      : rt(std::move(r)), ready(rt->executor()), linger(rt->executor()) {}
-  // Not closed (never owned by a listener object): nothing can be half
-  // accepted that anyone waits for; the handle goes with the runtime.
-  ~impl() = default;
+  impl(std::shared_ptr<runtime> r, const options& o)
+      : rt(std::move(r)),
+        acceptor(rt->executor()),
+        ready(rt->executor()),
+        handshake_timeout(o.handshake_timeout),
+        max_pending(o.max_pending) {}
 
-  // Inside ucp_worker_progress: only queue the request; endpoints are
-  // created (or, once closed, the requests rejected) from the executor's
-  // queue.
-  static void on_conn_request(ucp_conn_request_h req, void* arg) {
-    auto* self = static_cast<impl*>(arg);
-    self->requests.push_back(req);
-    asio::post(self->rt->executor(), [weak = self->weak_from_this()] {
-      if (auto s = weak.lock()) s->take_requests();
-    });
+  // `self` is a parameter, so the coroutine's frame owns the listener from
+  // its creation: one closed before the loop first runs stays alive.
+  static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self) {
+    impl& l = *self;
+    while (!l.closed) {
+      auto [ec, sock] = co_await l.acceptor.async_accept(use_tuple);
+      if (l.closed) co_return;
+      if (ec) {
+        // EMFILE and the like: refusing this one must not end the loop,
+        // but must not spin either.
+        asio::steady_timer pause(l.acceptor.get_executor(), std::chrono::milliseconds(10));
+        co_await pause.async_wait(use_tuple);
+        continue;
+      }
+      if (l.pending >= l.max_pending) {
+        ++l.counters.over_cap;
+        l.last_refusal = "over max_pending (" + std::to_string(l.max_pending) + ")";
+        std::error_code ignored;
+        sock.close(ignored);
+        continue;
+      }
+      ++l.pending;
+      auto a = std::make_shared<detail::rv_attempt>(l.acceptor.get_executor());
+      a->sock = std::move(sock);
+      asio::co_spawn(l.acceptor.get_executor(), l.serve(self, a), asio::detached);
+    }
   }
 
-  void take_requests() {
-    if (closed) {
-      reject_requests();
-      return;
+  // `self` (this listener) is a parameter for the reason given above.
+  asio::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<detail::rv_attempt> a) {
+    auto rt_hold = rt;  // close() lets go of `rt`; this rendezvous may still need it
+    attempts.insert(a);
+    a->arm(handshake_timeout);
+    auto [ec, c] = co_await detail::serve_rendezvous(rt_hold, a);
+    attempts.erase(a);
+    if (ec || closed) {
+      if (c) c->close();
+      --pending;
+      if (!closed) {
+        ++(ec == errc::timed_out ? counters.timed_out : counters.refused);
+        last_refusal = a->why.empty() ? ec.message() : a->why;
+      }
+      co_return;
     }
-    while (!requests.empty()) {
-      ucp_conn_request_h req = requests.front();
-      requests.pop_front();
-      auto c = connection::make(*rt, {});
-      auto p = ep_params(*c);
-      p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-      p.conn_request = req;
-      ucp_ep_h ep = nullptr;
-      if (ucp_ep_create(rt->worker(), &p, &ep) != UCS_OK) continue;  // the client sees it fail
-      c->attach(ep);
-      backlog.push_back(std::move(c));
-      ready.notify_all();
-    }
-    rt->kick();
-  }
-
-  // Rejects what is queued and (re)starts the linger: the ucp_listener
-  // goes once close_linger passes without a request.
-  void reject_requests() {
-    if (!handle.get()) return;  // gone already; UCX queues nothing for it any more
-    for (auto req : requests) ucp_listener_reject(handle.get(), req);
-    requests.clear();
-    rt->kick();
-    linger.expires_after(detail::close_linger);
-    linger.async_wait([self = shared_from_this()](std::error_code ec) {
-      if (ec) return;  // restarted by a later request (or shut down)
-      // A request queued just now (its take_requests not run yet) is
-      // rejected first, and the linger starts over.
-      if (!self->requests.empty()) return self->reject_requests();
-      self->handle.reset();
-      // A closed listener, like a closed acceptor, must not keep the
-      // io_context running once it is gone: let go of the runtime
-      // (closing connections keep it alive themselves until done).
-      self->rt.reset();
-    });
+    ++counters.connections_ready;
+    backlog.push_back(std::move(c));
+    ready.notify_all();
   }
 
   void close() noexcept {
     if (closed) return;
     closed = true;
+    std::error_code ignored;
+    acceptor.close(ignored);
     for (auto& c : backlog) c->close();
+    pending -= backlog.size();
     backlog.clear();
+    for (const auto& a : std::set(attempts)) a->abort(false);
     ready.notify_all();
-    reject_requests();
+    // A closed listener, like a closed acceptor, must not keep the
+    // io_context running: let go of the runtime (rendezvous still ending
+    // and closing connections hold it themselves until done).
+    rt.reset();
   }
 
   // Runtime first: destroyed last.
   std::shared_ptr<runtime> rt;
-  detail::listener_handle handle;
+  asio::ip::tcp::acceptor acceptor;
   std::uint16_t port = 0;
-  std::deque<ucp_conn_request_h> requests;
   std::deque<std::shared_ptr<connection>> backlog;
+  std::set<std::shared_ptr<detail::rv_attempt>> attempts;
   blobpipe::detail::async_condition ready;
-  asio::steady_timer linger;  // see "Closing a listener"
+  std::chrono::milliseconds handshake_timeout;
+  std::size_t max_pending;
+  std::size_t pending = 0;
+  listener_counters counters;
+  std::string last_refusal;
   bool closed = false;
 };
 
@@ -280,6 +274,12 @@ listener& listener::operator=(listener&&) noexcept = default;
 listener::~listener() { close(); }
 
 std::uint16_t listener::port() const noexcept { return impl_ ? impl_->port : 0; }
+
+listener_counters listener::counters() const noexcept {
+  return impl_ ? impl_->counters : listener_counters{};
+}
+
+std::string listener::last_refusal() const { return impl_ ? impl_->last_refusal : std::string{}; }
 
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listener::accept(
     transport_options opt) {
@@ -293,6 +293,7 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listene
   if (p->closed) co_return failed(errc::closed);
   auto c = std::move(p->backlog.front());
   p->backlog.pop_front();
+  --p->pending;
   c->set_options(opt);
   co_return std::tuple{std::error_code{},
                        std::unique_ptr<transport>(std::make_unique<ucx_transport>(p->rt, c))};
@@ -308,35 +309,26 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return {errc::invalid_argument, "ucx listen: bad address '" + address + "'"};
   if (auto why = ipv4_only(addr); !why.empty()) return {errc::invalid_argument, "ucx listen: " + why};
+  if (opt.max_pending == 0) return {errc::invalid_argument, "ucx listen: max_pending is 0"};
   auto rt = runtime::of(ex, opt);
   if (!rt) return rt.err();
+
+  auto p = std::make_shared<listener::impl>(*rt, opt);
   asio::ip::tcp::endpoint ep(addr, port);
-
-  auto p = std::make_shared<listener::impl>(*rt);
-  ucp_listener_params_t lp{};
-  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(ep.data());
-  lp.sockaddr.addrlen = static_cast<socklen_t>(ep.size());
-  lp.conn_handler.cb = &listener::impl::on_conn_request;
-  lp.conn_handler.arg = p.get();
-  ucp_listener_h h = nullptr;
-  if (auto st = ucp_listener_create((*rt)->worker(), &lp, &h); st != UCS_OK) {
-    std::string where = "ucx listen on " + address + ":" + std::to_string(port);
-    // UCX reports a failed bind (EADDRINUSE) as "Device is busy".
-    if (st == UCS_ERR_BUSY) where += ": the port is in use";
-    return {errc::peer_failed, detail::status_message(where.c_str(), st)};
+  auto& a = p->acceptor;
+  a.open(ep.protocol(), ec);
+  // As asio's acceptor does by default: a port whose old connections sit
+  // in TIME_WAIT (a trainer restarted) binds; a live listener's does not.
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::string why = "ucx listen on " + address + ":" + std::to_string(port);
+    if (ec == asio::error::address_in_use) why += ": the port is in use";
+    return {errc::peer_failed, why + " (" + ec.message() + ")"};
   }
-  p->handle = detail::listener_handle(h);
-
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  if (auto st = ucp_listener_query(h, &attr); st != UCS_OK)
-    return {errc::peer_failed, detail::status_message("ucp_listener_query", st)};
-  if (attr.sockaddr.ss_family == AF_INET)
-    p->port = ntohs(reinterpret_cast<const sockaddr_in&>(attr.sockaddr).sin_port);
-  else
-    p->port = ntohs(reinterpret_cast<const sockaddr_in6&>(attr.sockaddr).sin6_port);
-  (*rt)->kick();
+  p->port = a.local_endpoint(ec).port();
+  asio::co_spawn(a.get_executor(), listener::impl::accept_loop(p), asio::detached);
   return listener(std::move(p));
 }
 
@@ -365,21 +357,17 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   auto [rec, endpoints] =
       co_await resolver.async_resolve(asio::ip::tcp::v4(), host, std::to_string(port), use_tuple);
   if (rec || endpoints.empty()) co_return failed(errc::peer_failed);
-  asio::ip::tcp::endpoint target = endpoints.begin()->endpoint();
 
-  auto c = connection::make(*keep, opt);
-  auto p = ep_params(*c);
-  p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(target.data());
-  p.sockaddr.addrlen = static_cast<socklen_t>(target.size());
-  ucp_ep_h ep = nullptr;
-  if (ucp_ep_create(keep->worker(), &p, &ep) != UCS_OK) co_return failed(errc::peer_failed);
-  c->attach(ep);
-  auto t = std::make_unique<ucx_transport>(keep, c);
-  if (auto ec = co_await c->wait_connected())
-    co_return std::tuple{ec, std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
+  auto a = std::make_shared<detail::rv_attempt>(ex);
+  a->arm(uopt.handshake_timeout);  // the TCP connect too: a SYN into the void waits minutes
+  auto [cec, where] = co_await asio::async_connect(a->sock, endpoints, use_tuple);
+  if (cec) co_return failed(a->timed_out ? errc::timed_out : errc::peer_failed);
+  std::error_code ignored;
+  a->sock.set_option(asio::ip::tcp::no_delay(true), ignored);
+  auto [ec, c] = co_await detail::join_rendezvous(keep, a, opt);
+  if (ec) co_return std::tuple{ec, std::unique_ptr<transport>{}};
+  co_return std::tuple{std::error_code{},
+                       std::unique_ptr<transport>(std::make_unique<ucx_transport>(keep, c))};
 }
 
 // ---- introspection -------------------------------------------------------------

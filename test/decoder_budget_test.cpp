@@ -1,0 +1,132 @@
+// The push decoder's budgets (issue 17 item 3, docs/wire.md "Flow
+// control"), driven with bytes and no io_context: every byte a consumer
+// holds counts against its window, zero-length entries with long keys and
+// tails included, and exceeding it is a protocol_violation naming it.
+#define BOOST_TEST_MODULE decoder_budget
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+#include <vector>
+
+#include "test/wire_vectors.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+using namespace blobpipe::testing::vectors_detail;
+
+namespace {
+
+/// Holds every entry it is given (an application that never drops one):
+/// nothing is released, so the decoder's buffered credit only grows.
+class holding_listener final : public decoder_listener {
+ public:
+  std::size_t entries_begun = 0;
+  std::size_t blobs_completed = 0;
+  result<void> on_hello(const hello&) override { return {}; }
+  result<std::span<std::byte>> on_entry_begin(void*, const entry_announcement& a) override {
+    ++entries_begun;
+    held_.emplace_back(a.entry->len);
+    return std::span<std::byte>(held_.back());
+  }
+  result<void> on_blob_complete(void*, std::uint64_t, blob_index,
+                                std::span<const std::byte>) override {
+    ++blobs_completed;
+    return {};
+  }
+
+ private:
+  std::vector<std::vector<std::byte>> held_;
+};
+
+const hello sender_hello{.role = wire_role::sender};
+
+/// Feeds `o` to a decoder with `window` bytes of window: consume()'s result.
+result<void> feed(const outbox& o, std::uint64_t window, holding_listener& l) {
+  decoder_limits lim;
+  lim.window_bytes = window;
+  decoder d(wire_role::sender, lim, l);
+  return d.consume(bytes_of(o));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(zero_length_entries_with_long_keys_fill_the_window) {
+  // Issue 17: 4,000 zero-length entries with 64 KiB keys held 260 MB in a
+  // consumer whose window was 64 MiB. Each now costs its key, its meta and
+  // entry_overhead_bytes: a 1 MiB window refuses the 17th of ~61 KiB.
+  constexpr std::uint64_t window = 1 << 20;
+  outbox o;
+  frame_hello(o, sender_hello);
+  frame_blob_begin(o, 1, tag_of("keys"));
+  const std::string key(60'000, 'k');
+  layout_builder b;
+  std::uint64_t credit = 0;
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    const planned_entry& pe =
+        *b.add(key + std::to_string(i), value::ndarray_bytes({}, "|u1", {0})).value();
+    const auto meta = pe.entry.meta();
+    frame_entry_begin(o, 1, i, pe.entry, meta);
+    if (i == 0) credit = entry_credit(0, pe.entry.key.size(), meta.size());
+  }
+  holding_listener l;
+  auto r = feed(o, window, l);
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST((r.code() == errc::protocol_violation));
+  BOOST_TEST(r.message().find("overruns the window") != std::string::npos, r.message());
+  // Admitted while they fit, and not one more.
+  BOOST_TEST(l.entries_begun == window / credit);
+}
+
+BOOST_AUTO_TEST_CASE(tail_past_what_the_window_has_left_is_refused_before_it_is_parsed) {
+  // The tail's bytes are buffered too: with an entry held, a tail one byte
+  // more than the window has left is refused at its header, and the same
+  // stream fits a window one byte larger.
+  const std::vector<float> x(768, 1.0f);  // 3 KiB
+  const tag_t tag = tag_of("tail");
+  layout_builder b;
+  const planned_entry& pe = *b.add("x", value::tensor(x)).value();
+  const auto meta = pe.entry.meta();
+  const std::uint64_t credit = entry_credit(pe.entry.len, pe.entry.key.size(), meta.size());
+  outbox o;
+  frame_hello(o, sender_hello);
+  frame_blob_begin(o, 1, tag);
+  frame_entry_begin(o, 1, 0, pe.entry, meta);
+  frame_data(o, 1, 0, std::as_bytes(std::span(x)), default_chunk_bytes, true);
+  auto plan = b.finish(tag).value();
+  std::vector<std::byte> t(tail_size(plan));
+  (void)write_tail(plan, t);
+  frame_tail(o, 1, t);
+
+  holding_listener tight;
+  auto r = feed(o, credit + t.size() - 1, tight);
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST((r.code() == errc::protocol_violation));
+  BOOST_TEST(r.message().find("tail of " + std::to_string(t.size()) +
+                              " credit bytes overruns the window") != std::string::npos,
+             r.message());
+  BOOST_TEST(tight.entries_begun == 1u);
+  BOOST_TEST(tight.blobs_completed == 0u);
+
+  holding_listener enough;
+  BOOST_TEST(feed(o, credit + t.size(), enough).has_value());
+  BOOST_TEST(enough.blobs_completed == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(tail_with_more_rows_than_entries_announced_is_refused) {
+  // A tail may not describe entries the consumer never saw begin: its row
+  // count is bounded by them before its rows are parsed.
+  outbox o;
+  frame_hello(o, sender_hello);
+  const tag_t tag = tag_of("rows");
+  frame_blob_begin(o, 1, tag);
+  const std::vector<float> x(4, 1.0f);
+  layout_builder sent, described;
+  entry(o, sent, 1, "x", value::tensor(x), 64, default_chunk_bytes);
+  for (const char* k : {"x", "y", "z"}) (void)described.add(k, value::tensor(x)).value();
+  tail(o, described, 1, tag);
+  holding_listener l;
+  auto r = feed(o, 64 << 20, l);
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST((r.code() == errc::protocol_violation));
+  BOOST_TEST(l.blobs_completed == 0u);
+}
