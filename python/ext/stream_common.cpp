@@ -101,6 +101,8 @@ sender_settings sender_settings_from(const py::dict& kw) {
       s.queue_bytes = sized<std::uint64_t>(v, name);
     } else if (name == "stall_timeout") {
       o.stall_timeout = timeout_ms(v, "stall_timeout");
+    } else if (name == "handshake_timeout") {
+      o.handshake_timeout = timeout_ms(v, "handshake_timeout");
     } else if (name == "resend") {
       s.resend = flag(v, name);
     } else if (name == "unacked_bytes") {
@@ -151,6 +153,8 @@ consumer_settings consumer_settings_from(const py::dict& kw) {
       o.stall_timeout = timeout_ms(v, "stall_timeout");
     } else if (name == "idle_timeout") {
       o.idle_timeout = timeout_ms(v, "idle_timeout");
+    } else if (name == "handshake_timeout") {
+      o.handshake_timeout = timeout_ms(v, "handshake_timeout");
     } else if (name == "allow_pickle") {
       s.allow_pickle = flag(v, name);
     } else {

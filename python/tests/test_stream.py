@@ -10,6 +10,7 @@ import asyncio
 import os
 import pickle
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -316,3 +317,21 @@ def test_ctrl_c_interrupts_a_blocked_iterator():
         with pytest.raises(KeyboardInterrupt):
             next(iter(consumer))
         t.join_result()
+
+
+def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
+    """A peer that accepts the TCP connection and never says hello."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        with pytest.raises(bf.TimedOutError) as e:
+            bf.connect(f"tcp://127.0.0.1:{port}", handshake_timeout=0.2)
+        assert e.value.category == "timed_out"
+
+
+def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
+    with bf.listen("tcp://127.0.0.1:0", handshake_timeout=0.2) as listener:
+        with socket.create_connection(("127.0.0.1", listener.port)):
+            with pytest.raises(bf.TimedOutError):
+                listener.accept(timeout=60)

@@ -98,6 +98,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             stall_timeout: seconds the sender waits on a consumer that
                 sends nothing and reads nothing (None or 0: no limit), then
                 TimedOutError (a resend session reconnects instead).
+            handshake_timeout: seconds the handshake may take once
+                connected (default 10; None or 0: no limit), then
+                TimedOutError (a resend session tries again).
             resend: True for a resend session: every blob is kept until the
                 consumer acknowledges it, and a broken connection is made
                 again and the unacknowledged blobs resent (each reaches the
@@ -134,6 +137,9 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             stall_timeout, idle_timeout: seconds without bytes from the
                 sender while it owes some (a blob is open), or at all, after
                 which the stream ends with TimedOutError (None or 0: none).
+            handshake_timeout: seconds an accepted connection's handshake
+                may take (default 10; None or 0: no limit); past it
+                accept() raises TimedOutError for that connection.
             max_chunk_bytes, inline_bytes, max_key_bytes, max_meta_bytes,
             max_entry_bytes, max_tail_bytes, max_blob_bytes (bytes),
             max_open_blobs, max_entries_per_blob, payload_window (counts),
