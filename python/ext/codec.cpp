@@ -18,6 +18,7 @@
 #include "errors.hpp"
 #include "file_source.hpp"
 #include "state.hpp"
+#include "tags.hpp"
 
 namespace blobpipe::python {
 namespace {
@@ -28,23 +29,6 @@ struct py_plan {
   std::vector<py::object> keep;
   py::object keys_cache, entries_cache;  // built on first access
 };
-
-py::bytes tag_bytes(const tag_t& t) {
-  return py::bytes(reinterpret_cast<const char*>(t.data()), t.size());
-}
-
-// The reference's bytes(tag)[:16].ljust(16, b"\0"): any bytes-like object
-// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes.
-tag_t tag_from(py::handle tag) {
-  py::object b = py::reinterpret_borrow<py::object>(tag);
-  if (!PyBytes_Check(tag.ptr()))
-    b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
-  const auto n =
-      std::min<std::size_t>(static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr())), TAG_SIZE);
-  tag_t t = NO_TAG;
-  std::memcpy(t.data(), PyBytes_AS_STRING(b.ptr()), n);
-  return t;
-}
 
 py::object optional_str(const std::optional<std::string>& s) {
   return s ? py::object(py::str(*s)) : py::object(py::none());

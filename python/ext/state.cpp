@@ -39,6 +39,7 @@ torch_state load_torch(py::handle torch) {
   t.sparse_coo = torch.attr("sparse_coo");
   t.frombuffer = torch.attr("frombuffer");
   t.empty = torch.attr("empty");
+  if (py::object c = torch.attr("_C"); py::hasattr(c, "_from_dlpack")) t.from_dlpack = c.attr("_from_dlpack");
   py::handle dtype_type = torch.attr("dtype");
   for (py::handle name : py::reinterpret_steal<py::list>(PyObject_Dir(torch.ptr()))) {
     py::object v = torch.attr(name);
@@ -87,6 +88,7 @@ void init_state(py::module_& m) {
   s->os_fsencode = os.attr("fsencode");
   s->error_for = py::module_::import("blobpipe._errors").attr("error_for");
   s->raw_entry = py::module_::import("blobpipe._raw").attr("RawEntry");
+  s->forked_error = py::module_::import("blobpipe._errors").attr("ForkedError");
   current = s.get();
   // The capsule's destructor runs when the module is torn down, with the
   // GIL held, and frees the state (and its references) then.

@@ -38,6 +38,9 @@ struct torch_state {
   py::object sparse_coo;   ///< torch.sparse_coo (the reference pickles these)
   py::object frombuffer;   ///< torch.frombuffer
   py::object empty;        ///< torch.empty
+  /// torch._C._from_dlpack (what torch.utils.dlpack.from_dlpack calls with a
+  /// capsule); empty when this torch has none.
+  py::object from_dlpack;
   // What the encoder reads from a tensor.
   tensor_member layout, is_nested, dtype, is_cpu, cpu, is_conj, resolve_conj, is_neg, resolve_neg,
       shape, is_contiguous, stride, data_ptr;
@@ -66,6 +69,9 @@ struct module_state {
   py::object os_pathlike, os_fsencode;
   py::object error_for;  ///< blobpipe._errors.error_for(category, message)
   py::object raw_entry;  ///< blobpipe._raw.RawEntry
+  py::object forked_error;  ///< blobpipe._errors.ForkedError(message)
+  /// blobpipe._stream._anext(consumer): the coroutine Consumer.__anext__ returns.
+  py::object anext;
   std::optional<torch_state> torch;
   bool torch_import_failed = false;
 };

@@ -23,9 +23,29 @@ kind ``n`` (dtype as ``dtype.str``, any byte order), anything else pickled
 (kind ``p``, ``pickle.HIGHEST_PROTOCOL``). numpy is required; torch is
 optional (see ``decode_entry``).
 
+Streaming, over the same wire protocol as the C++ library (a Python worker
+can feed a C++ trainer, and the other way round)::
+
+    with bf.connect("tcp://trainer:5555") as sender:       # Sender
+        with sender.open_blob() as blob:
+            blob.emit("0@input_ids", torch.arange(6))
+
+    with bf.listen("tcp://0.0.0.0:5555") as listener:      # Listener
+        with listener.accept() as consumer:                  # Consumer
+            for ev in consumer:                              # or async for
+                if isinstance(ev, bf.EntryReady):
+                    use(ev.entry.key, ev.value)              # zero-copy view
+
+``loopback_pair()`` joins a Sender and a Consumer in one process.
+Background threads, waiting and fork: see ``blobpipe._stream``.
+
 Errors: ``FormatError`` (a ``ValueError``) for bytes that are not a valid
 blob and for arguments the codec refuses, ``FileError`` (an ``OSError``)
-for files; both carry blobpipe's error category in ``.category``.
+for files, ``StreamError`` subclasses for connections (``ClosedError``,
+``PeerClosedError``, ``PeerFailedError``, ``ProtocolViolationError``,
+``TimedOutError``, ``AbortedError``; ``ForkedError``), ``URLError`` (a
+``ValueError``) for URLs; all carry blobpipe's error category in
+``.category``.
 
 Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
 ``blobpipe/format/*.hpp``.
@@ -39,10 +59,14 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 # The extension module loads these two, so they come first.
-from ._errors import Error, FileError, FormatError
+from ._errors import (AbortedError, ClosedError, Error, FileError, ForkedError, FormatError,
+                      PeerClosedError, PeerFailedError, ProtocolViolationError, StreamError,
+                      TimedOutError, URLError)
 from ._raw import RawEntry
 from . import _blobpipe
-from ._blobpipe import BlobPlan, Entry
+from ._blobpipe import (Blob, BlobAborted, BlobComplete, BlobPlan, Consumer, Entry, EntryReady,
+                        Listener, ReceivedBuffer, Sender)
+from ._stream import connect, listen, loopback_pair, parse_url
 
 __version__ = "0.1.0"
 
@@ -70,6 +94,12 @@ __all__ = [
     "Entry", "BlobPlan", "RawEntry", "Error", "FormatError", "FileError",
     "plan", "write", "write_tail", "read_index", "read_index_file",
     "decode_entry", "materialize", "footer_is_valid", "footer_tag",
+    # streaming
+    "connect", "listen", "loopback_pair", "parse_url",
+    "Sender", "Blob", "Consumer", "Listener", "EntryReady", "BlobComplete", "BlobAborted",
+    "ReceivedBuffer",
+    "StreamError", "ClosedError", "PeerClosedError", "PeerFailedError",
+    "ProtocolViolationError", "TimedOutError", "AbortedError", "ForkedError", "URLError",
 ]
 
 

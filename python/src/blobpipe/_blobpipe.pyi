@@ -1,9 +1,12 @@
 """Type stubs of blobpipe's extension module (python/ext). Its classes
-carry their docstrings at run time (help(blobpipe.Entry)); the functions
-are re-exported with theirs, units, shapes and errors, by the package's
-__init__.py."""
+carry their full docstrings at run time (help(blobpipe.Sender)); the
+functions are re-exported with theirs, units, shapes and errors, by the
+package's __init__.py and _stream.py. Sizes are in bytes, timeouts in
+seconds, shapes in elements."""
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from types import TracebackType
+from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Type,
+                    Union)
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 
@@ -62,3 +65,186 @@ def read_index_file(f: Any, off: int = 0, nbytes: int = 0) -> list[Entry]: ...
 def decode_entry(view: ReadableBuffer, e: Entry, *, allow_pickle: bool = True) -> Any: ...
 def footer_is_valid(tail: ReadableBuffer) -> bool: ...
 def footer_tag(tail: ReadableBuffer) -> Optional[bytes]: ...
+
+
+# ---- streaming (python/ext/{sender,consumer,connect,entry_ready,received}.cpp) ----
+
+class Blob:
+    """One blob being streamed (Sender.open_blob); a context manager that
+    finishes it, or aborts it with the exception's repr."""
+    @property
+    def tag(self) -> bytes:
+        """The blob's 16-byte tag."""
+    def emit(self, key: Any, value: Any) -> None:
+        """Adds entry ``str(key)``; returns without waiting for the network
+        (entries up to Sender.inline_bytes copied, larger ones held until a
+        later call on the sender). Blocks only while the queue is full.
+        Raises FormatError (value refused; the blob stays usable),
+        ClosedError, or the connection's StreamError."""
+    def finish(self) -> None:
+        """Ends the blob (index and footer queued behind its entries).
+        Raises as emit."""
+    def abort(self, reason: str = "") -> None:
+        """Abandons the blob: the consumer yields BlobAborted(reason)
+        (reason cut to 4 KiB). Raises ClosedError when it already ended."""
+    def __enter__(self) -> Blob: ...
+    def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool: ...
+
+class Sender:
+    """Streams blobs to one consumer (blobpipe.connect, loopback_pair); a
+    context manager that shuts down (or closes, on an exception)."""
+    @property
+    def chunk_bytes(self) -> int:
+        """Negotiated largest data frame payload, bytes."""
+    @property
+    def inline_bytes(self) -> int:
+        """Negotiated copy threshold, bytes."""
+    @property
+    def window_bytes(self) -> int:
+        """The consumer's window, bytes."""
+    @property
+    def queue_bytes(self) -> int:
+        """emit() blocks while more than this many bytes are queued."""
+    @property
+    def _waiting(self) -> int: ...
+    def open_blob(self, tag: Any = None) -> Blob:
+        """A new blob; ``tag`` bytes-like (cut or zero-padded to 16 bytes),
+        None for a random uuid4 tag. Raises ClosedError, StreamError."""
+    def flush(self) -> None:
+        """Waits until everything queued was handed to the transport.
+        Raises the connection's StreamError."""
+    def shutdown(self) -> None:
+        """Orderly close: sends what is queued and waits until the consumer
+        read it all. Raises the connection's StreamError; closed either way."""
+    def close(self) -> None:
+        """Closes now (blobs in flight are aborted); never raises."""
+    def stats(self) -> Dict[str, int]:
+        """Counters: entries_sent, bytes_sent, credit_waits, queue_waits, ..."""
+    def __enter__(self) -> Sender: ...
+    def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool: ...
+
+class ReceivedBuffer:
+    """The bytes of one received entry (buffer protocol: 1-d, format "B",
+    len(b) bytes, writable). Holding it keeps the bytes and their window
+    credit."""
+    @property
+    def address(self) -> int:
+        """Address of the first byte."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...
+
+class EntryReady:
+    """An entry whose bytes have all arrived; unpacks as
+    ``tag, entry, value = ev``. Holding it, its value or its buffer keeps
+    the bytes and their share of the consumer's window."""
+    __match_args__ = ("tag", "entry", "value")
+    @property
+    def tag(self) -> bytes:
+        """The blob's 16-byte tag."""
+    @property
+    def entry(self) -> Entry:
+        """The index row: key, off and len (bytes), kind, dtype, shape."""
+    @property
+    def value(self) -> Any:
+        """Zero-copy value: torch.Tensor (kind t; numpy.ndarray or RawEntry
+        where torch lacks the dtype), numpy.ndarray (n), the unpickled
+        object (p; bytes with allow_pickle=False)."""
+    @property
+    def buffer(self) -> ReceivedBuffer:
+        """The entry's entry.len bytes."""
+    @property
+    def key(self) -> str: ...
+    @property
+    def blob_id(self) -> int: ...
+    @property
+    def index(self) -> int:
+        """The entry's position in its blob."""
+    def __iter__(self) -> Iterator[Any]: ...
+
+class BlobComplete:
+    """A blob whose tail arrived and checked out."""
+    __match_args__ = ("tag",)
+    @property
+    def tag(self) -> bytes: ...
+    @property
+    def blob_id(self) -> int: ...
+    @property
+    def nbytes(self) -> int:
+        """The whole blob's size as written, bytes."""
+    @property
+    def entries(self) -> list[Entry]: ...
+
+class BlobAborted:
+    """A blob that will not complete."""
+    __match_args__ = ("tag", "reason")
+    @property
+    def tag(self) -> bytes: ...
+    @property
+    def blob_id(self) -> int: ...
+    @property
+    def reason(self) -> str:
+        """The producer's reason (Blob.abort), or what broke."""
+    @property
+    def category(self) -> str:
+        """"aborted", or the connection's error category."""
+    @property
+    def resend(self) -> bool:
+        """Resend sessions: True when the sender will send the blob again."""
+
+# The events a Consumer yields (a name for these stubs only).
+_Event = Union[EntryReady, BlobComplete, BlobAborted]
+
+class Consumer:
+    """Receives blobs from one sender (Listener.accept, loopback_pair):
+    ``for ev in consumer`` or ``async for ev in consumer``, ending at the
+    sender's shutdown or after close(); a connection that fails raises its
+    StreamError after the BlobAborted events of its open blobs."""
+    @property
+    def chunk_bytes(self) -> int:
+        """Negotiated largest data frame payload, bytes."""
+    @property
+    def window_bytes(self) -> int:
+        """This consumer's window, bytes."""
+    @property
+    def _waiting(self) -> int: ...
+    def __iter__(self) -> Consumer: ...
+    def __next__(self) -> _Event: ...
+    def __aiter__(self) -> Consumer: ...
+    async def __anext__(self) -> _Event: ...
+    def _poll(self) -> Optional[_Event]: ...
+    def _arm(self) -> int: ...
+    def _disarm(self) -> None: ...
+    def close(self) -> None:
+        """Closes now; a blocked iteration in another thread wakes and
+        ends. Received values stay valid. Idempotent."""
+    def stats(self) -> Dict[str, int]:
+        """Counters: buffered_bytes, entries_received, blobs_completed, ..."""
+    def __enter__(self) -> Consumer: ...
+    def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool: ...
+
+class Listener:
+    """Accepts connections (blobpipe.listen); its Consumers share its
+    background thread and outlive it."""
+    @property
+    def port(self) -> int:
+        """The bound port (the one chosen for port 0)."""
+    def accept(self, timeout: Optional[float] = None) -> Consumer:
+        """The next connection's Consumer; timeout in seconds (None: none).
+        Raises TimedOutError, ClosedError, ProtocolViolationError,
+        PeerClosedError, PeerFailedError."""
+    def close(self) -> None:
+        """Stops listening; accepted Consumers go on. Idempotent."""
+    def __enter__(self) -> Listener: ...
+    def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool: ...
+
+def _connect(scheme: str, host: str, port: int, url: str, options: Dict[str, Any]) -> Sender: ...
+def _listen(scheme: str, host: str, port: int, url: str, options: Dict[str, Any]) -> Listener: ...
+def _loopback_pair(sender_options: Dict[str, Any],
+                   consumer_options: Dict[str, Any]) -> Tuple[Sender, Consumer]: ...
+def _cpp_stream_bench(blobs: int, per_blob: int, entry_bytes: int) -> float:
+    """Seconds for the C++ pipeline alone to stream blobs x per_blob
+    entries of entry_bytes bytes over TCP loopback."""

@@ -6,6 +6,13 @@ Every failure blobpipe reports carries the C++ library's error category
 ``str(e)``. The class says which family the category belongs to, so that
 code written against the reference codec, which raises ``ValueError`` for a
 bad blob, keeps working: ``FormatError`` is a ``ValueError``.
+
+Streaming (``Sender``, ``Consumer``, ``Listener``) raises a ``StreamError``
+subclass per transport category (``ClosedError``, ``PeerClosedError``,
+``PeerFailedError``, ``ProtocolViolationError``, ``TimedOutError``,
+``AbortedError``), ``URLError`` (a ``ValueError``) for a URL it cannot
+use, and ``ForkedError`` (a ``ClosedError``) for an object used in a child
+process forked after it was made.
 """
 
 from __future__ import annotations
@@ -19,6 +26,17 @@ FORMAT_CATEGORIES = frozenset({
     "too_small", "bad_footer", "index_out_of_range", "malformed_index",
     "entry_out_of_range", "shape_mismatch", "unknown_kind", "unknown_dtype",
     "too_large", "buffer_too_small", "invalid_argument",
+})
+
+
+#: Categories of the streaming classes (blobpipe::errc's transport codes):
+#: ``closed`` (this side closed the object), ``peer_closed`` (the peer ended
+#: the connection), ``peer_failed`` (connection refused, reset, or an I/O
+#: failure), ``protocol_violation`` (the peer broke docs/wire.md),
+#: ``timed_out`` (a configured timeout expired), ``aborted`` (the producer
+#: abandoned the blob).
+STREAM_CATEGORIES = frozenset({
+    "closed", "peer_closed", "peer_failed", "protocol_violation", "timed_out", "aborted",
 })
 
 
@@ -48,10 +66,82 @@ class FileError(Error, OSError):
     (``read_index_file``). ``.category`` is ``"io"``."""
 
 
+class StreamError(Error):
+    """A failure of a Sender, Consumer or Listener, or of their connection.
+    ``.category`` is one of ``STREAM_CATEGORIES``; the subclass says which."""
+
+
+class ClosedError(StreamError):
+    """The object was closed on this side (``close()``, ``shutdown()``, the end
+    of its ``with`` block), before or while the call waited. ``closed``."""
+
+
+class PeerClosedError(StreamError, ConnectionError):
+    """The peer ended the connection before the stream's orderly end (a
+    sender that went away without ``shutdown()``, or a consumer that closed).
+    ``peer_closed``."""
+
+
+class PeerFailedError(StreamError, ConnectionError):
+    """The connection could not be made (refused, host unknown) or broke
+    (reset, an I/O error). ``peer_failed``."""
+
+
+class ProtocolViolationError(StreamError):
+    """The peer sent bytes that break blobpipe's wire protocol (docs/wire.md),
+    or an incompatible handshake. ``protocol_violation``."""
+
+
+class TimedOutError(StreamError, TimeoutError):
+    """A configured timeout expired (``stall_timeout``, ``idle_timeout``,
+    ``accept(timeout=...)``). ``timed_out``."""
+
+
+class AbortedError(StreamError):
+    """The producer abandoned the blob. ``aborted``."""
+
+
+class ForkedError(ClosedError):
+    """The object was made before ``os.fork()`` and is used in the child: its
+    background thread does not exist there. Make a new one in the child.
+    ``.category`` is ``"closed"``."""
+
+    def __init__(self, message: str, category: str = "closed") -> None:
+        super().__init__(message, category)
+
+
+class URLError(Error, ValueError):
+    """A URL ``connect``/``listen`` cannot use: no ``scheme://``, a scheme other
+    than ``tcp`` or ``ucx``, no host, or a port that is not 0..65535 (0 only
+    to listen). The message names the part; ``.part`` is ``"scheme"``,
+    ``"host"`` or ``"port"``. ``.category`` is ``"invalid_argument"``."""
+
+    def __init__(self, message: str, category: str = "invalid_argument",
+                 part: str = "") -> None:
+        super().__init__(message, category)
+        self.part = part
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.category, self.part))
+
+
+_STREAM_CLASSES = {
+    "closed": ClosedError,
+    "peer_closed": PeerClosedError,
+    "peer_failed": PeerFailedError,
+    "protocol_violation": ProtocolViolationError,
+    "timed_out": TimedOutError,
+    "aborted": AbortedError,
+}
+
+
 def error_for(category: str, message: str) -> Error:
     """The exception for a blobpipe error: used by the extension module."""
     if category in FORMAT_CATEGORIES:
         return FormatError(message, category)
     if category == "io":
         return FileError(message, category)
+    cls = _STREAM_CLASSES.get(category)
+    if cls is not None:
+        return cls(message, category)
     return Error(message, category)

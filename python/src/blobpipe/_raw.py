@@ -13,11 +13,16 @@ class RawEntry:
     ``float8_*`` formats without a torch that has them (Debian's torch 1.13
     has none), or a numpy ``dtype.str`` this numpy cannot build.
     ``decode_entry`` returns one instead of failing or guessing a dtype, and
-    ``plan`` stores one as the entry it came from (same kind, dtype, shape
-    and bytes).
+    ``plan`` and ``Blob.emit`` store one as the entry it came from (same
+    kind, dtype, shape and bytes).
+
+    ``RawEntry("p", "", (), data)`` stores ``data``, bytes that already are
+    a pickle, as a kind ``p`` entry unchanged (not pickled again): for
+    pickles whose exact bytes matter to the peer (see
+    ``examples/python/rollout_to_trainer.py``).
 
     Attributes:
-        kind: the entry's kind, ``"t"`` or ``"n"``.
+        kind: the entry's kind, ``"t"`` or ``"n"`` (or ``"p"``, above).
         dtype: the entry's dtype name as blobpipe reads it (torch's canonical
             spelling, e.g. ``"bfloat16"``, or the numpy ``dtype.str``).
         shape: the shape in elements.

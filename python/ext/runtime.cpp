@@ -1,0 +1,171 @@
+#include "runtime.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <asio/post.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <utility>
+
+#include "state.hpp"
+
+namespace blobpipe::python {
+namespace {
+
+std::atomic<std::uint64_t> generation{0};
+
+// Runs in the child right after fork(), before anything else there: only
+// an atomic add (async-signal-safe).
+void on_fork_child() noexcept { generation.fetch_add(1, std::memory_order_relaxed); }
+
+double seconds_of(py::handle seconds, const char* name) {
+  const double s = py::cast<double>(py::float_(py::reinterpret_borrow<py::object>(seconds)));
+  if (!std::isfinite(s) || s < 0)
+    throw py::value_error(std::string(name) + " must be a finite number of seconds >= 0, not " +
+                          std::string(py::repr(seconds)));
+  return s;
+}
+
+}  // namespace
+
+std::uint64_t fork_generation() noexcept { return generation.load(std::memory_order_relaxed); }
+
+void check_not_forked(std::uint64_t gen, const char* what) {
+  if (gen == fork_generation()) return;
+  const std::string msg = std::string("this ") + what +
+                          " was made before os.fork() and its background thread did not "
+                          "survive into the child (pid " +
+                          std::to_string(::getpid()) + "): make a new one in the child";
+  py::object exc = state().forked_error(msg);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+void leak_in_child(std::shared_ptr<const void> p) noexcept {
+  if (!p) return;
+  // Deliberately never freed: see the file comment in runtime.hpp. One
+  // small allocation per object a child drops (out of memory here ends the
+  // process, as any failed allocation in a noexcept path does).
+  (void)std::make_unique<std::shared_ptr<const void>>(std::move(p)).release();
+}
+
+io_runtime::io_runtime(private_tag)
+    : work_(asio::make_work_guard(ctx_)), generation_(fork_generation()) {}
+
+std::shared_ptr<io_runtime> io_runtime::start() {
+  auto rt = std::make_shared<io_runtime>(private_tag{});
+  rt->thread_ = std::thread([r = rt.get()] {
+    // Named for top, perf and debuggers (at most 15 characters).
+    ::pthread_setname_np(::pthread_self(), "blobpipe-io");
+    // Coroutines report their own failures (stream.hpp); an exception
+    // escaping a handler is a bug, but must not take the process down
+    // with std::terminate while the application still runs.
+    for (;;) {
+      try {
+        r->ctx_.run();
+        break;
+      } catch (...) {
+      }
+    }
+    std::lock_guard lk(r->mu_);
+    r->ran_out_ = true;
+    r->ran_out_cv_.notify_all();
+  });
+  return rt;
+}
+
+bool io_runtime::add_user() {
+  std::lock_guard lk(mu_);
+  if (users_ == 0) return false;
+  ++users_;
+  return true;
+}
+
+void io_runtime::release_user() {
+  {
+    std::lock_guard lk(mu_);
+    if (users_ == 0 || --users_ > 0) return;
+  }
+  stop();
+}
+
+void io_runtime::retire(std::shared_ptr<const void> p) noexcept {
+  std::unique_lock lk(grave_mu_);
+  if (stopped_) {
+    lk.unlock();
+    p.reset();
+    return;
+  }
+  try {
+    grave_.push_back(std::move(p));
+    if (grave_posted_) return;
+    asio::post(ctx_, [this] { bury(); });
+    grave_posted_ = true;
+  } catch (...) {  // out of memory: drop it here after all
+    lk.unlock();
+    p.reset();
+  }
+}
+
+void io_runtime::bury() noexcept {
+  std::vector<std::shared_ptr<const void>> dead;
+  {
+    std::lock_guard lk(grave_mu_);
+    dead.swap(grave_);
+    grave_posted_ = false;
+  }
+}
+
+void io_runtime::set_stop_grace(std::chrono::milliseconds grace) {
+  std::lock_guard lk(mu_);
+  grace_ = std::max(grace_, grace);
+}
+
+void io_runtime::stop() noexcept {
+  work_.reset();
+  {
+    std::unique_lock lk(mu_);
+    ran_out_cv_.wait_for(lk, grace_, [&] { return ran_out_; });
+  }
+  ctx_.stop();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  std::vector<std::shared_ptr<const void>> dead;
+  {
+    std::lock_guard lk(grave_mu_);
+    stopped_ = true;
+    dead.swap(grave_);
+  }
+}
+
+io_runtime::~io_runtime() { stop(); }
+
+void release_user_nogil(io_runtime& rt) {
+  py::gil_scoped_release nogil;
+  rt.release_user();
+}
+
+std::optional<std::chrono::steady_clock::time_point> deadline_after(py::handle seconds) {
+  if (seconds.is_none()) return std::nullopt;
+  const double s = seconds_of(seconds, "timeout");
+  const auto d = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::min(s, 1e9)));
+  return std::chrono::steady_clock::now() + d;
+}
+
+std::chrono::milliseconds timeout_ms(py::handle seconds, const char* name) {
+  if (seconds.is_none()) return std::chrono::milliseconds{0};
+  const double s = seconds_of(seconds, name);
+  // Up to a year, as the C++ examples bound their timeouts; a positive
+  // value below a millisecond is one millisecond, not "no timeout".
+  const double ms = std::ceil(std::min(s, 365.0 * 24 * 3600) * 1e3);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
+void init_runtime() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
+}
+
+}  // namespace blobpipe::python

@@ -1,0 +1,780 @@
+// blobpipe.Sender and blobpipe.Blob: a C++ sender driven from Python threads.
+//
+// Python calls become commands in a queue that one coroutine on the io
+// thread drains in order (open, emit, finish, abort, flush, shutdown,
+// drop), co_awaiting the C++ sender for each. A Python call waits only for
+// what it must: emit() returns once its command is queued, finish(),
+// flush() and shutdown() once theirs has run.
+//
+// emit() without the network: the value is encoded on the calling thread
+// (encode.hpp) and planned alone (layout_builder::add, so bad values raise
+// there). An entry of at most the negotiated copy threshold
+// (sender::inline_bytes()) is copied into the command (gathered if
+// strided), so the caller may change the value at once, as the C++ sender
+// copies it. A larger one is held: the command owns a reference to the
+// Python object whose memory the C++ sender then sends in place, and
+// hands it back (sender_core::released) once its C++ emit has completed;
+// a Python thread drops it at its next call. Commands queued and not yet
+// completed are counted in bytes; emit() waits while they exceed the
+// queue limit (the consumer's window by default) — the only time it
+// blocks, i.e. when the window is full and the background thread is
+// behind by another window.
+//
+// Errors of a queued command cannot be raised by the emit() that queued
+// it: an entry the sender refuses (a key longer than the consumer's
+// max_key_bytes, say) aborts its blob, and the blob's next call raises
+// the error; a broken connection makes every later call raise.
+#include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
+
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "blobpipe/format/layout.hpp"
+#include "encode.hpp"
+#include "errors.hpp"
+#include "state.hpp"
+#include "stream.hpp"
+#include "tags.hpp"
+
+namespace blobpipe::python {
+namespace {
+
+enum class op { open, emit, finish, abort, flush, shutdown, drop };
+
+}  // namespace
+
+/// One blob: its C++ writer (io thread only) and its state as Python sees
+/// it (under sender_core::mu).
+struct blob_slot {
+  explicit blob_slot(const tag_t& t) : tag(t) {}
+  const tag_t tag;
+  blob_writer w;  // io thread only
+  std::error_code failed;  // an entry could not be sent: the blob was aborted
+  std::string why;
+  bool ended = false;  // finish() or abort() was called
+};
+
+namespace {
+
+struct send_command {
+  op what = op::emit;
+  std::shared_ptr<blob_slot> blob;
+  std::string text;  // emit: the key; abort: the reason
+  value v;           // emit
+  std::vector<std::byte> copy;  // emit of a copied value: its bytes (v.data points here)
+  py_ref keep;                  // emit of a held value: the object v.data points into
+  std::uint64_t cost = 0;       // bytes counted against the queue limit
+  std::shared_ptr<completion> done;  // finish, abort, flush, shutdown
+};
+
+// Costs a queued entry beyond its bytes (bookkeeping; never zero, so that
+// empty entries count too).
+constexpr std::uint64_t command_overhead_bytes = 64;
+
+bool ends_stream(std::error_code ec) {
+  return ec == errc::closed || ec == errc::peer_closed || ec == errc::peer_failed ||
+         ec == errc::protocol_violation || ec == errc::timed_out;
+}
+
+// A random uuid4 tag. Not lib/format's random_tag(): its generator is
+// thread_local, so a forked child would repeat the tags its parent's
+// thread draws next. This one reseeds in every child.
+tag_t fresh_tag() {
+  thread_local std::uint64_t seeded_in = ~std::uint64_t{0};
+  thread_local std::mt19937_64 gen;
+  if (seeded_in != fork_generation()) {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
+    gen.seed(seq);
+    seeded_in = fork_generation();
+  }
+  tag_t t;
+  for (std::size_t i = 0; i < TAG_SIZE; i += 8) {
+    const std::uint64_t r = gen();
+    std::memcpy(t.data() + i, &r, 8);
+  }
+  t[6] = (t[6] & std::byte{0x0F}) | std::byte{0x40};  // RFC 4122 version 4
+  t[8] = (t[8] & std::byte{0x3F}) | std::byte{0x80};  // variant 10xx
+  return t;
+}
+
+}  // namespace
+
+struct sender_core {
+  explicit sender_core(asio::any_io_executor e) : ex(std::move(e)) {}
+  asio::any_io_executor ex;
+  sender s;  // io thread only
+  // Negotiated in the handshake, before any Python thread looks.
+  std::uint32_t inline_bytes = 0, chunk_bytes = 0;
+  std::uint64_t window_bytes = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  // Guarded by mu:
+  std::deque<send_command> queue;
+  bool draining = false;            // a drain coroutine runs or is posted
+  std::uint64_t pending_bytes = 0;  // queued and running commands' cost
+  std::vector<PyObject*> released;  // held values whose emit completed
+  std::error_code failed;           // the stream ended with this error
+  std::string why;
+  bool closed = false;  // close() or shutdown() was called
+  bool writers_dropped = false;  // the io thread has emptied every blob_slot::w
+  sender_stats final_stats;      // as the sender was closed
+  int waiting = 0;      // Python threads in cv waits
+
+  // Io thread only: every blob opened, so that closing can drop their
+  // writers there (blob_slot::w must never be destroyed elsewhere while
+  // the io thread runs).
+  std::vector<std::weak_ptr<blob_slot>> slots;
+
+  void fail(std::error_code ec, const std::string& what) {
+    std::lock_guard lk(mu);
+    if (failed) return;
+    failed = ec;
+    why = what;
+  }
+};
+
+namespace {
+
+// ---- the io thread ----
+
+std::string stream_text(std::error_code ec) {
+  return "the connection to the consumer ended: " + ec.message() + " (" + errc_name(ec) + ")";
+}
+
+asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std::string& why) {
+  std::error_code ec;
+  blob_slot* b = cmd.blob.get();
+  auto blob_failed = [&] {
+    std::lock_guard lk(c.mu);
+    if (b->failed) why = b->why;
+    return b->failed;
+  };
+  switch (cmd.what) {
+    case op::open:
+      b->w = c.s.open_blob(b->tag);
+      if (c.slots.size() >= 64 && c.slots.size() == c.slots.capacity())
+        std::erase_if(c.slots, [](const auto& w) { return w.expired(); });
+      c.slots.push_back(cmd.blob);
+      break;
+    case op::emit: {
+      if (blob_failed()) break;  // the blob was aborted: its later entries are dropped
+      std::string key = cmd.text;
+      ec = co_await b->w.emit(std::move(cmd.text), std::move(cmd.v));
+      if (!ec) break;
+      why = "emit " + quote(key) + ": " +
+            (b->w.last_error().empty() ? ec.message() : b->w.last_error());
+      {
+        std::lock_guard lk(c.mu);
+        b->failed = ec;
+        b->why = why;
+      }
+      // A refused entry leaves the blob open in C++; Python's contract is
+      // that the blob is then aborted, so the consumer never sees it
+      // complete without the entry.
+      if (!ends_stream(ec)) co_await b->w.abort(why);
+      break;
+    }
+    case op::finish:
+      if ((ec = blob_failed())) break;
+      ec = co_await b->w.finish();
+      break;
+    case op::abort:
+      if (blob_failed()) break;  // aborted already
+      ec = co_await b->w.abort(std::move(cmd.text));
+      break;
+    case op::flush:
+      ec = co_await c.s.flush();
+      break;
+    case op::shutdown:
+      ec = co_await c.s.shutdown();
+      break;
+    case op::drop:
+      b->w = blob_writer{};  // the last handle: aborts the blob if still open
+      break;
+  }
+  if (ec && why.empty()) why = ends_stream(ec) ? stream_text(ec) : ec.message();
+  if (ends_stream(ec) && cmd.what != op::shutdown) c.fail(ec, stream_text(ec));
+  co_return ec;
+}
+
+void complete(sender_core& c, send_command& cmd, std::error_code ec, std::string why) {
+  {
+    std::lock_guard lk(c.mu);
+    c.pending_bytes -= cmd.cost;
+    if (cmd.keep) c.released.push_back(cmd.keep.release());
+    if (c.waiting > 0) c.cv.notify_all();
+  }
+  if (cmd.done) cmd.done->set(ec, std::move(why));
+}
+
+asio::awaitable<void> drain(std::shared_ptr<sender_core> c) {
+  std::deque<send_command> batch;
+  for (;;) {
+    {
+      std::lock_guard lk(c->mu);
+      if (c->queue.empty()) {
+        c->draining = false;
+        if (c->waiting > 0) c->cv.notify_all();  // close() waits for this
+        co_return;
+      }
+      batch.swap(c->queue);
+    }
+    while (!batch.empty()) {
+      std::string why;
+      const std::error_code ec = co_await run_one(*c, batch.front(), why);
+      complete(*c, batch.front(), ec, std::move(why));
+      batch.pop_front();
+    }
+  }
+}
+
+/// Starts a drain coroutine on the io thread. Called from a Python thread,
+/// so the coroutine is made there too, inside a posted handler.
+void start_drain(const std::shared_ptr<sender_core>& c) {
+  asio::post(c->ex, [c] {
+    asio::co_spawn(c->ex, drain(c), [c](std::exception_ptr e) {
+      if (!e) return;
+      // Out of memory inside a command: nothing more can be sent. Wake the
+      // Python threads rather than leave them waiting on a dead queue.
+      c->fail(make_error_code(errc::closed), "blobpipe's background thread failed");
+      std::lock_guard lk(c->mu);
+      c->draining = false;
+      c->cv.notify_all();
+    });
+  });
+}
+
+// ---- the Python side ----
+
+/// What a Sender's Python objects share: the runtime, the core, and the
+/// Python-side bookkeeping. Lives on Python threads (its destructor runs
+/// with the GIL).
+class sender_handle {
+ public:
+  sender_handle(std::shared_ptr<io_runtime> rt, std::shared_ptr<sender_core> core,
+                std::uint64_t queue_bytes)
+      : rt_(std::move(rt)),
+        core_(std::move(core)),
+        generation_(rt_->generation()),
+        queue_limit_(queue_bytes ? queue_bytes : std::max<std::uint64_t>(core_->window_bytes, 1)) {}
+
+  ~sender_handle() {
+    if (generation_ != fork_generation()) {
+      leak_in_child(std::move(core_));
+      leak_in_child(std::move(rt_));
+      return;
+    }
+    close_now();
+    // The io thread has stopped: the queue (empty unless the stop grace
+    // ran out) and the released values are ours now.
+    drop_released();
+    std::deque<send_command> rest;
+    {
+      std::lock_guard lk(core_->mu);
+      rest.swap(core_->queue);
+    }
+    rest.clear();
+    core_.reset();
+    rt_.reset();
+  }
+
+  sender_handle(const sender_handle&) = delete;
+  sender_handle& operator=(const sender_handle&) = delete;
+
+  void check(const char* what) const { check_not_forked(generation_, what); }
+
+  std::shared_ptr<blob_slot> open_blob(py::handle tag) {
+    check("Sender");
+    auto slot = std::make_shared<blob_slot>(tag.is_none() ? fresh_tag() : tag_from(tag));
+    send_command cmd;
+    cmd.what = op::open;
+    cmd.blob = slot;
+    push(std::move(cmd), nullptr);
+    return slot;
+  }
+
+  void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val) {
+    check("Blob");
+    send_command cmd;
+    cmd.what = op::emit;
+    cmd.blob = b;
+    cmd.text = key_string(key);
+    encoded e = encode_value(val);
+    // Planned alone: refuses what the sender would (dtype, shape, size)
+    // here, and gives the entry's length in bytes.
+    layout_builder lb;
+    const planned_entry* pe = unwrap(lb.add(cmd.text, e.v));
+    const std::uint64_t len = pe->entry.len;
+    if (e.raw_nbytes && *e.raw_nbytes != len)
+      raise(errc::invalid_argument, "RawEntry " + quote(cmd.text) + " has " +
+                                        std::to_string(*e.raw_nbytes) +
+                                        " bytes; its dtype and shape need " + std::to_string(len));
+    if (len <= core_->inline_bytes) {
+      // Copied now (as the C++ sender copies it), so the caller may reuse
+      // the value as soon as emit returns.
+      cmd.copy.resize(len);
+      if (len > 0) unwrap(write_entry(*pe, cmd.copy));
+      cmd.v = std::move(e.v);
+      cmd.v.data = cmd.copy.data();
+      cmd.v.strides.clear();
+      if (cmd.v.kind == KIND_PICKLE) cmd.v.nbytes = len;
+    } else {
+      cmd.v = std::move(e.v);
+      cmd.keep = py_ref(std::move(e.keep));
+    }
+    cmd.cost = len + cmd.text.size() + command_overhead_bytes;
+    push(std::move(cmd), b.get());
+  }
+
+  /// finish (or abort, with `reason`) of `b`, and waits for it.
+  void end_blob(const std::shared_ptr<blob_slot>& b, op what, std::string reason) {
+    check("Blob");
+    if (what == op::abort) {
+      std::lock_guard lk(core_->mu);
+      if (b->failed && !core_->failed) return;  // aborted already, with the entry's error
+    }
+    send_command cmd;
+    cmd.what = what;
+    cmd.blob = b;
+    cmd.text = std::move(reason);
+    run_and_wait(std::move(cmd), b.get(), "");
+  }
+
+  /// The Python Blob is gone: its writer is dropped on the io thread (which
+  /// aborts the blob if it is still open), behind the commands that may
+  /// still use it. Once closing has emptied every writer, `b` may go here.
+  void drop_blob(std::shared_ptr<blob_slot> b) {
+    if (generation_ != fork_generation()) {
+      leak_in_child(std::move(b));
+      return;
+    }
+    send_command cmd;
+    cmd.what = op::drop;
+    cmd.blob = std::move(b);
+    std::unique_lock lk(core_->mu);
+    if (core_->writers_dropped) return;
+    enqueue_locked(lk, std::move(cmd));
+  }
+
+  void flush() {
+    check("Sender");
+    send_command cmd;
+    cmd.what = op::flush;
+    run_and_wait(std::move(cmd), nullptr, "flush: ");
+  }
+
+  void shutdown() {
+    check("Sender");
+    {
+      std::lock_guard lk(core_->mu);
+      if (core_->closed) return;  // closed (or shut down) already
+    }
+    send_command cmd;
+    cmd.what = op::shutdown;
+    try {
+      run_and_wait(std::move(cmd), nullptr, "shutdown: ");
+    } catch (...) {
+      close_now();
+      throw;
+    }
+    close_now();
+  }
+
+  /// Closes now: pending calls end with ClosedError (blobs in flight are
+  /// reported aborted by the consumer), the background thread stops.
+  /// Without the GIL while it waits; the io thread never needs it.
+  void close_now() {
+    {
+      std::unique_lock lk(core_->mu);
+      if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;
+      core_->closed = true;
+      core_->cv.notify_all();
+      asio::post(core_->ex, [c = core_] { c->s.close(); });
+    }
+    py::gil_scoped_release nogil;
+    // 1. The drain coroutine finishes what is queued: every command fails
+    //    at once with `closed`.
+    {
+      std::unique_lock lk(core_->mu);
+      ++core_->waiting;
+      core_->cv.wait(lk, [&] { return !core_->draining; });
+      --core_->waiting;
+    }
+    // 2. The pipeline's objects go on the io thread, while it runs.
+    auto dropped = std::make_shared<completion>();
+    asio::post(core_->ex, [c = core_, dropped] {
+      for (const auto& w : c->slots)
+        if (auto slot = w.lock()) slot->w = blob_writer{};
+      c->slots.clear();
+      const sender_stats final_stats = c->s.stats();
+      c->s = sender{};
+      {
+        std::lock_guard lk(c->mu);
+        c->final_stats = final_stats;
+        c->writers_dropped = true;
+      }
+      dropped->set({});
+    });
+    dropped->wait_nogil();
+    // 3. The thread winds down and stops.
+    rt_->release_user();
+    std::lock_guard lk(core_->mu);
+    user_released_ = true;
+    core_->cv.notify_all();
+  }
+
+  py::dict stats() {
+    check("Sender");
+    auto done = std::make_shared<completion>();
+    auto out = std::make_shared<py_stats>();
+    bool posted = false;
+    {
+      // Posted under the lock, so that a close() that starts later posts
+      // its work after this, which the thread then runs before it stops.
+      std::lock_guard lk(core_->mu);
+      if (!close_started_) {
+        posted = true;
+        asio::post(core_->ex, [c = core_, out, done] {
+          out->s = c->s.stats();
+          out->in_flight = c->s.in_flight_bytes();
+          out->unacked = c->s.unacked_bytes();
+          done->set({});
+        });
+      }
+    }
+    if (posted) {
+      done->wait();
+      last_ = *out;
+    } else {
+      std::lock_guard lk(core_->mu);
+      if (core_->writers_dropped) last_ = {core_->final_stats, 0, 0};
+    }
+    const sender_stats& s = last_.s;
+    py::dict d;
+    d["entries_sent"] = s.entries_sent;
+    d["data_frames_sent"] = s.data_frames_sent;
+    d["bytes_sent"] = s.bytes_sent;
+    d["credit_waits"] = s.credit_waits;
+    d["gathered_entries"] = s.gathered_entries;
+    d["reconnects"] = s.reconnects;
+    d["blobs_resent"] = s.blobs_resent;
+    d["blobs_delivered"] = s.blobs_delivered;
+    d["budget_waits"] = s.budget_waits;
+    d["in_flight_bytes"] = last_.in_flight;
+    d["unacked_bytes"] = last_.unacked;
+    std::lock_guard lk(core_->mu);
+    d["queued_bytes"] = core_->pending_bytes;
+    d["queue_waits"] = queue_waits_;
+    return d;
+  }
+
+  const sender_core& core() const { return *core_; }
+  std::uint64_t queue_limit() const { return queue_limit_; }
+  int waiting() {
+    std::lock_guard lk(core_->mu);
+    return core_->waiting;
+  }
+
+ private:
+  struct py_stats {
+    sender_stats s;
+    std::uint64_t in_flight = 0, unacked = 0;
+  };
+
+  /// Raises the error that keeps `b` (or the sender) from taking commands.
+  /// REQUIRES: core_->mu held by the caller (released before raising).
+  void check_open_locked(std::unique_lock<std::mutex>& lk, const blob_slot* b) {
+    std::error_code ec;
+    std::string why;
+    if (core_->failed) {
+      ec = core_->failed;
+      why = core_->why;
+    } else if (core_->closed) {
+      ec = errc::closed;
+      why = "the Sender is closed";
+    } else if (b && b->failed) {
+      ec = b->failed;
+      why = b->why;
+    } else if (b && b->ended) {
+      ec = errc::closed;
+      why = "the blob was finished or aborted already";
+    }
+    if (!ec) return;
+    lk.unlock();
+    raise_code(ec, why);
+  }
+
+  /// Queues `cmd`, first waiting for room if it is an entry.
+  void push(send_command cmd, blob_slot* b) {
+    std::vector<PyObject*> drop;
+    {
+      std::unique_lock lk(core_->mu);
+      drop.swap(core_->released);
+      check_open_locked(lk, b);
+      const std::uint64_t cost = cmd.cost;
+      if (cost > 0 && core_->pending_bytes > 0 && core_->pending_bytes + cost > queue_limit_) {
+        ++queue_waits_;
+        lk.unlock();
+        drop_now(drop);
+        wait_counted(core_->mu, core_->cv, core_->waiting, [&] {
+          return core_->pending_bytes == 0 || core_->pending_bytes + cost <= queue_limit_ ||
+                 core_->closed || core_->failed;
+        });
+        lk.lock();
+        check_open_locked(lk, b);
+      }
+      if (cmd.what == op::finish || cmd.what == op::abort) b->ended = true;
+      core_->pending_bytes += cost;
+      enqueue_locked(lk, std::move(cmd));
+    }
+    drop_now(drop);
+  }
+
+  /// Appends `cmd` and makes sure a drain coroutine will run it.
+  /// REQUIRES: `lk` holds core_->mu; it may be released.
+  void enqueue_locked(std::unique_lock<std::mutex>& lk, send_command cmd) {
+    core_->queue.push_back(std::move(cmd));
+    if (core_->draining) return;
+    core_->draining = true;
+    lk.unlock();
+    start_drain(core_);
+  }
+
+  /// Queues `cmd` and waits until it has run; raises its error.
+  void run_and_wait(send_command cmd, blob_slot* b, const std::string& what) {
+    auto done = std::make_shared<completion>();
+    cmd.done = done;
+    push(std::move(cmd), b);
+    // Woken by the command itself, which close() makes fail at once.
+    done->wait();
+    drop_released();
+    done->raise_if_failed(what);
+  }
+
+  void drop_released() {
+    std::vector<PyObject*> drop;
+    {
+      std::lock_guard lk(core_->mu);
+      drop.swap(core_->released);
+    }
+    drop_now(drop);
+  }
+
+  static void drop_now(std::vector<PyObject*>& objs) {
+    for (PyObject* o : objs) Py_DECREF(o);
+    objs.clear();
+  }
+
+  std::shared_ptr<io_runtime> rt_;
+  std::shared_ptr<sender_core> core_;
+  std::uint64_t generation_;
+  std::uint64_t queue_limit_;
+  bool close_started_ = false;  // under core_->mu
+  bool user_released_ = false;  // under core_->mu
+  std::uint64_t queue_waits_ = 0;
+  py_stats last_;
+};
+
+// The Python classes: thin owners of a handle.
+
+struct py_sender {
+  std::shared_ptr<sender_handle> h;
+};
+
+struct py_blob {
+  std::shared_ptr<sender_handle> h;
+  std::shared_ptr<blob_slot> slot;
+  ~py_blob() {
+    if (h && slot) h->drop_blob(std::move(slot));
+  }
+  py_blob(std::shared_ptr<sender_handle> hh, std::shared_ptr<blob_slot> s)
+      : h(std::move(hh)), slot(std::move(s)) {}
+  py_blob(py_blob&&) = default;
+};
+
+}  // namespace
+
+std::shared_ptr<sender_core> new_sender_core(asio::any_io_executor ex) {
+  return std::make_shared<sender_core>(std::move(ex));
+}
+
+void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport> t,
+                   connect_fn connect, bool resend, sender_options opt,
+                   std::shared_ptr<completion> done) {
+  auto ex = core->ex;
+  auto start = [core, t = std::move(t), connect = std::move(connect), resend,
+                opt = std::move(opt), done]() mutable -> asio::awaitable<void> {
+    if (!t && !resend) {
+      auto [ec, tr] = co_await connect();
+      if (ec) {
+        done->set(ec, "cannot connect: " + ec.message() + " (" + errc_name(ec) + ")");
+        co_return;
+      }
+      t = std::move(tr);
+    }
+    // Two statements, not `t ? co_await a : co_await b`: GCC 12 mishandles
+    // co_await inside a conditional (lib/pipeline/send_queue.cpp says so too).
+    std::tuple<std::error_code, sender> started;
+    if (t) {
+      started = co_await sender::start(std::move(t), std::move(opt));
+    } else {
+      started = co_await sender::start(std::move(connect), std::move(opt));
+    }
+    auto& [ec, s] = started;
+    if (!ec) {
+      core->s = std::move(s);
+      core->inline_bytes = core->s.inline_bytes();
+      core->chunk_bytes = core->s.chunk_bytes();
+      core->window_bytes = core->s.window_bytes();
+    }
+    done->set(ec, ec ? "handshake: " + ec.message() + " (" + errc_name(ec) + ")" : "");
+  };
+  asio::co_spawn(ex, std::move(start), [done](std::exception_ptr e) {
+    if (e) done->set(make_error_code(errc::closed), "blobpipe's background thread failed");
+  });
+}
+
+py::object make_sender(std::shared_ptr<io_runtime> rt, std::shared_ptr<sender_core> core,
+                       const sender_settings& settings) {
+  return py::cast(
+      py_sender{std::make_shared<sender_handle>(std::move(rt), std::move(core), settings.queue_bytes)});
+}
+
+void init_sender(py::module_& m) {
+  py::class_<py_sender>(m, "Sender", R"(Streams blobs to one consumer (blobpipe.connect, loopback_pair).
+
+    with blobpipe.connect("tcp://127.0.0.1:5555") as s:
+        with s.open_blob(b"sample-0") as blob:
+            blob.emit("ids", torch.arange(6))
+            blob.emit("meta", {"idx": 0})      # finished at the end of the block
+    # shutdown() at the end of the block: everything sent and read
+
+Values are encoded as the codec's plan() does (torch tensors kind "t",
+numpy arrays "n", anything else pickled, RawEntry as it is). A background
+thread runs the C++ sender; emit() does not wait for the network (see
+Blob.emit), finish(), flush() and shutdown() do. Calls may come from any
+thread; calls on one blob are sent in call order, and entries of all blobs
+in the order their emit() calls returned.
+
+Negotiated in the handshake (bytes): chunk_bytes (largest data frame),
+inline_bytes (entries up to this are copied by emit), window_bytes (the
+consumer's window: the most bytes in flight).
+
+Errors (StreamError subclasses): ClosedError after close(), PeerClosedError
+(the consumer went away), PeerFailedError (reset, I/O error),
+ProtocolViolationError, TimedOutError (stall_timeout). Once the connection
+has failed, every call raises its error; a resend session (connect(...,
+resend=True)) reconnects instead.)")
+      .def("open_blob",
+           [](py_sender& s, py::handle tag) { return py_blob(s.h, s.h->open_blob(tag)); },
+           py::arg("tag") = py::none(),
+           R"(Opens a blob with `tag`: any bytes-like object cut or zero-padded to 16
+bytes; None (the default) gives a random uuid4 tag. Nothing is sent until
+its first emit, finish or abort. Raises ClosedError, or the connection's
+error.)")
+      .def("flush", [](py_sender& s) { s.h->flush(); },
+           R"(Waits until every entry, tail and abort queued so far has been handed to
+the transport (not: read by the consumer). Interrupted by Ctrl-C. Raises
+the connection's error (StreamError).)")
+      .def("shutdown", [](py_sender& s) { s.h->shutdown(); },
+           R"(Orderly close: sends what is queued, says goodbye, and waits until the
+consumer has read everything and closed its end; blobs still open are
+reported aborted by the consumer. Resend session: first waits until every
+ended blob was delivered. Then the Sender is closed. Raises the
+connection's error (StreamError); the Sender is closed either way.)")
+      .def("close", [](py_sender& s) { s.h->close_now(); },
+           R"(Closes now: calls waiting in other threads raise ClosedError, blobs in
+flight are reported aborted by the consumer, held values are released,
+the background thread stops. Idempotent; never raises for the connection.)")
+      .def("stats", [](py_sender& s) { return s.h->stats(); },
+           R"(Counters (a dict of ints): entries_sent, data_frames_sent, bytes_sent
+(entry and tail bytes), credit_waits (times the sender waited for the
+consumer's window), gathered_entries, reconnects, blobs_resent,
+blobs_delivered, budget_waits (resend sessions), in_flight_bytes (credit
+held now), unacked_bytes (resend: bytes kept until delivered),
+queued_bytes (entries emitted and not yet handed to the C++ sender) and
+queue_waits (times emit() blocked on a full queue). After close() the last
+figures read.)")
+      .def_property_readonly("chunk_bytes", [](const py_sender& s) { return s.h->core().chunk_bytes; },
+                             "Negotiated largest data frame payload, bytes.")
+      .def_property_readonly("inline_bytes", [](const py_sender& s) { return s.h->core().inline_bytes; },
+                             "Negotiated copy threshold, bytes: emit copies entries up to this.")
+      .def_property_readonly("window_bytes", [](const py_sender& s) { return s.h->core().window_bytes; },
+                             "The consumer's window, bytes.")
+      .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
+                             "emit() blocks while more than this many bytes are queued, bytes.")
+      .def_property_readonly("_waiting", [](py_sender& s) { return s.h->waiting(); },
+                             "Python threads blocked in this Sender now (for tests).")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](py_sender& s, py::handle type, py::handle, py::handle) {
+             if (type.is_none()) {
+               s.h->shutdown();
+             } else {
+               s.h->close_now();
+             }
+             return false;
+           });
+
+  py::class_<py_blob>(m, "Blob", R"(One blob being streamed (Sender.open_blob).
+
+    blob = sender.open_blob()
+    blob.emit("0@input_ids", torch.tensor(ids))
+    blob.emit("0@reward", torch.tensor(0.5))
+    blob.finish()
+
+As a context manager it finishes at the end of the block, or aborts with
+the exception's repr when one is raised. Dropping an open blob aborts it.)")
+      .def("emit", [](py_blob& b, py::handle key, py::handle v) { b.h->emit(b.slot, key, v); },
+           py::arg("key"), py::arg("value"),
+           R"(Adds entry `key` (str(key)) with `value` to the blob.
+
+Returns without waiting for the network: an entry of at most inline_bytes
+bytes is copied first (the value may change at once); a larger one is
+held and sent from its own memory by the background thread (do not change
+it until finish() or flush() returns; it is released by a later call on
+the sender). Blocks only while the queue is full (queue_bytes, by default
+the consumer's window), i.e. when the consumer holds a window's worth and
+another is queued: Ctrl-C interrupts the wait, close() ends it.
+
+Raises FormatError for a value the codec refuses (invalid_argument,
+unknown_dtype, too_large) — the blob stays usable; ClosedError (the blob
+was finished or aborted, or the sender closed); the connection's error; or
+the error of an earlier entry of this blob that could not be sent (the
+consumer refused it, e.g. a key longer than its max_key_bytes), after
+which the blob is aborted.)")
+      .def("finish", [](py_blob& b) { b.h->end_blob(b.slot, op::finish, {}); },
+           R"(Ends the blob (index and footer) and waits until its tail is queued
+behind its entries; every value it held has then been handed to the
+transport. Raises as emit, and TooLarge (FormatError too_large) when the
+v3 footer cannot address the blob.)")
+      .def("abort", [](py_blob& b, std::string reason) { b.h->end_blob(b.slot, op::abort, std::move(reason)); },
+           py::arg("reason") = "",
+           R"(Abandons the blob; the consumer reports BlobAborted(reason) (reason cut
+to 4 KiB). Waits until the abort is queued. No-op if an entry had failed
+(the blob is aborted already). Raises ClosedError when finished or aborted
+before, or the connection's error.)")
+      .def_property_readonly("tag", [](const py_blob& b) { return tag_bytes(b.slot->tag); },
+                             "The blob's 16-byte tag.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](py_blob& b, py::handle type, py::handle value, py::handle) {
+        if (type.is_none()) {
+          b.h->end_blob(b.slot, op::finish, {});
+          return false;
+        }
+        try {
+          b.h->end_blob(b.slot, op::abort, std::string(py::repr(value)));
+        } catch (py::error_already_set&) {
+          // The block's own exception matters more than why the abort
+          // could not be sent (a closed sender aborts its blobs anyway).
+        }
+        return false;
+      });
+}
+
+}  // namespace blobpipe::python

@@ -1,0 +1,37 @@
+// python/ext/tags.hpp — blob tags between Python bytes and tag_t.
+//
+//   tag_t t = tag_from(py_obj);     // bytes(obj)[:16].ljust(16, b"\0")
+//   py::bytes b = tag_bytes(t);     // 16 bytes
+//
+// REQUIRES: the GIL.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "blobpipe/format/footer.hpp"
+
+namespace blobpipe::python {
+
+inline pybind11::bytes tag_bytes(const tag_t& t) {
+  return pybind11::bytes(reinterpret_cast<const char*>(t.data()), t.size());
+}
+
+/// The reference's bytes(tag)[:16].ljust(16, b"\0"): any bytes-like object
+/// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes.
+/// Raises what bytes(tag) raises (TypeError for a str, say).
+inline tag_t tag_from(pybind11::handle tag) {
+  namespace py = pybind11;
+  py::object b = py::reinterpret_borrow<py::object>(tag);
+  if (!PyBytes_Check(tag.ptr()))
+    b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
+  const auto n =
+      std::min<std::size_t>(static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr())), TAG_SIZE);
+  tag_t t = NO_TAG;
+  std::memcpy(t.data(), PyBytes_AS_STRING(b.ptr()), n);
+  return t;
+}
+
+}  // namespace blobpipe::python

@@ -1,0 +1,337 @@
+"""Streaming from Python to Python: Sender -> Consumer over the in-process
+transport and over TCP on 127.0.0.1 (round trips, abort, end of stream,
+backpressure, close from another thread, asyncio, URLs, allow_pickle,
+fork), and the type stubs against the module."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import pickle
+import signal
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import blobpipe as bf
+from stream_cases import Pair, Thread, pickled, same_value, sample_values, wait_until
+
+TRANSPORTS = ["inproc", "tcp"]
+
+
+def send_blobs(sender: bf.Sender, values: dict) -> None:
+    """Blob b"one": every value, finished; blob b"two": one entry, aborted;
+    then an orderly shutdown (the consumer's end of stream)."""
+    with sender.open_blob(tag=b"one") as blob:
+        for k, v in values.items():
+            blob.emit(k, v)
+    blob = sender.open_blob(tag=b"two")
+    blob.emit("partial", torch.ones(3))
+    blob.abort("rollout cancelled")
+    sender.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_values_round_trip_then_abort_then_end_of_stream(transport):
+    values = sample_values()
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, values))
+        t.start()
+        events = list(consumer)  # ends at the sender's shutdown
+        t.join_result()
+
+    tag1 = b"one".ljust(16, b"\0")
+    tag2 = b"two".ljust(16, b"\0")
+    n = len(values)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady"] * n + ["BlobComplete", "EntryReady", "BlobAborted"], kinds
+    for ev, (key, want) in zip(events[:n], values.items()):
+        assert ev.tag == tag1 and ev.key == key and ev.entry.key == key
+        tag, entry, value = ev
+        assert same_value(value, want), (key, value, want)
+        if isinstance(want, dict):
+            assert entry.kind == bf.KIND_PICKLE
+            assert bytes(ev.buffer) == pickled(want)
+    complete = events[n]
+    assert complete.tag == tag1 and len(complete.entries) == n
+    assert [e.key for e in complete.entries] == list(values)
+    assert events[n + 1].tag == tag2 and same_value(events[n + 1].value, torch.ones(3))
+    aborted = events[n + 2]
+    assert aborted.tag == tag2 and aborted.reason == "rollout cancelled"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_received_values_outlive_the_consumer(transport):
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, {"x": torch.arange(10)}))
+        t.start()
+        first = next(iter(consumer))
+        x = first.value
+        del first
+        rest = list(consumer)
+        t.join_result()
+    assert [type(ev).__name__ for ev in rest] == ["BlobComplete", "EntryReady", "BlobAborted"]
+    assert torch.equal(x, torch.arange(10))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_backpressure_blocks_emit_and_loses_nothing(transport):
+    entry = 16 << 10
+    count = 64  # 1 MiB in all, 16 windows' worth
+    with Pair(transport, consumer_options={"window_bytes": 64 << 10}) as (sender, consumer):
+        assert sender.window_bytes == 64 << 10
+        emitted = []
+
+        def produce():
+            with sender.open_blob(tag=b"bp") as blob:
+                for i in range(count):
+                    blob.emit(f"e{i}", np.full(entry, i % 251, dtype=np.uint8))
+                    emitted.append(i)
+            sender.shutdown()
+
+        t = Thread(produce)
+        t.start()
+        # Nobody reads: the window and then the sender's queue fill, and
+        # emit blocks.
+        wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+        assert len(emitted) < count
+        assert t.is_alive()
+        # Check each entry and drop it: a held entry keeps its window share.
+        keys = []
+        for ev in consumer:
+            if isinstance(ev, bf.EntryReady):
+                i = len(keys)
+                keys.append(ev.key)
+                assert ev.value.shape == (entry,) and bool((ev.value == i % 251).all()), i
+        t.join_result()
+        assert sender.stats()["queue_waits"] + sender.stats()["credit_waits"] > 0
+    assert keys == [f"e{i}" for i in range(count)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_close_from_another_thread_wakes_a_blocked_iterator(transport):
+    with Pair(transport) as (sender, consumer):
+        it = Thread(lambda: list(consumer))
+        it.start()
+        wait_until(lambda: consumer._waiting == 1, "the iterator to block")
+        consumer.close()
+        assert it.join_result() == []  # woke and ended
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_close_from_another_thread_wakes_a_blocked_emit(transport):
+    with Pair(transport, consumer_options={"window_bytes": 64 << 10}) as (sender, consumer):
+        def produce():
+            blob = sender.open_blob()
+            for i in range(1000):
+                blob.emit(str(i), np.zeros(16 << 10, dtype=np.uint8))
+
+        t = Thread(produce)
+        t.start()
+        wait_until(lambda: sender._waiting == 1, "emit to block")
+        sender.close()
+        with pytest.raises(bf.ClosedError) as e:
+            t.join_result()
+        assert e.value.category == "closed"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_async_for_yields_the_same_events(transport):
+    values = {"a": torch.arange(5), "n": np.arange(3.0), "m": {"k": 1}}
+    with Pair(transport) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, values))
+        t.start()
+
+        async def drain():
+            return [ev async for ev in consumer]
+
+        events = asyncio.run(drain())
+        t.join_result()
+    assert [type(ev).__name__ for ev in events] == \
+        ["EntryReady"] * 3 + ["BlobComplete", "EntryReady", "BlobAborted"]
+    for ev, (k, v) in zip(events, values.items()):
+        assert ev.key == k and same_value(ev.value, v)
+    assert events[-1].reason == "rollout cancelled"
+
+
+def test_async_for_lets_other_tasks_run_while_it_waits():
+    sender, consumer = bf.loopback_pair()
+    with sender, consumer:
+        async def main():
+            got = []
+
+            async def consume():
+                async for ev in consumer:
+                    got.append(ev)
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0)  # the consumer awaits; this task still runs
+            assert not got
+            await asyncio.to_thread(send_blobs, sender, {"x": torch.zeros(2)})
+            await asyncio.wait_for(task, 60)
+            return got
+
+        events = asyncio.run(main())
+    assert [type(ev).__name__ for ev in events] == \
+        ["EntryReady", "BlobComplete", "EntryReady", "BlobAborted"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_allow_pickle_false_yields_the_pickle_bytes(transport):
+    meta = {"idx": 3, "text": "héllo"}
+    with Pair(transport, consumer_options={"allow_pickle": False}) as (sender, consumer):
+        t = Thread(lambda: send_blobs(sender, {"meta": meta, "t": torch.ones(2)}))
+        t.start()
+        events = list(consumer)
+        t.join_result()
+    assert events[0].value == pickled(meta) and isinstance(events[0].value, bytes)
+    assert pickle.loads(events[0].value) == meta
+    assert same_value(events[1].value, torch.ones(2))  # tensors unaffected
+
+
+@pytest.mark.parametrize("url, part", [
+    ("127.0.0.1:5555", "scheme"),
+    ("http://127.0.0.1:5555", "scheme"),
+    ("tcp://127.0.0.1", "port"),
+    ("tcp://127.0.0.1:0", "port"),        # port 0 only to listen
+    ("tcp://127.0.0.1:65536", "port"),
+    ("tcp://:5555", "host"),
+    ("tcp://::1:5555", "host"),           # IPv6 needs brackets
+    ("tcp://127.0.0.1:5555/x", "port"),
+])
+def test_bad_url_raises_url_error(url, part):
+    with pytest.raises(bf.URLError) as e:
+        bf.connect(url)
+    assert isinstance(e.value, ValueError)
+    assert e.value.part == part and e.value.category == "invalid_argument"
+
+
+def test_listen_refuses_a_bad_url_too():
+    with pytest.raises(bf.URLError):
+        bf.listen("udp://127.0.0.1:0")
+
+
+def test_connect_with_nobody_listening_raises_peer_failed():
+    with bf.listen("tcp://127.0.0.1:0") as l:
+        port = l.port  # free now that it is closed
+    with pytest.raises(bf.PeerFailedError) as e:
+        bf.connect(f"tcp://127.0.0.1:{port}")
+    assert e.value.category == "peer_failed" and isinstance(e.value, bf.StreamError)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(TypeError):
+        bf.loopback_pair(sender_options={"no_such_option": 1})
+
+
+def test_objects_are_unusable_after_close():
+    sender, consumer = bf.loopback_pair()
+    consumer.close()
+    assert list(consumer) == []  # closed here: ends, no error
+    sender.close()
+    with pytest.raises(bf.ClosedError):
+        sender.open_blob()
+
+
+def test_sender_gone_without_shutdown_raises_peer_closed():
+    sender, consumer = bf.loopback_pair()
+    with consumer:
+        blob = sender.open_blob(tag=b"open")
+        blob.emit("x", torch.ones(1))
+        sender.flush()
+        sender.close()
+        events = []
+        with pytest.raises(bf.PeerClosedError):
+            for ev in consumer:
+                events.append(ev)
+    assert isinstance(events[-1], bf.BlobAborted) and events[-1].tag == b"open".ljust(16, b"\0")
+
+
+def test_objects_made_before_fork_raise_forked_error_in_the_child():
+    values = {"x": torch.arange(4)}
+    sender, consumer = bf.loopback_pair()
+    with sender, consumer:
+        with sender.open_blob(tag=b"pre") as blob:
+            blob.emit("x", values["x"])
+        sender.flush()
+        before = next(iter(consumer))  # received before the fork
+        pid = os.fork()
+        if pid == 0:  # the child: exit status says what happened
+            code = 0
+            try:
+                sender.open_blob()
+                code = 10
+            except bf.ForkedError as e:
+                code = 0 if isinstance(e, bf.ClosedError) else 11
+            except BaseException:
+                code = 12
+            try:
+                next(iter(consumer))
+                code = code or 13
+            except bf.ForkedError:
+                pass
+            except BaseException:
+                code = code or 14
+            if not torch.equal(before.value, values["x"]):  # still readable
+                code = code or 15
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's objects are unaffected.
+        send_blobs(sender, {"y": torch.ones(1)})
+        assert [type(ev).__name__ for ev in consumer] == \
+            ["BlobComplete", "EntryReady", "BlobComplete", "EntryReady", "BlobAborted"]
+
+
+def test_stubs_declare_every_public_streaming_member():
+    """_blobpipe.pyi names each public class and member the module has."""
+    stub = Path(bf.__file__).with_name("_blobpipe.pyi")
+    tree = ast.parse(stub.read_text())
+    declared = {n.name: {m.name for m in n.body if isinstance(m, (ast.FunctionDef,
+                                                                  ast.AsyncFunctionDef))}
+                | {t.id for m in n.body if isinstance(m, ast.Assign) for t in m.targets}
+                for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name in ["Sender", "Blob", "Consumer", "Listener", "EntryReady", "BlobComplete",
+                 "BlobAborted", "ReceivedBuffer"]:
+        cls = getattr(bf, name)
+        public = {a for a in vars(cls) if not a.startswith("_")}
+        assert name in declared, name
+        assert public <= declared[name], (name, public - declared[name])
+
+
+def test_ctrl_c_interrupts_a_blocked_iterator():
+    """SIGINT while next(consumer) waits raises KeyboardInterrupt in it."""
+    main = threading.get_ident()
+    with Pair("inproc") as (sender, consumer):
+        def interrupt():
+            wait_until(lambda: consumer._waiting == 1, "the iterator to block")
+            signal.pthread_kill(main, signal.SIGINT)
+
+        t = Thread(interrupt)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(consumer))
+        t.join_result()
+
+
+def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
+    """A peer that accepts the TCP connection and never says hello."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        with pytest.raises(bf.TimedOutError) as e:
+            bf.connect(f"tcp://127.0.0.1:{port}", handshake_timeout=0.2)
+        assert e.value.category == "timed_out"
+
+
+def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
+    with bf.listen("tcp://127.0.0.1:0", handshake_timeout=0.2) as listener:
+        with socket.create_connection(("127.0.0.1", listener.port)):
+            with pytest.raises(bf.TimedOutError):
+                listener.accept(timeout=60)
