@@ -1,7 +1,8 @@
 // examples/rollout_to_trainer.cpp — RL rollout workers stream samples to a
 // trainer as NVDP blobs over TCP.
 //
-//   bazel/bazelw run //examples:rollout_to_trainer                 # all in one process
+//   bazel/bazelw run //examples:rollout_to_trainer                 # all in one process, 2 ranks
+//   bazel/bazelw run //examples:rollout_to_trainer -- --trainers 4 --group-size 8
 //   bazel/bazelw run //examples:rollout_to_trainer -- --replay ../shared/golden
 //   rollout_to_trainer --listen 5555 &  rollout_to_trainer --connect 127.0.0.1:5555
 //
@@ -25,6 +26,7 @@
 
 #include "blobpipe/transport/tcp.hpp"
 #include "examples/rollout/check.hpp"
+#include "examples/rollout/cluster.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/options.hpp"
@@ -70,7 +72,8 @@ std::optional<std::string> check_descriptor_budget(const options& o) {
   const rlim_t ends = o.mode == role::both ? 2 : 1;      // connection ends in this process
   const rlim_t per_end = o.transport == "ucx" ? 4 : 1;  // UCX: sockets, event fds
   const rlim_t spare = 64;                              // stdio, the listener, UCX's own
-  const rlim_t need = static_cast<rlim_t>(o.workers) * ends * per_end + spare;
+  // Each worker connects to every trainer rank (--trainers).
+  const rlim_t need = static_cast<rlim_t>(o.workers * o.trainers) * ends * per_end + spare;
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
       lim.rlim_cur >= need)
@@ -130,8 +133,10 @@ int run(const options& o) {
       return exit_usage;
     }
   } else {
-    builder = std::make_shared<const sample_builder>(corpus::embedded());
+    builder = std::make_shared<const sample_builder>(corpus::embedded(), o.seq_len);
   }
+  // K trainer ranks, each a fan-in server, groups routed by rank.
+  if (o.trainers > 1) return run_cluster(o, builder, std::cout);
 
   asio::io_context ctx;
   auto ex = ctx.get_executor();
@@ -154,20 +159,16 @@ int run(const options& o) {
   // Trainer: listens (port 0 = ephemeral), then consumes every connection.
   std::shared_ptr<trainer> tr;
   if (o.mode != role::workers) {
-    auto addr = listen_address(ex, o.host, o.transport);
-    if (!addr) {
-      std::cerr << "rollout_to_trainer: --listen: " << addr.message()
-                << " (give an IP address, [IPv6], or a host name)\n";
-      return exit_usage;
-    }
-    host = *addr;
-    auto l = listen_transport(ex, o.transport, o.port, host);
+    // A host name listens on its address (blobpipe::listen resolves it).
+    auto l = blobpipe::listen(ex, endpoint_url(o.transport, o.host, o.port));
     if (!l) {
-      // An address the transport refuses (UCX: IPv6) is a bad command line;
-      // one it cannot bind (in use, not this host's) a failure to run.
-      std::cerr << "rollout_to_trainer: " << l.message() << "\n";
+      // A name that does not resolve, an address the transport refuses
+      // (UCX: IPv6) is a bad command line; one it cannot bind (in use, not
+      // this host's) a failure to run.
+      std::cerr << "rollout_to_trainer: --listen: " << l.message() << "\n";
       return l.code() == blobpipe::errc::invalid_argument ? exit_usage : exit_mismatch;
     }
+    host = (*l)->endpoint().host;
     port = (*l)->port();
     auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
     trainer_config cfg{.connections = o.workers,

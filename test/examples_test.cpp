@@ -118,7 +118,7 @@ two_processes run_two_processes(const std::vector<std::string>& trainer_args,
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_delivers_a_complete_batch) {
-  auto r = run("rollout_to_trainer", {"--batch", "32", "--workers", "3"});
+  auto r = run("rollout_to_trainer", {"--batch", "32", "--workers", "3", "--trainers", "1"});
   BOOST_TEST(r.exit_code == 0, REPORT(r));
   BOOST_TEST(contains(r.out, "trainer: 32/32 samples complete, 160 entries in 32 blobs"), REPORT(r));
   BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
@@ -126,10 +126,70 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_delivers_a_complete_batch) {
   BOOST_TEST(contains(r.out, "throughput: "), REPORT(r));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_default_run_routes_groups_to_two_ranks) {
+  auto r = run("rollout_to_trainer", {});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "4 rollout worker(s) -> 2 trainer ranks"), REPORT(r));
+  // Groups of 4 alternate between the ranks: 128 samples, 32 groups each.
+  BOOST_TEST(contains(r.out, "rank 0 (tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(contains(r.out, "rank 1 (tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 128/128 samples complete, 640 entries in 128 blobs"),
+             REPORT(r));
+  BOOST_TEST(contains(r.out, "4 connection(s), groups complete 32/32, entry latency p50 "),
+             REPORT(r));
+  BOOST_TEST(contains(r.out, "groups complete 64/64, entry latency p50 "), REPORT(r));
+  BOOST_TEST(contains(r.out, "(1280 entries)"), REPORT(r));
+  BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "each of 2 ranks got exactly its share, and all 64 groups completed"),
+             REPORT(r));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_routes_uneven_groups_to_three_ranks) {
+  // 37 samples in groups of 5: groups 0..7, the last of 2 samples; rank
+  // g mod 3 gets groups {0,3,6}, {1,4,7}, {2,5}: 15, 12 and 10 samples.
+  auto r = run("rollout_to_trainer",
+               {"--trainers", "3", "--group-size", "5", "--batch", "37", "--workers", "3"});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 15/15 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 12/12 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 10/10 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "groups complete 3/3"), REPORT(r));
+  BOOST_TEST(contains(r.out, "groups complete 2/2"), REPORT(r));
+  BOOST_TEST(contains(r.out, "groups complete 8/8"), REPORT(r));
+  BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
+  // More ranks than one process can route to from another is refused.
+  auto two = run("rollout_to_trainer", {"--trainers", "2", "--listen", "0"});
+  BOOST_TEST(two.exit_code == 2, REPORT(two));
+  BOOST_TEST(contains(two.err, "--trainers: more than one rank runs in this process only"),
+             REPORT(two));
+  auto zero = run("rollout_to_trainer", {"--group-size", "0"});
+  BOOST_TEST(zero.exit_code == 2, REPORT(zero));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_seq_len_sets_the_tokens_per_sample) {
+  // 8 samples of 1000 tokens: 8 * 1000 token ids.
+  auto r = run("rollout_to_trainer", {"--seq-len", "1000", "--batch", "8", "--workers", "2"});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 4/4 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "  tokens 4000 (prompt "), REPORT(r));
+  BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
+  auto bad = run("rollout_to_trainer", {"--seq-len", "0"});
+  BOOST_TEST(bad.exit_code == 2, REPORT(bad));
+}
+
+BOOST_AUTO_TEST_CASE(stream_minimal_prints_each_entry_as_it_arrives) {
+  auto r = run("stream_minimal", {});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "0@input_ids: 48 bytes from tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(contains(r.out, "0@reward: 4 bytes from tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(r.err.empty(), REPORT(r));
+}
+
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_over_ucx) {
   // The same workers and trainer with UCX as the transport (UCX_TLS as the
   // environment sets it; UCX picks tcp or shared memory on loopback).
-  auto r = run("rollout_to_trainer", {"--transport", "ucx", "--batch", "32", "--workers", "2"});
+  auto r = run("rollout_to_trainer",
+                {"--transport", "ucx", "--batch", "32", "--workers", "2", "--trainers", "1"});
   BOOST_TEST(r.exit_code == 0, REPORT(r));
   BOOST_TEST(contains(r.out, "trainer: 32/32 samples complete, 160 entries in 32 blobs"), REPORT(r));
   BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
@@ -430,7 +490,7 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_more_workers_than_descriptors) {
   BOOST_TEST(contains(r.err, "hard limit 100"), REPORT(r));
   BOOST_TEST(r.out.empty(), REPORT(r));  // refused before anything ran
   // 10 workers fit once the soft limit is raised to the hard one.
-  auto ok = limited("20", {"--workers", "10", "--batch", "20"});
+  auto ok = limited("20", {"--workers", "10", "--batch", "20", "--trainers", "1"});
   BOOST_TEST(ok.exit_code == 0, REPORT(ok));
 }
 

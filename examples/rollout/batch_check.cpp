@@ -22,8 +22,14 @@ struct batch_stats {
 
 class batch_check final : public checker {
  public:
-  batch_check(std::shared_ptr<const sample_builder> b, std::size_t batch)
-      : builder_(std::move(b)), slots_(batch) {}
+  batch_check(std::shared_ptr<const sample_builder> b, std::size_t batch,
+              const std::function<bool(std::size_t)>& mine)
+      : builder_(std::move(b)), slots_(batch) {
+    for (std::size_t n = 0; n < batch; ++n) {
+      slots_[n].mine = !mine || mine(n);
+      expected_ += slots_[n].mine;
+    }
+  }
 
   void on_entry(std::size_t, const received_entry& e) override {
     ++entries_;
@@ -34,6 +40,10 @@ class batch_check final : public checker {
       return;
     }
     slot& s = slots_[static_cast<std::size_t>(k->idx)];
+    if (!s.mine) {
+      problems_.add(blobpipe::quote(e.entry.key) + ": another rank's sample");
+      return;
+    }
     if (s.got.test(k->field)) {
       problems_.add(blobpipe::quote(e.entry.key) + ": arrived twice");
       return;
@@ -67,7 +77,7 @@ class batch_check final : public checker {
   }
 
   std::uint64_t done() const noexcept override { return complete_; }
-  std::uint64_t total() const noexcept override { return slots_.size(); }
+  std::uint64_t total() const noexcept override { return expected_; }
   const char* unit() const noexcept override { return "samples"; }
   std::uint64_t entries() const noexcept override { return entries_; }
   std::uint64_t bytes() const noexcept override { return bytes_; }
@@ -75,14 +85,14 @@ class batch_check final : public checker {
   bool report(std::ostream& out) const override {
     problem_log missing;
     for (std::size_t n = 0; n < slots_.size(); ++n) {
-      if (slots_[n].got.all()) continue;
+      if (!slots_[n].mine || slots_[n].got.all()) continue;
       std::string keys;
       for (std::size_t f = 0; f < field_count; ++f)
         if (!slots_[n].got.test(f)) keys += (keys.empty() ? "" : ", ") + std::string(field_names[f]);
       missing.add("sample " + std::to_string(n) + " incomplete: missing " + keys);
     }
     const auto prompt_tokens = stats_.tokens - stats_.response_tokens;
-    out << "trainer: " << complete_ << "/" << slots_.size() << " samples complete, " << entries_
+    out << "trainer: " << complete_ << "/" << expected_ << " samples complete, " << entries_
         << " entries in " << blobs_ << " blobs, " << std::fixed << std::setprecision(2)
         << static_cast<double>(bytes_) / 1e6 << " MB\n"
         << "  tokens " << stats_.tokens << " (prompt " << prompt_tokens << ", response "
@@ -105,6 +115,7 @@ class batch_check final : public checker {
   struct slot {
     std::bitset<field_count> got;
     std::optional<sample> expected;
+    bool mine = true;  // expected here
   };
 
   static std::optional<std::string> compare(const received_entry& e, const field& want) {
@@ -144,7 +155,7 @@ class batch_check final : public checker {
 
   std::shared_ptr<const sample_builder> builder_;
   std::vector<slot> slots_;
-  std::uint64_t complete_ = 0, entries_ = 0, bytes_ = 0, blobs_ = 0;
+  std::uint64_t expected_ = 0, complete_ = 0, entries_ = 0, bytes_ = 0, blobs_ = 0;
   batch_stats stats_;
   problem_log problems_;
 };
@@ -152,8 +163,9 @@ class batch_check final : public checker {
 }  // namespace
 
 std::unique_ptr<checker> make_batch_check(std::shared_ptr<const sample_builder> builder,
-                                          std::size_t batch) {
-  return std::make_unique<batch_check>(std::move(builder), batch);
+                                          std::size_t batch,
+                                          std::function<bool(std::size_t)> mine) {
+  return std::make_unique<batch_check>(std::move(builder), batch, mine);
 }
 
 void problem_log::add(std::string what) {

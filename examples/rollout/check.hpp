@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -62,9 +63,12 @@ class checker {
   virtual std::string ok_text() const = 0;
 };
 
-/// Checks samples 0 .. batch-1, five entries each (sample.hpp).
+/// Checks samples 0 .. batch-1, five entries each (sample.hpp). With
+/// `mine`, only the samples n for which mine(n) holds are expected (a
+/// rank's share); any other sample arriving is a problem.
 std::unique_ptr<checker> make_batch_check(std::shared_ptr<const sample_builder> builder,
-                                          std::size_t batch);
+                                          std::size_t batch,
+                                          std::function<bool(std::size_t)> mine = {});
 
 /// Checks that every blob of `set` arrives once, byte for byte.
 std::unique_ptr<checker> make_replay_check(std::shared_ptr<const replay_set> set);

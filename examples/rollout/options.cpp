@@ -48,10 +48,12 @@ const char* help_text() noexcept {
 Streams RL rollout samples as NVDP blobs from rollout workers to a trainer
 over TCP, the way NeMo RL's data plane keys them ({n}@input_ids,
 {n}@generation_logprobs, {n}@token_mask, {n}@reward, {n}@meta). With no
-options, 4 worker coroutines and the trainer run in this process over
-127.0.0.1 on an ephemeral port; the trainer gathers a batch of 256 samples,
-checks every entry against the data the workers built, and prints
-throughput and time to first entry.
+options, 4 worker coroutines and 2 trainer ranks run in this process over
+127.0.0.1 on ephemeral ports; each GRPO group of 4 samples goes to one
+rank, the ranks gather a batch of 256 samples between them, check every
+entry against the data the workers built, and print throughput, entry
+latency and the groups completed (--trainers 1: one trainer, which also
+prints the time to first entry).
 
 options:
   --workers N         rollout-worker connections (default 4)
@@ -76,6 +78,19 @@ options:
   --timeout SECONDS   the trainer gives up after this long, and a worker
                       once the trainer has taken nothing for this long
                       (default 60; from 0.001 to 31536000, i.e. 365 days)
+  --trainers K        K trainer ranks, each a fan-in server in this process
+                      (blobpipe::server); each worker routes GRPO group g to
+                      rank g mod K (blobpipe::router), every rank checks it
+                      got exactly its share, and the run prints per-rank and
+                      total throughput, entry latency percentiles and the
+                      groups completed (default 2 when everything runs in
+                      this process, else 1; K > 1 not with --listen,
+                      --connect or --replay)
+  --group-size G      samples per GRPO group: samples gG .. gG+G-1 (default 4)
+  --seq-len N         N tokens per sample (token ids int64, logprobs float32,
+                      mask: 13 N bytes; the response repeated or cut to fit;
+                      default: the corpus text, about 80); give both sides
+                      of a --listen/--connect run the same N
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and
@@ -92,7 +107,7 @@ the trainer checks the data.
 
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv) {
   options o;
-  bool listen = false, connect = false;
+  bool listen = false, connect = false, trainers_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view name = arg, val;
@@ -119,6 +134,16 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
     } else if (name == "--batch") {
       if (!need() || !parse_number(val, o.batch) || o.batch == 0)
         return bad("expected a positive number");
+    } else if (name == "--trainers") {
+      if (!need() || !parse_number(val, o.trainers) || o.trainers == 0)
+        return bad("expected a positive number");
+      trainers_given = true;
+    } else if (name == "--group-size") {
+      if (!need() || !parse_number(val, o.group_size) || o.group_size == 0)
+        return bad("expected a positive number");
+    } else if (name == "--seq-len") {
+      if (!need() || !parse_number(val, o.seq_len) || o.seq_len == 0 || o.seq_len > (1u << 24))
+        return bad("expected a number of tokens from 1 to 16777216");
     } else if (name == "--replay") {
       if (!need() || val.empty()) return bad("expected a directory");
       o.replay_dir = std::string(val);
@@ -157,6 +182,10 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
   }
   if (listen && connect) return usage_error{"--listen and --connect run different processes; give one"};
   o.mode = listen ? role::trainer : connect ? role::workers : role::both;
+  if (!trainers_given) o.trainers = o.mode == role::both && !o.replay_dir ? 2 : 1;
+  if (o.trainers > 1 && (o.mode != role::both || o.replay_dir))
+    return usage_error{"--trainers: more than one rank runs in this process only (not with "
+                       "--listen, --connect or --replay)"};
   return o;
 }
 

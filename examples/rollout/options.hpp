@@ -34,6 +34,14 @@ struct options {
   std::uint16_t port = 0;      ///< 0: an ephemeral port (role::both, or --listen 0)
   std::string transport = "tcp";
   double timeout_s = 60;       ///< the trainer gives up after this long
+  /// Trainer ranks (--trainers K): with K > 1 each rank is a fan-in server
+  /// in this process and every worker routes GRPO group g to rank g mod K
+  /// (examples/rollout/cluster.hpp). Not given: 2 when trainer and
+  /// workers run in this process without --replay, else 1.
+  std::size_t trainers = 1;
+  std::size_t group_size = 4;  ///< samples per GRPO group (--group-size G)
+  /// Tokens per sample (--seq-len N; 0: as the corpus text is, about 80).
+  std::size_t seq_len = 0;
 };
 
 /// --timeout's range in seconds: from a millisecond (the timers' unit) to

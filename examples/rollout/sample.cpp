@@ -1,6 +1,7 @@
 // examples/rollout/sample.cpp — see sample.hpp.
 #include "examples/rollout/sample.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -28,7 +29,8 @@ float text_reward(std::string_view response) {
 
 }  // namespace
 
-sample_builder::sample_builder(const corpus& c) : corpus_(&c), bigram_(256 * 256, 0) {
+sample_builder::sample_builder(const corpus& c, std::size_t seq_len)
+    : corpus_(&c), seq_len_(seq_len), bigram_(256 * 256, 0) {
   std::array<std::uint64_t, 256> uni{};
   std::uint64_t total = 0;
   for (const auto& p : c.pairs()) {
@@ -61,6 +63,13 @@ sample sample_builder::make(std::int64_t idx) const {
   s.idx = idx;
   s.prompt_tokens = tp.prompt.size();
   std::string text = tp.prompt + tp.response;
+  if (seq_len_ > 0) {
+    // --seq-len: the response repeated (or cut) to make seq_len tokens.
+    const std::size_t want = std::max(seq_len_, s.prompt_tokens + 1) - s.prompt_tokens;
+    text.resize(s.prompt_tokens);
+    const std::string& src = tp.response.empty() ? tp.prompt : tp.response;
+    for (std::size_t i = 0; i < want; ++i) text.push_back(src[i % src.size()]);
+  }
   s.input_ids.reserve(text.size());
   for (unsigned char c : text) s.input_ids.push_back(c);
   // Generation logprobs exist only for generated tokens; NeMo RL stores 0

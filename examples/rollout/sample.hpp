@@ -79,8 +79,10 @@ std::optional<parsed_key> parse_sample_key(std::string_view key);
 /// counts) trained once over the whole corpus.
 class sample_builder {
  public:
-  /// REQUIRES: c is not empty and outlives the builder.
-  explicit sample_builder(const corpus& c);
+  /// REQUIRES: c is not empty and outlives the builder. `seq_len` > 0
+  /// makes every sample exactly that many tokens (prompt + response): the
+  /// response is repeated, or cut, to fit (at least one response token).
+  explicit sample_builder(const corpus& c, std::size_t seq_len = 0);
 
   /// Sample `idx` (>= 0): entry idx mod size. Same idx, same bytes.
   sample make(std::int64_t idx) const;
@@ -90,6 +92,7 @@ class sample_builder {
 
  private:
   const corpus* corpus_;
+  std::size_t seq_len_ = 0;
   std::vector<std::uint32_t> bigram_;  // [prev * 256 + next]
   std::array<std::uint32_t, 256> row_total_{};
   std::array<double, 256> unigram_{};  // add-one smoothed P(next)

@@ -30,7 +30,7 @@ asio::awaitable<connected> connect_sender(asio::any_io_executor ex, const worker
   const std::string where = host_port(cfg.host, cfg.port);
   const auto give_up = std::chrono::steady_clock::now() + cfg.connect_patience;
   for (;;) {
-    auto [ec, t] = co_await connect_transport(ex, cfg.transport, cfg.host, cfg.port);
+    auto [ec, t] = co_await blobpipe::connect(ex, endpoint_url(cfg.transport, cfg.host, cfg.port));
     if (!ec) {
       blobpipe::sender_options opt;
       opt.stall_timeout = cfg.stall_timeout;

@@ -142,6 +142,15 @@ value value::ndarray_bytes(std::span<const std::byte> bytes, std::string dtype, 
   return v;
 }
 
+value value::bools(const std::vector<bool>& b) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i) (*bytes)[i] = b[i] ? 1 : 0;
+  value v = tensor(std::span<const std::uint8_t>(*bytes),
+                   shape_t{static_cast<std::int64_t>(b.size())}, torch_dtype_of<bool>());
+  v.owner = std::move(bytes);
+  return v;
+}
+
 value value::pickle(std::span<const std::byte> bytes) {
   value v;
   v.kind = KIND_PICKLE;

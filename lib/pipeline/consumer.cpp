@@ -273,11 +273,11 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   hello mine{.role = wire_role::consumer,
              .max_chunk_bytes = s->chunk_bytes,
              .max_key_bytes = s->opt.max_key_bytes,
-             .window_bytes = s->opt.window_bytes,
+             .window_bytes = s->window_offer,
              .max_meta_bytes = s->opt.max_meta_bytes,
              .dedup_window = s->log->window(),
              .session = s->peer->session,
-             .features = s->peer->features & known_features,
+             .features = s->features,
              .inline_bytes = limits.inline_bytes};
   outbox reply;
   frame_hello(reply, mine);
@@ -317,6 +317,12 @@ std::uint32_t consumer::chunk_bytes() const noexcept { return state_ ? state_->c
 std::uint64_t consumer::window_bytes() const noexcept {
   return state_ ? state_->opt.window_bytes : 0;
 }
+std::size_t consumer::open_blobs() const noexcept {
+  return state_ ? state_->frames.open_blobs() : 0;
+}
+session_id consumer::session() const noexcept { return state_ ? state_->session : NO_SESSION; }
+std::uint64_t consumer::features() const noexcept { return state_ ? state_->features : 0; }
+
 consumer_stats consumer::stats() const noexcept {
   if (!state_) return consumer_stats{};
   consumer_stats st = state_->stats;

@@ -71,6 +71,7 @@ event blob_event(event_kind k, const sink_blob& b) {
   ev.kind = k;
   ev.blob_id = b.id;
   ev.tag = b.tag;
+  ev.group = b.group;
   return ev;
 }
 
@@ -131,6 +132,7 @@ status consumer_state::on_hello(const hello& h) {
   auto l = frames.limits();
   l.max_chunk_bytes = chunk_bytes = std::min(h.max_chunk_bytes, opt.max_chunk_bytes);
   l.inline_bytes = std::min(h.inline_bytes, opt.inline_bytes);
+  window_offer = negotiate_features(h, l);  // consumer_features.cpp
   frames.set_limits(l);
   session = h.session;
   return {};
@@ -206,6 +208,7 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   cur.tag = b.tag;
   cur.index = a.index;
   cur.entry = e;
+  cur.sent_ns = a.sent_ns;
   // The decoder validated the row: the view needs no second check.
   cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? e.len : 0));
   cur.storage = std::move(owned_lease);
@@ -257,6 +260,8 @@ asio::awaitable<result<void>> consumer_state::upload(ready_event& r) {
 
 status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_index index,
                                         std::span<const std::byte> tail) {
+  // A pool must see the tail's credit released before the next frame.
+  if (pool_member != 0) collect_returned_credit();
   sink_blob& b = blob_of(blob);
   auto erase = [&] { blobs.erase(blob_id); };  // `b` dies here
   if (b.discard) {
@@ -330,6 +335,7 @@ void consumer_state::push(event ev) {
 
 void consumer_state::release(std::uint64_t credit) noexcept {
   frames.release(credit);
+  if (pool_released(credit)) return;  // the pool decides who gets it
   if (ack_stopped || credit == 0) return;
   pending_ack += credit;
   if (!std::exchange(ack_due, true)) ack_cv.notify_all();
@@ -339,7 +345,8 @@ void consumer_state::collect_returned_credit() noexcept {
   const std::uint64_t n = frames.take_returned_credit();
   stats.buffered_bytes = frames.buffered_bytes();
   stats.buffered_high_water = std::max(stats.buffered_high_water, stats.buffered_bytes);
-  if (ack_stopped || n == 0) return;
+  if (n == 0 || pool_released(n)) return;
+  if (ack_stopped) return;
   pending_ack += n;
   if (!std::exchange(ack_due, true)) ack_cv.notify_all();
 }
@@ -350,6 +357,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
   // they go, and a completion becomes an abort where it stood.
   std::optional<std::size_t> first;
   std::uint64_t after_read = 0;
+  std::optional<blob_group> group;
   bool ended_here = false;
   for (std::size_t i = 0; i < pending.size();) {
     const auto& r = pending[i];
@@ -357,7 +365,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
       ++i;
       continue;
     }
-    if (!first) first = i, after_read = r.after_read;
+    if (!first) first = i, after_read = r.after_read, group = r.ev.group;
     if (r.ev.kind == event_kind::blob_complete) {
       ended_here = true;
       --stats.blobs_completed;
@@ -372,6 +380,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
     r.ev.blob_id = blob_id;
     r.ev.error = ec;
     r.ev.reason = reason_for(ec, reason);
+    r.ev.group = group;
     r.after_read = after_read;
     pending.insert(pending.begin() + static_cast<std::ptrdiff_t>(*first), std::move(r));
     ++stats.blobs_aborted;
@@ -379,6 +388,8 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
 }
 
 consumer_state::~consumer_state() {
+  // Entries still held can no longer report their release.
+  if (pool_member != 0) opt.pool->forget(pool_member);
   if (posted.empty()) return;
   t->close();
   try {
@@ -412,6 +423,7 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   t->close();
   posted.clear();  // empty: next() lands or abandons every posted read first
   blobs.clear();   // partial entries return their credit (no acks any more)
+  if (pool_member != 0) opt.pool->close(pool_member);  // no more grants
   ack_cv.notify_all();
   final_event = event{};
   final_event.kind = event_kind::end_of_stream;

@@ -47,6 +47,7 @@ struct sink_blob {
   bool duplicate = false;  // resend session: delivered before; drop silently
   // consumer_options::landing: cur goes to this device buffer.
   std::shared_ptr<cuda::device_buffer> device;
+  std::optional<blob_group> group;  // feature_blob_groups: named at blob_begin
 };
 
 /// An event decided, and what must happen before it is yielded.
@@ -91,6 +92,18 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
                                 std::span<const std::byte> tail) override;
   result<void> on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason) override;
   result<void> on_close(std::string_view reason) override;
+  // The optional features (consumer_features.cpp).
+  result<void> on_blob_group(void* blob, std::uint64_t blob_id, const blob_group& g) override;
+  result<void> on_credit_request(std::uint64_t credit) override;
+
+  /// Negotiates the features of the sender's hello `h` (on_hello): which
+  /// it accepts, and with credit grants joins opt.pool. Returns the window
+  /// to advertise (the pool's initial grant, or opt.window_bytes).
+  std::uint64_t negotiate_features(const hello& h, decoder_limits& l);
+  /// The pool granted `credit` to this connection: tell the sender.
+  void grant(std::uint64_t credit) noexcept;
+  /// Hands `credit` released here to the pool; false when not pooled.
+  bool pool_released(std::uint64_t credit) noexcept;
 
   /// consumer_options::landing: copies `r`'s entry to its device buffer
   /// and makes it a device entry. Errors: cuda_failure.
@@ -131,6 +144,9 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   std::uint64_t reads_landed = 0;   // reads 1..reads_landed have been waited for
   std::size_t read_window = 1;      // min(opt.payload_window, t->read_window())
   // Flow control.
+  std::uint64_t features = 0;       // negotiated (our hello's answer)
+  std::uint64_t window_offer = 0;   // our hello's window_bytes
+  std::uint64_t pool_member = 0;    // opt.pool's id for us (0: not pooled)
   std::uint64_t pending_ack = 0;
   std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
   bool ack_due = false;                     // ack_cv notified, ack not yet sent

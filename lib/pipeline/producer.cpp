@@ -48,9 +48,17 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
 void ensure_begun(blob_state& b, send_queue& q) {
   if (b.begun) return;
   b.id = b.sender->next_blob_id++;
-  frame_blob_begin(q.frames(), b.id, b.tag);
+  frame_blob_begin(q.frames(), b.id, b.tag, b.group);
   q.kick();
   b.begun = true;
+}
+
+/// A blob naming a group needs a consumer that accepts groups
+/// (blob_options::group).
+std::error_code check_group(const blob_state& b) {
+  if (b.group && !(b.sender->features & feature_blob_groups))
+    return make_error_code(errc::invalid_argument);
+  return {};
 }
 
 /// Takes the blob's lock: at once when it is free, else in call order.
@@ -66,7 +74,10 @@ blob_state::~blob_state() {
     kept_dropped(sender, std::move(kept));
     return;
   }
-  if (begun && !ended && !sender->error) frame_abort(*sender->queue, id, "blob_writer dropped");
+  if (begun && !ended && !sender->error) {
+    frame_abort(*sender->queue, id, "blob_writer dropped");
+    ++sender->stats.blobs_aborted;
+  }
 }
 
 }  // namespace detail
@@ -81,6 +92,7 @@ std::size_t blob_writer::entry_count() const noexcept { return state_->builder.s
 const std::string& blob_writer::last_error() const noexcept { return state_->last_error; }
 
 asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
+  const std::uint64_t emitted = detail::steady_ns();  // emit -> entry_ready starts here
   auto b = state_;  // this handle may go away while we wait
   if (!b) co_return make_error_code(errc::invalid_argument);
   auto s = b->sender;
@@ -89,6 +101,7 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   if (b->ended || b->broken) co_return make_error_code(errc::closed);
   if (s->error) co_return s->error;
   if (key.size() > s->max_key_bytes) co_return make_error_code(errc::invalid_argument);
+  if (auto ec = detail::check_group(*b)) co_return ec;
   // Device memory? Asked before planning: a failure (no device) leaves the
   // blob usable. docs/cuda.md
   b->last_error.clear();
@@ -124,7 +137,7 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   if (planned.source.memory == memory_kind::cuda_device) {
     ec = co_await detail::send_device_value(s, q, *b, index, planned, meta, where->device);
   } else {
-    ec = co_await detail::send_entry(s, q, b->id, index, planned, meta);
+    ec = co_await detail::send_entry(s, q, b->id, index, planned, meta, emitted);
   }
   if (ec) co_return ec;
   b->broken = false;
@@ -142,6 +155,7 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   auto s = b->sender;
   if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
   detail::unlock_guard guard(b->lock);
+  if (auto ec = detail::check_group(*b)) co_return ec;
   if (b->kept) co_return co_await detail::kept_finish(b);
   if (b->ended || b->broken) co_return make_error_code(errc::closed);
   if (s->error) co_return s->error;
@@ -162,6 +176,7 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   q->kick();
   b->ended = true;
   s->stats.bytes_sent += tail.size();
+  ++s->stats.blobs_sent;
   co_return std::error_code{};
 }
 
@@ -177,6 +192,7 @@ asio::awaitable<std::error_code> blob_writer::abort(std::string reason) {
   if (!b->begun) co_return std::error_code{};  // the consumer never heard of it
   if (s->error) co_return s->error;
   detail::frame_abort(*s->queue, b->id, reason);
+  ++s->stats.blobs_aborted;
   co_return std::error_code{};
 }
 
@@ -236,9 +252,15 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
   co_return ret{std::error_code{}, sender(std::move(s))};
 }
 
-blob_writer sender::open_blob(const tag_t& tag) {
-  auto b = std::make_shared<detail::blob_state>(state_, 0, tag);  // ids: at blob_begin
-  if (state_->resend) b->kept = std::make_shared<detail::kept_blob>(state_->ex, tag);
+blob_writer sender::open_blob(const tag_t& tag) { return open_blob(blob_options{.tag = tag, .group = {}}); }
+
+blob_writer sender::open_blob(const blob_options& opt) {
+  auto b = std::make_shared<detail::blob_state>(state_, 0, opt.tag);  // ids: at blob_begin
+  b->group = opt.group;
+  if (state_->resend) {
+    b->kept = std::make_shared<detail::kept_blob>(state_->ex, opt.tag);
+    b->kept->group = opt.group;
+  }
   return blob_writer(std::move(b));
 }
 

@@ -96,7 +96,8 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
     }
   } done{kb.get()};
   if (!kb->begun) {
-    frame_blob_begin(q->frames(), id, kb->tag);
+    frame_blob_begin(q->frames(), id, kb->tag,
+                     s->features & feature_blob_groups ? kb->group : std::nullopt);
     q->kick();
     kb->begun = true;
   }
@@ -112,7 +113,8 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
       const std::error_code ec = co_await acquire_credit(s, q, credit);
       if (ec) co_return;
     }
-    const std::error_code sent = co_await send_entry(s, q, id, i, e.planned, e.meta);
+    const std::error_code sent =
+        co_await send_entry(s, q, id, i, e.planned, e.meta, e.emitted_ns);
     if (sent || !current(*s, conn)) co_return;
     ++kb->entries_sent;
   }
@@ -325,6 +327,7 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
   const planned_entry& planned = **added;
   b->broken = true;  // planned but not kept: only abort() is left
   kept_entry e;
+  e.emitted_ns = steady_ns();
   e.meta = planned.entry.meta();
   if (e.meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
   const std::uint64_t n = planned.entry.len + planned.entry.key.size() + e.meta.size();
@@ -348,6 +351,7 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
   }
   s->stats.bytes_sent += planned.entry.len;
   ++s->stats.entries_sent;
+  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = e.emitted_ns;
   e.planned.entry = planned.entry;
   e.planned.itemsize = planned.itemsize;
   e.planned.source.data = e.bytes.data();
@@ -375,6 +379,7 @@ asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b) {
   kb->tail = std::move(tail);
   kb->end = kept_blob::end_kind::tail;
   b->ended = true;
+  ++s->stats.blobs_sent;
   co_await sync_shielded(s, kb);
   co_return s->error;
 }
@@ -389,6 +394,7 @@ asio::awaitable<std::error_code> kept_abort(std::shared_ptr<blob_state> b, std::
   if (reason.size() > max_reason_bytes) reason.resize(max_reason_bytes);
   kb->abort_reason = std::move(reason);
   kb->end = kept_blob::end_kind::abort;
+  ++s->stats.blobs_aborted;
   if (kb->attempts == 0) {  // never on any wire: nobody to tell
     forget(*s->resend, kb);
     co_return std::error_code{};
@@ -401,6 +407,7 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
   if (!kb->listed || kb->end != kept_blob::end_kind::open || s->error) return;
   kb->abort_reason = "blob_writer dropped";
   kb->end = kept_blob::end_kind::abort;
+  ++s->stats.blobs_aborted;
   if (kb->attempts == 0) return forget(*s->resend, kb);
   asio::co_spawn(s->ex, sync(s, std::move(kb), false), asio::detached);
 }

@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -38,6 +39,7 @@ struct kept_entry {
   planned_entry planned;
   std::vector<std::byte> meta;   // Entry::meta() as sent in entry_begin
   std::vector<std::byte> bytes;  // the entry's len bytes (a contiguous copy)
+  std::uint64_t emitted_ns = 0;  // when emit() was called (entry timestamps)
 };
 
 struct kept_blob {
@@ -45,6 +47,7 @@ struct kept_blob {
   enum class end_kind { open, tail, abort };
 
   tag_t tag;
+  std::optional<blob_group> group;  // blob_options::group
   std::deque<kept_entry> entries;  // deque: references survive push_back
   end_kind end = end_kind::open;
   std::vector<std::byte> tail;     // end_kind::tail: write_tail bytes

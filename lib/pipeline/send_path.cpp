@@ -53,10 +53,18 @@ void sender_state::violation(std::string what) {
 result<void> sender_state::on_ack(std::uint64_t conn, std::uint64_t credit,
                                   std::uint64_t blob_id) {
   if (conn != connection) return {};  // a replaced connection's last words
-  if (credit > in_flight)
+  if (features & feature_credit_grants) {
+    // A grant: what we hold comes back first, the rest widens the window
+    // (docs/wire_features.md "Credit grants").
+    const std::uint64_t back = std::min(credit, in_flight);
+    in_flight -= back;
+    window_bytes += credit - back;
+  } else if (credit > in_flight) {
     return {errc::protocol_violation, "ack returns " + num(credit) + " credit bytes, " +
                                           num(in_flight) + " in flight"};
-  in_flight -= credit;
+  } else {
+    in_flight -= credit;
+  }
   credit_cv.notify_all();
   stall_watch.progress();
   if (resend) return resend_acked(*this, blob_id);
@@ -158,6 +166,7 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
   hello mine{.role = wire_role::sender,
              .max_chunk_bytes = opt.chunk_bytes,
              .session = session,
+             .features = offered_features(opt),
              .inline_bytes = opt.inline_bytes};
   outbox out;
   frame_hello(out, mine);
@@ -174,7 +183,8 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
     co_return violation("hello: chunk " + num(peer.max_chunk_bytes) + " above the proposal");
   if (peer.inline_bytes > opt.inline_bytes)
     co_return violation("hello: inline_bytes " + num(peer.inline_bytes) + " above the proposal");
-  if (peer.window_bytes == 0) co_return violation("hello: zero window");
+  if (peer.window_bytes == 0 && !(peer.features & feature_credit_grants))
+    co_return violation("hello: zero window");
   if ((peer.features & ~mine.features) != 0)
     co_return violation("hello: the consumer accepts features that were not offered");
   // A resend session needs the consumer to de-duplicate for it.
@@ -205,6 +215,8 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
   s->chunk_bytes = peer.max_chunk_bytes;
   s->inline_bytes = peer.inline_bytes;
   s->window_bytes = peer.window_bytes;
+  s->features = peer.features;
+  s->credit_wanted = 0;
   s->max_key_bytes = peer.max_key_bytes;
   s->max_meta_bytes = peer.max_meta_bytes;
   s->in_flight = 0;
@@ -216,9 +228,50 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
 
 // ---- credit -----------------------------------------------------------------
 
+std::uint64_t offered_features(const sender_options& opt) noexcept {
+  return feature_blob_groups | feature_credit_grants |
+         (opt.entry_timestamps ? feature_entry_timestamps : 0);
+}
+
+namespace {
+
+/// A producer's part of sender_state::credit_wanted while it waits on a
+/// connection with credit grants: asked for in a credit request, and
+/// withdrawn when the wait ends (unless the connection was replaced,
+/// which starts the sum over).
+class credit_wish {
+ public:
+  credit_wish(sender_state& s, const std::shared_ptr<send_queue>& q)
+      : s_(s), q_(q), conn_(s.connection) {}
+  credit_wish(const credit_wish&) = delete;
+  credit_wish& operator=(const credit_wish&) = delete;
+  ~credit_wish() {
+    if (n_ != 0 && s_.connection == conn_) s_.credit_wanted -= std::min(n_, s_.credit_wanted);
+  }
+  void ask(std::uint64_t n) {
+    if (!(s_.features & feature_credit_grants) || q_->error()) return;
+    n_ = n;
+    s_.credit_wanted += n;
+    frame_credit_request(q_->frames(), s_.credit_wanted);
+    q_->kick();
+    ++s_.stats.credit_requests;
+  }
+
+ private:
+  sender_state& s_;
+  const std::shared_ptr<send_queue>& q_;
+  std::uint64_t conn_;
+  std::uint64_t n_ = 0;
+};
+
+}  // namespace
+
 bool take_credit(sender_state& s, std::uint64_t n) noexcept {
   const bool fits = s.in_flight <= s.window_bytes && n <= s.window_bytes - s.in_flight;
-  if (n != 0 && s.in_flight != 0 && !fits) return false;
+  // With credit grants nothing goes beyond the credit granted: the pool
+  // grants an oversized item its credit instead.
+  if (n != 0 && !fits && (s.in_flight != 0 || (s.features & feature_credit_grants)))
+    return false;
   s.in_flight += n;
   return true;
 }
@@ -226,11 +279,17 @@ bool take_credit(sender_state& s, std::uint64_t n) noexcept {
 asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n) {
   bool counted = false;
+  // Credit grants: what this producer waits for is asked of the pool
+  // (added to what the others wait for), and taken back once it is in.
+  credit_wish wish(*s, q);
   for (;;) {
     if (s->error) co_return s->error;
     if (q != s->queue) co_return make_error_code(errc::closed);
     if (take_credit(*s, n)) co_return std::error_code{};
-    if (!counted) ++s->stats.credit_waits, counted = true;
+    if (!counted) {
+      ++s->stats.credit_waits, counted = true;
+      wish.ask(n);
+    }
     s->stall_watch.begin_wait();
     const bool cancelled = co_await s->credit_cv.wait();
     s->stall_watch.end_wait();
@@ -248,14 +307,19 @@ void frame_abort(send_queue& q, std::uint64_t blob_id, std::string_view reason) 
 asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
                                             std::shared_ptr<send_queue> q, std::uint64_t blob_id,
                                             std::uint64_t index, const planned_entry& pe,
-                                            std::span<const std::byte> meta) {
+                                            std::span<const std::byte> meta,
+                                            std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
   if (!pe.contiguous && e.len != 0) ++s->stats.gathered_entries;
   s->stats.bytes_sent += e.len;
   ++s->stats.entries_sent;
+  // The clock is read only when something needs it (not per entry).
+  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = emitted_ns ? emitted_ns : steady_ns();
+  std::optional<std::uint64_t> stamp;
+  if (s->features & feature_entry_timestamps) stamp = emitted_ns ? emitted_ns : steady_ns();
   if (e.len != 0 && e.len <= s->inline_bytes) {
     // Small: copied into the frame, so the producer may go on at once.
-    auto room = frame_entry_begin_inline(q->frames(), blob_id, index, e, meta);
+    auto room = frame_entry_begin_inline(q->frames(), blob_id, index, e, meta, stamp);
     if (pe.contiguous) {
       std::memcpy(room.data(), pe.source.data, e.len);
     } else {
@@ -265,7 +329,7 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
     q->kick();
     co_return std::error_code{};
   }
-  frame_entry_begin(q->frames(), blob_id, index, e, meta);
+  frame_entry_begin(q->frames(), blob_id, index, e, meta, stamp);
   q->kick();
   if (e.len == 0) co_return std::error_code{};
   if (pe.contiguous)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -52,6 +53,8 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   std::uint32_t chunk_bytes = 0;     // negotiated
   std::uint32_t inline_bytes = 0;    // negotiated: entries up to this go inline
   std::uint64_t window_bytes = 0;
+  std::uint64_t features = 0;        // accepted by the consumer (feature_* bits)
+  std::uint64_t credit_wanted = 0;   // credit grants: what waiting producers asked for
   std::uint32_t max_key_bytes = 0;
   std::uint32_t max_meta_bytes = 0;
   std::uint64_t in_flight = 0;       // credit taken, not yet acknowledged
@@ -76,6 +79,7 @@ struct blob_state {
   std::shared_ptr<sender_state> sender;
   std::uint64_t id;
   tag_t tag;
+  std::optional<blob_group> group;  // blob_options::group
   layout_builder builder;
   async_mutex lock;      // one emit/finish/abort at a time, in call order
   bool begun = false;    // blob_begin framed
@@ -120,8 +124,19 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
 /// negotiated limits, a fresh send queue, the ack reader running.
 void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader);
 
+/// The features a sender with `opt` offers in its hello.
+std::uint64_t offered_features(const sender_options& opt) noexcept;
+
+/// The steady clock in nanoseconds (the entry timestamps' clock).
+inline std::uint64_t steady_ns() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
 /// Takes `n` bytes of window credit if they fit now (or nothing is
-/// outstanding: one entry larger than the window goes alone).
+/// outstanding: one entry larger than the window goes alone; not with
+/// credit grants, where the sender asks instead).
 bool take_credit(sender_state& s, std::uint64_t n) noexcept;
 /// Waits until `n` bytes of credit fit on connection `q`, then takes them.
 /// Errors: the sender's error, operation_aborted (cancelled), closed (`q`
@@ -133,13 +148,16 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
 /// inline when 0 < len <= the negotiated inline size, else followed by
 /// data frames (send_chunks). `bytes`: the entry's len contiguous host
 /// bytes; for a strided host value (pe.contiguous false) they are gathered
-/// with write_entry instead. Credit must be taken already.
+/// with write_entry instead. Credit must be taken already. `emitted_ns`:
+/// when the producer emitted it (steady_ns(); 0: now), stamped into
+/// entry_begin when the consumer accepted feature_entry_timestamps.
 /// Errors: the connection's; invalid_argument (a strided value whose
 /// gather failed).
 asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
                                             std::shared_ptr<send_queue> q, std::uint64_t blob_id,
                                             std::uint64_t index, const planned_entry& pe,
-                                            std::span<const std::byte> meta);
+                                            std::span<const std::byte> meta,
+                                            std::uint64_t emitted_ns = 0);
 
 /// The one chunk loop: data frames covering blob offsets [off, off +
 /// bytes.size()) of blob `blob_id`, pointing at `bytes` (zero copy; on CUDA

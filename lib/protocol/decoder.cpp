@@ -28,6 +28,8 @@ result<void> decoder_listener::on_blob_complete(void*, std::uint64_t, blob_index
 }
 result<void> decoder_listener::on_blob_abort(void*, std::uint64_t, std::string_view) { return {}; }
 result<void> decoder_listener::on_ack(std::uint64_t, std::uint64_t) { return {}; }
+result<void> decoder_listener::on_blob_group(void*, std::uint64_t, const blob_group&) { return {}; }
+result<void> decoder_listener::on_credit_request(std::uint64_t) { return {}; }
 result<void> decoder_listener::on_close(std::string_view) { return {}; }
 
 namespace {
@@ -95,7 +97,11 @@ bool decoder::owes_bytes() const noexcept {
   return header_have_ != 0 || state_ == state::payload || !blobs_.empty();
 }
 
-void decoder::release(std::uint64_t credit) noexcept { buffered_ -= std::min(credit, buffered_); }
+void decoder::release(std::uint64_t credit) noexcept {
+  buffered_ -= std::min(credit, buffered_);
+  if (limits_.features & feature_credit_grants)
+    limits_.window_bytes -= std::min(credit, limits_.window_bytes);
+}
 
 std::uint64_t decoder::take_returned_credit() noexcept { return std::exchange(returned_, 0); }
 
@@ -116,8 +122,9 @@ result<void> decoder::check_window(std::uint64_t n, const char* what) const {
   const std::uint64_t w = limits_.window_bytes;
   const bool fits = buffered_ <= w && n <= w - buffered_;
   // One item larger than the whole window is admitted alone, so no
-  // window size deadlocks (docs/wire.md "Flow control").
-  if (fits || buffered_ == 0) return {};
+  // window size deadlocks (docs/wire.md "Flow control"). Not with credit
+  // grants: the pool grants such an item its credit instead.
+  if (fits || (buffered_ == 0 && !(limits_.features & feature_credit_grants))) return {};
   return violation(std::string(what) + " of " + num(n) + " credit bytes overruns the window (" +
                    num(buffered_) + " of " + num(w) + " bytes buffered)");
 }
@@ -257,10 +264,15 @@ result<void> decoder::check_header(const frame_header& h) {
       if (h.length < hello_size || h.length > max_hello_bytes)
         return violation("hello: " + num(h.length) + " bytes, expected 64 to 4096");
       return start_payload(sink::assemble);
-    case frame_type::blob_begin:
+    case frame_type::blob_begin: {
       if (!from_sender) return unexpected();
-      if (h.length != TAG_SIZE)
-        return violation("blob_begin: payload of " + num(h.length) + " bytes, expected 16");
+      const bool grouped = (h.flags & frame_flag_group) != 0;
+      if (grouped && !(limits_.features & feature_blob_groups))
+        return violation("blob_begin: a group, but the blob-groups feature was not negotiated");
+      const std::size_t expect = TAG_SIZE + (grouped ? blob_group_bytes : 0);
+      if (h.length != expect)
+        return violation("blob_begin: payload of " + num(h.length) + " bytes, expected " +
+                         num(expect));
       if (h.blob_id <= last_blob_id_)
         return violation("blob_begin: blob id " + num(h.blob_id) + " not above " +
                          num(last_blob_id_));
@@ -268,6 +280,7 @@ result<void> decoder::check_header(const frame_header& h) {
         return violation("blob_begin: more than max_open_blobs (" + num(limits_.max_open_blobs) +
                          ") blobs open");
       return start_payload(sink::assemble);
+    }
     case frame_type::entry_begin: {
       if (!from_sender) return unexpected();
       open_blob* b = find(h.blob_id);
@@ -281,11 +294,17 @@ result<void> decoder::check_header(const frame_header& h) {
       if (b->entries >= limits_.max_entries_per_blob)
         return violation("entry_begin: more than max_entries_per_blob entries");
       const bool inline_bytes = (h.flags & frame_flag_inline) != 0;
-      const std::uint64_t max_len = 8ull + limits_.max_key_bytes + limits_.max_meta_bytes +
+      const bool stamped = (h.flags & frame_flag_timestamp) != 0;
+      if (stamped && !(limits_.features & feature_entry_timestamps))
+        return violation("entry_begin: a timestamp, but the entry-timestamps feature was not "
+                         "negotiated");
+      const std::uint64_t stamp = stamped ? timestamp_bytes : 0;
+      const std::uint64_t max_len = stamp + 8ull + limits_.max_key_bytes +
+                                    limits_.max_meta_bytes +
                                     (inline_bytes ? limits_.inline_bytes : 0);
-      if (h.length < 9 || h.length > max_len)
-        return violation("entry_begin: payload of " + num(h.length) + " bytes not in [9, " +
-                         num(max_len) + "]");
+      if (h.length < stamp + 9 || h.length > max_len)
+        return violation("entry_begin: payload of " + num(h.length) + " bytes not in [" +
+                         num(stamp + 9) + ", " + num(max_len) + "]");
       return start_payload(sink::assemble);
     }
     case frame_type::data: {
@@ -334,7 +353,16 @@ result<void> decoder::check_header(const frame_header& h) {
       if (h.length > max_reason_bytes) return violation("blob_abort: reason too long");
       return start_payload(sink::assemble);
     case frame_type::ack:
-      if (from_sender) return unexpected();
+      if (from_sender) {
+        // A credit request is the one ack a sender sends.
+        if (!(h.flags & frame_flag_credit_request)) return unexpected();
+        if (!(limits_.features & feature_credit_grants))
+          return violation("credit request, but the credit-grants feature was not negotiated");
+        if (h.length != 0 || h.blob_id != 0)
+          return violation("credit request with a payload or a blob id");
+        return start_payload(sink::assemble);
+      }
+      if (h.flags != 0) return violation("ack: a credit request from the consumer");
       if (h.length != 0) return violation("ack with a payload");
       return start_payload(sink::assemble);
     case frame_type::close:
@@ -353,7 +381,10 @@ result<void> decoder::finish_payload(std::span<const std::byte> p) {
     case frame_type::entry_begin: r = on_entry_begin(p); break;
     case frame_type::tail: r = on_tail(p); break;
     case frame_type::blob_abort: r = on_blob_abort(p); break;
-    case frame_type::ack: r = listener_->on_ack(cur_.arg, cur_.blob_id); break;
+    case frame_type::ack:
+      r = from_ == wire_role::sender ? listener_->on_credit_request(cur_.arg)
+                                     : listener_->on_ack(cur_.arg, cur_.blob_id);
+      break;
     case frame_type::close: r = on_close(p); break;
     case frame_type::data: break;  // entry bytes: advance_entry
   }
@@ -374,6 +405,12 @@ result<void> decoder::on_hello_frame(std::span<const std::byte> p) {
 result<void> decoder::on_blob_begin(std::span<const std::byte> p) {
   tag_t tag;
   std::memcpy(tag.data(), p.data(), TAG_SIZE);
+  std::optional<blob_group> group;
+  if (cur_.flags & frame_flag_group) {
+    auto g = decode_blob_group(p.subspan(TAG_SIZE));
+    if (!g) return g.err();
+    group = *g;
+  }
   last_blob_id_ = cur_.blob_id;
   auto user = listener_->on_blob_begin(cur_.blob_id, tag);
   if (!user) return user.err();
@@ -382,12 +419,18 @@ result<void> decoder::on_blob_begin(std::span<const std::byte> p) {
   b.tag = tag;
   b.user = *user;
   last_ = &b;
+  if (group) return listener_->on_blob_group(b.user, b.id, *group);
   return {};
 }
 
 result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   open_blob& b = *find(cur_.blob_id);  // checked with the header
   const bool has_inline = (cur_.flags & frame_flag_inline) != 0;
+  std::optional<std::uint64_t> sent_ns;
+  if (cur_.flags & frame_flag_timestamp) {  // its size was checked with the header
+    sent_ns = decode_timestamp(p);
+    p = p.subspan(timestamp_bytes);
+  }
   auto eb = decode_entry_begin(p, has_inline, limits_.max_key_bytes, limits_.max_meta_bytes);
   if (!eb) return eb.err();
   auto e = Entry::from_meta(std::string(eb->key), eb->meta);
@@ -416,7 +459,7 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   b.data_end = align_up(e->off + e->len);
   b.current = std::move(*e);
   const Entry& row = b.current;
-  entry_announcement a{b.id, b.entries++, &row, credit};
+  entry_announcement a{b.id, b.entries++, &row, credit, sent_ns};
   auto dest = listener_->on_entry_begin(b.user, a);
   if (!dest) return dest.err();
   if (!dest->empty() && dest->size() != row.len)

@@ -58,33 +58,50 @@ void frame_hello(outbox& out, const hello& h) {
        payload);
 }
 
-void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag) {
-  copy(header(out, {.type = frame_type::blob_begin, .length = TAG_SIZE, .blob_id = blob_id},
-              TAG_SIZE),
-       tag);
+void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag,
+                      const std::optional<blob_group>& group) {
+  const std::size_t n = TAG_SIZE + (group ? blob_group_bytes : 0);
+  auto room = header(out, {.type = frame_type::blob_begin,
+                           .flags = group ? frame_flag_group : std::uint8_t{0},
+                           .length = static_cast<std::uint32_t>(n), .blob_id = blob_id},
+                     n);
+  copy(room, tag);
+  if (group) encode_blob_group(*group, room.subspan(TAG_SIZE));
 }
 
+namespace {
+
+/// An entry_begin header and its payload up to the inline bytes (the
+/// timestamp, then key_len | meta_len | key | meta); returns the room after
+/// them (`extra` bytes).
+std::span<std::byte> entry_begin_frame(outbox& out, std::uint64_t blob_id, std::uint64_t index,
+                                       const Entry& e, std::span<const std::byte> meta,
+                                       std::optional<std::uint64_t> sent_ns, std::uint8_t flags,
+                                       std::size_t extra) {
+  const std::size_t stamp = sent_ns ? timestamp_bytes : 0;
+  const std::size_t prefix = stamp + entry_begin_prefix_bytes(e.key.size(), meta.size());
+  if (sent_ns) flags |= frame_flag_timestamp;
+  auto room = header(out, {.type = frame_type::entry_begin, .flags = flags,
+                           .length = static_cast<std::uint32_t>(prefix + extra),
+                           .blob_id = blob_id, .arg = index},
+                     prefix + extra);
+  if (sent_ns) encode_timestamp(*sent_ns, room);
+  encode_entry_begin_prefix(e.key, meta, room.subspan(stamp));
+  return room.subspan(prefix);
+}
+
+}  // namespace
+
 void frame_entry_begin(outbox& out, std::uint64_t blob_id, std::uint64_t index, const Entry& e,
-                       std::span<const std::byte> meta) {
-  const std::size_t n = entry_begin_prefix_bytes(e.key.size(), meta.size());
-  encode_entry_begin_prefix(
-      e.key, meta,
-      header(out, {.type = frame_type::entry_begin, .length = static_cast<std::uint32_t>(n),
-                   .blob_id = blob_id, .arg = index},
-             n));
+                       std::span<const std::byte> meta, std::optional<std::uint64_t> sent_ns) {
+  entry_begin_frame(out, blob_id, index, e, meta, sent_ns, 0, 0);
 }
 
 std::span<std::byte> frame_entry_begin_inline(outbox& out, std::uint64_t blob_id,
                                               std::uint64_t index, const Entry& e,
-                                              std::span<const std::byte> meta) {
-  const std::size_t prefix = entry_begin_prefix_bytes(e.key.size(), meta.size());
-  const std::size_t n = prefix + e.len;
-  auto room = header(out, {.type = frame_type::entry_begin, .flags = frame_flag_inline,
-                           .length = static_cast<std::uint32_t>(n), .blob_id = blob_id,
-                           .arg = index},
-                     n);
-  encode_entry_begin_prefix(e.key, meta, room);
-  return room.subspan(prefix);
+                                              std::span<const std::byte> meta,
+                                              std::optional<std::uint64_t> sent_ns) {
+  return entry_begin_frame(out, blob_id, index, e, meta, sent_ns, frame_flag_inline, e.len);
 }
 
 void frame_data(outbox& out, std::uint64_t blob_id, std::uint64_t off,
@@ -123,6 +140,10 @@ void frame_blob_abort(outbox& out, std::uint64_t blob_id, std::string_view reaso
 
 void frame_ack(outbox& out, std::uint64_t credit, std::uint64_t blob_id) {
   header(out, {.type = frame_type::ack, .blob_id = blob_id, .arg = credit}, 0);
+}
+
+void frame_credit_request(outbox& out, std::uint64_t credit) {
+  header(out, {.type = frame_type::ack, .flags = frame_flag_credit_request, .arg = credit}, 0);
 }
 
 void frame_close(outbox& out, std::string_view reason) {

@@ -18,7 +18,12 @@ error violation(std::string what) { return make_error(errc::protocol_violation, 
 
 /// Flags each frame type may carry.
 std::uint8_t allowed_flags(frame_type t) noexcept {
-  return t == frame_type::entry_begin ? frame_flag_inline : 0;
+  switch (t) {
+    case frame_type::entry_begin: return frame_flag_inline | frame_flag_timestamp;
+    case frame_type::blob_begin: return frame_flag_group;
+    case frame_type::ack: return frame_flag_credit_request;
+    default: return 0;
+  }
 }
 
 }  // namespace
@@ -149,6 +154,32 @@ result<hello> decode_hello(std::span<const std::byte> payload) {
     at += 4 + len;
   }
   return h;
+}
+
+void encode_timestamp(std::uint64_t ns, std::span<std::byte> out) noexcept {
+  store_le<std::uint64_t>(out.data(), ns);
+}
+
+std::uint64_t decode_timestamp(std::span<const std::byte> in) noexcept {
+  return load_le<std::uint64_t>(in.data());
+}
+
+void encode_blob_group(const blob_group& g, std::span<std::byte> out) noexcept {
+  store_le<std::uint64_t>(out.data(), g.id);
+  store_le<std::uint32_t>(out.data() + 8, g.size);
+  store_le<std::uint32_t>(out.data() + 12, 0);
+}
+
+result<blob_group> decode_blob_group(std::span<const std::byte> in) {
+  if (in.size() != blob_group_bytes)
+    return violation("blob_begin: group of " + num(in.size()) + " bytes, expected 16");
+  blob_group g;
+  g.id = load_le<std::uint64_t>(in.data());
+  g.size = load_le<std::uint32_t>(in.data() + 8);
+  if (g.size == 0) return violation("blob_begin: group " + num(g.id) + " of size 0");
+  if (load_le<std::uint32_t>(in.data() + 12) != 0)
+    return violation("blob_begin: group with a non-zero reserved field");
+  return g;
 }
 
 void encode_entry_begin_prefix(std::string_view key, std::span<const std::byte> meta,

@@ -94,6 +94,27 @@ struct value {
     return tensor(std::span<const T>(elems),
                   shape_t{static_cast<std::int64_t>(elems.size())});
   }
+  /// A 0-d tensor (shape [], one element) over `x`, borrowed: as
+  /// torch.tensor(0.5) is (a reward, a step count).
+  template <class T>
+  static value scalar(const T& x, std::string dtype = torch_dtype_of<T>()) {
+    return tensor(std::span<const T>(&x, 1), shape_t{}, std::move(dtype));
+  }
+  /// A torch.bool tensor over `b` (borrowed, one byte per element).
+  static value bools(std::span<const bool> b, shape_t shape) {
+    return tensor(b, std::move(shape));
+  }
+  /// A 1-d torch.bool tensor from a std::vector<bool> (bit-packed, so
+  /// copied: one byte 0 or 1 per element, owned by the value).
+  static value bools(const std::vector<bool>& b);
+  /// bfloat16 / float16 tensors from their bit patterns (uint16 each, as
+  /// torch's .view(torch.int16) gives them), borrowed.
+  static value bfloat16_bits(std::span<const std::uint16_t> bits, shape_t shape) {
+    return tensor(bits, std::move(shape), "bfloat16");
+  }
+  static value float16_bits(std::span<const std::uint16_t> bits, shape_t shape) {
+    return tensor(bits, std::move(shape), "float16");
+  }
   /// Raw bytes described by a torch dtype name and shape.
   static value tensor_bytes(std::span<const std::byte> bytes, std::string dtype,
                             shape_t shape);

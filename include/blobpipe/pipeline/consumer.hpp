@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -60,6 +61,7 @@
 
 #include <asio/awaitable.hpp>
 
+#include "blobpipe/pipeline/credit_pool.hpp"
 #include "blobpipe/pipeline/delivery.hpp"
 #include "blobpipe/cuda.hpp"
 #include "blobpipe/format/entry.hpp"
@@ -181,6 +183,22 @@ struct consumer_options {
   /// their bytes are on the device. start() fails with cuda_failure when
   /// there is no device, invalid_argument with another assemble mode.
   cuda::landing_options landing{};
+
+  /// Optional wire features accepted when the sender offers them
+  /// (docs/wire_features.md): feature_entry_timestamps
+  /// (received_entry::sent_ns) and feature_blob_groups (event::group).
+  /// feature_credit_grants is accepted exactly when `pool` is set.
+  std::uint64_t accept_features = feature_blob_groups;
+
+  /// A receive budget shared with other consumers (credit_pool.hpp; a
+  /// fan-in server sets it). Null: this consumer's own window_bytes. Set:
+  /// a sender offering credit grants (every blobpipe sender does) gets its
+  /// credit from the pool and window_bytes is not used; an older sender
+  /// gets window_bytes as before, outside the pool. The pool and this
+  /// consumer must live on one executor. Keep the consumer until its
+  /// entries are released (stats().buffered_bytes == 0): destroyed
+  /// earlier, the pool forgets what they hold.
+  std::shared_ptr<credit_pool> pool{};
 };
 
 enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };
@@ -200,6 +218,11 @@ struct received_entry {
   /// is empty (view.type and view.shape are set). host otherwise.
   memory_kind memory = memory_kind::host;
   cuda::device_view device;  ///< memory == cuda_device; kept alive by `storage`
+  /// The sender's monotonic clock (steady_clock, nanoseconds) when the
+  /// entry was emitted (feature_entry_timestamps); empty when not stamped.
+  /// Comparable with this host's steady_clock only when the sender runs
+  /// on this host.
+  std::optional<std::uint64_t> sent_ns;
 
   received_entry() = default;
   received_entry(const received_entry&) = delete;  // view.entry points into *this
@@ -239,6 +262,9 @@ struct event {
   /// delivery_log), unless it already completed there. Every tag ends
   /// exactly once in blob_complete or in blob_aborted with resend false.
   bool resend = false;
+  /// entry_ready, blob_complete, blob_aborted: the blob's group
+  /// (feature_blob_groups), when the sender named one.
+  std::optional<blob_group> group;
 };
 
 /// Counters for tests and benchmarks.
@@ -260,6 +286,8 @@ struct consumer_stats {
   /// aborted), and the bytes kept for reuse now.
   std::uint64_t buffers_reused = 0;
   std::uint64_t recycle_kept_bytes = 0;
+  /// Credit requests from a sender waiting for credit (consumer_options::pool).
+  std::uint64_t credit_requests = 0;
 };
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
@@ -300,6 +328,12 @@ class consumer {
   std::uint32_t chunk_bytes() const noexcept;   ///< negotiated, bytes
   std::uint64_t window_bytes() const noexcept;
   consumer_stats stats() const noexcept;
+  /// Blobs begun and not yet ended on the wire (complete or aborted).
+  std::size_t open_blobs() const noexcept;
+  /// The sender's resend session (NO_SESSION: a plain sender).
+  session_id session() const noexcept;
+  /// The optional features negotiated (feature_* bits).
+  std::uint64_t features() const noexcept;
 
  private:
   explicit consumer(std::shared_ptr<detail::consumer_state> s) : state_(std::move(s)) {}

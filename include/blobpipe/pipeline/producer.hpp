@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -112,6 +113,11 @@ struct sender_options {
   /// Copied bytes (headers, inline entries, tails) queued for the writer
   /// beyond which emit() waits for it, bytes.
   std::size_t max_queued_bytes = std::size_t{4} << 20;
+  /// Offer feature_entry_timestamps (docs/wire_features.md): when the
+  /// consumer accepts it, each entry_begin carries the steady clock at
+  /// emit() (8 bytes; one clock read per entry), for its emit ->
+  /// entry_ready latency. Device values are not stamped.
+  bool entry_timestamps = true;
   /// Longest the sender waits on the consumer with nothing arriving from it
   /// and no send completing (0: no limit): a send the consumer does not
   /// read, a producer waiting for window credit or for a delivery, the
@@ -143,6 +149,13 @@ struct sender_stats {
   std::uint64_t data_frames_sent = 0;
   std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
   std::uint64_t credit_waits = 0;     ///< times a producer waited for the window
+  /// Credit requests sent (feature_credit_grants: a pooled consumer).
+  std::uint64_t credit_requests = 0;
+  std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish)
+  std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer)
+  /// The steady clock (nanoseconds since its epoch) when the first entry
+  /// was emitted; 0 before.
+  std::uint64_t first_entry_ns = 0;
   std::uint64_t gathered_entries = 0; ///< strided values copied via write_entry
   // Device values (docs/cuda.md).
   std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
@@ -158,6 +171,17 @@ struct sender_stats {
   std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
   std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements received
   std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
+};
+
+/// What sender::open_blob takes.
+struct blob_options {
+  tag_t tag = random_tag();  ///< unique per sender in a resend session
+  /// The blob's group (feature_blob_groups): the consumer reports the
+  /// group complete once `size` blobs naming it have completed (a fan-in
+  /// server gathers them across its connections). REQUIRES: size >= 1.
+  /// On a connection whose consumer does not accept groups, the blob's
+  /// emit/finish fail with invalid_argument.
+  std::optional<blob_group> group;
 };
 
 /// One blob being streamed. A cheap handle (copies refer to the same blob).
@@ -259,6 +283,8 @@ class sender {
   /// Opens a blob with `tag` (default: a random uuid4). Nothing is sent until
   /// the first emit, finish or abort. REQUIRES: a started sender.
   blob_writer open_blob(const tag_t& tag = random_tag());
+  /// Opens a blob with a tag and, optionally, a group (blob_options).
+  blob_writer open_blob(const blob_options& opt);
 
   /// Waits until every frame queued so far (entries, tails, aborts of
   /// every blob) has been handed to the transport.

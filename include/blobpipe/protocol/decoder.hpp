@@ -26,7 +26,11 @@
 // decoder_limits::window_bytes (docs/wire.md "Flow control"). An entry's
 // credit is handed to the listener (entry_announcement::credit), which
 // release()s it when the application drops the entry; a tail's the decoder
-// releases itself once checked (take_returned_credit()).
+// releases itself once checked (take_returned_credit()). With
+// feature_credit_grants negotiated (decoder_limits::features), the window
+// is the credit granted and not yet released: grant() raises it, release()
+// lowers it with the buffered bytes, and nothing beyond it is admitted
+// (docs/wire_features.md "Credit grants").
 //
 // Memory: per open blob the decoder keeps a constant (the row being
 // received, a SHA-256 digest of the rows announced, against which the
@@ -73,6 +77,9 @@ struct decoder_limits {
   std::uint32_t max_open_blobs = 4096;             ///< blobs begun, not ended
   std::uint64_t max_entries_per_blob = 1u << 24;
   std::uint32_t max_frame_bytes = default_max_frame_bytes;  ///< any frame's payload
+  /// Features both sides accepted in the handshake (known_features bits):
+  /// a frame form of any other feature is a violation.
+  std::uint64_t features = 0;
 };
 
 /// An entry_begin that passed every check.
@@ -83,6 +90,9 @@ struct entry_announcement {
   /// Window credit this entry holds until the application drops it
   /// (entry_credit(len, key, meta)): pass it to decoder::release() then.
   std::uint64_t credit = 0;
+  /// The sender's monotonic clock when it emitted the entry, nanoseconds
+  /// (frame_flag_timestamp); empty when not stamped.
+  std::optional<std::uint64_t> sent_ns;
 };
 
 /// Receives a decoder's events, in frame order. Every callback may refuse
@@ -112,6 +122,12 @@ class decoder_listener {
   virtual result<void> on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason);
   /// An ack (sender side): credit returned and the blob delivered (0: none).
   virtual result<void> on_ack(std::uint64_t credit, std::uint64_t blob_id);
+  /// The blob (just begun: on_blob_begin came first) belongs to group `g`
+  /// (feature_blob_groups).
+  virtual result<void> on_blob_group(void* blob, std::uint64_t blob_id, const blob_group& g);
+  /// A credit request (consumer side, feature_credit_grants): the sender's
+  /// waiting items need `credit` bytes in all.
+  virtual result<void> on_credit_request(std::uint64_t credit);
   /// The peer closed the connection in order, with its reason.
   virtual result<void> on_close(std::string_view reason);
 };
@@ -163,7 +179,12 @@ class decoder {
   const decoder_limits& limits() const noexcept { return limits_; }
 
   /// Credit given back by the application (entry_announcement::credit).
+  /// With feature_credit_grants, the window shrinks by as much: released
+  /// credit is the pool's, not the sender's, until granted again.
   void release(std::uint64_t credit) noexcept;
+  /// Credit granted to the sender in an ack (feature_credit_grants only):
+  /// the window grows by `credit`.
+  void grant(std::uint64_t credit) noexcept { limits_.window_bytes += credit; }
   /// Credit buffered now, bytes.
   std::uint64_t buffered_bytes() const noexcept { return buffered_; }
   /// Credit the decoder released itself since the last call (checked

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -72,19 +73,25 @@ class outbox {
 
 /// hello (docs/wire.md "Handshake").
 void frame_hello(outbox& out, const hello& h);
-/// blob_begin: the blob's tag.
-void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag);
+/// blob_begin: the blob's tag, and its group when given (frame_flag_group;
+/// only on a connection that accepted feature_blob_groups).
+void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag,
+                      const std::optional<blob_group>& group = std::nullopt);
 /// entry_begin for row `e` (entry `index` of the blob), `meta` its
 /// Entry::meta(), without inline bytes: the entry's e.len bytes follow in
-/// data frames (frame_data), or it is empty.
+/// data frames (frame_data), or it is empty. `sent_ns`: the sender's
+/// monotonic clock (frame_flag_timestamp; only on a connection that
+/// accepted feature_entry_timestamps).
 void frame_entry_begin(outbox& out, std::uint64_t blob_id, std::uint64_t index, const Entry& e,
-                       std::span<const std::byte> meta);
+                       std::span<const std::byte> meta,
+                       std::optional<std::uint64_t> sent_ns = std::nullopt);
 /// entry_begin carrying the entry's bytes (frame_flag_inline): returns the
 /// e.len bytes inside the frame for the caller to fill before the outbox
 /// is written. REQUIRES: e.len <= the negotiated inline_bytes.
 std::span<std::byte> frame_entry_begin_inline(outbox& out, std::uint64_t blob_id,
                                               std::uint64_t index, const Entry& e,
-                                              std::span<const std::byte> meta);
+                                              std::span<const std::byte> meta,
+                                              std::optional<std::uint64_t> sent_ns = std::nullopt);
 /// data frames covering blob offsets [off, off + bytes.size()), each at
 /// most `chunk_bytes` of payload. `copy`: the payload is copied into the
 /// outbox; else it is referenced (the caller keeps it valid until written)
@@ -98,6 +105,9 @@ void frame_tail(outbox& out, std::uint64_t blob_id, std::span<const std::byte> t
 void frame_blob_abort(outbox& out, std::uint64_t blob_id, std::string_view reason);
 /// ack: `credit` bytes returned, `blob_id` delivered (0: none).
 void frame_ack(outbox& out, std::uint64_t credit, std::uint64_t blob_id);
+/// A credit request (sender to consumer, feature_credit_grants): the
+/// sender's waiting items need `credit` bytes in all.
+void frame_credit_request(outbox& out, std::uint64_t credit);
 /// close with `reason` (cut to max_reason_bytes).
 void frame_close(outbox& out, std::string_view reason);
 

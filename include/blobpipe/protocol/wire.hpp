@@ -5,8 +5,11 @@
 //
 //   off size field
 //     0    1 type       frame_type
-//     1    1 flags      per type (entry_begin: frame_flag_inline); any other bit
-//                       is a violation
+//     1    1 flags      per type (entry_begin: frame_flag_inline,
+//                       frame_flag_timestamp; blob_begin: frame_flag_group;
+//                       ack: frame_flag_credit_request); any other bit is a
+//                       violation, and so is a flag whose feature was not
+//                       negotiated
 //     2    2 reserved   0
 //     4    4 length     payload bytes that follow the header
 //     8    8 blob_id    stream-unique blob number (0 for connection frames)
@@ -82,13 +85,16 @@ constexpr std::uint64_t entry_credit(std::uint64_t len, std::uint64_t key_bytes,
 /// C = consumer -> sender.
 enum class frame_type : std::uint8_t {
   hello = 1,        ///< both; first frame each way. payload: hello (64 bytes + extensions)
-  blob_begin = 2,   ///< S; payload: the blob's 16-byte tag. blob_id > every earlier id
+  blob_begin = 2,   ///< S; payload: the blob's 16-byte tag (+ its group, frame_flag_group).
+                    ///< blob_id > every earlier id
   entry_begin = 3,  ///< S; arg: entry index in the blob. payload: entry_begin payload
   data = 4,         ///< S; arg: offset of payload[0] from blob start. payload: entry bytes
   tail = 5,         ///< S; payload: exactly the write_tail bytes (index + v3 footer)
   blob_abort = 6,   ///< S; payload: UTF-8 reason (<= max_reason_bytes)
-  ack = 7,          ///< C; arg: window credit returned, bytes; blob_id: 0, or a
-                    ///< blob delivered (resend sessions only). no payload
+  ack = 7,          ///< C; arg: window credit returned (feature_credit_grants:
+                    ///< granted), bytes; blob_id: 0, or a blob delivered (resend
+                    ///< sessions only). no payload. S, with frame_flag_credit_request
+                    ///< only: a credit request
   close = 8,        ///< both; orderly end. payload: UTF-8 reason (may be empty)
 };
 
@@ -104,7 +110,7 @@ const char* frame_type_name(frame_type t) noexcept;
 /// A decoded frame header.
 struct frame_header {
   frame_type type = frame_type::close;
-  std::uint8_t flags = 0;      ///< per type; only entry_begin has one (frame_flag_inline)
+  std::uint8_t flags = 0;      ///< per type (frame_flag_*)
   std::uint32_t length = 0;    ///< payload bytes
   std::uint64_t blob_id = 0;
   std::uint64_t arg = 0;       ///< per-type argument (see frame_type)
@@ -134,11 +140,58 @@ inline constexpr session_id NO_SESSION{};
 /// Optional protocol features (docs/wire.md "Features"). The sender offers
 /// the ones it can use; the consumer answers with the subset it accepts;
 /// an answer naming a feature that was not offered is a violation. Bits
-/// this release does not know are never accepted. Version 3 defines no
-/// feature yet: the bits are reserved for what later releases add without
-/// a new version (bit 0 entry timestamps, bit 1 blob groups, bit 2 credit
-/// grants from a shared pool, bit 3 a UCX worker-address rendezvous).
-inline constexpr std::uint64_t known_features = 0;
+/// this release does not know are never accepted. The bits are reserved
+/// for what releases add without a new version (bit 3: a UCX
+/// worker-address rendezvous); frames of a feature not accepted by both
+/// sides are violations. docs/wire_features.md has the frame layouts.
+///
+/// Bit 0: entry_begin may carry the sender's monotonic clock
+/// (frame_flag_timestamp), for emit -> entry_ready latency.
+inline constexpr std::uint64_t feature_entry_timestamps = 1u << 0;
+/// Bit 1: blob_begin may name the blob's group (frame_flag_group).
+inline constexpr std::uint64_t feature_blob_groups = 1u << 1;
+/// Bit 2: credit comes from a pool the consumer shares with other
+/// connections: its hello's window is an initial grant (may be 0), an ack
+/// grants credit (any amount, not only what was released), no item is
+/// admitted beyond the credit granted, and the sender asks for credit it
+/// waits for (an ack frame from the sender with frame_flag_credit_request).
+inline constexpr std::uint64_t feature_credit_grants = 1u << 2;
+inline constexpr std::uint64_t known_features =
+    feature_entry_timestamps | feature_blob_groups | feature_credit_grants;
+
+/// blob_begin flag (feature_blob_groups): the tag is followed by the group
+/// (blob_group_bytes; encode_blob_group).
+inline constexpr std::uint8_t frame_flag_group = 0x01;
+/// ack flag (feature_credit_grants), sender to consumer only: a credit
+/// request. arg: the credit, bytes, the sender's waiting items need in
+/// all (its allowance is not enough for them); blob_id 0, no payload.
+inline constexpr std::uint8_t frame_flag_credit_request = 0x02;
+/// entry_begin flag (feature_entry_timestamps): the payload starts with a
+/// u64, the sender's monotonic clock in nanoseconds when the entry was
+/// emitted (steady_clock; comparable only within one host), before
+/// key_len. Its 8 bytes are not counted in the entry's credit.
+inline constexpr std::uint8_t frame_flag_timestamp = 0x04;
+inline constexpr std::size_t timestamp_bytes = 8;
+/// Writes / reads the u64 of frame_flag_timestamp (little-endian).
+/// REQUIRES: at least timestamp_bytes bytes.
+void encode_timestamp(std::uint64_t ns, std::span<std::byte> out) noexcept;
+std::uint64_t decode_timestamp(std::span<const std::byte> in) noexcept;
+
+/// A blob's group (feature_blob_groups): `size` blobs, possibly from
+/// several senders on several connections, that the consumer's
+/// application wants together (a GRPO group of samples).
+struct blob_group {
+  std::uint64_t id = 0;    ///< chosen by the application, the same for every member
+  std::uint32_t size = 0;  ///< members, >= 1, the same for every member
+  friend bool operator==(const blob_group&, const blob_group&) = default;
+};
+/// Bytes a group takes after blob_begin's tag: u64 id | u32 size | u32 reserved (0).
+inline constexpr std::size_t blob_group_bytes = 16;
+/// Writes `g` (blob_group_bytes). REQUIRES: out.size() >= blob_group_bytes.
+void encode_blob_group(const blob_group& g, std::span<std::byte> out) noexcept;
+/// Reads and checks a group (exactly blob_group_bytes): size >= 1,
+/// reserved zero. Errors: protocol_violation.
+[[nodiscard]] result<blob_group> decode_blob_group(std::span<const std::byte> in);
 
 /// One hello extension: a type-length-value record after the fixed part
 /// (u16 type | u16 length | value). Unknown types are skipped.

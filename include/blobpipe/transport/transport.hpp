@@ -237,8 +237,16 @@ class transport {
   /// peer"); empty when none. For logs: tests compare codes, not text.
   const std::string& last_error() const noexcept { return last_error_; }
 
+  /// The far end as a URL (blobpipe/transport/url.hpp): "tcp://10.0.0.2:41234",
+  /// "ucx://10.0.0.2:41234", "inproc://name"; empty when not known. For
+  /// logs and per-connection metrics (a fan-in server names each event's
+  /// connection with it).
+  const std::string& peer_address() const noexcept { return peer_address_; }
+  void set_peer_address(std::string url) { peer_address_ = std::move(url); }
+
  protected:
   std::string last_error_;
+  std::string peer_address_;
 };
 
 /// What every transport's listener offers (tcp::listener, ucx::listener),

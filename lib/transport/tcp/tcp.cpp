@@ -93,7 +93,15 @@ std::unique_ptr<transport> wrap(asio::ip::tcp::socket s) {
   std::error_code ignored;
   // Small control frames (ack, tail) must not wait behind Nagle.
   s.set_option(asio::ip::tcp::no_delay(true), ignored);
-  return std::make_unique<tcp_transport>(std::move(s));
+  std::error_code ec;
+  const auto peer = s.remote_endpoint(ec);
+  auto t = std::make_unique<tcp_transport>(std::move(s));
+  if (!ec) {
+    const auto a = peer.address();
+    t->set_peer_address("tcp://" + (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) +
+                        ":" + std::to_string(peer.port()));
+  }
+  return t;
 }
 
 }  // namespace

@@ -29,6 +29,14 @@ namespace {
 
 using detail::connection;
 using detail::runtime;
+
+/// "ucx://ip:port" of a TCP endpoint (the rendezvous socket's far end;
+/// IPv6 in brackets).
+std::string address_url(const asio::ip::tcp::endpoint& e) {
+  const auto ip = e.address();
+  return "ucx://" + (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string()) + ":" +
+         std::to_string(e.port());
+}
 constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
 // The transport object: a connection and the runtime it lives on.
@@ -220,6 +228,10 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   asio::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<detail::rv_attempt> a) {
     auto rt_hold = rt;  // close() lets go of `rt`; this rendezvous may still need it
     attempts.insert(a);
+    // The client's address, for transport::peer_address.
+    std::error_code peer_ec;
+    const auto far = a->sock.remote_endpoint(peer_ec);
+    std::string peer = peer_ec ? std::string() : address_url(far);
     a->arm(handshake_timeout);
     auto [ec, c] = co_await detail::serve_rendezvous(rt_hold, a);
     attempts.erase(a);
@@ -234,6 +246,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     }
     ++counters.connections_ready;
     backlog.push_back(std::move(c));
+    backlog_peers.push_back(std::move(peer));
     ready.notify_all();
   }
 
@@ -245,6 +258,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     for (auto& c : backlog) c->close();
     pending -= backlog.size();
     backlog.clear();
+    backlog_peers.clear();
     for (const auto& a : std::set(attempts)) a->abort(false);
     ready.notify_all();
     // A closed listener, like a closed acceptor, must not keep the
@@ -258,6 +272,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   asio::ip::tcp::acceptor acceptor;
   std::uint16_t port = 0;
   std::deque<std::shared_ptr<connection>> backlog;
+  std::deque<std::string> backlog_peers;  // peer_address of each, in step
   std::set<std::shared_ptr<detail::rv_attempt>> attempts;
   blobpipe::detail::async_condition ready;
   std::chrono::milliseconds handshake_timeout;
@@ -293,10 +308,13 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listene
   if (p->closed) co_return failed(errc::closed);
   auto c = std::move(p->backlog.front());
   p->backlog.pop_front();
+  auto peer = std::move(p->backlog_peers.front());
+  p->backlog_peers.pop_front();
   --p->pending;
   c->set_options(opt);
-  co_return std::tuple{std::error_code{},
-                       std::unique_ptr<transport>(std::make_unique<ucx_transport>(p->rt, c))};
+  auto t = std::make_unique<ucx_transport>(p->rt, c);
+  t->set_peer_address(std::move(peer));
+  co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
 }
 
 void listener::close() noexcept {
@@ -366,8 +384,9 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   a->sock.set_option(asio::ip::tcp::no_delay(true), ignored);
   auto [ec, c] = co_await detail::join_rendezvous(keep, a, opt);
   if (ec) co_return std::tuple{ec, std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{},
-                       std::unique_ptr<transport>(std::make_unique<ucx_transport>(keep, c))};
+  auto t = std::make_unique<ucx_transport>(keep, c);
+  t->set_peer_address(address_url(where));
+  co_return std::tuple{std::error_code{}, std::unique_ptr<transport>(std::move(t))};
 }
 
 // ---- introspection -------------------------------------------------------------

@@ -1,0 +1,200 @@
+// bench/cluster_bench.cpp — fan-in: N senders (coroutines) into one
+// blobpipe::server over TCP loopback, against one sender over one
+// connection in the same run, with RL sample mixes; then the entry latency
+// (emit -> entry_ready) under a slow consumer. Reports, never gates.
+//
+//   bazel/bazelw run -c opt //bench:cluster_bench -- [--senders 16]
+//       [--samples 2048] [--seq-len 4096] [--slow-us 200] [--budget-mb 256]
+//
+// A sample is five entries as RL sends them: int64 token ids [T], float32
+// logprobs [T], bool mask [T], a float32 reward and 256 bytes of pickled
+// meta (T = --seq-len). Every phase sends --samples samples in all; the
+// consumer drops each entry at once, except in the slow phase, where it
+// waits --slow-us microseconds per entry before taking the next.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "blobpipe/cluster/server.hpp"
+#include "blobpipe/pipeline/producer.hpp"
+#include "blobpipe/transport/url.hpp"
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct config {
+  std::size_t senders = 16;
+  std::size_t samples = 2048;
+  std::size_t seq_len = 4096;
+  std::uint64_t slow_us = 200;
+  std::uint64_t budget_mb = 256;
+};
+
+struct sample_data {
+  std::vector<std::int64_t> ids;
+  std::vector<float> logprobs;
+  std::vector<std::uint8_t> mask;
+  float reward = 0.5f;
+  std::vector<std::byte> meta;
+  explicit sample_data(std::size_t t) : ids(t, 7), logprobs(t, -1.5f), mask(t, 1), meta(256) {}
+  std::uint64_t bytes() const {
+    return ids.size() * 8 + logprobs.size() * 4 + mask.size() + 4 + meta.size();
+  }
+};
+
+asio::awaitable<void> send_share(std::string url, const sample_data& s, std::size_t first,
+                                 std::size_t count, int& failures) {
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await blobpipe::connect(ex, url);
+  if (ec) {
+    ++failures;
+    co_return;
+  }
+  auto [sec, snd] = co_await blobpipe::sender::start(std::move(t));
+  if (sec) {
+    ++failures;
+    co_return;
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::string n = std::to_string(first + k);
+    auto b = snd.open_blob();
+    std::error_code e;
+    if (!e) e = co_await b.emit(n + "@input_ids", blobpipe::value::tensor(s.ids));
+    if (!e) e = co_await b.emit(n + "@generation_logprobs", blobpipe::value::tensor(s.logprobs));
+    if (!e) e = co_await b.emit(n + "@token_mask", blobpipe::value::tensor(s.mask));
+    if (!e) e = co_await b.emit(n + "@reward", blobpipe::value::scalar(s.reward));
+    if (!e) e = co_await b.emit(n + "@meta", blobpipe::value::pickle(s.meta));
+    if (!e) e = co_await b.finish();
+    if (e) {
+      ++failures;
+      co_return;
+    }
+  }
+  if (co_await snd.shutdown()) ++failures;
+}
+
+struct phase_result {
+  double seconds = 0;
+  std::uint64_t bytes = 0;
+  blobpipe::server_stats stats;
+  int failures = 0;
+};
+
+// `senders` senders share cfg.samples; the consumer waits `slow_us` per entry.
+phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slow_us) {
+  asio::io_context ctx;
+  blobpipe::server_options opt;
+  opt.budget_bytes = cfg.budget_mb << 20;
+  auto srv = blobpipe::server::listen(ctx.get_executor(), "tcp://127.0.0.1:0", opt);
+  if (!srv) {
+    std::fprintf(stderr, "cluster_bench: listen: %s\n", srv.message().c_str());
+    std::exit(1);
+  }
+  const sample_data s(cfg.seq_len);
+  phase_result r;
+  clock::time_point first{}, last{};
+  bool any = false;
+  auto consume = [&]() -> asio::awaitable<void> {
+    std::size_t closed = 0;
+    asio::steady_timer pause(ctx);
+    for (;;) {
+      auto ev = co_await srv->next();
+      if (ev.kind == blobpipe::server_event_kind::end_of_stream) break;
+      if (ev.kind == blobpipe::server_event_kind::entry_ready) {
+        if (!any) first = clock::now();
+        any = true;
+        r.bytes += ev.ev.entry->entry.len;
+        if (slow_us) {
+          pause.expires_after(std::chrono::microseconds(slow_us));
+          co_await pause.async_wait(asio::use_awaitable);
+        }
+      }
+      if (ev.kind == blobpipe::server_event_kind::connection_closed && ++closed == senders)
+        srv->stop_accepting();
+      last = clock::now();
+    }
+  };
+  asio::co_spawn(ctx, consume(), asio::detached);
+  const std::string url = srv->url();
+  for (std::size_t i = 0; i < senders; ++i) {
+    const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
+    asio::co_spawn(ctx, send_share(url, s, lo, hi - lo, r.failures), asio::detached);
+  }
+  ctx.run();
+  r.seconds = std::chrono::duration<double>(last - first).count();
+  r.stats = srv->stats();
+  return r;
+}
+
+double gbps(const phase_result& r) { return r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0; }
+double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+bool number(std::string_view v, std::uint64_t& out) {
+  char* end = nullptr;
+  const std::string s(v);
+  out = std::strtoull(s.c_str(), &end, 10);
+  return !s.empty() && end && *end == '\0';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  config cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    std::uint64_t v = 0;
+    if (i + 1 >= argc || !number(argv[i + 1], v) || v == 0) {
+      std::fprintf(stderr,
+                   "usage: cluster_bench [--senders N] [--samples N] [--seq-len T] [--slow-us U] "
+                   "[--budget-mb M] (positive numbers)\n");
+      return 2;
+    }
+    ++i;
+    if (a == "--senders") cfg.senders = v;
+    else if (a == "--samples") cfg.samples = v;
+    else if (a == "--seq-len") cfg.seq_len = v;
+    else if (a == "--slow-us") cfg.slow_us = v;
+    else if (a == "--budget-mb") cfg.budget_mb = v;
+    else {
+      std::fprintf(stderr, "cluster_bench: unknown option %s\n", argv[i - 1]);
+      return 2;
+    }
+  }
+  const sample_data probe(cfg.seq_len);
+  std::printf("cluster_bench: %zu samples of %llu bytes (seq-len %zu), budget %llu MiB, TCP loopback\n",
+              cfg.samples, static_cast<unsigned long long>(probe.bytes()), cfg.seq_len,
+              static_cast<unsigned long long>(cfg.budget_mb));
+  const auto one = run_phase(cfg, 1, 0);
+  const auto many = run_phase(cfg, cfg.senders, 0);
+  const auto slow = run_phase(cfg, cfg.senders, cfg.slow_us);
+  const auto line = [](const char* name, const phase_result& r) {
+    const auto& l = r.stats.total.latency;
+    std::printf("%-28s %8.3f GB/s  %7.3f s  p50 %8.3f ms  p99 %8.3f ms  credit waits %llu%s\n",
+                name, gbps(r), r.seconds, ms(l.percentile(0.5)), ms(l.percentile(0.99)),
+                static_cast<unsigned long long>(r.stats.total.credit_waits),
+                r.failures ? "  (FAILURES)" : "");
+  };
+  line("1 sender, 1 connection", one);
+  char name[64];
+  std::snprintf(name, sizeof name, "%zu senders, fan-in", cfg.senders);
+  line(name, many);
+  std::snprintf(name, sizeof name, "%zu senders, slow (%llu us)", cfg.senders,
+                static_cast<unsigned long long>(cfg.slow_us));
+  line(name, slow);
+  std::printf("fan-in / single connection: %.2fx (target >= 0.9)\n",
+              gbps(one) > 0 ? gbps(many) / gbps(one) : 0.0);
+  std::printf("budget high water: %.1f MiB of %llu\n",
+              static_cast<double>(slow.stats.pool.committed_high_water) / (1 << 20),
+              static_cast<unsigned long long>(cfg.budget_mb));
+  return one.failures || many.failures || slow.failures ? 1 : 0;
+}

@@ -1,0 +1,143 @@
+// blobpipe/cluster/router.hpp — one producer side, K destinations (fan-out).
+//
+// A router holds one sender per destination URL (K trainer ranks, say) and
+// picks each blob's destination by a policy: round-robin, a rank the
+// caller gives (sample index mod K), or the destination with the fewest
+// bytes outstanding. Every member of a blob group goes to one destination,
+// so a GRPO group's samples meet on one rank. Each destination may be a
+// resend session (router_options::resend): blobs then reach it exactly
+// once across reconnects. A destination gone for good (its sender failed:
+// a plain connection broke, or a resend session gave up) fails the blobs
+// routed to it with its error; the others go on, and the round-robin and
+// least-outstanding policies skip it.
+//
+//   auto [ec, r] = co_await blobpipe::router::start(ex, {"tcp://rank0:5555", "tcp://rank1:5555"},
+//                                                   {.policy = blobpipe::route_policy::by_rank});
+//   auto b = r.open_blob({.group = blobpipe::blob_group{g, G}, .rank = g % 2}).value();
+//   co_await b.blob.emit("0@input_ids", blobpipe::value::tensor(ids));
+//   co_await b.blob.finish();
+//   co_await r.shutdown();
+//
+// Threading: a router and its senders live on the executor given to
+// start(); call them from coroutines there.
+// Source: docs/cluster.md "Fan-out".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <tuple>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/cluster/metrics.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/pipeline/producer.hpp"
+
+namespace blobpipe {
+
+namespace detail {
+struct router_state;
+}
+
+enum class route_policy {
+  round_robin,        ///< the next live destination, in turn
+  by_rank,            ///< route::rank mod K (required); a dead destination fails the blob
+  least_outstanding,  ///< the live destination with the fewest bytes not yet acknowledged
+};
+
+struct router_options {
+  route_policy policy = route_policy::round_robin;
+  /// Every destination's sender (chunk size, stall timeout, resend budget).
+  sender_options sender{};
+  /// Each destination a resend session (sender::start with a connect
+  /// function): exactly once per destination across reconnects.
+  bool resend = false;
+};
+
+/// Where one blob goes (router::open_blob).
+struct route {
+  tag_t tag = random_tag();
+  /// The blob's group: every member goes where the group's first went
+  /// (chosen by the policy, or by `rank`).
+  std::optional<blob_group> group;
+  /// route_policy::by_rank: the destination, mod K. Others: ignored.
+  std::optional<std::uint64_t> rank;
+};
+
+struct routed_blob {
+  std::size_t destination = 0;  ///< index into the URLs given to start()
+  blob_writer blob;
+};
+
+/// One destination's counters (sender_stats, in metrics form).
+struct destination_stats {
+  std::string url;
+  std::error_code error;   ///< set once the destination is gone for good
+  endpoint_metrics metrics;  ///< bytes: entries + tails; latency: not measured here
+  sender_stats sender;
+};
+
+struct router_stats {
+  endpoint_metrics total;
+  std::vector<destination_stats> destinations;
+  std::uint64_t routed = 0;       ///< blobs opened through the router
+  std::uint64_t refused = 0;      ///< open_blob errors (a dead destination, a bad route)
+};
+
+class router {
+ public:
+  router() = default;
+  router(router&&) noexcept = default;
+  router& operator=(router&&) noexcept;
+  /// close().
+  ~router();
+
+  /// Starts a sender to every URL at once (a resend session each, with
+  /// opt.resend). A destination that cannot be reached is gone for good
+  /// (error(d)); start fails only when all are.
+  /// Errors: invalid_argument (no URL; a URL that does not parse: the
+  /// first such; parse_url has the message), else the first destination's
+  /// error when none started.
+  static asio::awaitable<std::tuple<std::error_code, router>> start(
+      asio::any_io_executor ex, std::vector<std::string> urls, router_options opt = {});
+
+  std::size_t size() const noexcept;
+  const std::string& url(std::size_t d) const;
+  /// Empty while destination `d` is usable; its error once gone for good.
+  std::error_code error(std::size_t d) const noexcept;
+  /// Destination `d`'s sender (flush, stats). REQUIRES: d < size().
+  sender& at(std::size_t d);
+
+  /// Opens a blob on the destination the policy (or the group) picks.
+  /// Errors: invalid_argument (by_rank without a rank; a group of size
+  /// 0), the destination's error (by_rank or a group naming a destination
+  /// gone for good), or the last destination's error when none is left.
+  [[nodiscard]] result<routed_blob> open_blob(const route& r = {});
+
+  /// Shuts every live destination down in order (sender::shutdown), all
+  /// at once; open_blob refuses (closed) from then on, and error(d) keeps
+  /// destination d's error from before or from its shutdown (empty: it
+  /// ended in order). A second call returns at once.
+  /// Errors: the first destination's shutdown error (a destination gone
+  /// before is not counted: error(d) has it).
+  asio::awaitable<std::error_code> shutdown();
+  /// Closes every destination now.
+  void close() noexcept;
+
+  router_stats stats() const;
+  /// stats() as one line of JSON (docs/cluster.md "Metrics").
+  std::string stats_json() const;
+
+ private:
+  explicit router(std::shared_ptr<detail::router_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::router_state> state_;
+};
+
+std::string to_json(const router_stats& st);
+
+}  // namespace blobpipe

@@ -1,0 +1,194 @@
+// blobpipe/cluster/server.hpp — many senders into one receiver (fan-in).
+//
+// A server accepts any number of senders on one listener and yields one
+// merged stream of events; every event names its connection (a stable id
+// and the peer's address). Each connection has its own consumer
+// (blobpipe/pipeline/consumer.hpp) and all of them share one receive
+// budget (credit_pool.hpp): the sum of bytes buffered across connections
+// stays within server_options::budget_bytes, and a slow application slows
+// every sender alike. A sender that misbehaves (a protocol violation), dies
+// or stalls ends only its own connection: its open blobs are reported
+// aborted and the others go on. Blob groups (a GRPO group of samples from
+// several workers) are gathered across connections: group_complete comes
+// after the last member's blob_complete.
+//
+//   auto srv = blobpipe::server::listen(ex, "tcp://0.0.0.0:5555").value();
+//   for (;;) {
+//     auto ev = co_await srv.next();
+//     if (ev.kind == blobpipe::server_event_kind::end_of_stream) break;
+//     if (ev.kind == blobpipe::server_event_kind::entry_ready)
+//       use(ev.connection->id, ev.ev.entry->view);   // bytes valid while held
+//   }
+//
+// Lifetime: stop_accepting() closes the listener and lets open connections
+// finish; drain() also closes each connection once it has no blob open;
+// close() closes everything now. next() yields end_of_stream once the
+// listener is closed and no connection is left (after close(): with
+// `closed`), and repeats it.
+//
+// Threading: the server, its connections and its credit pool live on one
+// executor (the `ex` given to start or listen); call next() from a
+// coroutine there, one at a time. Entries may be held and dropped on any
+// thread (as a consumer's).
+// Source: docs/cluster.md "Fan-in".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include "blobpipe/cluster/metrics.hpp"
+#include "blobpipe/errors.hpp"
+#include "blobpipe/pipeline/consumer.hpp"
+#include "blobpipe/pipeline/credit_pool.hpp"
+#include "blobpipe/transport/transport.hpp"
+
+namespace blobpipe {
+
+namespace detail {
+struct server_state;
+}
+
+struct server_options {
+  /// The receive budget every connection shares, bytes (credit_pool): what
+  /// all connections buffer at once stays within it (docs/cluster.md says
+  /// when one item may exceed it).
+  std::uint64_t budget_bytes = 256ull << 20;
+  /// Credit a new connection starts with, at most, bytes.
+  std::uint64_t initial_grant_bytes = credit_pool::default_initial_grant_bytes;
+  /// Connections open at once. One more is accepted and closed at once:
+  /// its sender's handshake fails with peer_closed (a resend session
+  /// retries).
+  std::size_t max_connections = 1024;
+  /// A sender's hello must arrive within this, or the connection is
+  /// closed (0: no limit).
+  std::chrono::milliseconds handshake_timeout{10'000};
+  /// Each connection's consumer: limits, assembly, delivery log (null: one
+  /// of the server's own, shared by its connections), and its
+  /// stall timeout (default here 60 s: a sender that owes bytes and sends
+  /// nothing for that long loses its connection, with its blobs aborted).
+  /// `pool` is the server's; `window_bytes` serves only senders that do
+  /// not offer credit grants (older ones), each outside the budget.
+  consumer_options connection{.stall_timeout = std::chrono::seconds(60)};
+  /// A group not complete this long after its first member's first event
+  /// is aborted with timed_out (0: never).
+  std::chrono::milliseconds group_timeout{60'000};
+  std::size_t max_open_groups = 65536;
+  /// Accept entry timestamps (feature_entry_timestamps) for the latency
+  /// histogram; received_entry::sent_ns is then set.
+  bool latency = true;
+};
+
+enum class server_event_kind {
+  connection_opened,  ///< a sender's handshake finished
+  entry_ready,        ///< ev: as the connection's consumer yielded it
+  blob_complete,      ///< ev: idem
+  blob_aborted,       ///< ev: idem (ev.resend: only that attempt is void)
+  group_complete,     ///< ev.group: every member completed (connection: null)
+  group_aborted,      ///< ev.group, ev.error, ev.reason (connection: null)
+  connection_closed,  ///< ev.error, ev.reason: how its stream ended (empty: in order)
+  end_of_stream,      ///< no listener and no connection left (connection: null)
+};
+
+/// Who sent an event.
+struct connection_info {
+  std::uint64_t id = 0;  ///< 1, 2, ... in accept order; never reused by one server
+  std::string peer;      ///< the sender's address (transport::peer_address)
+  session_id session = NO_SESSION;  ///< its resend session (NO_SESSION: none)
+};
+
+struct server_event {
+  server_event_kind kind = server_event_kind::end_of_stream;
+  std::shared_ptr<const connection_info> connection;
+  /// The connection's event (entry_ready, blob_complete, blob_aborted;
+  /// connection_closed: its end_of_stream), or the group's (group_*:
+  /// group, error, reason), or end_of_stream's error (closed after close()).
+  event ev;
+};
+
+/// One connection's counters.
+struct connection_stats {
+  std::shared_ptr<const connection_info> info;
+  bool open = false;        ///< its stream has not ended
+  endpoint_metrics metrics; ///< as yielded by next(); credit_waits: its requests
+};
+
+struct server_stats {
+  /// Every connection ever served, as yielded by next().
+  endpoint_metrics total;
+  /// Connections open, or ended and still holding buffered bytes.
+  std::vector<connection_stats> connections;
+  credit_pool_stats pool;
+  std::uint64_t accepted = 0;            ///< connections accepted
+  std::uint64_t refused = 0;             ///< closed at once: max_connections reached
+  std::uint64_t handshake_failures = 0;  ///< closed before their handshake finished
+  std::uint64_t open = 0;                ///< connections open now (handshakes included)
+  std::uint64_t groups_complete = 0;
+  std::uint64_t groups_aborted = 0;
+  std::uint64_t groups_open = 0;
+  std::uint64_t late_members = 0;  ///< members of groups that had ended already
+};
+
+class server {
+ public:
+  server() = default;
+  server(server&&) noexcept = default;
+  server& operator=(server&&) noexcept;
+  /// close().
+  ~server();
+
+  /// Serves connections from `l` on `ex`. Errors: invalid_argument (no
+  /// listener, budget_bytes 0, max_connections 0, or connection options a
+  /// consumer refuses: see consumer::start).
+  [[nodiscard]] static result<server> start(asio::any_io_executor ex,
+                                            std::unique_ptr<listener> l,
+                                            server_options opt = {});
+  /// blobpipe::listen(ex, url), then start(). Errors: those of both.
+  [[nodiscard]] static result<server> listen(asio::any_io_executor ex, std::string_view url,
+                                             server_options opt = {});
+
+  /// The listener's port (0 for inproc) and URL ("" when started with a
+  /// listener that is not a url_listener).
+  std::uint16_t port() const noexcept;
+  const std::string& url() const noexcept;
+
+  /// The next event (see server_event_kind). Never throws for a
+  /// connection's problems: they end that connection (connection_closed).
+  /// Cancelling the awaiting coroutine yields end_of_stream with
+  /// operation_aborted (the server goes on; next() may be called again).
+  /// REQUIRES: no other next() pending.
+  asio::awaitable<server_event> next();
+
+  /// Stops listening; open connections go on.
+  void stop_accepting() noexcept;
+  /// Stops listening, and closes each connection once no blob is open on
+  /// it (blobs being sent finish first; senders see peer_closed).
+  void drain() noexcept;
+  /// Closes connection `id` (as if its sender had gone): its open blobs
+  /// are aborted (closed), then its connection_closed. A resend session
+  /// reconnects. No-op for an unknown or ended connection.
+  void disconnect(std::uint64_t id) noexcept;
+  /// Closes the listener and every connection now: a pending next()
+  /// yields their blob_aborted and connection_closed events (closed), then
+  /// end_of_stream (closed). Idempotent.
+  void close() noexcept;
+
+  server_stats stats() const;
+  /// stats() as one line of JSON (docs/cluster.md "Metrics").
+  std::string stats_json() const;
+
+ private:
+  explicit server(std::shared_ptr<detail::server_state> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::server_state> state_;
+};
+
+/// stats as one line of JSON (what server::stats_json prints).
+std::string to_json(const server_stats& st);
+
+}  // namespace blobpipe

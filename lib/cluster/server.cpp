@@ -1,0 +1,409 @@
+// The fan-in server (blobpipe/cluster/server.hpp): an accept loop, one
+// pump per connection from its consumer into the merged queue, and next()
+// taking events out of it. docs/cluster.md "Fan-in".
+#include "blobpipe/cluster/server.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/error.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include "blobpipe/transport/url.hpp"
+#include "lib/cluster/server_state.hpp"
+
+namespace blobpipe {
+namespace detail {
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+/// Resend sessions remembered, to count reconnects.
+constexpr std::size_t sessions_remembered = 4096;
+
+server_event_kind kind_of(event_kind k) {
+  switch (k) {
+    case event_kind::entry_ready: return server_event_kind::entry_ready;
+    case event_kind::blob_complete: return server_event_kind::blob_complete;
+    case event_kind::blob_aborted: return server_event_kind::blob_aborted;
+    case event_kind::end_of_stream: break;
+  }
+  return server_event_kind::connection_closed;
+}
+
+double seconds_since(clock::time_point t0) {
+  return std::chrono::duration<double>(clock::now() - t0).count();
+}
+
+/// Counts a resend session's second and later connections as reconnects.
+void note_session(server_state& s, server_conn& cn) {
+  const session_id& id = cn.info->session;
+  if (id == NO_SESSION) return;
+  std::string key(reinterpret_cast<const char*>(id.data()), id.size());
+  if (!s.sessions.insert(key).second) {
+    cn.metrics.reconnects = 1;
+    return;
+  }
+  s.session_order.push_back(std::move(key));
+  if (s.session_order.size() > sessions_remembered) {
+    s.sessions.erase(s.session_order.front());
+    s.session_order.pop_front();
+  }
+}
+
+/// One connection: the handshake (bounded by handshake_timeout), then its
+/// consumer's events into the server's queue until its end of stream.
+asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<server_conn> cn,
+                            std::unique_ptr<transport> t) {
+  // However this ends (an exception too), the connection leaves the count.
+  struct leave {
+    server_state& s;
+    server_conn& cn;
+    ~leave() {
+      if (cn.ended) return;
+      cn.ended = true;
+      --s.live;
+      if (!cn.c) s.conns.erase(cn.info->id);  // never opened: nothing to keep
+      s.ready.notify_all();
+    }
+  } on_exit{*s, *cn};
+  cn->raw = t.get();
+  cn->info->peer = t->peer_address();
+  asio::steady_timer deadline(s->ex);
+  if (s->opt.handshake_timeout.count() > 0) {
+    deadline.expires_after(s->opt.handshake_timeout);
+    deadline.async_wait([w = std::weak_ptr<server_conn>(cn)](std::error_code ec) {
+      if (ec) return;
+      if (auto c = w.lock(); c && c->raw) c->raw->close();
+    });
+  }
+  consumer_options copt = s->opt.connection;
+  copt.pool = s->pool;
+  if (s->opt.latency) copt.accept_features |= feature_entry_timestamps;
+  auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
+  deadline.cancel();
+  cn->raw = nullptr;
+  if (ec) {
+    ++s->counts.handshake_failures;
+    co_return;
+  }
+  cn->c.emplace(std::move(c));
+  cn->info->session = cn->c->session();
+  note_session(*s, *cn);
+  if (s->closed) cn->c->close();
+  s->push({server_event_kind::connection_opened, cn->info, {}});
+  s->drain_one(*cn);
+  for (;;) {
+    event ev = co_await cn->c->next();
+    if (ev.kind == event_kind::end_of_stream) {
+      s->push({server_event_kind::connection_closed, cn->info, std::move(ev)});
+      break;
+    }
+    auto outcomes = s->groups.observe(ev, clock::now());
+    s->push({kind_of(ev.kind), cn->info, std::move(ev)});
+    s->push_groups(outcomes);
+    s->watch_groups();
+    s->drain_one(*cn);
+  }
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
+  while (s->accepting) {
+    auto [ec, t] = co_await s->lis->accept();
+    if (!s->accepting) break;
+    if (ec) {
+      if (ec == errc::closed || ec == asio::error::operation_aborted) break;
+      // Transient (out of descriptors, a connection reset in the backlog):
+      // try again shortly rather than spin.
+      asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (s->live >= s->opt.max_connections) {
+      ++s->counts.refused;
+      continue;  // dropping the transport closes it
+    }
+    ++s->counts.accepted;
+    auto cn = std::make_shared<server_conn>();
+    cn->info = std::make_shared<connection_info>();
+    cn->info->id = ++s->next_id;
+    cn->accepted = clock::now();
+    if (!s->any_connection) {
+      s->any_connection = true;
+      s->started = cn->accepted;
+    }
+    s->conns[cn->info->id] = cn;
+    ++s->live;
+    asio::co_spawn(s->ex, serve(s, cn, std::move(t)), asio::detached);
+  }
+  s->accept_done = true;
+  s->ready.notify_all();
+}
+
+asio::awaitable<void> run_group_timer(std::shared_ptr<server_state> s) {
+  while (!s->closed && s->groups.open() > 0) {
+    s->group_timer.expires_at(s->groups.next_deadline());
+    co_await s->group_timer.async_wait(use_tuple);
+    if (s->closed) break;
+    s->push_groups(s->groups.expire(clock::now()));
+  }
+  s->group_timer_running = false;
+}
+
+}  // namespace
+
+server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l, server_options o)
+    : ex(std::move(e)),
+      opt(std::move(o)),
+      lis(std::move(l)),
+      pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes)),
+      ready(ex),
+      groups({opt.group_timeout, opt.max_open_groups, opt.max_open_groups}),
+      group_timer(ex) {
+  // Resend sessions reconnect to this server: its connections share a log
+  // (not the process's, which other servers in the process share).
+  if (!opt.connection.delivered) opt.connection.delivered = std::make_shared<delivery_log>();
+}
+
+void server_state::push(server_event ev) {
+  queue.push_back(std::move(ev));
+  ready.notify_all();
+}
+
+void server_state::push_groups(const std::vector<group_outcome>& outcomes) {
+  for (const auto& o : outcomes) {
+    server_event ev;
+    ev.kind = o.complete ? server_event_kind::group_complete : server_event_kind::group_aborted;
+    ev.ev.group = o.group;
+    ev.ev.error = o.error;
+    ev.ev.reason = o.reason;
+    ++(o.complete ? counts.groups_complete : counts.groups_aborted);
+    push(std::move(ev));
+  }
+  // No group left to time out: the timer must not hold the executor's
+  // run() for up to group_timeout (run_group_timer then ends).
+  if (!outcomes.empty() && groups.open() == 0) group_timer.cancel();
+}
+
+void server_state::watch_groups() {
+  if (group_timer_running || groups.open() == 0 || opt.group_timeout.count() <= 0 || closed)
+    return;
+  group_timer_running = true;
+  asio::co_spawn(ex, run_group_timer(shared_from_this()), asio::detached);
+}
+
+void server_state::account(const server_event& ev) {
+  if (!ev.connection) return;
+  auto it = conns.find(ev.connection->id);
+  if (it == conns.end()) return;
+  server_conn& cn = *it->second;
+  endpoint_metrics& m = cn.metrics;
+  switch (ev.kind) {
+    case server_event_kind::entry_ready: {
+      ++m.entries;
+      m.bytes += ev.ev.entry->entry.len;
+      if (const auto& sent = ev.ev.entry->sent_ns) {
+        // Another host's clock may be ahead of ours: no negative latency.
+        const std::uint64_t now = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch())
+                .count());
+        if (*sent <= now) m.latency.record(now - *sent);
+      }
+      if (!m.first_entry_s) m.first_entry_s = seconds_since(cn.accepted);
+      if (!first_entry_s) first_entry_s = seconds_since(started);
+      break;
+    }
+    case server_event_kind::blob_complete: ++m.blobs; break;
+    case server_event_kind::blob_aborted:
+      if (!ev.ev.resend) ++m.aborts;
+      break;
+    default: break;
+  }
+}
+
+void server_state::sweep() {
+  for (auto it = conns.begin(); it != conns.end();) {
+    server_conn& cn = *it->second;
+    if (cn.ended && (!cn.c || cn.c->stats().buffered_bytes == 0)) {
+      if (cn.c) cn.metrics.credit_waits = cn.c->stats().credit_requests;
+      retired.merge(cn.metrics);
+      it = conns.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void server_state::drain_one(server_conn& cn) noexcept {
+  if (draining && cn.c && !cn.ended && cn.c->open_blobs() == 0) cn.c->close();
+}
+
+void server_state::close_listener() noexcept {
+  accepting = false;
+  if (lis) lis->close();
+  ready.notify_all();
+}
+
+}  // namespace detail
+
+// ---- server ----------------------------------------------------------------
+
+server& server::operator=(server&& o) noexcept {
+  if (this != &o) {
+    close();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+server::~server() { close(); }
+
+result<server> server::start(asio::any_io_executor ex, std::unique_ptr<listener> l,
+                             server_options opt) {
+  if (!l || opt.budget_bytes == 0 || opt.max_connections == 0)
+    return {errc::invalid_argument, "server: no listener, budget_bytes 0 or max_connections 0"};
+  auto s = std::make_shared<detail::server_state>(ex, std::move(l), std::move(opt));
+  if (auto* u = dynamic_cast<url_listener*>(s->lis.get())) s->url = u->url();
+  asio::co_spawn(s->ex, detail::accept_loop(s), asio::detached);
+  return server(std::move(s));
+}
+
+result<server> server::listen(asio::any_io_executor ex, std::string_view url,
+                              server_options opt) {
+  auto l = blobpipe::listen(ex, url);
+  if (!l) return l.err();
+  return start(std::move(ex), std::move(*l), std::move(opt));
+}
+
+std::uint16_t server::port() const noexcept {
+  return state_ && state_->lis ? state_->lis->port() : 0;
+}
+
+const std::string& server::url() const noexcept {
+  static const std::string none;
+  return state_ ? state_->url : none;
+}
+
+asio::awaitable<server_event> server::next() {
+  auto s = state_;
+  server_event out;
+  out.ev.kind = event_kind::end_of_stream;
+  if (!s) {
+    out.ev.error = make_error_code(errc::closed);
+    co_return out;
+  }
+  // As consumer::next: a cancelled wait is a value, not an exception.
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  for (;;) {
+    if (!s->queue.empty()) {
+      out = std::move(s->queue.front());
+      s->queue.pop_front();
+      s->account(out);
+      s->sweep();
+      break;
+    }
+    if (s->finished()) {
+      // Groups still open can no longer complete.
+      const auto why =
+          s->closed ? make_error_code(errc::closed) : make_error_code(errc::peer_closed);
+      s->push_groups(s->groups.abort_all(why, "the server's last connection ended"));
+      if (!s->queue.empty()) continue;
+      s->sweep();
+      if (s->closed) out.ev.error = make_error_code(errc::closed);
+      break;
+    }
+    const bool cancelled = co_await s->ready.wait();
+    if (cancelled) {
+      out.ev.error = std::error_code(asio::error::operation_aborted);
+      break;
+    }
+  }
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  co_return out;
+}
+
+void server::stop_accepting() noexcept {
+  if (state_) state_->close_listener();
+}
+
+void server::drain() noexcept {
+  if (!state_) return;
+  auto& s = *state_;
+  s.close_listener();
+  s.draining = true;
+  for (auto& [id, cn] : s.conns) s.drain_one(*cn);
+}
+
+void server::disconnect(std::uint64_t id) noexcept {
+  if (!state_) return;
+  auto it = state_->conns.find(id);
+  if (it == state_->conns.end() || it->second->ended) return;
+  if (it->second->c) it->second->c->close();
+  else if (it->second->raw) it->second->raw->close();
+}
+
+void server::close() noexcept {
+  if (!state_ || state_->closed) return;
+  auto& s = *state_;
+  s.closed = true;
+  s.close_listener();
+  for (auto& [id, cn] : s.conns) {
+    if (cn->c) cn->c->close();
+    else if (cn->raw) cn->raw->close();
+  }
+  s.group_timer.cancel();
+}
+
+server_stats server::stats() const {
+  server_stats st;
+  if (!state_) return st;
+  const auto& s = *state_;
+  st = s.counts;
+  st.connections.clear();
+  st.total = s.retired;
+  for (const auto& [id, cn] : s.conns) {
+    connection_stats c;
+    c.info = cn->info;
+    c.open = !cn->ended;
+    c.metrics = cn->metrics;
+    if (cn->c) c.metrics.credit_waits = cn->c->stats().credit_requests;
+    st.total.merge(c.metrics);
+    st.connections.push_back(std::move(c));
+  }
+  if (s.first_entry_s) st.total.first_entry_s = s.first_entry_s;
+  st.pool = s.pool->stats();
+  st.open = s.live;
+  st.groups_open = s.groups.open();
+  st.late_members = s.groups.late_members();
+  return st;
+}
+
+std::string server::stats_json() const { return to_json(stats()); }
+
+std::string to_json(const server_stats& st) {
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  std::string out = "{\"role\":\"server\",\"accepted\":" + n(st.accepted) + ",\"refused\":" +
+                    n(st.refused) + ",\"handshake_failures\":" + n(st.handshake_failures) +
+                    ",\"open\":" + n(st.open) + ",\"pool\":{\"budget_bytes\":" +
+                    n(st.pool.budget_bytes) + ",\"committed_bytes\":" +
+                    n(st.pool.committed_bytes) + ",\"committed_high_water\":" +
+                    n(st.pool.committed_high_water) + ",\"requests_waiting\":" +
+                    n(st.pool.requests_waiting) + ",\"credit_requests\":" +
+                    n(st.pool.credit_requests) + ",\"overcommits\":" + n(st.pool.overcommits) +
+                    "},\"groups\":{\"complete\":" + n(st.groups_complete) + ",\"aborted\":" +
+                    n(st.groups_aborted) + ",\"open\":" + n(st.groups_open) +
+                    ",\"late_members\":" + n(st.late_members) + "},\"total\":" +
+                    to_json(st.total) + ",\"connections\":[";
+  bool first = true;
+  for (const auto& c : st.connections) {
+    if (!first) out += ",";
+    first = false;
+    out += "{\"id\":" + n(c.info->id) + ",\"peer\":" + json_string(c.info->peer) +
+           ",\"open\":" + (c.open ? "true" : "false") + ",\"metrics\":" + to_json(c.metrics) + "}";
+  }
+  return out + "]}";
+}
+
+}  // namespace blobpipe

@@ -1,0 +1,309 @@
+// blobpipe/cluster/router.hpp: the policies (round-robin, by rank, least
+// outstanding), groups kept on one destination and completed there, a
+// destination gone for good, and resend sessions delivering exactly once
+// per destination across reconnects.
+#define BOOST_TEST_MODULE router_test
+#include <boost/test/unit_test.hpp>
+
+#include <deque>
+#include <set>
+
+#include "blobpipe/cluster/router.hpp"
+#include "test/cluster_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+/// K servers on inproc://NAME-0 .. NAME-(K-1).
+std::vector<server> servers(runner& r, const std::string& name, int k, server_options opt = {}) {
+  std::vector<server> out;
+  for (int i = 0; i < k; ++i)
+    out.push_back(server::listen(r.ex(), "inproc://" + name + "-" + std::to_string(i), opt).value());
+  return out;
+}
+
+std::vector<std::string> urls(const std::vector<server>& s) {
+  std::vector<std::string> out;
+  for (const auto& x : s) out.push_back(x.url());
+  return out;
+}
+
+/// One blob of one entry (`bytes` bytes of `who + k`) through `b`.
+asio::awaitable<std::error_code> one_blob(blob_writer b, std::uint32_t who, std::uint32_t k,
+                                          std::size_t bytes = 100) {
+  std::vector<std::uint8_t> x(bytes, static_cast<std::uint8_t>(who + k));
+  if (auto ec = co_await b.emit("e0", value::tensor(x))) co_return ec;
+  co_return co_await b.finish();
+}
+
+std::vector<tag_t> completed_tags(const std::vector<seen>& v) {
+  std::vector<tag_t> out;
+  for (const auto& s : v)
+    if (s.kind == server_event_kind::blob_complete) out.push_back(s.tag);
+  return out;
+}
+
+/// Yields until `done()` or `n` rounds passed; true when done.
+template <class Done>
+asio::awaitable<bool> until(Done done, int n = 100000) {
+  for (int i = 0; i < n && !done(); ++i) co_await yield_n(1);
+  co_return done();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(round_robin_spreads_blobs_and_by_rank_sends_each_to_its_rank) {
+  for (auto policy : {route_policy::round_robin, route_policy::by_rank}) {
+    runner r;
+    auto srv = servers(r, policy == route_policy::round_robin ? "router-rr" : "router-rank", 3);
+    std::vector<std::vector<seen>> got(3);
+    for (int i = 0; i < 3; ++i) r.spawn(collect_into(srv[i], 1, got[i]));
+    std::vector<std::size_t> dest;
+    auto produce = [&]() -> asio::awaitable<void> {
+      auto ex = co_await asio::this_coro::executor;
+      auto [ec, rt] = co_await router::start(ex, urls(srv), {.policy = policy});
+      BOOST_TEST_REQUIRE(!ec, ec.message());
+      for (std::uint32_t k = 0; k < 9; ++k) {
+        auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = 7u * k});
+        BOOST_TEST_REQUIRE(b.has_value(), b.message());
+        dest.push_back(b->destination);
+        BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
+      }
+      BLOBPIPE_CO_CHECK(rt.shutdown());
+      const auto st = rt.stats();
+      BOOST_TEST(st.routed == 9u);
+      BOOST_TEST(st.total.blobs == 9u);
+      BOOST_TEST(st.total.entries == 9u);
+    };
+    r.spawn(produce());
+    BOOST_TEST_REQUIRE(r.run());
+    BOOST_TEST_REQUIRE(dest.size() == 9u);
+    for (std::uint32_t k = 0; k < 9; ++k) {
+      const std::size_t want = policy == route_policy::round_robin ? k % 3 : (7 * k) % 3;
+      BOOST_TEST(dest[k] == want);
+      const auto tags = completed_tags(got[want]);
+      BOOST_TEST(std::count(tags.begin(), tags.end(), numbered_tag(0, k)) == 1);
+    }
+    for (int i = 0; i < 3; ++i) BOOST_TEST(completed_tags(got[i]).size() == 3u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
+  runner r;
+  auto srv = servers(r, "router-norank", 1);
+  auto check = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, rt] = co_await router::start(ex, urls(srv), {.policy = route_policy::by_rank});
+    BOOST_TEST_REQUIRE(!ec);
+    auto b = rt.open_blob({});
+    BOOST_TEST((b.code() == errc::invalid_argument));
+    auto g = rt.open_blob({.group = blob_group{.id = 1, .size = 0}, .rank = 0});
+    BOOST_TEST((g.code() == errc::invalid_argument));
+    BOOST_TEST(rt.stats().refused == 2u);
+    rt.close();
+    srv[0].close();
+  };
+  r.spawn(check());
+  BOOST_TEST(r.run());
+  auto [ec, none] = r.await(router::start(r.ex(), {}));
+  BOOST_TEST((ec == errc::invalid_argument));
+  auto [bad, none2] = r.await(router::start(r.ex(), {"tcp://host"}));
+  BOOST_TEST((bad == errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
+  runner r;
+  auto srv = servers(r, "router-least", 2);
+  // Rank 0's application holds every entry; rank 1's drops them at once.
+  std::vector<std::shared_ptr<const received_entry>> held;
+  std::vector<seen> got1;
+  auto hold = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv[0].next();
+      if (ev.kind == server_event_kind::entry_ready) held.push_back(ev.ev.entry);
+      if (ev.kind == server_event_kind::connection_closed) srv[0].stop_accepting();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(hold());
+  r.spawn(collect_into(srv[1], 1, got1));
+  std::vector<std::size_t> dest;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, rt] =
+        co_await router::start(ex, urls(srv), {.policy = route_policy::least_outstanding});
+    BOOST_TEST_REQUIRE(!ec);
+    for (std::uint32_t k = 0; k < 10; ++k) {
+      // Rank 1 has given back everything sent to it.
+      BOOST_TEST(co_await until([&] { return rt.at(1).in_flight_bytes() == 0; }));
+      auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = {}});
+      BOOST_TEST_REQUIRE(b.has_value());
+      dest.push_back(b->destination);
+      BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k, 8000));
+      BLOBPIPE_CO_CHECK(rt.at(b->destination).flush());
+    }
+    held.clear();
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST_REQUIRE(dest.size() == 10u);
+  BOOST_TEST(dest[0] == 0u);  // a tie: the first
+  for (std::size_t k = 1; k < dest.size(); ++k) BOOST_TEST(dest[k] == 1u, "blob " << k);
+  BOOST_TEST(completed_tags(got1).size() == 9u);
+}
+
+BOOST_AUTO_TEST_CASE(a_group_goes_to_one_destination_and_completes_there) {
+  runner r;
+  auto srv = servers(r, "router-groups", 2);
+  std::vector<std::vector<seen>> got(2);
+  for (int i = 0; i < 2; ++i) r.spawn(collect_into(srv[i], 1, got[i]));
+  std::map<std::uint64_t, std::set<std::size_t>> where;  // group -> destinations
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, rt] = co_await router::start(ex, urls(srv));
+    BOOST_TEST_REQUIRE(!ec);
+    // Members interleaved: g0m0 g1m0 g2m0 g3m0 g0m1 ...
+    for (std::uint32_t m = 0; m < 3; ++m) {
+      for (std::uint64_t g = 0; g < 4; ++g) {
+        const auto k = static_cast<std::uint32_t>(g * 10 + m);
+        auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = blob_group{100 + g, 3}, .rank = {}});
+        BOOST_TEST_REQUIRE(b.has_value());
+        where[g].insert(b->destination);
+        BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
+      }
+    }
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  for (const auto& [g, d] : where) BOOST_TEST(d.size() == 1u, "group " << g << " was split");
+  std::set<std::uint64_t> complete;
+  for (int i = 0; i < 2; ++i) {
+    std::map<std::uint64_t, int> members_done;
+    for (const auto& s : got[i]) {
+      if (s.kind == server_event_kind::blob_complete) {
+        BOOST_TEST_REQUIRE(s.group.has_value());
+        ++members_done[s.group->id];
+      }
+      if (s.kind == server_event_kind::group_complete) {
+        BOOST_TEST(members_done[s.group->id] == 3, "complete before its last member");
+        BOOST_TEST(s.conn == 0u);
+        complete.insert(s.group->id);
+      }
+    }
+    BOOST_TEST(count(got[i], server_event_kind::group_complete) == 2u);
+    BOOST_TEST(count(got[i], server_event_kind::group_aborted) == 0u);
+  }
+  BOOST_TEST(complete.size() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(a_destination_gone_for_good_fails_its_blobs_and_the_others_go_on) {
+  runner r;
+  auto srv = servers(r, "router-gone", 2);
+  std::vector<seen> got0;
+  r.spawn(collect_into(srv[0], 1, got0));
+  auto drop_all = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv[1].next();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(drop_all());
+  std::error_code refused, open_blob_error;
+  int to_rank0 = 0;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    router_options opt{.policy = route_policy::by_rank};
+    opt.resend = true;
+    opt.sender.resend.max_attempts = 2;
+    opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+    auto [ec, rt] = co_await router::start(ex, urls(srv), opt);
+    BOOST_TEST_REQUIRE(!ec);
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = k});
+      BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
+    }
+    auto open_on_1 = rt.open_blob({.tag = numbered_tag(0, 100), .group = {}, .rank = 1});
+    std::vector<std::uint8_t> x(100, 1);
+    BLOBPIPE_CO_CHECK(open_on_1->blob.emit("e0", value::tensor(x)));
+    srv[1].close();  // rank 1 is gone: its listener too, so no reconnect works
+    BOOST_TEST(co_await until([&] { return bool(rt.error(1)); }));
+    open_blob_error = co_await open_on_1->blob.emit("e1", value::tensor(x));
+    auto again = rt.open_blob({.tag = numbered_tag(0, 101), .group = {}, .rank = 1});
+    refused = again.code();
+    for (std::uint32_t k = 4; k < 10; k += 2) {  // rank 0 goes on
+      auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = 0});
+      BOOST_TEST_REQUIRE(b.has_value());
+      BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
+      ++to_rank0;
+    }
+    BLOBPIPE_CO_CHECK(rt.shutdown());  // rank 0's; rank 1's error is rt.error(1)
+    BOOST_TEST((rt.error(1) == errc::peer_failed), rt.error(1).message());
+    BOOST_TEST(!rt.error(0));
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((refused == errc::peer_failed), refused.message());
+  BOOST_TEST((open_blob_error == errc::peer_failed), open_blob_error.message());
+  BOOST_TEST(to_rank0 == 3);
+  BOOST_TEST(completed_tags(got0).size() == 2u + 3u);
+}
+
+BOOST_AUTO_TEST_CASE(resend_destinations_deliver_exactly_once_across_reconnects) {
+  runner r;
+  auto srv = servers(r, "router-resend", 2);
+  std::vector<std::vector<seen>> got(2);
+  std::uint64_t current = 0;  // rank 0's newest connection
+  auto watch = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv[0].next();
+      got[0].push_back(record(ev));
+      if (ev.kind == server_event_kind::connection_opened) current = ev.connection->id;
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(watch());
+  r.spawn(collect_into(srv[1], 1, got[1]));
+  int cuts = 0;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    router_options opt;
+    opt.resend = true;
+    auto [ec, rt] = co_await router::start(ex, urls(srv), opt);
+    BOOST_TEST_REQUIRE(!ec);
+    for (std::uint32_t k = 0; k < 40; ++k) {
+      auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = {}});
+      BOOST_TEST_REQUIRE(b.has_value());
+      std::vector<std::uint8_t> x(500, static_cast<std::uint8_t>(k));
+      for (int e = 0; e < 3; ++e) BLOBPIPE_CO_CHECK(b->blob.emit("e" + std::to_string(e), value::tensor(x)));
+      if (k == 10 || k == 25) {
+        // Rank 0's server cuts its connection with this blob open (the
+        // first cut on the first connection, the second on the one the
+        // session made after it); the session reconnects and resends.
+        BOOST_TEST_REQUIRE(co_await until([&] { return current == std::uint64_t(cuts) + 1; }));
+        srv[0].disconnect(current);
+        ++cuts;
+      }
+      BLOBPIPE_CO_CHECK(b->blob.finish());
+    }
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+    BOOST_TEST(rt.stats().destinations[0].metrics.reconnects == 2u);
+    srv[0].stop_accepting();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(cuts == 2);
+  std::map<tag_t, int> complete;
+  for (const auto& v : got) {
+    for (const auto& s : v) {
+      if (s.kind == server_event_kind::blob_complete) ++complete[s.tag];
+      if (s.kind == server_event_kind::blob_aborted) BOOST_TEST(s.resend, "a final abort");
+    }
+  }
+  BOOST_TEST(complete.size() == 40u);
+  for (const auto& [tag, n] : complete) BOOST_TEST(n == 1, "a blob delivered " << n << " times");
+  BOOST_TEST(srv[0].stats().total.reconnects == 2u);
+}

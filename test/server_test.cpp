@@ -1,0 +1,580 @@
+// blobpipe/cluster/server.hpp: many senders into one server — the merged
+// stream naming each event's connection, one budget shared and never
+// exceeded, a killed or misbehaving sender ending only its own blobs, the
+// connection cap, the handshake timeout, drain and close.
+#define BOOST_TEST_MODULE server_test
+#include <boost/test/unit_test.hpp>
+#include <deque>
+#include <set>
+
+#include "test/cluster_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+/// The events of connection `conn`, in order.
+std::vector<seen> of(const std::vector<seen>& v, std::uint64_t conn) {
+  std::vector<seen> out;
+  for (const auto& s : v)
+    if (s.conn == conn) out.push_back(s);
+  return out;
+}
+
+/// Checks every connection's events are opened, its own, closed: each
+/// entry's and blob's tag names one sender per connection.
+void check_attribution(const std::vector<seen>& v) {
+  std::map<std::uint64_t, std::set<std::uint32_t>> senders;
+  for (const auto& s : v) {
+    if (s.kind == server_event_kind::entry_ready || s.kind == server_event_kind::blob_complete)
+      senders[s.conn].insert(tag_sender(s.tag));
+  }
+  std::set<std::uint32_t> all;
+  for (const auto& [conn, who] : senders) {
+    BOOST_TEST(who.size() == 1u, "connection " << conn << " carries several senders' blobs");
+    all.insert(who.begin(), who.end());
+    const auto mine = of(v, conn);
+    BOOST_TEST_REQUIRE(!mine.empty());
+    BOOST_TEST(mine.front().kind == server_event_kind::connection_opened);
+    BOOST_TEST(mine.back().kind == server_event_kind::connection_closed);
+    BOOST_TEST(!mine.front().peer.empty());
+  }
+  BOOST_TEST(all.size() == senders.size(), "a sender's blobs came on several connections");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) {
+  for (const char* url : {"inproc://server-test-merge", "tcp://127.0.0.1:0"}) {
+    BOOST_TEST_CONTEXT(url) {
+      runner r;
+      auto srv = server::listen(r.ex(), url).value();
+      constexpr int senders = 8;
+      std::vector<seen> got;
+      r.spawn(collect_into(srv, senders, got));
+      std::vector<std::error_code> sent(senders);
+      for (int w = 0; w < senders; ++w) {
+        r.spawn(send_into(
+            srv.url(),
+            {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 1000, .group = {}},
+            sent[w]));
+      }
+      BOOST_TEST_REQUIRE(r.run());
+      for (int w = 0; w < senders; ++w)
+        BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
+      BOOST_TEST(count(got, server_event_kind::connection_opened) == std::size_t(senders));
+      BOOST_TEST(count(got, server_event_kind::connection_closed) == std::size_t(senders));
+      BOOST_TEST(count(got, server_event_kind::entry_ready) == std::size_t(senders * 10 * 3));
+      BOOST_TEST(count(got, server_event_kind::blob_complete) == std::size_t(senders * 10));
+      BOOST_TEST(count(got, server_event_kind::blob_aborted) == 0u);
+      BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+      BOOST_TEST(!got.back().error);
+      for (const auto& s : got) {
+        BOOST_TEST(s.bytes_ok);
+        if (s.kind == server_event_kind::connection_closed) BOOST_TEST(!s.error, s.error.message());
+      }
+      check_attribution(got);
+      // Counted as yielded.
+      const auto st = srv.stats();
+      BOOST_TEST(st.accepted == std::uint64_t(senders));
+      BOOST_TEST(st.total.entries == std::uint64_t(senders * 10 * 3));
+      BOOST_TEST(st.total.bytes == std::uint64_t(senders * 10 * 3 * 1000));
+      BOOST_TEST(st.total.blobs == std::uint64_t(senders * 10));
+      BOOST_TEST(st.total.aborts == 0u);
+      BOOST_TEST(st.open == 0u);
+      BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 64 << 10;  // small: the senders share it and wait for credit
+  auto srv = server::listen(r.ex(), "inproc://server-test-kill", opt).value();
+  constexpr int healthy = 4;
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, healthy + 1, got));
+  std::vector<std::error_code> sent(healthy);
+  for (int w = 0; w < healthy; ++w) {
+    r.spawn(send_into(
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 20, .entries = 2, .bytes = 4000, .group = {}},
+        sent[w]));
+  }
+  // The victim: one entry of an open blob, then its connection dies.
+  auto victim = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    BOOST_TEST_REQUIRE(!ec);
+    auto [sec, s] = co_await sender::start(std::move(t));
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(numbered_tag(99, 0));
+    std::vector<std::uint8_t> half(4000, 99);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(half)));
+    BLOBPIPE_CO_CHECK(s.flush());
+    co_await yield_n(50);
+    s.close();  // gone: no abort, no close frame
+  };
+  r.spawn(victim());
+  BOOST_TEST_REQUIRE(r.run());
+  for (int w = 0; w < healthy; ++w)
+    BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
+  std::size_t aborted = 0, victim_closed = 0;
+  for (const auto& s : got) {
+    if (s.kind == server_event_kind::blob_aborted) {
+      ++aborted;
+      BOOST_TEST(tag_sender(s.tag) == 99u);
+      BOOST_TEST((s.error == errc::peer_closed || s.error == errc::peer_failed), s.error.message());
+    }
+    if (s.kind == server_event_kind::blob_complete) BOOST_TEST(tag_sender(s.tag) != 99u);
+    if (s.kind == server_event_kind::connection_closed && s.error) ++victim_closed;
+  }
+  BOOST_TEST(aborted == 1u);
+  BOOST_TEST(victim_closed == 1u);
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == std::size_t(healthy * 20));
+  const auto st = srv.stats();
+  BOOST_TEST(st.total.aborts == 1u);
+  BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
+  BOOST_TEST(st.pool.overcommits == 0u);
+  BOOST_TEST(st.pool.credit_requests > 0u);  // the budget was tight: senders asked
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-violation").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 2, got));
+  std::error_code good;
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 5, .entries = 2, .bytes = 100, .group = {}}, good));
+  auto hostile = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    BOOST_TEST_REQUIRE(!ec);
+    // A hello, then a data frame for a blob that never began.
+    BLOBPIPE_CO_CHECK(
+        send_frame(*t, {.type = frame_type::hello}, encode_hello({.role = wire_role::sender})));
+    frame_reader reader;
+    auto [hec, their_hello] = co_await reader.next(*t);
+    BOOST_TEST(!hec);
+    std::array<std::byte, 8> junk{};
+    BLOBPIPE_CO_CHECK(send_frame(*t, {.type = frame_type::data, .blob_id = 5}, junk));
+    auto [eec, end] = co_await reader.next(*t);  // the server closes it
+    BOOST_TEST(eec);
+  };
+  r.spawn(hostile());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!good, good.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 5u);
+  std::size_t violations = 0;
+  for (const auto& s : got)
+    violations +=
+        s.kind == server_event_kind::connection_closed && s.error == errc::protocol_violation;
+  BOOST_TEST(violations == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_exceeded) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 48 << 10;
+  opt.initial_grant_bytes = 4 << 10;
+  auto srv = server::listen(r.ex(), "inproc://server-test-slow", opt).value();
+  constexpr int senders = 4;
+  std::uint64_t worst = 0;  // most credit committed at any yield
+  std::size_t entries = 0;
+  std::map<std::uint64_t, std::size_t> per_conn;
+  auto slow_application = [&]() -> asio::awaitable<void> {
+    std::deque<std::shared_ptr<const received_entry>> held;  // the slow application
+    std::size_t closed = 0;
+    for (;;) {
+      auto ev = co_await srv.next();
+      const auto st = srv.stats();
+      worst = std::max(worst, st.pool.committed_bytes);
+      if (ev.kind == server_event_kind::entry_ready) {
+        ++entries;
+        ++per_conn[ev.connection->id];
+        held.push_back(ev.ev.entry);
+        if (held.size() > 6) held.pop_front();  // releases the oldest
+        co_await yield_n(3);
+      }
+      if (ev.kind == server_event_kind::connection_closed && ++closed == senders) {
+        held.clear();
+        srv.stop_accepting();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(slow_application());
+  std::vector<std::error_code> sent(senders);
+  for (int w = 0; w < senders; ++w) {
+    r.spawn(send_into(
+        srv.url(), {.who = static_cast<std::uint32_t>(w), .blobs = 10, .entries = 3, .bytes = 3000, .group = {}},
+        sent[w]));
+  }
+  BOOST_TEST_REQUIRE(r.run());
+  for (int w = 0; w < senders; ++w) BOOST_TEST(!sent[w], sent[w].message());
+  BOOST_TEST(entries == std::size_t(senders * 30));
+  BOOST_TEST(per_conn.size() == std::size_t(senders));
+  const auto st = srv.stats();
+  BOOST_TEST(worst <= opt.budget_bytes);
+  BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);
+  BOOST_TEST(st.pool.overcommits == 0u);
+  BOOST_TEST(st.total.credit_waits > 0u);
+  BOOST_TEST(st.pool.committed_bytes == 0u);  // everything released and the connections gone
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_larger_than_the_budget_is_granted_when_nothing_else_is_buffered) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 16 << 10;
+  auto srv = server::listen(r.ex(), "inproc://server-test-big", opt).value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::error_code sent;
+  r.spawn(send_into(srv.url(), {.who = 3, .blobs = 2, .entries = 2, .bytes = 64 << 10, .group = {}}, sent));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
+  const auto st = srv.stats();
+  BOOST_TEST(st.pool.overcommits >= 4u);  // each 64 KiB entry, alone
+  BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes + (64u << 10) + 1024u);
+}
+
+BOOST_AUTO_TEST_CASE(connections_beyond_the_cap_are_refused) {
+  runner r;
+  server_options opt;
+  opt.max_connections = 2;
+  auto srv = server::listen(r.ex(), "inproc://server-test-cap", opt).value();
+  std::vector<sender> kept;
+  auto start_one = [&]() -> asio::awaitable<std::error_code> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+    if (ec) co_return ec;
+    auto [sec, s] = co_await sender::start(std::move(t));
+    if (!sec) kept.push_back(std::move(s));
+    co_return sec;
+  };
+  BOOST_TEST(!r.await(start_one()));
+  BOOST_TEST(!r.await(start_one()));
+  const auto third = r.await(start_one());
+  BOOST_TEST((third == errc::peer_closed || third == errc::peer_failed), third.message());
+  auto st = srv.stats();
+  BOOST_TEST(st.accepted == 2u);
+  BOOST_TEST(st.refused == 1u);
+  BOOST_TEST(st.open == 2u);
+  srv.close();
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_connection_is_closed_at_the_handshake_timeout) {
+  runner r;
+  server_options opt;
+  opt.handshake_timeout = std::chrono::milliseconds(20);
+  auto srv = server::listen(r.ex(), "inproc://server-test-silent", opt).value();
+  auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
+  BOOST_TEST_REQUIRE(!ec);
+  std::array<std::byte, 1> b{};
+  const auto rec = r.await(t->read_exact(b));  // ends when the server closes it
+  BOOST_TEST((rec == errc::peer_closed), rec.message());
+  auto st = srv.stats();
+  BOOST_TEST(st.handshake_failures == 1u);
+  BOOST_TEST(st.open == 0u);
+  srv.stop_accepting();
+  auto end = r.await(srv.next());
+  BOOST_TEST(end.kind == server_event_kind::end_of_stream);  // it never opened: no events
+}
+
+BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-drain").value();
+  gate drained(r.ex());
+  std::vector<seen> got;
+  std::error_code finished, after;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::entry_ready && !drained.is_open()) {
+        srv.drain();
+        drained.open();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  auto drained_sender = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(numbered_tag(1, 0));
+    std::vector<std::uint8_t> x(100, 1);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    co_await drained.wait();
+    BLOBPIPE_CO_CHECK(blob.emit("e1", value::tensor(x)));
+    finished = co_await blob.finish();
+    (void)co_await s.flush();  // the server may close as soon as the tail is in
+    // The server closes the connection once the blob has ended.
+    auto next = s.open_blob(numbered_tag(1, 1));
+    for (int i = 0; i < 100 && !after; ++i) {
+      after = co_await next.emit("e0", value::tensor(x));
+      co_await yield_n(5);
+    }
+  };
+  r.spawn(drained_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!finished, finished.message());
+  BOOST_TEST(after, "the sender could go on after the drain");
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 1u);
+  BOOST_TEST(count(got, server_event_kind::entry_ready) >= 2u);
+  BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+}
+
+BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-close").value();
+  gate begun(r.ex());
+  std::vector<seen> got;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::entry_ready) begun.open();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  auto mid_blob_sender = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    auto blob = s.open_blob(numbered_tag(2, 0));
+    std::vector<std::uint8_t> x(100, 2);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    co_await begun.wait();
+    srv.close();  // next() is pending in the other coroutine, or soon will be
+    auto rest = co_await blob.emit("e1", value::tensor(x));
+    (void)rest;
+  };
+  r.spawn(mid_blob_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST_REQUIRE(got.size() >= 4u);
+  BOOST_TEST(count(got, server_event_kind::blob_aborted) == 1u);
+  BOOST_TEST(got[got.size() - 2].kind == server_event_kind::connection_closed);
+  BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
+  BOOST_TEST((got.back().error == errc::closed));
+  // And it stays ended.
+  auto again = r.await(srv.next());
+  BOOST_TEST(again.kind == server_event_kind::end_of_stream);
+}
+
+BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-json").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  auto one_sender = [&]() -> asio::awaitable<void> {
+    BLOBPIPE_CO_CHECK(send_to(srv.url(), {.who = 4, .blobs = 3, .entries = 2, .bytes = 10, .group = {}}));
+  };
+  r.spawn(one_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  const auto j = srv.stats_json();
+  BOOST_TEST(j.find('\n') == std::string::npos);
+  BOOST_TEST(j.starts_with("{\"role\":\"server\",\"accepted\":1,"));
+  BOOST_TEST(j.find("\"total\":{\"bytes\":60,\"entries\":6,\"blobs\":3,\"aborts\":0,") !=
+                 std::string::npos,
+             j);
+  BOOST_TEST(j.find("\"latency_ms\":{\"count\":6,") != std::string::npos, j);
+}
+
+namespace {
+
+/// Where the first event of `kind` for group `id` is in `v` (v.size(): none).
+std::size_t index_of_group(const std::vector<seen>& v, server_event_kind kind, std::uint64_t id) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i].kind == kind && v[i].group && v[i].group->id == id) return i;
+  return v.size();
+}
+
+std::size_t count_group(const std::vector<seen>& v, server_event_kind kind, std::uint64_t id) {
+  std::size_t n = 0;
+  for (const auto& s : v) n += s.kind == kind && s.group && s.group->id == id;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_group_from_two_connections_completes_after_its_last_member) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-group").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 2, got));
+  std::error_code a, b;
+  // Group 7 has four members: two from each sender; group 8 (one member)
+  // rides along on sender 2's connection.
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}}, a));
+  auto second = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    b = co_await stream_blobs(s, {.who = 2, .blobs = 2, .entries = 2, .bytes = 100, .group = blob_group{7, 4}});
+    if (!b) b = co_await stream_blobs(s, {.who = 3, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{8, 1}});
+    if (!b) b = co_await s.shutdown();
+  };
+  r.spawn(second());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!a, a.message());
+  BOOST_TEST(!b, b.message());
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 7) == 1u);
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 8) == 1u);
+  BOOST_TEST(count(got, server_event_kind::group_aborted) == 0u);
+  // Every member's blob_complete came first, from both connections.
+  const std::size_t done = index_of_group(got, server_event_kind::group_complete, 7);
+  std::set<std::uint64_t> conns;
+  std::size_t members = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i].kind != server_event_kind::blob_complete || got[i].group->id != 7) continue;
+    BOOST_TEST(i < done, "member " << i << " completed after its group");
+    BOOST_TEST(got[i].group->size == 4u);
+    conns.insert(got[i].conn);
+    ++members;
+  }
+  BOOST_TEST(members == 4u);
+  BOOST_TEST(conns.size() == 2u);
+  BOOST_TEST_REQUIRE(done < got.size());
+  BOOST_TEST(got[done].conn == 0u);  // a group's event names no connection
+  const auto st = srv.stats();
+  BOOST_TEST(st.groups_complete == 2u);
+  BOOST_TEST(st.groups_aborted == 0u);
+  BOOST_TEST(st.groups_open == 0u);
+  BOOST_TEST(st.late_members == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_members_are_late) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-group-abort").value();
+  gate group_ended(r.ex());
+  std::vector<seen> got;
+  std::size_t closed = 0;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::group_aborted) group_ended.open();
+      if (ev.kind == server_event_kind::connection_closed && ++closed == 2) srv.stop_accepting();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  const blob_group g{9, 3};
+  // Sender 1: one member complete; after the group ended, a late one.
+  auto first = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = g}));
+    co_await group_ended.wait();
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 11, .blobs = 1, .entries = 2, .bytes = 10, .group = g}));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  // Sender 2: a member that aborts after one entry.
+  auto second = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0), .group = g});
+    std::vector<std::uint8_t> x(10, 2);
+    BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(blob.abort("the rollout failed"));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  r.spawn(first());
+  r.spawn(second());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(count_group(got, server_event_kind::group_aborted, 9) == 1u);
+  BOOST_TEST(count_group(got, server_event_kind::group_complete, 9) == 0u);
+  const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 9);
+  const std::size_t member = index_of_group(got, server_event_kind::blob_aborted, 9);
+  BOOST_TEST_REQUIRE(aborted < got.size());
+  BOOST_TEST(member + 1 == aborted, "the group ends right after its member's abort");
+  BOOST_TEST((got[aborted].error == errc::aborted), got[aborted].error.message());
+  // The late member still streams (entries and its blob_complete).
+  BOOST_TEST(count_group(got, server_event_kind::blob_complete, 9) == 2u);
+  const auto st = srv.stats();
+  BOOST_TEST(st.groups_aborted == 1u);
+  BOOST_TEST(st.groups_open == 0u);
+  BOOST_TEST(st.late_members == 1u);
+  // The metrics count what next() yielded.
+  BOOST_TEST(st.total.entries == count(got, server_event_kind::entry_ready));
+  BOOST_TEST(st.total.bytes == 10u * count(got, server_event_kind::entry_ready));
+  BOOST_TEST(st.total.blobs == 2u);
+  BOOST_TEST(st.total.aborts == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
+  runner r;
+  server_options opt;
+  opt.group_timeout = std::chrono::milliseconds(20);
+  auto srv = server::listen(r.ex(), "inproc://server-test-group-timeout", opt).value();
+  gate group_ended(r.ex());
+  std::vector<seen> got;
+  auto application = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv.next();
+      got.push_back(record(ev));
+      if (ev.kind == server_event_kind::group_aborted) group_ended.open();
+      if (ev.kind == server_event_kind::connection_closed) srv.stop_accepting();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  // One member of two; the connection stays open until the group ends
+  // (so the end is the timeout's, not the last connection's).
+  auto one_member = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 1, .blobs = 1, .entries = 1, .bytes = 10, .group = blob_group{5, 2}}));
+    co_await group_ended.wait();
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  r.spawn(one_member());
+  BOOST_TEST_REQUIRE(r.run());
+  const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 5);
+  BOOST_TEST_REQUIRE(aborted < got.size());
+  BOOST_TEST((got[aborted].error == errc::timed_out), got[aborted].error.message());
+  std::size_t closed = 0;
+  while (closed < got.size() && got[closed].kind != server_event_kind::connection_closed) ++closed;
+  BOOST_TEST(aborted < closed, "the group ended with the connection, not at its timeout");
+  BOOST_TEST(srv.stats().groups_aborted == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-test-metrics").value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::string sender_json;
+  sender_stats sent;
+  auto one_sender = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 5, .blobs = 3, .entries = 2, .bytes = 1000, .group = {}}));
+    auto dropped = s.open_blob(numbered_tag(6, 0));
+    std::vector<std::uint8_t> x(1000, 6);
+    BLOBPIPE_CO_CHECK(dropped.emit("e0", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(dropped.abort("dropped"));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+    sent = s.stats();
+    sender_json = to_json(sent, 1);
+  };
+  r.spawn(one_sender());
+  BOOST_TEST_REQUIRE(r.run());
+  const auto got_st = srv.stats();
+  const auto sent_m = metrics_of(sent);
+  BOOST_TEST(sent_m.entries == 7u);
+  BOOST_TEST(sent_m.blobs == 3u);
+  BOOST_TEST(sent_m.aborts == 1u);
+  BOOST_TEST(!sent_m.first_entry_s.has_value());  // no start time given
+  BOOST_TEST(got_st.total.entries == count(got, server_event_kind::entry_ready));
+  BOOST_TEST(got_st.total.entries >= 6u);  // the aborted blob's entry may not have been yielded
+  BOOST_TEST(got_st.total.blobs == 3u);
+  BOOST_TEST(got_st.total.aborts == 1u);
+  BOOST_TEST(got_st.total.latency.count() == got_st.total.entries);
+  BOOST_TEST(got_st.total.first_entry_s.has_value());
+  BOOST_TEST(sender_json.find('\n') == std::string::npos);
+  BOOST_TEST(sender_json.starts_with("{\"role\":\"sender\",\"total\":{\"bytes\":"), sender_json);
+  BOOST_TEST(sender_json.find("\"entries\":7,\"blobs\":3,\"aborts\":1,") != std::string::npos,
+             sender_json);
+}
