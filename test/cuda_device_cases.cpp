@@ -122,6 +122,72 @@ void device_values_arrive_byte_identical(checker& ck, backend) {
   }
 }
 
+/// A resend session keeps a host copy of every entry until its blob is
+/// acknowledged: device values are copied to the host at emit and arrive
+/// byte-identical (docs/cuda.md "Transports", resend sessions).
+void device_values_arrive_through_a_resend_session(checker& ck, backend) {
+  const std::vector<std::size_t> sizes = {0, 1, 4097, 100000};
+  std::vector<std::vector<std::byte>> host;
+  std::vector<cuda::device_buffer> dev;
+  std::vector<std::string> keys;
+  std::vector<value> host_values, dev_values;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    host.push_back(pattern(sizes[i], unsigned(i) + 20));
+    dev.push_back(on_device(host.back()));
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back("r" + std::to_string(i));
+    host_values.push_back(value::tensor_bytes(host[i], u8, {std::int64_t(sizes[i])}));
+    dev_values.push_back(device_value(dev[i], u8, {std::int64_t(sizes[i])}));
+  }
+  runner r;
+  auto [a, b] = r.await(raw_pair(link_kind::loopback));
+  // One connection; a reconnect would find nothing (and the test fail).
+  auto first = std::make_shared<std::unique_ptr<transport>>(std::move(a));
+  connect_fn once = [first]() -> asio::awaitable<
+                                   std::tuple<std::error_code, std::unique_ptr<transport>>> {
+    if (!*first) co_return std::tuple{make_error_code(errc::peer_failed), nullptr};
+    co_return std::tuple{std::error_code{}, std::move(*first)};
+  };
+  consumer_options copt;
+  copt.assemble = assemble_mode::memory;
+  copt.max_blob_bytes = 1 << 20;
+  std::optional<consumer> c;
+  std::optional<sender> s;
+  received got;
+  const tag_t tag = random_tag();
+  auto consume = [&]() -> asio::awaitable<void> {
+    auto [ec, started] = co_await consumer::start(std::move(b), copt);
+    BLOBPIPE_EXPECT(ck, !ec, "consumer start: " + ec.message());
+    if (ec) co_return;
+    c.emplace(std::move(started));
+    co_await collect(*c, got);
+  };
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto [ec, started] = co_await sender::start(once, sender_opts(4096));
+    BLOBPIPE_EXPECT(ck, !ec, "resend start: " + ec.message());
+    if (ec) co_return;
+    s.emplace(std::move(started));
+    auto blob = s->open_blob(tag);
+    for (std::size_t i = 0; i < dev.size(); ++i) {
+      auto eec = co_await blob.emit(keys[i], dev_values[i]);
+      BLOBPIPE_EXPECT(ck, !eec, "emit " + keys[i] + ": " + blob.last_error());
+    }
+    BLOBPIPE_EXPECT(ck, !co_await blob.finish(), "finish");
+    BLOBPIPE_EXPECT(ck, !co_await s->shutdown(), "shutdown");
+  };
+  r.spawn(consume());
+  r.spawn(produce());
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  const auto want = expected_blob(keys, host_values, tag);
+  BLOBPIPE_EXPECT(ck, got.ends.size() == 1 && got.ends[0].kind == event_kind::blob_complete,
+                  "one blob complete");
+  if (got.ends.size() == 1 && got.ends[0].blob)
+    BLOBPIPE_EXPECT(ck, same(got.ends[0].blob->bytes, want), "bytes");
+  BLOBPIPE_EXPECT(ck, s && s->stats().device_entries == sizes.size(),
+                  "device entries " + std::to_string(s ? s->stats().device_entries : 0));
+}
+
 void automatic_device_pointer_takes_device_path(checker& ck, backend) {
   const auto host = pattern(3000, 9);
   auto dev = on_device(host);
@@ -581,6 +647,8 @@ std::vector<test_case> device_cases() {
       {"staging_pool_reuses_rings", both, &a_device, &staging_pool_reuses_rings},
       {"device_values_arrive_byte_identical", both, &a_device,
        &device_values_arrive_byte_identical},
+      {"device_values_arrive_through_a_resend_session", both, &a_device,
+       &device_values_arrive_through_a_resend_session},
       {"automatic_device_pointer_takes_device_path", both, &a_device,
        &automatic_device_pointer_takes_device_path},
       {"strided_device_value_is_gathered", both, &a_device, &strided_device_value_is_gathered},
