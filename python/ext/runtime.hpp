@@ -141,6 +141,16 @@ void release_user_nogil(io_runtime& rt);
 /// to run signal handlers (Ctrl-C), at most.
 inline constexpr std::chrono::milliseconds signal_slice{50};
 
+/// Called without the GIL by a thread about to take it back. Once the
+/// interpreter is finalizing, a thread that takes the GIL is ended with
+/// pthread_exit, whose forced unwind through gil_scoped_release's
+/// destructor (noexcept) would abort the process: so a daemon thread still
+/// waiting in blobpipe at exit (in accept(), an iteration, a blocked emit)
+/// sleeps here instead, until the process ends.
+inline void park_if_finalizing() noexcept {
+  while (_Py_IsFinalizing()) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 /// Waits until `done()` holds, with the GIL released. `done` is called
 /// with `mu` locked. Every signal_slice the GIL is taken back (with `mu`
 /// unlocked) and PyErr_CheckSignals runs: a handler that raises
@@ -155,12 +165,15 @@ bool wait_interruptibly(std::mutex& mu, std::condition_variable& cv, Done done,
     bool ok = false, expired = false;
     {
       pybind11::gil_scoped_release nogil;
-      std::unique_lock lk(mu);
-      auto until = std::chrono::steady_clock::now() + signal_slice;
-      if (deadline && *deadline < until) until = *deadline;
-      ok = cv.wait_until(lk, until, done);
-      expired = !ok && deadline && std::chrono::steady_clock::now() >= *deadline;
-    }  // `mu` is released before the GIL is taken back: never hold both waiting
+      {
+        std::unique_lock lk(mu);
+        auto until = std::chrono::steady_clock::now() + signal_slice;
+        if (deadline && *deadline < until) until = *deadline;
+        ok = cv.wait_until(lk, until, done);
+        expired = !ok && deadline && std::chrono::steady_clock::now() >= *deadline;
+      }  // `mu` is released before the GIL is taken back: never hold both waiting
+      park_if_finalizing();
+    }
     if (ok) return true;
     if (PyErr_CheckSignals() != 0) throw pybind11::error_already_set();
     if (expired) return false;

@@ -335,3 +335,34 @@ def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
         with socket.create_connection(("127.0.0.1", listener.port)):
             with pytest.raises(bf.TimedOutError):
                 listener.accept(timeout=60)
+
+
+EXIT_SCENARIOS = {
+    "accept": "l = bf.listen('tcp://127.0.0.1:0')\n"
+              "threading.Thread(target=l.accept, daemon=True).start()\n",
+    "iteration": "s, c = bf.loopback_pair()\n"
+                 "threading.Thread(target=lambda: list(c), daemon=True).start()\n",
+    "blocked_emit": "s, c = bf.loopback_pair(consumer_options=dict(window_bytes=1 << 20))\n"
+                    "b = s.open_blob()\n"
+                    "def emit():\n"
+                    "    for i in range(100):\n"
+                    "        b.emit(f'k{i}', np.zeros(1 << 19, np.uint8))\n"
+                    "threading.Thread(target=emit, daemon=True).start()\n",
+}
+
+
+@pytest.mark.parametrize("waiting_in", sorted(EXIT_SCENARIOS))
+def test_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_blobpipe(waiting_in):
+    # A daemon thread still blocked in blobpipe when the interpreter
+    # finalizes used to abort the process (a waiter taking the GIL back is
+    # ended by pthread_exit, whose unwind through a noexcept destructor
+    # calls std::terminate): runtime.hpp park_if_finalizing.
+    import subprocess
+    import sys
+    code = ("import threading, time\nimport numpy as np\nimport blobpipe as bf\n" +
+            EXIT_SCENARIOS[waiting_in] + "time.sleep(0.3)\nprint('exiting', flush=True)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exiting" in done.stdout
