@@ -11,11 +11,15 @@
 #include "blobpipe/cluster/server.hpp"
 #include "blobpipe/transport/url.hpp"
 
-asio::awaitable<void> produce(std::string url) {
+int status = 0;  // main's exit status
+
+asio::awaitable<void> produce(blobpipe::server& srv) {
   auto ex = co_await asio::this_coro::executor;
-  auto [ec, s] = co_await blobpipe::sender::start(blobpipe::connector(ex, url).value());
+  auto [ec, s] = co_await blobpipe::sender::start(blobpipe::connector(ex, srv.url()).value());
   if (ec) {
     std::fprintf(stderr, "stream_minimal: %s\n", ec.message().c_str());
+    status = 1;
+    srv.close();  // ends consume()
     co_return;
   }
   std::vector<std::int64_t> ids = {101, 2023, 2003, 1037, 7099, 102};
@@ -25,7 +29,10 @@ asio::awaitable<void> produce(std::string url) {
   if (!ec) ec = co_await blob.emit("0@reward", blobpipe::value::scalar(reward));
   if (!ec) ec = co_await blob.finish();
   if (!ec) ec = co_await s.shutdown();
-  if (ec) std::fprintf(stderr, "stream_minimal: %s\n", ec.message().c_str());
+  if (ec) {
+    std::fprintf(stderr, "stream_minimal: %s\n", ec.message().c_str());
+    status = 1;
+  }
 }
 
 asio::awaitable<void> consume(blobpipe::server& srv) {
@@ -43,6 +50,7 @@ int main() {
   asio::io_context ctx;
   auto srv = blobpipe::server::listen(ctx.get_executor(), "tcp://127.0.0.1:0").value();
   asio::co_spawn(ctx, consume(srv), asio::detached);
-  asio::co_spawn(ctx, produce(srv.url()), asio::detached);
+  asio::co_spawn(ctx, produce(srv), asio::detached);
   ctx.run();
+  return status;
 }
