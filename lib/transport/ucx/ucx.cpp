@@ -225,7 +225,8 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   }
 
   // `self` (this listener) is a parameter for the reason given above.
-  asio::awaitable<void> serve(std::shared_ptr<impl> self, std::shared_ptr<detail::rv_attempt> a) {
+  asio::awaitable<void> serve([[maybe_unused]] std::shared_ptr<impl> self,
+                              std::shared_ptr<detail::rv_attempt> a) {
     auto rt_hold = rt;  // close() lets go of `rt`; this rendezvous may still need it
     attempts.insert(a);
     // The client's address, for transport::peer_address.
