@@ -202,6 +202,7 @@ def test_allow_pickle_false_yields_the_pickle_bytes(transport):
     ("tcp://127.0.0.1:65536", "port"),
     ("tcp://:5555", "host"),
     ("tcp://::1:5555", "host"),           # IPv6 needs brackets
+    ("ucx://[::1]:5555", "host"),         # UCX 1.13's tcp transport: IPv4 only
     ("tcp://127.0.0.1:5555/x", "port"),
 ])
 def test_bad_url_raises_url_error(url, part):

@@ -37,7 +37,8 @@ def parse_url(url: str, *, listening: bool = False) -> Tuple[str, str, int]:
     """``(scheme, host, port)`` of ``scheme://host:port``.
 
     The scheme is ``tcp`` or ``ucx``; the host a name, an IPv4 address or an
-    IPv6 one in brackets (``tcp://[::1]:5555``); the port 1..65535, or 0 when
+    IPv6 one in brackets (``tcp://[::1]:5555``; not for ``ucx``, whose tcp
+    transport is IPv4 only in UCX 1.13); the port 1..65535, or 0 when
     ``listening`` (a free port, which the Listener reports).
 
     Raises:
@@ -67,6 +68,11 @@ def parse_url(url: str, *, listening: bool = False) -> Tuple[str, str, int]:
                            f"{scheme}://[{host}]:{port_text}", part="host")
     if not host:
         raise URLError(f"URL {url!r} has no host", part="host")
+    if scheme == "ucx" and ":" in host and not (host.lower().startswith("::ffff:") and "." in host):
+        # As the C++ side (lib/transport/ucx): UCX 1.13's tcp transport
+        # cannot connect over IPv6; a v4-mapped address is its IPv4 one.
+        raise URLError(f"URL {url!r}: UCX 1.13's tcp transport cannot connect over IPv6 "
+                       "(docs/ucx.md); use an IPv4 address", part="host")
     if "/" in port_text or "/" in host:
         raise URLError(f"URL {url!r}: nothing may follow host:port", part="port")
     if not port_text.isdigit() or not port_text.isascii():
