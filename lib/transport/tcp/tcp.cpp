@@ -13,6 +13,7 @@
 #include <asio/write.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include "lib/transport/acceptor.hpp"
 #include "lib/transport/io_error.hpp"
 
 namespace blobpipe::tcp {
@@ -147,12 +148,7 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
   auto addr = asio::ip::make_address(address, ec);
   if (ec) return {errc::invalid_argument, "listen: bad address '" + address + "'"};
   auto p = std::make_unique<listener::impl>(std::move(ex));
-  asio::ip::tcp::endpoint ep(addr, port);
-  auto& a = p->acceptor;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  ec = detail::open_acceptor(p->acceptor, asio::ip::tcp::endpoint(addr, port));
   if (!ec) return listener(std::move(p));
   return {errc::peer_failed, "listen on " + address + ":" + std::to_string(port) + ": " +
                                  ec.message()};

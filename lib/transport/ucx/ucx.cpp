@@ -18,6 +18,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include "lib/transport/acceptor.hpp"
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/rendezvous.hpp"
@@ -333,14 +334,8 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
   if (!rt) return rt.err();
 
   auto p = std::make_shared<listener::impl>(*rt, opt);
-  asio::ip::tcp::endpoint ep(addr, port);
   auto& a = p->acceptor;
-  a.open(ep.protocol(), ec);
-  // As asio's acceptor does by default: a port whose old connections sit
-  // in TIME_WAIT (a trainer restarted) binds; a live listener's does not.
-  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  ec = blobpipe::detail::open_acceptor(a, asio::ip::tcp::endpoint(addr, port));
   if (ec) {
     std::string why = "ucx listen on " + address + ":" + std::to_string(port);
     if (ec == asio::error::address_in_use) why += ": the port is in use";
