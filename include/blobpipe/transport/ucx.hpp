@@ -21,7 +21,8 @@
 // Event loop: every io_context (more exactly, every execution context an
 // executor belongs to) gets one UCX context and one single-threaded worker,
 // created by the first listen/connect on it and released with the last
-// transport or listener. The worker's event fd (ucp_worker_get_efd) is
+// transport or listener (a connect that failed keeps it, and run(), 2 s longer:
+// docs/ucx.md "Foreign bytes"). The worker's event fd (ucp_worker_get_efd) is
 // awaited by an asio::posix::stream_descriptor: progress until idle, arm
 // (ucp_worker_arm; busy means progress again), await readable. An idle
 // connection costs no CPU and no thread is added.

@@ -137,6 +137,10 @@ class connection : public std::enable_shared_from_this<connection> {
 
   /// close() without the goodbye, the endpoint forced closed: for a
   /// rendezvous that failed (the peer may never have had this endpoint).
+  /// Keeps the worker alive for failed_wireup_linger even if this was its
+  /// last user: the peer's UCX may still be connecting to it, and UCX 1.13
+  /// can abort the peer if the worker is gone meanwhile (docs/ucx.md
+  /// "Foreign bytes").
   void close_now() noexcept;
 
   /// Keeps the rendezvous socket for the connection's life. Nothing more is

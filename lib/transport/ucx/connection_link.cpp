@@ -56,6 +56,7 @@ void connection::close_now() noexcept {
     return;
   }
   close_endpoint(true);
+  rt_->hold_for(failed_wireup_linger);
 }
 
 void connection::attach_link(asio::ip::tcp::socket s) {

@@ -7,6 +7,7 @@
 
 #include <asio/execution_context.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/status.hpp"
@@ -205,6 +206,11 @@ void runtime::progress_pass() {
     kick();
   else if (!fd_waiting_)
     wait_fd();
+}
+
+void runtime::hold_for(std::chrono::milliseconds d) {
+  auto t = std::make_shared<asio::steady_timer>(ex_, d);
+  t->async_wait([t, self = shared_from_this()](std::error_code) {});
 }
 
 void runtime::kick() {

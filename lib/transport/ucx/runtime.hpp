@@ -69,6 +69,9 @@ using nonce = std::array<std::byte, nonce_bytes>;
 /// How long an orderly close (goodbye, flush, ucp_ep_close_nbx) may take
 /// before the endpoint is forced closed.
 inline constexpr std::chrono::milliseconds close_linger{2000};
+/// How long a worker outlives a rendezvous that failed: UCX may still be
+/// wiring the peer's endpoint up toward it (see connection::close_now).
+inline constexpr std::chrono::milliseconds failed_wireup_linger{2000};
 /// How long runtime::retire keeps memory a cut-short fetch may still reach.
 inline constexpr std::chrono::seconds retire_linger{10};
 
@@ -120,6 +123,10 @@ class runtime : public std::enable_shared_from_this<runtime> {
   /// transport::retire: keeps `owner` for retire_linger (dropped by a
   /// later progress pass, or with the runtime after its worker).
   void retire(std::shared_ptr<const void> owner);
+
+  /// Keeps this runtime (its worker) alive for `d` more, whoever else
+  /// still owns it: see connection::close_now.
+  void hold_for(std::chrono::milliseconds d);
 
   /// Called when the execution context shuts down: force-closes every
   /// endpoint and drops the closing connections, so nothing leaks.
