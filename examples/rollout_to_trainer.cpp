@@ -7,7 +7,7 @@
 //   rollout_to_trainer --listen 5555 &  rollout_to_trainer --connect 127.0.0.1:5555
 //
 // The pieces, one idea per file, are in examples/rollout/: the corpus and
-// how a sample is built from it (corpus, sample, pickle), the worker and
+// how a sample is built from it (corpus, sample), the worker and
 // trainer coroutines (workers, trainer), and what the trainer checks
 // (batch_check, replay_check). This file wires them onto one io_context.
 #include <sys/resource.h>
