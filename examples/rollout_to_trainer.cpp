@@ -7,12 +7,13 @@
 //   rollout_to_trainer --listen 5555 &  rollout_to_trainer --connect 127.0.0.1:5555
 //
 // The pieces, one idea per file, are in examples/rollout/: the corpus and
-// how a sample is built from it (corpus, sample, pickle), the worker and
+// how a sample is built from it (corpus, sample), the worker and
 // trainer coroutines (workers, trainer), and what the trainer checks
 // (batch_check, replay_check). This file wires them onto one io_context.
 #include <sys/resource.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -72,7 +73,8 @@ std::optional<std::string> check_descriptor_budget(const options& o) {
   const rlim_t ends = o.mode == role::both ? 2 : 1;      // connection ends in this process
   const rlim_t per_end = o.transport == "ucx" ? 4 : 1;  // UCX: sockets, event fds
   const rlim_t spare = 64;                              // stdio, the listener, UCX's own
-  // Each worker connects to every trainer rank (--trainers).
+  // Each worker connects to every trainer rank (--trainers; a --listen
+  // process serves at most that many).
   const rlim_t need = static_cast<rlim_t>(o.workers * o.trainers) * ends * per_end + spare;
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
@@ -91,9 +93,7 @@ std::optional<std::string> check_descriptor_budget(const options& o) {
 // a SIGINT the shell had us ignore (a background job) stays ignored.
 void watch_signals(asio::io_context& ctx, asio::signal_set& signals,
                    const std::shared_ptr<trainer>& tr, int& status, bool& interrupted) {
-  struct sigaction old {};
-  if (::sigaction(SIGINT, nullptr, &old) != 0 || old.sa_handler != SIG_IGN) signals.add(SIGINT);
-  signals.add(SIGTERM);
+  add_stop_signals(signals);
   signals.async_wait([&ctx, &signals, &status, &interrupted, tr](std::error_code ec, int signo) {
     if (ec) return;
     interrupted = true;
@@ -101,7 +101,7 @@ void watch_signals(asio::io_context& ctx, asio::signal_set& signals,
     // A second signal acts as usual (ends the process at once).
     std::error_code ignored;
     signals.clear(ignored);
-    const std::string name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+    const std::string name = signal_name(signo);
     if (tr) {
       tr->interrupt(name);
     } else {
@@ -135,8 +135,9 @@ int run(const options& o) {
   } else {
     builder = std::make_shared<const sample_builder>(corpus::embedded(), o.seq_len);
   }
-  // K trainer ranks, each a fan-in server, groups routed by rank.
-  if (o.trainers > 1) return run_cluster(o, builder, std::cout);
+  // K trainer ranks, each a fan-in server, groups routed by rank (in this
+  // process, or named by --listen/--connect URL lists).
+  if (cluster_shape(o)) return run_cluster(o, builder, std::cout);
 
   asio::io_context ctx;
   auto ex = ctx.get_executor();
@@ -255,6 +256,10 @@ int program(int argc, char** argv) {
   }
   const options& o = std::get<options>(parsed);
   if (o.help) {
+    // One buffer holds the whole text (over stdio's 4 KiB), so a write
+    // that fails does so in finish_stdout's flush, which names the reason.
+    static char buffer[1 << 14];
+    std::setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
     std::cout << help_text();
     return exit_ok;
   }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,56 @@ two_processes run_two_processes(const std::vector<std::string>& trainer_args,
   return {trainer.wait(), std::move(w)};
 }
 
+// Waits (up to 6 s) for a --listen URL rank's first line ("... trainer
+// rank K of N at URL, ...") and returns the URL it names, or "".
+std::string rank_url(const process& rank) {
+  for (int i = 0; i < 300; ++i) {
+    const std::string out = rank.stdout_so_far();
+    const auto line_end = out.find('\n');
+    const auto at = out.find(" at ");
+    if (line_end != std::string::npos && at != std::string::npos && at < line_end) {
+      const auto end = out.find(", ", at);
+      if (end != std::string::npos) return out.substr(at + 4, end - at - 4);
+    }
+    ::usleep(20'000);
+  }
+  return {};
+}
+
+// Trainer ranks 0 .. K-1 as K processes (--listen tcp://127.0.0.1:0 --rank
+// k --trainers K, each with `rank_args`), then one worker process with
+// --connect and the ranks' URLs in `order` (default 0 .. K-1) and
+// `worker_args`; every process run to its end.
+struct cluster_processes {
+  std::vector<run_result> ranks;
+  run_result workers;
+};
+cluster_processes run_cluster_processes(std::size_t k, const std::vector<std::string>& rank_args,
+                                        const std::vector<std::string>& worker_args,
+                                        std::vector<std::size_t> order = {}) {
+  std::vector<std::unique_ptr<process>> ranks;
+  std::vector<std::string> urls;
+  for (std::size_t r = 0; r < k; ++r) {
+    std::vector<std::string> args{"--listen", "tcp://127.0.0.1:0", "--rank", std::to_string(r),
+                                  "--trainers", std::to_string(k)};
+    args.insert(args.end(), rank_args.begin(), rank_args.end());
+    ranks.push_back(std::make_unique<process>(example("rollout_to_trainer"), args));
+    urls.push_back(rank_url(*ranks.back()));
+    BOOST_TEST_REQUIRE(!urls.back().empty(),
+                       "rank " << r << " named no URL: " << ranks.back()->stdout_so_far());
+  }
+  if (order.empty())
+    for (std::size_t r = 0; r < k; ++r) order.push_back(r);
+  std::string list;
+  for (std::size_t r : order) list += (list.empty() ? "" : ",") + urls[r];
+  std::vector<std::string> w_args{"--connect", list};
+  w_args.insert(w_args.end(), worker_args.begin(), worker_args.end());
+  cluster_processes out;
+  out.workers = run_process(example("rollout_to_trainer"), w_args);
+  for (auto& r : ranks) out.ranks.push_back(r->wait());
+  return out;
+}
+
 #define REPORT(r) "exit " << (r).exit_code << "\nstdout:\n" << (r).out << "\nstderr:\n" << (r).err
 
 }  // namespace
@@ -157,10 +208,10 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_routes_uneven_groups_to_three_ranks) {
   BOOST_TEST(contains(r.out, "groups complete 2/2"), REPORT(r));
   BOOST_TEST(contains(r.out, "groups complete 8/8"), REPORT(r));
   BOOST_TEST(contains(r.out, "OK: every sample arrived complete"), REPORT(r));
-  // More ranks than one process can route to from another is refused.
+  // Ranks in other processes are named by URL lists, not HOST:PORT.
   auto two = run("rollout_to_trainer", {"--trainers", "2", "--listen", "0"});
   BOOST_TEST(two.exit_code == 2, REPORT(two));
-  BOOST_TEST(contains(two.err, "--trainers: more than one rank runs in this process only"),
+  BOOST_TEST(contains(two.err, "--trainers: ranks in other processes are named by URL lists"),
              REPORT(two));
   auto zero = run("rollout_to_trainer", {"--group-size", "0"});
   BOOST_TEST(zero.exit_code == 2, REPORT(zero));
@@ -276,6 +327,111 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_trainer_with_fewer_workers_says_so) {
   BOOST_TEST(!contains(t.out, "timed out"), REPORT(t));
 }
 
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_runs_ranks_as_separate_processes) {
+  // Two rank processes and one worker process on loopback: 40 samples in
+  // groups of 4 are groups 0..9; rank g mod 2 gets groups {0,2,4,6,8} and
+  // {1,3,5,7,9}, 20 samples each, from all three workers.
+  const std::vector<std::string> common{"--workers", "3", "--batch", "40", "--group-size", "4"};
+  std::vector<std::string> rank_args = common;
+  rank_args.insert(rank_args.end(), {"--timeout", "30"});
+  auto c = run_cluster_processes(2, rank_args, common);
+  BOOST_TEST(c.workers.exit_code == 0, REPORT(c.workers));
+  BOOST_TEST(contains(c.workers.out, "3 rollout worker(s) -> 2 trainer ranks (tcp://127.0.0.1:"),
+             REPORT(c.workers));
+  BOOST_TEST(contains(c.workers.out, "workers: 3 worker(s) sent 40 blobs, 200 entries, "),
+             REPORT(c.workers));
+  for (std::size_t k = 0; k < 2; ++k) {
+    const run_result& r = c.ranks[k];
+    BOOST_TEST_CONTEXT("rank " << k) {
+      const std::string K = std::to_string(k);
+      BOOST_TEST(r.exit_code == 0, REPORT(r));
+      BOOST_TEST(contains(r.out, "trainer rank " + K + " of 2 at tcp://127.0.0.1:"), REPORT(r));
+      BOOST_TEST(contains(r.out, "trainer: 20/20 samples complete, 100 entries in 20 blobs"),
+                 REPORT(r));
+      BOOST_TEST(contains(r.out, "  rank " + K + ": "), REPORT(r));
+      BOOST_TEST(contains(r.out, " MB/s, 3 connection(s), groups complete 5/5, entry latency p50 "),
+                 REPORT(r));
+      BOOST_TEST(contains(r.out, "(100 entries)"), REPORT(r));
+      BOOST_TEST(contains(r.out, "OK: every sample arrived complete (5 keys) and identical to what "
+                                 "its worker built; rank " + K + " of 2 got exactly its share, and "
+                                 "all 5 of its groups completed"),
+                 REPORT(r));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_rank_fails_on_another_ranks_share) {
+  // The worker process is given the ranks' URLs the wrong way round: every
+  // sample reaches a rank that does not expect it, and each rank says so
+  // and exits 1 (the workers delivered everything: exit 0).
+  const std::vector<std::string> common{"--workers", "2", "--batch", "16"};
+  std::vector<std::string> rank_args = common;
+  rank_args.insert(rank_args.end(), {"--timeout", "30"});
+  auto c = run_cluster_processes(2, rank_args, common, {1, 0});
+  BOOST_TEST(c.workers.exit_code == 0, REPORT(c.workers));
+  for (const run_result& r : c.ranks) {
+    BOOST_TEST(r.exit_code == 1, REPORT(r));
+    BOOST_TEST(contains(r.out, "trainer: 0/8 samples complete"), REPORT(r));
+    BOOST_TEST(contains(r.out, ": another rank's sample"), REPORT(r));
+    BOOST_TEST(!contains(r.out, "OK:"), REPORT(r));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_rank_reports_what_arrived_when_interrupted) {
+  // A rank waiting for workers that never come is stopped by SIGTERM: it
+  // prints its summary and fails with the signal, long before --timeout.
+  process rank(example("rollout_to_trainer"),
+               {"--listen", "tcp://127.0.0.1:0", "--rank", "1", "--trainers", "2", "--batch", "16",
+                "--timeout", "120"});
+  BOOST_TEST_REQUIRE(!rank_url(rank).empty(), rank.stdout_so_far());
+  rank.signal(SIGTERM);
+  auto r = rank.wait();
+  BOOST_TEST(r.exit_code == 128 + SIGTERM, REPORT(r));
+  BOOST_TEST(contains(r.out, "rank 1 (tcp://127.0.0.1:"), REPORT(r));
+  BOOST_TEST(contains(r.out, "trainer: 0/8 samples complete"), REPORT(r));
+  BOOST_TEST(contains(r.out, "groups complete 0/2"), REPORT(r));
+  BOOST_TEST(contains(r.out, "FAIL: interrupted by SIGTERM"), REPORT(r));
+  BOOST_TEST(!contains(r.out, "timed out"), REPORT(r));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_url_lists_that_do_not_fit) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--connect", "tcp://127.0.0.1:0"}, "port 0 cannot be connected to: give 1 to 65535"},
+      {{"--connect", "tcp://127.0.0.1:5000,tcp://h:99999"}, "is not a number from 0 to 65535"},
+      {{"--listen", "inproc://rank0"}, "inproc:// reaches only this process"},
+      {{"--listen", "tcp://127.0.0.1:0", "--rank", "2", "--trainers", "2"},
+       "--rank 2 with 1 URL(s) runs ranks up to 2, beyond --trainers 2"},
+      {{"--connect", "tcp://127.0.0.1:5000", "--trainers", "2"},
+       "--trainers 2: --connect names 1 rank(s)"},
+      {{"--rank", "1"}, "--rank: only with --listen URL"},
+      {{"--listen", "tcp://127.0.0.1:0", "--transport", "ucx"}, "--transport: the URLs of"},
+  };
+  for (const auto& [args, why] : cases) {
+    BOOST_TEST_CONTEXT(args[1]) {
+      auto r = run("rollout_to_trainer", args);
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(contains(r.err, why), REPORT(r));
+      BOOST_TEST(r.out.empty(), REPORT(r));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_names_a_different_seq_len) {
+  // The workers build 200-token samples, the trainer expects 300: every
+  // sample differs, and the trainer names --seq-len, not the connection
+  // counts (it used to blame --workers and --batch).
+  auto [t, w] = run_two_processes({"--workers", "1", "--batch", "4", "--seq-len", "300",
+                                   "--timeout", "15"},
+                                  {"--workers", "1", "--batch", "4", "--seq-len", "200"});
+  BOOST_TEST(w.exit_code == 0, REPORT(w));
+  BOOST_TEST(t.exit_code == 1, REPORT(t));
+  BOOST_TEST(contains(t.out, "'0@input_ids': shape [200], expected [300]"), REPORT(t));
+  BOOST_TEST(contains(t.out, "sample 0 arrived with 200 tokens where this side builds 300: the "
+                             "workers were\n  given another --seq-len than this trainer"),
+             REPORT(t));
+  BOOST_TEST(!contains(t.out, "larger --workers"), REPORT(t));
+}
+
 // A plain TCP connection to 127.0.0.1:port (-1 if refused); the caller
 // closes it.
 int raw_connect(const std::string& port) {
@@ -361,13 +517,27 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_listens_on_a_host_name_and_bracketed_ipv
     BOOST_TEST_CONTEXT(bad) {
       auto r = run("rollout_to_trainer", {"--listen", bad});
       BOOST_TEST(r.exit_code == 2, REPORT(r));
-      BOOST_TEST(contains(r.err, "expected [HOST:]PORT (PORT 0: a free one; HOST: a name"),
+      BOOST_TEST(contains(r.err, "expected [HOST:]PORT, PORT from 0 to 65535 (PORT 0: a free "
+                                 "one; HOST: a name"),
                  REPORT(r));
     }
   }
   auto c = run("rollout_to_trainer", {"--connect", "::1"});
   BOOST_TEST(c.exit_code == 2, REPORT(c));
-  BOOST_TEST(contains(c.err, "--connect: expected HOST:PORT with PORT > 0"), REPORT(c));
+  BOOST_TEST(contains(c.err, "--connect: expected HOST:PORT, PORT from 1 to 65535"), REPORT(c));
+  // A port past 65535 (or 0 to connect to) says the range.
+  for (const char* port : {"99999", "0", "65536"}) {
+    BOOST_TEST_CONTEXT(port) {
+      auto r = run("rollout_to_trainer", {"--connect", std::string("127.0.0.1:") + port});
+      BOOST_TEST(r.exit_code == 2, REPORT(r));
+      BOOST_TEST(contains(r.err, "rollout_to_trainer: --connect: port " + std::string(port) +
+                                     " is out of range: give 1 to 65535"),
+                 REPORT(r));
+    }
+  }
+  auto l = run("rollout_to_trainer", {"--listen", "127.0.0.1:70000"});
+  BOOST_TEST(l.exit_code == 2, REPORT(l));
+  BOOST_TEST(contains(l.err, "--listen: port 70000 is out of range: give 0 to 65535"), REPORT(l));
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_a_connect_host_it_cannot_reach) {

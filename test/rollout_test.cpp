@@ -1,5 +1,5 @@
 // test/rollout_test.cpp — the rollout example's building blocks
-// (examples/rollout: pickle writer, corpus split, sample keys and values),
+// (examples/rollout: corpus split, sample keys and values, options),
 // and the trainer's handling of an exception in a connection.
 #define BOOST_TEST_MODULE rollout_test
 #include <boost/test/unit_test.hpp>
@@ -24,52 +24,8 @@
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/options.hpp"
-#include "examples/rollout/pickle.hpp"
 #include "examples/rollout/sample.hpp"
 #include "examples/rollout/trainer.hpp"
-
-namespace {
-
-std::string hex(const std::vector<std::byte>& b) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (std::byte x : b) {
-    s.push_back(digits[std::to_integer<int>(x) >> 4]);
-    s.push_back(digits[std::to_integer<int>(x) & 15]);
-  }
-  return s;
-}
-
-}  // namespace
-
-// Expected bytes: CPython 3 pickletools.optimize(pickle.dumps(d, protocol=2))
-// for the same dict (optimize only drops unused memo PUTs).
-BOOST_AUTO_TEST_CASE(pickle_dict_matches_cpython_protocol_2) {
-  auto b = rollout::pickle_dict({
-      {"idx", std::int64_t{7}},
-      {"source", std::string("riddles")},
-      {"prompt_tokens", std::int64_t{300}},
-      {"response_tokens", std::int64_t{70000}},
-      {"big", std::int64_t{-5000000000}},
-      {"neg", std::int64_t{-3}},
-      {"finished", true},
-      {"truncated", false},
-      {"parent", std::monostate{}},
-      {"temp", 0.7},
-      {"text", std::string("caf\xc3\xa9")},
-  });
-  BOOST_TEST(hex(b) ==
-             "80027d2858030000006964784b075806000000736f757263655807000000726964646c6573580d"
-             "00000070726f6d70745f746f6b656e734d2c01580f000000726573706f6e73655f746f6b656e73"
-             "4a7011010058030000006269678a05000efad5fe58030000006e65674afdffffff580800000066"
-             "696e69736865648858090000007472756e6361746564895806000000706172656e744e58040000"
-             "0074656d70473fe66666666666665804000000746578745805000000636166c3a9752e");
-}
-
-BOOST_AUTO_TEST_CASE(pickle_dict_of_one_item_uses_setitem) {
-  BOOST_TEST(hex(rollout::pickle_dict({{"a", std::int64_t{1}}})) == "80027d5801000000614b01732e");
-  BOOST_TEST(hex(rollout::pickle_dict({})) == "80027d2e");
-}
 
 BOOST_AUTO_TEST_CASE(split_entry_puts_the_answer_in_the_response) {
   auto p = rollout::split_entry("Q:\tWhat is purple and commutes?\nA:\tAn Abelian grape.");

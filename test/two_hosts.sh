@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/two_hosts.sh [PEER] — the two-host test: a producer and a consumer in
+# test/two_hosts.sh [PEER [ROLLOUT]] — the two-host test: a producer and a consumer in
 # two network namespaces joined by a veth pair (10.77.0.1/24 <-> 10.77.0.2/24,
 # addresses that exist only inside those namespaces), optionally impaired
 # with tc netem (delay, loss, reordering). Each run streams blobs through a
@@ -7,11 +7,14 @@
 # every blob arrives exactly once and byte-identical.
 #
 #   bazel/bazelw test //test:two_hosts_test        # as CI runs it (root)
-#   sudo test/two_hosts.sh bazel-bin/test/two_host_peer
+#   sudo test/two_hosts.sh bazel-bin/test/two_host_peer bazel-bin/examples/rollout_to_trainer
 #
-# Runs:  plain veth; veth with the connection cut 5 times (resend);
-#        netem delay 2ms+-1ms, loss 1%, reorder 10% on both ends (needs the
-#        sch_netem kernel module), with cuts.
+# Runs:  plain veth; veth with the connection cut 5 times (resend); the
+#        main job at cluster shape (ROLLOUT, examples/rollout_to_trainer):
+#        4 workers in $a routing GRPO groups to 2 trainer ranks in $b, one
+#        process per rank listening on 10.77.0.2, each checking its exact
+#        share; netem delay 2ms+-1ms, loss 1%, reorder 10% on both ends
+#        (needs the sch_netem kernel module), with cuts.
 # Needs root, iproute2 and network namespaces; when any is missing it says
 # why and exits 0 (skipped). Each skip, of the whole test or of one run,
 # prints `SKIPPED: <target> <run>: <reason>` (.ci/run counts them).
@@ -25,6 +28,13 @@ if [[ -z $peer ]]; then
 fi
 [[ -n $peer && -x $peer ]] || { echo "two_hosts: no two_host_peer binary (pass its path)" >&2; exit 2; }
 peer=$(cd "$(dirname "$peer")" && pwd)/$(basename "$peer")
+rollout=${2:-${BLOBPIPE_TWO_HOST_ROLLOUT:-}}
+if [[ -z $rollout ]]; then
+  for p in bazel-bin/examples/rollout_to_trainer "$(dirname "$0")/../examples/rollout_to_trainer"; do
+    [[ -x $p ]] && rollout=$p && break
+  done
+fi
+[[ -n $rollout && -x $rollout ]] && rollout=$(cd "$(dirname "$rollout")" && pwd)/$(basename "$rollout")
 
 target=${TEST_TARGET:-two_hosts.sh}
 skipped() { echo "SKIPPED: $target $1: $2"; }    # RUN REASON
@@ -98,8 +108,56 @@ run() {
   rm -rf "$out"
 }
 
+# The cluster-shaped main job: 2 rank processes in $b on 10.77.0.2, one
+# worker process (4 workers, each a router to both ranks) in $a. Each rank
+# exits 0 only with exactly its share, byte for byte, and all its groups.
+cluster() {
+  local name="cluster: 4 workers in $a -> 2 ranks in $b"
+  local common=(--workers 4 --batch 256 --group-size 4 --seq-len 512 --timeout 120)
+  echo "== $name"
+  if [[ -z $rollout || ! -x $rollout ]]; then
+    skipped "cluster run" "no rollout_to_trainer binary (pass its path as the second argument)"
+    return
+  fi
+  local out urls="" k pids=() cats=() rcs=() line
+  out=$(mktemp -d)
+  for k in 0 1; do
+    port=$((port + 1))
+    mkfifo "$out/ready$k"
+    ip netns exec "$b" "$rollout" --listen "tcp://10.77.0.2:$port" --rank "$k" --trainers 2 \
+      "${common[@]}" >"$out/ready$k" 2>"$out/r$k.err" &
+    pids+=($!)
+    # The first line names the URL once the rank listens (no sleep).
+    exec 3<"$out/ready$k"
+    line=""
+    read -r line <&3 || true
+    echo "$line" >"$out/r$k.out"
+    cat <&3 >>"$out/r$k.out" &
+    cats+=($!)
+    exec 3<&-
+    urls+="${urls:+,}tcp://10.77.0.2:$port"
+  done
+  ip netns exec "$a" "$rollout" --connect "$urls" "${common[@]}" >"$out/w.out" 2>"$out/w.err"
+  local wrc=$?
+  for k in 0 1; do
+    wait "${pids[$k]}"
+    rcs+=($?)
+    wait "${cats[$k]}"
+  done
+  cat "$out/w.out" "$out/r0.out" "$out/r1.out"
+  if [[ $wrc -ne 0 || ${rcs[0]} -ne 0 || ${rcs[1]} -ne 0 ]]; then
+    echo "FAILED: $name (workers $wrc, rank 0 ${rcs[0]}, rank 1 ${rcs[1]})"
+    cat "$out/w.err" "$out/r0.err" "$out/r1.err"
+    failures=$((failures + 1))
+  else
+    echo "PASSED: $name"
+  fi
+  rm -rf "$out"
+}
+
 run "veth" 0
 run "veth, connection cut 5 times" 5
+cluster
 
 netem_ok=1
 for pair in "$a ${tag}va" "$b ${tag}vb"; do

@@ -51,7 +51,7 @@ PRIOR_WEIGHT = 4.0  # weight of the unigram prior in the bigram estimate
 LETTERS = frozenset(string.ascii_letters.encode() + b" ")
 
 
-# ---- the samples (examples/rollout/{corpus,sample,pickle}.cpp) ----
+# ---- the samples (examples/rollout/{corpus,sample}.cpp, lib/format/pickle.cpp) ----
 
 def split_entry(entry: bytes) -> tuple[bytes, bytes, str]:
     """(prompt, response, source) of one fortune entry (corpus.hpp's rules)."""

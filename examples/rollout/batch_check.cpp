@@ -53,6 +53,8 @@ class batch_check final : public checker {
     if (!s.expected) s.expected = builder_->make(k->idx);
     if (auto why = compare(e, fields(*s.expected)[k->field])) {
       problems_.add(blobpipe::quote(e.entry.key) + ": " + *why);
+      differs_ = true;
+      note_length(e, *s.expected);
       return;
     }
     s.got.set(k->field);
@@ -81,6 +83,7 @@ class batch_check final : public checker {
   const char* unit() const noexcept override { return "samples"; }
   std::uint64_t entries() const noexcept override { return entries_; }
   std::uint64_t bytes() const noexcept override { return bytes_; }
+  bool differs() const noexcept override { return differs_; }
 
   bool report(std::ostream& out) const override {
     problem_log missing;
@@ -108,6 +111,11 @@ class batch_check final : public checker {
     out << "FAIL: the batch is incomplete or differs\n";
     problems_.print(out);
     missing.print(out);
+    if (other_length_)
+      out << "  sample " << other_length_->idx << " arrived with " << other_length_->got
+          << " tokens where this side builds " << other_length_->want
+          << ": the workers were\n  given another --seq-len than this trainer; give both "
+             "sides the same --seq-len\n";
     return false;
   }
 
@@ -118,18 +126,34 @@ class batch_check final : public checker {
     bool mine = true;  // expected here
   };
 
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
   static std::optional<std::string> compare(const received_entry& e, const field& want) {
     const blobpipe::Entry& got = e.entry;
     if (got.kind != want.value.kind) return std::string("kind '") + got.kind + "'";
     if (want.value.kind != blobpipe::KIND_PICKLE) {
       if (got.dtype.value_or("") != want.value.dtype)
         return "dtype " + got.dtype.value_or("nil") + ", expected " + want.value.dtype;
-      if (got.shape != want.value.shape) return std::string("shape differs");
+      if (got.shape != want.value.shape)
+        return "shape " + shape_text(got.shape.value_or(blobpipe::shape_t{})) + ", expected " + shape_text(want.value.shape);
     }
     if (!std::equal(e.view.bytes.begin(), e.view.bytes.end(), want.bytes.begin(),
                     want.bytes.end()))
       return std::string("bytes differ");
     return std::nullopt;
+  }
+
+  // A token tensor of another length than this side builds: the sides
+  // were given different --seq-len (the first such sample is named).
+  void note_length(const received_entry& e, const sample& want) {
+    if (other_length_ || !e.entry.shape || e.entry.shape->size() != 1) return;
+    const auto got = static_cast<std::uint64_t>((*e.entry.shape)[0]);
+    if (got != want.input_ids.size())
+      other_length_ = length_note{want.idx, got, want.input_ids.size()};
   }
 
   void learn(const received_entry& e, std::size_t field) {
@@ -158,6 +182,12 @@ class batch_check final : public checker {
   std::uint64_t expected_ = 0, complete_ = 0, entries_ = 0, bytes_ = 0, blobs_ = 0;
   batch_stats stats_;
   problem_log problems_;
+  bool differs_ = false;
+  struct length_note {
+    std::int64_t idx;
+    std::uint64_t got, want;
+  };
+  std::optional<length_note> other_length_;
 };
 
 }  // namespace

@@ -53,6 +53,11 @@ class checker {
   virtual std::uint64_t entries() const noexcept = 0;
   virtual std::uint64_t bytes() const noexcept = 0;
 
+  /// True when something arrived that differs from what was expected (not
+  /// only missing): the two sides built different data (say, another
+  /// --seq-len), so a hint about connection counts would mislead.
+  virtual bool differs() const noexcept { return false; }
+
   /// Prints what arrived and, when something is missing or different, a
   /// FAIL line and what went wrong; true when everything expected arrived,
   /// complete and identical, and nothing else did.

@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "blobpipe/cluster/router.hpp"
@@ -18,6 +20,7 @@
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/error_text.hpp"
 #include "examples/rollout/listener.hpp"
+#include "examples/rollout/progress.hpp"
 #include "examples/rollout/reporting.hpp"
 
 // -Wmismatched-new-delete (GCC 11 and later) is a false positive on asio's
@@ -39,41 +42,35 @@ std::uint32_t members_of(std::size_t g, const options& o) {
   return static_cast<std::uint32_t>(std::min(o.group_size, o.batch - g * o.group_size));
 }
 
+// Workers of another process (--connect URL...) are resend sessions, so a
+// rank still starting is retried: 100 ms doubling to 1 s, ten attempts,
+// about 5.5 s in all (as the single trainer's workers wait 5 s).
+constexpr std::uint32_t remote_connect_attempts = 10;
+constexpr auto remote_retry_delay = std::chrono::milliseconds(100);
+constexpr auto remote_max_retry_delay = std::chrono::milliseconds(1000);
+
 /// One rank: its server, its check, what it saw.
 struct rank_state {
+  std::size_t rank = 0;  // 0 .. K-1
   blobpipe::server srv;
+  std::string url;
   std::unique_ptr<checker> check;
   std::uint64_t groups_expected = 0, groups_complete = 0, groups_aborted = 0;
+  std::set<blobpipe::session_id> sessions;  // resend sessions seen
+  std::size_t plain_senders = 0;            // connections without one
+  std::size_t open = 0;                     // connections open now
   std::optional<clock::time_point> first;  // its first entry
   clock::time_point last{};                // its last event
   blobpipe::server_stats stats;
   bool done = false;
-};
 
-asio::awaitable<void> serve_rank(rank_state& r) {
-  for (;;) {
-    auto ev = co_await r.srv.next();
-    if (ev.kind == server_event_kind::end_of_stream) break;
-    const std::size_t conn = ev.connection ? ev.connection->id : 0;
-    switch (ev.kind) {
-      case server_event_kind::entry_ready:
-        if (!r.first) r.first = clock::now();
-        r.check->on_entry(conn, *ev.ev.entry);
-        break;
-      case server_event_kind::blob_complete:
-        r.check->on_blob(conn, *ev.ev.blob, ev.ev.tag);
-        break;
-      case server_event_kind::blob_aborted:
-        if (!ev.ev.resend) r.check->on_aborted(conn, ev.ev);
-        break;
-      case server_event_kind::group_complete: ++r.groups_complete; break;
-      case server_event_kind::group_aborted: ++r.groups_aborted; break;
-      default: break;
-    }
-    r.last = clock::now();
+  // Senders seen: a resend session that reconnects is one sender.
+  std::size_t senders() const { return sessions.size() + plain_senders; }
+  bool share_done() const {
+    return check->done() == check->total() &&
+           groups_complete + groups_aborted == groups_expected;
   }
-  r.stats = r.srv.stats();
-}
+};
 
 struct worker_result {
   std::error_code ec;
@@ -91,10 +88,29 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
   blobpipe::router_options ropt;
   ropt.policy = blobpipe::route_policy::by_rank;
   ropt.sender.stall_timeout = timeout_ms(o);
-  auto [ec, rt] = co_await blobpipe::router::start(ex, std::move(urls), ropt);
+  const bool remote = o.mode == role::workers;
+  if (remote) {
+    ropt.resend = true;
+    ropt.sender.resend.max_attempts = remote_connect_attempts;
+    ropt.sender.resend.retry_delay = remote_retry_delay;
+    ropt.sender.resend.max_retry_delay = remote_max_retry_delay;
+  }
+  auto [ec, rt] = co_await blobpipe::router::start(ex, urls, ropt);
+  // Every rank must be reached: a rank missing would fail its share.
+  for (std::size_t d = 0; !ec && d < rt.size(); ++d) {
+    if (auto e = rt.error(d)) {
+      res.ec = e;
+      res.what = who + "connect to rank " + std::to_string(d) + " (" + urls[d] + "): " +
+                 error_text(e, remote ? "retried for about 5 s (is that rank listening?)" : "");
+      rt.close();
+      co_return res;
+    }
+  }
   if (ec) {
     res.ec = ec;
-    res.what = who + "connect: " + error_text(ec);
+    res.what = who + "connect: " + error_text(ec, remote ? "no rank could be reached in about "
+                                                           "5 s (are they listening?)"
+                                                         : "");
     co_return res;
   }
   for (std::size_t n = id; n < o.batch; n += o.workers) {
@@ -149,115 +165,339 @@ std::string latency(const blobpipe::latency_histogram& h) {
          " ms, p99 " + ms(h.percentile(0.99)) + " ms (" + std::to_string(h.count()) + " entries)";
 }
 
+/// This process's part of the job, on one io_context: its ranks (none with
+/// --connect), its workers (none with --listen), the --timeout guard over
+/// the ranks, the signals, the progress line, and the summary.
+class cluster_job {
+ public:
+  cluster_job(const options& o, std::shared_ptr<const sample_builder> b, std::ostream& out)
+      : o_(o),
+        builder_(std::move(b)),
+        out_(out),
+        guard_(ctx_, timeout_ms(o)),
+        signals_(ctx_),
+        progress_(out, stdout_is_tty(), "ranks") {}
+
+  int run() {
+    if (o_.mode != role::workers) {
+      if (auto status = open_ranks()) return *status;
+    } else if (auto status = check_hosts()) {
+      return *status;
+    }
+    print_banner();
+    add_stop_signals(signals_);
+    signals_.async_wait([this](std::error_code ec, int signo) {
+      if (!ec) interrupt(signo);
+    });
+    start_ranks();
+    start_workers();
+    ctx_.run();
+    progress_.finish();
+    bool ok = ranks_.empty() || report_ranks();
+    if (o_.mode != role::trainer) ok = report_workers() && ok;
+    if (!interrupted_.empty()) {
+      out_ << "FAIL: interrupted by " << interrupted_ << "\n";
+      return status_;
+    }
+    if (ok && !ranks_.empty()) print_ok();
+    return ok ? exit_ok : exit_mismatch;
+  }
+
+ private:
+  bool ranks_here() const { return o_.mode != role::workers; }
+
+  // Listens for this process's ranks; a status to exit with when it cannot.
+  std::optional<int> open_ranks() {
+    blobpipe::server_options sopt;
+    sopt.group_timeout = timeout_ms(o_);
+    const std::size_t n = o_.listen_urls.empty() ? o_.trainers : o_.listen_urls.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t k = o_.first_rank + i;
+      const std::string where =
+          o_.listen_urls.empty() ? endpoint_url(o_.transport, o_.host, 0) : o_.listen_urls[i];
+      auto srv = blobpipe::server::listen(ctx_.get_executor(), where, sopt);
+      if (!srv) {
+        std::cerr << "rollout_to_trainer: rank " << k << ": listen at " << where << ": "
+                  << srv.message() << "\n";
+        // A name that does not resolve is a bad command line; a port in
+        // use a failure to run.
+        return srv.code() == blobpipe::errc::invalid_argument ? exit_usage : exit_mismatch;
+      }
+      auto r = std::make_unique<rank_state>();
+      r->rank = k;
+      r->srv = std::move(*srv);
+      r->url = r->srv.url();
+      r->check = make_batch_check(builder_, o_.batch, [o = o_, k](std::size_t s) {
+        return rank_of_group(group_of(s, o), o) == k;
+      });
+      for (std::size_t g = 0; g < groups_in(o_); ++g) r->groups_expected += rank_of_group(g, o_) == k;
+      urls_.push_back(r->url);
+      ranks_.push_back(std::move(r));
+    }
+    return std::nullopt;
+  }
+
+  // --connect URL...: a host no retry can reach is a bad command line.
+  std::optional<int> check_hosts() {
+    urls_ = o_.connect_urls;
+    for (const auto& url : urls_) {
+      const auto u = blobpipe::parse_url(url);  // parsed by parse_options already
+      if (auto ok = check_connect_host(ctx_.get_executor(), u->host, blobpipe::scheme_name(u->scheme));
+          !ok) {
+        std::cerr << "rollout_to_trainer: --connect " << url << ": " << ok.message() << "\n";
+        return exit_usage;
+      }
+    }
+    return std::nullopt;
+  }
+
+  void print_banner() {
+    out_ << "rollout_to_trainer: ";
+    if (o_.mode == role::trainer) {
+      out_ << "trainer rank" << (ranks_.size() > 1 ? "s " : " ") << ranks_.front()->rank;
+      if (ranks_.size() > 1) out_ << "-" << ranks_.back()->rank;
+      out_ << " of " << o_.trainers << " at";
+      for (const auto& u : urls_) out_ << " " << u;
+      out_ << ", expecting " << o_.workers << " worker(s)";
+    } else {
+      out_ << o_.workers << " rollout worker(s) -> " << o_.trainers << " trainer ranks (";
+      for (std::size_t k = 0; k < urls_.size(); ++k) out_ << (k ? " " : "") << urls_[k];
+      out_ << ")";
+    }
+    out_ << ", global batch " << o_.batch << " samples (5 entries each) in GRPO groups of "
+         << o_.group_size << ", group g to rank g mod " << o_.trainers << "\n"
+         << std::flush;
+  }
+
+  void start_ranks() {
+    if (ranks_.empty()) return;
+    // The guard: past --timeout every server closes (what is open aborts).
+    guard_.async_wait([this](std::error_code ec) {
+      if (ec) return;
+      timed_out_ = true;
+      for (auto& r : ranks_) r->srv.close();
+    });
+    ranks_running_ = ranks_.size();
+    for (auto& r : ranks_) {
+      ++running_;
+      asio::co_spawn(ctx_, serve(*r), [this, rp = r.get()](std::exception_ptr e) {
+        if (e) std::cerr << "rollout_to_trainer: rank " << rp->rank << ": " << exception_text(e) << "\n";
+        rp->done = !e;
+        if (--ranks_running_ == 0) guard_.cancel();
+        finished();
+      });
+    }
+  }
+
+  void start_workers() {
+    if (o_.mode == role::trainer) return;
+    workers_running_ = o_.workers;
+    for (std::size_t w = 0; w < o_.workers; ++w) {
+      ++running_;
+      asio::co_spawn(ctx_, run_routed_worker(urls_, o_, w, *builder_),
+                     [this, w](std::exception_ptr e, worker_result r) {
+                       if (e) {
+                         r.ec = blobpipe::errc::aborted;
+                         r.what = "worker " + std::to_string(w) + ": " + exception_text(e);
+                       }
+                       if (r.ec && interrupted_.empty()) {
+                         std::cerr << r.what << "\n";
+                         workers_failed_ = true;
+                       }
+                       blobs_ += r.blobs;
+                       sent_.merge(r.stats.total);
+                       // The last worker done: the ranks here end once
+                       // their connections have.
+                       if (--workers_running_ == 0)
+                         for (auto& rk : ranks_) rk->srv.stop_accepting();
+                       finished();
+                     });
+    }
+  }
+
+  // One coroutine (a rank or a worker) ended; after the last, nothing
+  // waits for a signal any more.
+  void finished() {
+    if (--running_ == 0) {
+      std::error_code ignored;
+      signals_.cancel(ignored);
+    }
+  }
+
+  asio::awaitable<void> serve(rank_state& r) {
+    for (;;) {
+      auto ev = co_await r.srv.next();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+      on_event(r, ev);
+      r.last = clock::now();
+      update_progress();
+    }
+    r.stats = r.srv.stats();
+  }
+
+  void on_event(rank_state& r, const blobpipe::server_event& ev) {
+    const std::size_t conn = ev.connection ? ev.connection->id : 0;
+    switch (ev.kind) {
+      case server_event_kind::connection_opened:
+        if (!first_sender_) {
+          first_sender_ = true;
+          progress_.restart();
+        }
+        ++r.open;
+        if (ev.connection->session == blobpipe::NO_SESSION) {
+          ++r.plain_senders;
+        } else {
+          r.sessions.insert(ev.connection->session);
+        }
+        break;
+      case server_event_kind::connection_closed:
+        --r.open;
+        break;
+      case server_event_kind::entry_ready:
+        if (!r.first) r.first = clock::now();
+        r.check->on_entry(conn, *ev.ev.entry);
+        break;
+      case server_event_kind::blob_complete:
+        r.check->on_blob(conn, *ev.ev.blob, ev.ev.tag);
+        break;
+      case server_event_kind::blob_aborted:
+        if (!ev.ev.resend) r.check->on_aborted(conn, ev.ev);
+        break;
+      case server_event_kind::group_complete: ++r.groups_complete; break;
+      case server_event_kind::group_aborted: ++r.groups_aborted; break;
+      default: break;
+    }
+    // Workers of another process: the rank ends once every sender it
+    // expects (--workers) has come and gone, or its share is in and no
+    // sender is left (a worker with no sample for this rank may never
+    // come).
+    if (o_.mode == role::trainer && r.open == 0 && (r.senders() >= o_.workers || r.share_done()))
+      r.srv.stop_accepting();
+  }
+
+  void update_progress() {
+    std::uint64_t done = 0, total = 0, entries = 0, bytes = 0;
+    for (const auto& r : ranks_) {
+      done += r->check->done();
+      total += r->check->total();
+      entries += r->check->entries();
+      bytes += r->check->bytes();
+    }
+    progress_.update(done, total, "samples", entries, bytes);
+  }
+
+  // SIGINT or SIGTERM: the ranks here close (their open blobs abort) and
+  // report what had arrived; workers of their own stop where they are.
+  void interrupt(int signo) {
+    interrupted_ = signal_name(signo);
+    status_ = 128 + signo;
+    std::error_code ignored;
+    signals_.clear(ignored);  // a second signal ends the process at once
+    std::cerr << "rollout_to_trainer: interrupted by " << interrupted_ << "\n";
+    if (ranks_.empty()) {
+      ctx_.stop();  // destroying the workers' frames closes their connections
+      return;
+    }
+    guard_.cancel();
+    for (auto& r : ranks_) r->srv.close();
+  }
+
+  bool report_ranks() {
+    bool ok = !timed_out_ && !workers_failed_;
+    blobpipe::endpoint_metrics total;
+    std::uint64_t groups_complete = 0, groups_expected = 0;
+    clock::time_point begin = clock::time_point::max(), end{};
+    for (auto& rp : ranks_) {
+      rank_state& r = *rp;
+      out_ << "rank " << r.rank << " (" << r.url << "):\n";
+      const bool rank_ok = r.check->report(out_) && r.done;
+      const auto& t = r.stats.total;
+      const double secs = r.first ? std::chrono::duration<double>(r.last - *r.first).count() : 0.0;
+      out_ << "  rank " << r.rank << ": " << rate(t.bytes, secs) << ", " << r.stats.accepted
+           << " connection(s), groups complete " << r.groups_complete << "/" << r.groups_expected;
+      if (r.groups_aborted) out_ << " (" << r.groups_aborted << " aborted)";
+      out_ << ", " << latency(t.latency) << "\n";
+      ok = ok && rank_ok && r.groups_complete == r.groups_expected && r.groups_aborted == 0;
+      total.merge(t);
+      groups_complete += r.groups_complete;
+      groups_expected += r.groups_expected;
+      if (r.first) begin = std::min(begin, *r.first);
+      end = std::max(end, r.last);
+    }
+    const double secs =
+        begin < end ? std::chrono::duration<double>(end - begin).count() : 0.0;
+    out_ << "total: " << rate(total.bytes, secs) << " over " << ranks_.size()
+         << (ranks_.size() > 1 ? " ranks" : " rank") << ", groups complete " << groups_complete << "/" << groups_expected << ", "
+         << latency(total.latency);
+    if (total.first_entry_s)
+      out_ << ", first entry after " << ms(static_cast<std::uint64_t>(*total.first_entry_s * 1e9))
+           << " ms";
+    out_ << "\n";
+    if (timed_out_) {
+      out_ << "FAIL: timed out after " << o_.timeout_s << " s (--timeout) with " << groups_complete
+           << " of " << groups_expected << " groups complete";
+      if (o_.mode == role::trainer) {
+        std::size_t senders = 0;
+        for (const auto& r : ranks_) senders = std::max(senders, r->senders());
+        out_ << "; " << senders << " of the " << o_.workers
+             << " worker(s) expected (--workers) connected";
+      }
+      out_ << "\n";
+    }
+    groups_expected_ = groups_expected;
+    return ok;
+  }
+
+  bool report_workers() {
+    if (!interrupted_.empty() && o_.mode == role::workers) {
+      out_ << "workers: interrupted before " << workers_running_ << " of " << o_.workers
+           << " worker(s) finished; the ranks report what arrived\n";
+      return false;
+    }
+    out_ << "workers: " << o_.workers << " worker(s) sent " << blobs_ << " blobs, "
+         << sent_.entries << " entries, " << sent_.bytes << " bytes (entries + tails) to "
+         << o_.trainers << " ranks; waited for credit " << sent_.credit_waits << " time(s)";
+    if (sent_.reconnects) out_ << ", reconnected " << sent_.reconnects << " time(s)";
+    out_ << "\n";
+    return !workers_failed_;
+  }
+
+  void print_ok() {
+    out_ << "OK: " << ranks_.front()->check->ok_text() << "; ";
+    if (o_.mode == role::both) {
+      out_ << "each of " << o_.trainers << " ranks got exactly its share, and all "
+           << groups_expected_ << " groups completed\n";
+      return;
+    }
+    out_ << (ranks_.size() > 1 ? "ranks" : "rank");
+    for (const auto& r : ranks_) out_ << " " << r->rank;
+    out_ << " of " << o_.trainers << " got exactly " << (ranks_.size() > 1 ? "their" : "its")
+         << " share, and all " << groups_expected_ << " of " << (ranks_.size() > 1 ? "their" : "its")
+         << " groups completed\n";
+  }
+
+  const options& o_;
+  std::shared_ptr<const sample_builder> builder_;
+  std::ostream& out_;
+  asio::io_context ctx_;
+  asio::steady_timer guard_;
+  asio::signal_set signals_;
+  progress progress_;
+  std::vector<std::unique_ptr<rank_state>> ranks_;
+  std::vector<std::string> urls_;  // the ranks' URLs, in rank order (here or remote)
+  std::size_t running_ = 0, ranks_running_ = 0, workers_running_ = 0;
+  bool timed_out_ = false, workers_failed_ = false, first_sender_ = false;
+  std::string interrupted_;  // the signal's name
+  int status_ = exit_ok;
+  std::uint64_t blobs_ = 0, groups_expected_ = 0;
+  blobpipe::endpoint_metrics sent_;
+};
+
 }  // namespace
 
 int run_cluster(const options& o, std::shared_ptr<const sample_builder> builder, std::ostream& out) {
-  asio::io_context ctx;
-  auto ex = ctx.get_executor();
-  blobpipe::server_options sopt;
-  sopt.group_timeout = timeout_ms(o);
-  std::vector<std::unique_ptr<rank_state>> ranks;
-  std::vector<std::string> urls;
-  for (std::size_t k = 0; k < o.trainers; ++k) {
-    auto srv = blobpipe::server::listen(ex, endpoint_url(o.transport, o.host, 0), sopt);
-    if (!srv) {
-      std::cerr << "rollout_to_trainer: rank " << k << ": listen: " << srv.message() << "\n";
-      return exit_mismatch;
-    }
-    auto r = std::make_unique<rank_state>();
-    r->srv = std::move(*srv);
-    r->check = make_batch_check(builder, o.batch, [&o, k](std::size_t n) {
-      return rank_of_group(group_of(n, o), o) == k;
-    });
-    for (std::size_t g = 0; g < groups_in(o); ++g) r->groups_expected += rank_of_group(g, o) == k;
-    urls.push_back(r->srv.url());
-    ranks.push_back(std::move(r));
-  }
-  out << "rollout_to_trainer: " << o.workers << " rollout worker(s) -> " << o.trainers
-      << " trainer ranks (";
-  for (std::size_t k = 0; k < urls.size(); ++k) out << (k ? " " : "") << urls[k];
-  out << "), global batch " << o.batch << " samples (5 entries each) in GRPO groups of "
-      << o.group_size << ", group g to rank g mod " << o.trainers << "\n"
-      << std::flush;
-
-  // The guard: past --timeout every server closes (what is open aborts).
-  bool timed_out = false;
-  asio::steady_timer guard(ex, timeout_ms(o));
-  guard.async_wait([&](std::error_code ec) {
-    if (ec) return;
-    timed_out = true;
-    for (auto& r : ranks) r->srv.close();
-  });
-  std::size_t ranks_running = ranks.size();
-  for (auto& r : ranks) {
-    asio::co_spawn(ex, serve_rank(*r), [&, rp = r.get()](std::exception_ptr e) {
-      if (e) std::cerr << "rollout_to_trainer: rank: " << exception_text(e) << "\n";
-      rp->done = !e;
-      if (--ranks_running == 0) guard.cancel();
-    });
-  }
-
-  const auto t0 = clock::now();
-  std::size_t running = o.workers;
-  bool failed = false;
-  std::uint64_t blobs = 0;
-  blobpipe::endpoint_metrics sent;
-  for (std::size_t w = 0; w < o.workers; ++w) {
-    asio::co_spawn(ex, run_routed_worker(urls, o, w, *builder),
-                   [&, w](std::exception_ptr e, worker_result r) {
-                     if (e) {
-                       r.ec = blobpipe::errc::aborted;
-                       r.what = "worker " + std::to_string(w) + ": " + exception_text(e);
-                     }
-                     if (r.ec) {
-                       std::cerr << r.what << "\n";
-                       failed = true;
-                     }
-                     blobs += r.blobs;
-                     sent.merge(r.stats.total);
-                     // The last worker done: the ranks end once their
-                     // connections have.
-                     if (--running == 0)
-                       for (auto& rk : ranks) rk->srv.stop_accepting();
-                   });
-  }
-  ctx.run();
-
-  bool ok = !failed && !timed_out;
-  blobpipe::endpoint_metrics total;
-  std::uint64_t groups_complete = 0;
-  clock::time_point end = t0;
-  for (std::size_t k = 0; k < ranks.size(); ++k) {
-    rank_state& r = *ranks[k];
-    out << "rank " << k << " (" << urls[k] << "):\n";
-    const bool rank_ok = r.check->report(out) && r.done;
-    const auto& t = r.stats.total;
-    const double secs =
-        r.first ? std::chrono::duration<double>(r.last - *r.first).count() : 0.0;
-    out << "  rank " << k << ": " << rate(t.bytes, secs) << ", " << r.stats.accepted
-        << " connection(s), groups complete " << r.groups_complete << "/" << r.groups_expected;
-    if (r.groups_aborted) out << " (" << r.groups_aborted << " aborted)";
-    out << ", " << latency(t.latency) << "\n";
-    ok = ok && rank_ok && r.groups_complete == r.groups_expected && r.groups_aborted == 0;
-    total.merge(t);
-    groups_complete += r.groups_complete;
-    end = std::max(end, r.last);
-  }
-  const double secs = std::chrono::duration<double>(end - t0).count();
-  out << "total: " << rate(total.bytes, secs) << " over " << o.trainers << " ranks, groups complete "
-      << groups_complete << "/" << groups_in(o) << ", " << latency(total.latency);
-  if (total.first_entry_s) out << ", first entry after " << ms(static_cast<std::uint64_t>(*total.first_entry_s * 1e9)) << " ms";
-  out << "\n"
-      << "workers: " << o.workers << " worker(s) sent " << blobs << " blobs, " << sent.entries
-      << " entries, " << sent.bytes << " bytes (entries + tails) to " << o.trainers
-      << " ranks; waited for credit " << sent.credit_waits << " time(s)\n";
-  if (timed_out)
-    out << "FAIL: timed out after " << o.timeout_s << " s (--timeout) with "
-        << groups_complete << " of " << groups_in(o) << " groups complete\n";
-  if (ok)
-    out << "OK: " << ranks.front()->check->ok_text() << "; each of " << o.trainers
-        << " ranks got exactly its share, and all " << groups_in(o) << " groups completed\n";
-  return ok ? exit_ok : exit_mismatch;
+  cluster_job job(o, std::move(builder), out);
+  return job.run();
 }
 
 }  // namespace rollout

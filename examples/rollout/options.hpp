@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace rollout {
 
@@ -20,7 +21,7 @@ inline constexpr int exit_usage = 2;     ///< bad command line
 /// Which sides this process runs.
 enum class role {
   both,     ///< trainer and workers in one process (default)
-  trainer,  ///< --listen: the trainer alone
+  trainer,  ///< --listen: the trainer (or trainer ranks) alone
   workers,  ///< --connect: the rollout workers alone
 };
 
@@ -42,7 +43,21 @@ struct options {
   std::size_t group_size = 4;  ///< samples per GRPO group (--group-size G)
   /// Tokens per sample (--seq-len N; 0: as the corpus text is, about 80).
   std::size_t seq_len = 0;
+  /// --listen URL[,URL...]: this process runs only trainer ranks, a fan-in
+  /// server at each URL: ranks first_rank .. first_rank + n - 1 of
+  /// `trainers` (examples/rollout/cluster.hpp).
+  std::vector<std::string> listen_urls;
+  /// --connect URL[,URL...]: this process runs only workers, which route
+  /// GRPO group g to connect_urls[g mod K] (K = trainers = their number).
+  std::vector<std::string> connect_urls;
+  std::size_t first_rank = 0;  ///< --rank R: the rank of listen_urls[0]
 };
+
+/// True when the ranks are fan-in servers and the workers routers
+/// (cluster.hpp): several ranks, or ranks named by URL lists.
+inline bool cluster_shape(const options& o) {
+  return o.trainers > 1 || !o.listen_urls.empty() || !o.connect_urls.empty();
+}
 
 /// --timeout's range in seconds: from a millisecond (the timers' unit) to
 /// a year (365 days; far inside std::chrono::milliseconds).
@@ -60,7 +75,11 @@ struct usage_error {
 
 /// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a
 /// --transport other than tcp or ucx, --listen with --connect, zero counts,
-/// and a --timeout outside [min_timeout_s, max_timeout_s] (inf and nan too).
+/// a --timeout outside [min_timeout_s, max_timeout_s] (inf and nan too), a
+/// port outside 0..65535 (1..65535 for --connect), a URL list that
+/// parse_url refuses (its message) or that names inproc:// (another
+/// process cannot reach it), and --rank/--trainers that do not fit the
+/// lists.
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv);
 
 /// What --help prints.

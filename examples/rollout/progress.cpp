@@ -1,6 +1,7 @@
 // examples/rollout/progress.cpp — see progress.hpp.
 #include "examples/rollout/progress.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <iomanip>
@@ -12,8 +13,20 @@ constexpr auto redraw_interval = std::chrono::milliseconds(100);
 
 bool stdout_is_tty() noexcept { return ::isatty(STDOUT_FILENO) == 1; }
 
-progress::progress(std::ostream& out, bool tty)
-    : out_(out), tty_(tty), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+void add_stop_signals(asio::signal_set& signals) {
+  struct sigaction old {};
+  if (::sigaction(SIGINT, nullptr, &old) != 0 || old.sa_handler != SIG_IGN) signals.add(SIGINT);
+  signals.add(SIGTERM);
+}
+
+std::string signal_name(int signo) {
+  if (signo == SIGINT) return "SIGINT";
+  if (signo == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signo);
+}
+
+progress::progress(std::ostream& out, bool tty, const char* who)
+    : out_(out), tty_(tty), who_(who), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 void progress::restart() noexcept { start_ = last_draw_ = std::chrono::steady_clock::now(); }
 
@@ -46,7 +59,7 @@ void progress::print(std::uint64_t done, std::uint64_t total, const char* unit,
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const auto flags = out_.flags();
-  out_ << "[trainer] " << done << "/" << total << " " << unit << "  " << entries
+  out_ << "[" << who_ << "] " << done << "/" << total << " " << unit << "  " << entries
        << " entries  " << std::fixed << std::setprecision(2) << static_cast<double>(bytes) / 1e6
        << " MB  " << std::setprecision(1) << secs * 1e3 << " ms";
   out_.flags(flags);

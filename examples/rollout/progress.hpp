@@ -1,4 +1,4 @@
-// examples/rollout/progress.hpp — the trainer's progress line.
+// examples/rollout/progress.hpp — the trainer's (or the ranks') progress line.
 //
 // On a terminal one line is redrawn in place ("\r", at most every
 // 100 ms and once at the end); into a pipe or file, where "\r" would
@@ -12,14 +12,27 @@
 #include <chrono>
 #include <cstdint>
 #include <ostream>
+#include <string>
+
+#include <asio/signal_set.hpp>
 
 namespace rollout {
 
 bool stdout_is_tty() noexcept;
 
+/// Adds SIGTERM and SIGINT to `signals`, the signals that end a run early
+/// with a summary; a SIGINT the shell had ignored (a background job) stays
+/// ignored.
+void add_stop_signals(asio::signal_set& signals);
+
+/// "SIGINT", "SIGTERM", else "signal N".
+std::string signal_name(int signo);
+
 class progress {
  public:
-  progress(std::ostream& out, bool tty);
+  /// `who` labels the line ("[trainer] 12/256 samples ..."); it must
+  /// outlive the progress (a string literal).
+  progress(std::ostream& out, bool tty, const char* who = "trainer");
 
   /// Restarts the clock the line shows (say, when the first worker connects).
   void restart() noexcept;
@@ -35,6 +48,7 @@ class progress {
 
   std::ostream& out_;
   bool tty_;
+  const char* who_;
   bool open_line_ = false;
   bool drew_total_ = false;  // the final state is drawn once
   int quarters_printed_ = 0;

@@ -6,7 +6,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "examples/rollout/pickle.hpp"
+#include "blobpipe/format/pickle.hpp"
 
 namespace rollout {
 namespace {
@@ -82,15 +82,17 @@ sample sample_builder::make(std::int64_t idx) const {
     s.token_mask[i] = 1;
   }
   s.reward = text_reward(tp.response);
-  s.meta = pickle_dict({
-      {"idx", std::int64_t{idx}},
-      {"source", tp.source},
-      {"entry", static_cast<std::int64_t>(n)},
-      {"prompt_tokens", static_cast<std::int64_t>(s.prompt_tokens)},
-      {"response_tokens", static_cast<std::int64_t>(text.size() - s.prompt_tokens)},
-      {"finished", true},
-      {"stop_reason", std::monostate{}},
-  });
+  // A flat dict of scalars: pickle() cannot fail on it.
+  s.meta = blobpipe::pickle(blobpipe::pickle_value::dict{
+                                {"idx", idx},
+                                {"source", tp.source},
+                                {"entry", n},
+                                {"prompt_tokens", s.prompt_tokens},
+                                {"response_tokens", text.size() - s.prompt_tokens},
+                                {"finished", true},
+                                {"stop_reason", nullptr},
+                            })
+               .value();
   return s;
 }
 

@@ -238,7 +238,10 @@ void trainer::print_timeout() {
 // may run more connections than this trainer takes (the extra ones find it
 // no longer listening), or build another batch.
 void trainer::print_short_of_data() {
-  if (!cfg_.remote_workers || accepted_ < cfg_.connections || check_->done() >= check_->total())
+  // Data that arrived different (another --seq-len, say) is not a matter of
+  // connection counts: the checker's report named what differs.
+  if (!cfg_.remote_workers || accepted_ < cfg_.connections || check_->done() >= check_->total() ||
+      check_->differs())
     return;
   const std::size_t n = cfg_.connections;
   out_ << "  all " << n << " connection(s) this trainer expected (--workers " << n

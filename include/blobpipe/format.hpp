@@ -2,7 +2,8 @@
 //
 // Layered as the reference is: footer (fixed tail), entry (index rows),
 // dtype (element types), layout (plan / write / write_tail), index (read
-// and decode). The codec knows nothing of sockets or coroutines.
+// and decode), and a pickle writer for kind 'p' entries (pickle). The
+// codec knows nothing of sockets or coroutines.
 // Source: nemo_rl.data_plane.nixl.blob_format (v3), docs/wire.md.
 #pragma once
 
@@ -12,3 +13,4 @@
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/index.hpp"
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/format/pickle.hpp"

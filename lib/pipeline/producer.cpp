@@ -137,6 +137,11 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   if (planned.source.memory == memory_kind::cuda_device) {
     ec = co_await detail::send_device_value(s, q, *b, index, planned, meta, where->device);
   } else {
+    // Counted here, not in send_entry: a resend session counts its
+    // entries once, when emitted (resend.cpp), and sends them again after
+    // a reconnect through send_entry.
+    s->stats.bytes_sent += planned.entry.len;
+    ++s->stats.entries_sent;
     ec = co_await detail::send_entry(s, q, b->id, index, planned, meta, emitted);
   }
   if (ec) co_return ec;

@@ -311,8 +311,6 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
                                             std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
   if (!pe.contiguous && e.len != 0) ++s->stats.gathered_entries;
-  s->stats.bytes_sent += e.len;
-  ++s->stats.entries_sent;
   // The clock is read only when something needs it (not per entry).
   if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = emitted_ns ? emitted_ns : steady_ns();
   std::optional<std::uint64_t> stamp;

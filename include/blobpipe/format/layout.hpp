@@ -121,7 +121,7 @@ struct value {
   /// Raw bytes described by a numpy dtype.str and shape.
   static value ndarray_bytes(std::span<const std::byte> bytes, std::string dtype,
                              shape_t shape);
-  /// An opaque pickled payload.
+  /// An opaque pickled payload (blobpipe::pickle, format/pickle.hpp, writes one).
   static value pickle(std::span<const std::byte> bytes);
 };
 

@@ -1,0 +1,12 @@
+# find_package(blobpipe VERSION) for blobpipeConfig.cmake: 0.1.0, any
+# requested version up to it within 0.x is compatible.
+set(PACKAGE_VERSION "0.1.0")
+if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION OR
+   NOT PACKAGE_FIND_VERSION_MAJOR STREQUAL "0")
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+endif()
