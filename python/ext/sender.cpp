@@ -11,7 +11,10 @@
 // there). An entry of at most the negotiated copy threshold
 // (sender::inline_bytes()) is copied into the command (gathered if
 // strided), so the caller may change the value at once, as the C++ sender
-// copies it. A larger one is held: the command owns a reference to the
+// copies it. So is a torch tensor whose memory torch may reallocate
+// (storage_guard.hpp; with torch 1.13, every tensor): the background
+// thread could not tell that its bytes were freed. A larger one is held:
+// the command owns a reference to the
 // Python object whose memory the C++ sender then sends in place, and
 // hands it back (sender_core::released) once its C++ emit has completed;
 // a Python thread drops it at its next call. Commands queued and not yet
@@ -36,6 +39,7 @@
 #include "encode.hpp"
 #include "errors.hpp"
 #include "state.hpp"
+#include "storage_guard.hpp"
 #include "stream.hpp"
 #include "tags.hpp"
 
@@ -314,18 +318,31 @@ class sender_handle {
       raise(errc::invalid_argument, "RawEntry " + quote(cmd.text) + " has " +
                                         std::to_string(*e.raw_nbytes) +
                                         " bytes; its dtype and shape need " + std::to_string(len));
-    if (len <= core_->inline_bytes) {
-      // Copied now (as the C++ sender copies it), so the caller may reuse
-      // the value as soon as emit returns.
+    // A tensor whose memory torch may reallocate (resize_) is copied too,
+    // whatever its size: the background thread, which reads a held value
+    // without the GIL, could not tell that its bytes were freed
+    // (storage_guard.hpp).
+    const bool small = len <= core_->inline_bytes;
+    if (small || (e.storage && storage_resizable(e.storage))) {
+      // Copied now (as the C++ sender copies small ones), so the caller may
+      // change the value as soon as emit returns.
       cmd.copy.resize(len);
-      if (len > 0) unwrap(write_entry(*pe, cmd.copy));
+      if (len > 0) {
+        result<void> copied = small ? write_entry(*pe, cmd.copy) : [&] {
+          py::gil_scoped_release nogil;  // a large copy touches no Python object
+          return write_entry(*pe, cmd.copy);
+        }();
+        unwrap(std::move(copied));
+      }
       cmd.v = std::move(e.v);
       cmd.v.data = cmd.copy.data();
       cmd.v.strides.clear();
       if (cmd.v.kind == KIND_PICKLE) cmd.v.nbytes = len;
     } else {
       cmd.v = std::move(e.v);
-      cmd.keep = py_ref(std::move(e.keep));
+      // The storage too, so that set_() on the tensor cannot free it.
+      cmd.keep = py_ref(e.storage ? py::make_tuple(std::move(e.keep), std::move(e.storage))
+                                  : std::move(e.keep));
     }
     cmd.cost = len + cmd.text.size() + command_overhead_bytes;
     push(std::move(cmd), b.get());
@@ -735,10 +752,12 @@ the exception's repr when one is raised. Dropping an open blob aborts it.)")
            R"(Adds entry `key` (str(key)) with `value` to the blob.
 
 Returns without waiting for the network: an entry of at most inline_bytes
-bytes is copied first (the value may change at once); a larger one is
-held and sent from its own memory by the background thread (do not change
-it until finish() or flush() returns; it is released by a later call on
-the sender). Blocks only while the queue is full (queue_bytes, by default
+bytes is copied first (the value may change at once), and so is a torch
+tensor whose bytes torch may reallocate (resize_; with torch 1.13 every
+tensor: its storage cannot say); a larger numpy array, pickle or RawEntry
+is held and sent from its own memory by the background thread (do not
+change it until finish() or flush() returns; it is released by a later
+call on the sender). Blocks only while the queue is full (queue_bytes, by default
 the consumer's window), i.e. when the consumer holds a window's worth and
 another is queued: Ctrl-C interrupts the wait, close() ends it.
 

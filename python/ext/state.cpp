@@ -35,6 +35,8 @@ torch_state load_torch(py::handle torch) {
                          {&t.stride, "stride"},
                          {&t.data_ptr, "data_ptr"}})
     *m = member(t.tensor_type, name);
+  t.storage = member(t.tensor_type,
+                     py::hasattr(t.tensor_type, "untyped_storage") ? "untyped_storage" : "_storage");
   t.strided = torch.attr("strided");
   t.sparse_coo = torch.attr("sparse_coo");
   t.frombuffer = torch.attr("frombuffer");
@@ -74,6 +76,9 @@ void init_state(py::module_& m) {
   s->s_view = intern("view");
   s->s_str = intern("str");
   s->s_hasobject = intern("hasobject");
+  s->s_data_ptr = intern("data_ptr");
+  s->s_nbytes = intern("nbytes");
+  s->s_resizable = intern("resizable");
   py::module_ pickle = py::module_::import("pickle");
   s->pickle_dumps = pickle.attr("dumps");
   s->pickle_loads = pickle.attr("loads");

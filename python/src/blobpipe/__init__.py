@@ -108,7 +108,10 @@ def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobP
 
     Reads only the values' descriptions (dtype, shape, where their bytes
     are); the bytes are copied later by ``write``, so the values must not
-    change until then (the plan keeps them alive). Per value:
+    change until then (the plan keeps them alive, and a torch tensor's
+    storage too: ``set_`` on it changes nothing the plan writes). A tensor
+    that torch reallocated meanwhile (``resize_`` to a larger size) is
+    refused by ``write``. Per value:
 
     - ``torch.Tensor`` (not nested, not sparse COO): kind ``t``, dtype
       ``str(t.dtype)`` without ``torch.``, shape ``tuple(t.shape)`` in
@@ -162,7 +165,9 @@ def write(p: BlobPlan, out: Any) -> None:
 
     Raises:
         FormatError: ``buffer_too_small`` when ``out`` is shorter than
-            ``p.nbytes``.
+            ``p.nbytes``; ``invalid_argument`` when torch reallocated a
+            planned tensor's bytes after ``plan`` (``resize_``): nothing of
+            it is read.
         BufferError / TypeError: ``out`` is read-only, not contiguous, or
             has no buffer protocol.
     """

@@ -77,8 +77,9 @@ class Blob:
         """The blob's 16-byte tag."""
     def emit(self, key: Any, value: Any) -> None:
         """Adds entry ``str(key)``; returns without waiting for the network
-        (entries up to Sender.inline_bytes copied, larger ones held until a
-        later call on the sender). Blocks only while the queue is full.
+        (entries up to Sender.inline_bytes copied, and torch tensors whose
+        bytes torch may reallocate; larger ones held until a later call on
+        the sender). Blocks only while the queue is full.
         Raises FormatError (value refused; the blob stays usable),
         ClosedError, or the connection's StreamError."""
     def finish(self) -> None:
