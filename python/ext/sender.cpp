@@ -24,9 +24,11 @@
 // behind by another window.
 //
 // Errors of a queued command cannot be raised by the emit() that queued
-// it: an entry the sender refuses (a key longer than the consumer's
-// max_key_bytes, say) aborts its blob, and the blob's next call raises
-// the error; a broken connection makes every later call raise.
+// it, so emit() refuses what it can know first (a bad value, a key longer
+// than the consumer's max_key_bytes). An entry the C++ sender still
+// refuses (a resend session reconnected to a consumer with a smaller key
+// limit) aborts its blob, and the blob's next call raises the error; a
+// broken connection makes every later call raise.
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
 
@@ -112,7 +114,7 @@ struct sender_core {
   asio::any_io_executor ex;
   sender s;  // io thread only
   // Negotiated in the handshake, before any Python thread looks.
-  std::uint32_t inline_bytes = 0, chunk_bytes = 0;
+  std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0;
   std::uint64_t window_bytes = 0;
 
   std::mutex mu;
@@ -308,6 +310,13 @@ class sender_handle {
     cmd.what = op::emit;
     cmd.blob = b;
     cmd.text = key_string(key);
+    // Refused here, with the limit, rather than by the background thread,
+    // which could only abort the blob and report it at the next call.
+    if (cmd.text.size() > core_->max_key_bytes)
+      raise(errc::invalid_argument, "emit " + quote(cmd.text) + ": the key is " +
+                                        std::to_string(cmd.text.size()) +
+                                        " bytes, longer than the consumer's max_key_bytes (" +
+                                        std::to_string(core_->max_key_bytes) + " bytes)");
     encoded e = encode_value(val);
     // Planned alone: refuses what the sender would (dtype, shape, size)
     // here, and gives the entry's length in bytes.
@@ -646,6 +655,7 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     if (!ec) {
       core->s = std::move(s);
       core->inline_bytes = core->s.inline_bytes();
+      core->max_key_bytes = core->s.max_key_bytes();
       core->chunk_bytes = core->s.chunk_bytes();
       core->window_bytes = core->s.window_bytes();
     }
@@ -723,6 +733,8 @@ figures read.)")
                              "Negotiated copy threshold, bytes: emit copies entries up to this.")
       .def_property_readonly("window_bytes", [](const py_sender& s) { return s.h->core().window_bytes; },
                              "The consumer's window, bytes.")
+      .def_property_readonly("max_key_bytes", [](const py_sender& s) { return s.h->core().max_key_bytes; },
+                             "The consumer's key limit, bytes: emit refuses longer keys (UTF-8).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
                              "emit() blocks while more than this many bytes are queued, bytes.")
       .def_property_readonly("_waiting", [](py_sender& s) { return s.h->waiting(); },
@@ -762,7 +774,9 @@ the consumer's window), i.e. when the consumer holds a window's worth and
 another is queued: Ctrl-C interrupts the wait, close() ends it.
 
 Raises FormatError for a value the codec refuses (invalid_argument,
-unknown_dtype, too_large) — the blob stays usable; ClosedError (the blob
+unknown_dtype, too_large) or a key longer than the consumer's
+max_key_bytes (invalid_argument, the message naming the limit in bytes;
+Sender.max_key_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
 was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the
 consumer refused it, e.g. a key longer than its max_key_bytes), after

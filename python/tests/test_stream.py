@@ -367,3 +367,22 @@ def test_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_blobpipe(wait
                           timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exiting" in done.stdout
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_emit_refuses_a_key_over_max_key_bytes_at_once_and_the_blob_goes_on(transport):
+    with Pair(transport, consumer_options={"max_key_bytes": 8}) as (sender, consumer):
+        assert sender.max_key_bytes == 8
+        blob = sender.open_blob(tag=b"k")
+        blob.emit("12345678", 1)                       # 8 bytes: the limit itself
+        with pytest.raises(bf.FormatError) as e:
+            blob.emit("123456789", 2)                  # 9 bytes
+        assert e.value.category == "invalid_argument"
+        assert "max_key_bytes (8 bytes)" in str(e.value) and "9 bytes" in str(e.value)
+        blob.emit("ok", 3)                             # no stale error: the blob is usable
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady", "EntryReady", "BlobComplete"], kinds
+    assert [ev.key for ev in events[:2]] == ["12345678", "ok"]

@@ -80,7 +80,8 @@ class Blob:
         (entries up to Sender.inline_bytes copied, and torch tensors whose
         bytes torch may reallocate; larger ones held until a later call on
         the sender). Blocks only while the queue is full.
-        Raises FormatError (value refused; the blob stays usable),
+        Raises FormatError (value refused, or a key longer than
+        Sender.max_key_bytes: nothing sent, the blob stays usable),
         ClosedError, or the connection's StreamError."""
     def finish(self) -> None:
         """Ends the blob (index and footer queued behind its entries).
@@ -104,6 +105,9 @@ class Sender:
     @property
     def window_bytes(self) -> int:
         """The consumer's window, bytes."""
+    @property
+    def max_key_bytes(self) -> int:
+        """The consumer's key limit, bytes (UTF-8): emit refuses longer keys."""
     @property
     def queue_bytes(self) -> int:
         """emit() blocks while more than this many bytes are queued."""
