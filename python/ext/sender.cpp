@@ -638,7 +638,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     if (!t && !resend) {
       auto [ec, tr] = co_await connect();
       if (ec) {
-        done->set(ec, "cannot connect: " + ec.message() + " (" + errc_name(ec) + ")");
+        // The URL was checked and its host resolved (check_connect_url):
+        // peer_failed is a refused or unreachable address.
+        done->set(ec, "cannot connect: " + ec.message() + " (" + errc_name(ec) + ")" +
+                          (ec == errc::peer_failed ? "; is a consumer listening there?" : ""));
         co_return;
       }
       t = std::move(tr);

@@ -94,6 +94,7 @@ void init_state(py::module_& m) {
   s->error_for = py::module_::import("blobpipe._errors").attr("error_for");
   s->raw_entry = py::module_::import("blobpipe._raw").attr("RawEntry");
   s->forked_error = py::module_::import("blobpipe._errors").attr("ForkedError");
+  s->url_error = py::module_::import("blobpipe._errors").attr("URLError");
   current = s.get();
   // The capsule's destructor runs when the module is torn down, with the
   // GIL held, and frees the state (and its references) then.

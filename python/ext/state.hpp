@@ -74,6 +74,7 @@ struct module_state {
   py::object error_for;  ///< blobpipe._errors.error_for(category, message)
   py::object raw_entry;  ///< blobpipe._raw.RawEntry
   py::object forked_error;  ///< blobpipe._errors.ForkedError(message)
+  py::object url_error;     ///< blobpipe._errors.URLError(message, category, part)
   /// blobpipe._stream._anext(consumer): the coroutine Consumer.__anext__ returns.
   py::object anext;
   std::optional<torch_state> torch;

@@ -217,12 +217,52 @@ def test_listen_refuses_a_bad_url_too():
         bf.listen("udp://127.0.0.1:0")
 
 
+def test_url_errors_are_the_cpp_parsers_own():
+    # The message is blobpipe::parse_url's (lib/transport/url), for connect,
+    # listen and parse_url alike.
+    for call in (bf.connect, bf.listen, bf.parse_url):
+        with pytest.raises(bf.URLError) as e:
+            call("http://127.0.0.1:5555")
+        assert str(e.value).endswith("URL 'http://127.0.0.1:5555': unknown scheme 'http' "
+                                     "(expected tcp, ucx or inproc)"), str(e.value)
+    assert bf.parse_url("tcp://[::1]:5555") == ("tcp", "::1", 5555)
+    assert bf.parse_url("tcp://localhost:0", listening=True) == ("tcp", "localhost", 0)
+    with pytest.raises(TypeError):
+        bf.parse_url(b"tcp://127.0.0.1:5555")
+
+
+@pytest.mark.parametrize("call", ["connect", "listen"])
+def test_a_host_that_does_not_resolve_is_a_url_error_saying_so(call):
+    url = "tcp://nonexistent.invalid:5630" if call == "connect" else "tcp://nonexistent.invalid:0"
+    with pytest.raises(bf.URLError) as e:
+        getattr(bf, call)(url)
+    assert e.value.part == "host" and e.value.category == "invalid_argument"
+    assert "cannot resolve 'nonexistent.invalid'" in str(e.value), str(e.value)
+
+
 def test_connect_with_nobody_listening_raises_peer_failed():
     with bf.listen("tcp://127.0.0.1:0") as l:
         port = l.port  # free now that it is closed
+        assert l.url == f"tcp://127.0.0.1:{port}"
     with pytest.raises(bf.PeerFailedError) as e:
         bf.connect(f"tcp://127.0.0.1:{port}")
     assert e.value.category == "peer_failed" and isinstance(e.value, bf.StreamError)
+    assert "is a consumer listening there?" in str(e.value), str(e.value)
+
+
+def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
+    with bf.listen("inproc://py-test-18") as listener:
+        assert listener.url == "inproc://py-test-18"
+        acc = Thread(lambda: listener.accept(timeout=60))
+        acc.start()
+        with bf.connect(listener.url) as sender:
+            consumer = acc.join_result()
+            with sender.open_blob(tag=b"i") as blob:
+                blob.emit("x", torch.arange(3))
+        events = list(consumer)
+        consumer.close()
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
+    assert torch.equal(events[0].value, torch.arange(3))
 
 
 def test_unknown_option_is_refused():
