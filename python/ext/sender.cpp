@@ -76,6 +76,16 @@ struct send_command {
   std::shared_ptr<completion> done;  // finish, abort, flush, shutdown
 };
 
+// How long a Sender's `with` block left by an exception waits for the aborts
+// of its open blobs to reach the transport before it closes.
+constexpr std::chrono::seconds exit_flush_grace{5};
+
+// The reason a blob is aborted with when a `with` block (the Blob's or the
+// Sender's) is left by `exc`: its repr, which names its type.
+std::string exit_reason(py::handle exc) {
+  return "exception in the with block: " + std::string(py::repr(exc));
+}
+
 // Costs a queued entry beyond its bytes (bookkeeping; never zero, so that
 // empty entries count too).
 constexpr std::uint64_t command_overhead_bytes = 64;
@@ -301,7 +311,56 @@ class sender_handle {
     cmd.what = op::open;
     cmd.blob = slot;
     push(std::move(cmd), nullptr);
+    {
+      std::lock_guard lk(core_->mu);
+      if (open_.size() >= 64 && open_.size() == open_.capacity())
+        std::erase_if(open_, [](const auto& w) {
+          auto s = w.lock();
+          return !s || s->ended;
+        });
+      open_.push_back(slot);
+    }
     return slot;
+  }
+
+  /// The end of a `with` block left by an exception: every blob still
+  /// open is aborted with `reason` (so the consumer yields BlobAborted,
+  /// not only the end of the connection), what is queued is handed to the
+  /// transport (for at most exit_flush_grace: a consumer that reads
+  /// nothing cannot hold the exception up), then the Sender is closed.
+  void abort_open_and_close(const std::string& reason) {
+    std::vector<std::shared_ptr<blob_slot>> open;
+    {
+      std::lock_guard lk(core_->mu);
+      for (const auto& w : open_)
+        if (auto s = w.lock(); s && !s->ended && !s->failed) open.push_back(std::move(s));
+      open_.clear();
+    }
+    try {
+      for (auto& b : open) {
+        send_command cmd;
+        cmd.what = op::abort;
+        cmd.blob = b;
+        cmd.text = reason;
+        push(std::move(cmd), b.get());
+      }
+      auto flushed = std::make_shared<completion>();
+      send_command cmd;
+      cmd.what = op::flush;
+      cmd.done = flushed;
+      push(std::move(cmd), nullptr);
+      flushed->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+    } catch (py::error_already_set& e) {
+      // A failed connection or a closed Sender: closing is all that is
+      // left. Ctrl-C while waiting still interrupts, once closed.
+      if (!e.matches(PyExc_KeyboardInterrupt)) {
+        close_now();
+        return;
+      }
+      close_now();
+      throw;
+    }
+    close_now();
   }
 
   void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val) {
@@ -425,12 +484,7 @@ class sender_handle {
     py::gil_scoped_release nogil;
     // 1. The drain coroutine finishes what is queued: every command fails
     //    at once with `closed`.
-    {
-      std::unique_lock lk(core_->mu);
-      ++core_->waiting;
-      core_->cv.wait(lk, [&] { return !core_->draining; });
-      --core_->waiting;
-    }
+    wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return !core_->draining; });
     // 2. The pipeline's objects go on the io thread, while it runs.
     auto dropped = std::make_shared<completion>();
     asio::post(core_->ex, [c = core_, dropped] {
@@ -448,10 +502,7 @@ class sender_handle {
     });
     dropped->wait_nogil();
     // 3. The thread winds down and stops.
-    rt_->release_user();
-    std::lock_guard lk(core_->mu);
-    user_released_ = true;
-    core_->cv.notify_all();
+    end_close(*rt_, core_->mu, core_->cv, user_released_);
   }
 
   py::dict stats() {
@@ -604,6 +655,9 @@ class sender_handle {
   bool user_released_ = false;  // under core_->mu
   std::uint64_t queue_waits_ = 0;
   py_stats last_;
+  // Blobs opened and maybe not ended yet (under core_->mu), for
+  // abort_open_and_close.
+  std::vector<std::weak_ptr<blob_slot>> open_;
 };
 
 // The Python classes: thin owners of a handle.
@@ -682,7 +736,9 @@ void init_sender(py::module_& m) {
         with s.open_blob(b"sample-0") as blob:
             blob.emit("ids", torch.arange(6))
             blob.emit("meta", {"idx": 0})      # finished at the end of the block
-    # shutdown() at the end of the block: everything sent and read
+    # shutdown() at the end of the block: everything sent and read; left
+    # by an exception, every blob still open is aborted (the consumer
+    # yields BlobAborted naming the exception), then the Sender closes
 
 Values are encoded as the codec's plan() does (torch tensors kind "t",
 numpy arrays "n", anything else pickled, RawEntry as it is). A background
@@ -744,11 +800,11 @@ figures read.)")
                              "Python threads blocked in this Sender now (for tests).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
-           [](py_sender& s, py::handle type, py::handle, py::handle) {
+           [](py_sender& s, py::handle type, py::handle value, py::handle) {
              if (type.is_none()) {
                s.h->shutdown();
              } else {
-               s.h->close_now();
+               s.h->abort_open_and_close(exit_reason(value));
              }
              return false;
            });
@@ -761,7 +817,8 @@ figures read.)")
     blob.finish()
 
 As a context manager it finishes at the end of the block, or aborts with
-the exception's repr when one is raised. Dropping an open blob aborts it.)")
+"exception in the with block: " and the exception's repr when one is
+raised. Dropping an open blob aborts it.)")
       .def("emit", [](py_blob& b, py::handle key, py::handle v) { b.h->emit(b.slot, key, v); },
            py::arg("key"), py::arg("value"),
            R"(Adds entry `key` (str(key)) with `value` to the blob.
@@ -804,7 +861,7 @@ before, or the connection's error.)")
           return false;
         }
         try {
-          b.h->end_blob(b.slot, op::abort, std::string(py::repr(value)));
+          b.h->end_blob(b.slot, op::abort, exit_reason(value));
         } catch (py::error_already_set&) {
           // The block's own exception matters more than why the abort
           // could not be sent (a closed sender aborts its blobs anyway).

@@ -426,3 +426,37 @@ def test_emit_refuses_a_key_over_max_key_bytes_at_once_and_the_blob_goes_on(tran
     kinds = [type(ev).__name__ for ev in events]
     assert kinds == ["EntryReady", "EntryReady", "BlobComplete"], kinds
     assert [ev.key for ev in events[:2]] == ["12345678", "ok"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_exception_in_a_sender_with_block_aborts_its_open_blob_naming_it(transport):
+    with Pair(transport) as (sender, consumer):
+        with pytest.raises(ValueError):
+            with sender:
+                blob = sender.open_blob(tag=b"open")
+                blob.emit("x", torch.arange(3))
+                done = sender.open_blob(tag=b"done")
+                done.emit("y", 1)
+                done.finish()
+                raise ValueError("rollout failed")
+        events = []
+        with pytest.raises(bf.PeerClosedError):  # closed, not shut down
+            for ev in consumer:
+                events.append(ev)
+    aborted = [ev for ev in events if isinstance(ev, bf.BlobAborted)]
+    assert len(aborted) == 1 and aborted[0].tag == b"open".ljust(16, b"\0"), events
+    assert "ValueError('rollout failed')" in aborted[0].reason, aborted[0].reason
+    assert sum(isinstance(ev, bf.BlobComplete) for ev in events) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_exception_in_a_blob_with_block_aborts_it_naming_it(transport):
+    with Pair(transport) as (sender, consumer):
+        with pytest.raises(KeyError):
+            with sender.open_blob(tag=b"b") as blob:
+                blob.emit("x", 1)
+                raise KeyError("k")
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobAborted"]
+    assert "KeyError('k')" in events[1].reason, events[1].reason

@@ -71,7 +71,7 @@ def footer_tag(tail: ReadableBuffer) -> Optional[bytes]: ...
 
 class Blob:
     """One blob being streamed (Sender.open_blob); a context manager that
-    finishes it, or aborts it with the exception's repr."""
+    finishes it, or aborts it naming the exception (its repr)."""
     @property
     def tag(self) -> bytes:
         """The blob's 16-byte tag."""
@@ -95,7 +95,8 @@ class Blob:
 
 class Sender:
     """Streams blobs to one consumer (blobpipe.connect, loopback_pair); a
-    context manager that shuts down (or closes, on an exception)."""
+    context manager that shuts down; on an exception it aborts the blobs
+    still open, naming the exception (its repr), then closes."""
     @property
     def chunk_bytes(self) -> int:
         """Negotiated largest data frame payload, bytes."""
