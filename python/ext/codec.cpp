@@ -207,6 +207,11 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
     }();
     return entry_list(unwrap(std::move(r)).entries);
   }
+  if (!py::hasattr(f, "read") || !py::hasattr(f, "seek"))
+    throw py::type_error(
+        "read_index_file: f must be a path (str, bytes, os.PathLike) or a binary file object "
+        "with read() and seek(), not " +
+        std::string(py::str(py::type::handle_of(f).attr("__name__"))));
   python_file_stream stream(f);
   result<blob_index> r = read_index_file(stream.get(), off, nbytes);
   stream.rethrow_pending();

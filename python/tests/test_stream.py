@@ -460,3 +460,27 @@ def test_an_exception_in_a_blob_with_block_aborts_it_naming_it(transport):
         events = list(consumer)
     assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobAborted"]
     assert "KeyError('k')" in events[1].reason, events[1].reason
+
+
+@pytest.mark.parametrize("options", [
+    {"sender_options": {"stall_timeout": "1"}},
+    {"sender_options": {"chunk_bytes": "x"}},
+    {"consumer_options": {"idle_timeout": b"1"}},
+    {"sender_options": [1]},
+])
+def test_wrong_typed_options_raise_type_error(options):
+    with pytest.raises(TypeError):
+        bf.loopback_pair(**options)
+
+
+def test_wrong_typed_stream_arguments_raise_type_error():
+    with Pair("inproc") as (sender, consumer):
+        with pytest.raises(TypeError):
+            sender.open_blob(tag=1.5)
+        with pytest.raises(TypeError):
+            sender.open_blob().abort(None)
+    with pytest.raises(TypeError):
+        bf.connect(None)
+    with bf.listen("tcp://127.0.0.1:0") as listener:
+        with pytest.raises(TypeError):
+            listener.accept(timeout="1")
