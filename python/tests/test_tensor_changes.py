@@ -21,19 +21,34 @@ import textwrap
 import pytest
 
 
+# 4 MiB: above the default copy threshold (64 KiB), and large enough that
+# the allocator maps it on its own, so freed bytes are unmapped at once.
+BIG = 1 << 20
+
+CHILD_PRELUDE = f"""\
+import gc, numpy as np, torch, blobpipe as bf
+
+def planned():  # a BIG float32 tensor and its plan
+    t = torch.arange({BIG}, dtype=torch.float32)
+    return t, bf.plan(["x"], [t])
+
+def written(p):  # write(p) into a fresh buffer; its first entry's value
+    buf = np.zeros(p.nbytes, dtype=np.uint8)
+    bf.write(p, buf)
+    e = bf.read_index(buf)[0]
+    return bf.decode_entry(memoryview(buf)[e.off : e.off + e.len], e)
+"""
+
+
 def run_child(body: str) -> str:
-    """Runs ``body`` (after the imports below) in a fresh interpreter; fails
+    """Runs ``body`` (after CHILD_PRELUDE) in a fresh interpreter; fails
     the test unless it exits 0. Returns its stdout."""
-    code = "import gc, numpy as np, torch, blobpipe as bf\n" + textwrap.dedent(body)
+    code = CHILD_PRELUDE + textwrap.dedent(body)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (f"child exited {r.returncode}\n--- stdout\n{r.stdout}"
                                f"\n--- stderr\n{r.stderr}")
     return r.stdout
 
-
-# 4 MiB: above the default copy threshold (64 KiB), and large enough that
-# the allocator maps it on its own, so freed bytes are unmapped at once.
-BIG = 1 << 20
 
 
 @pytest.mark.parametrize("strided", [False, True])
@@ -56,17 +71,12 @@ def test_write_refuses_a_tensor_resized_after_plan(strided):
 
 def test_write_of_a_tensor_set_to_other_storage_writes_the_planned_bytes():
     out = run_child(f"""
-        t = torch.arange({BIG}, dtype=torch.float32)
+        t, p = planned()
         want = t.clone()
-        p = bf.plan(["x"], [t])
         t.set_(torch.zeros(3))         # the old storage's last user is the plan
         del t
         gc.collect()
-        buf = np.zeros(p.nbytes, dtype=np.uint8)
-        bf.write(p, buf)
-        e = bf.read_index(buf)[0]
-        got = bf.decode_entry(memoryview(buf)[e.off : e.off + e.len], e)
-        assert torch.equal(got, want)
+        assert torch.equal(written(p), want)
         print("written")
     """)
     assert "written" in out
@@ -74,8 +84,7 @@ def test_write_of_a_tensor_set_to_other_storage_writes_the_planned_bytes():
 
 def test_write_tail_after_resize_needs_no_tensor_bytes():
     out = run_child(f"""
-        t = torch.arange({BIG}, dtype=torch.float32)
-        p = bf.plan(["x"], [t])
+        t, p = planned()
         t.resize_({BIG * 16})
         tail = bytearray(p.nbytes - p.index_off)
         bf.write_tail(p, tail)         # index and footer only: nothing of t is read
@@ -88,14 +97,9 @@ def test_write_tail_after_resize_needs_no_tensor_bytes():
 def test_a_tensor_resized_after_plan_back_within_its_storage_is_written():
     # resize_ to a smaller size keeps the storage: its bytes are still there.
     out = run_child(f"""
-        t = torch.arange({BIG}, dtype=torch.float32)
-        p = bf.plan(["x"], [t])
+        t, p = planned()
         t.resize_(10)
-        buf = np.zeros(p.nbytes, dtype=np.uint8)
-        bf.write(p, buf)
-        e = bf.read_index(buf)[0]
-        assert torch.equal(bf.decode_entry(memoryview(buf)[e.off : e.off + e.len], e),
-                           torch.arange({BIG}, dtype=torch.float32))
+        assert torch.equal(written(p), torch.arange({BIG}, dtype=torch.float32))
         print("written")
     """)
     assert "written" in out
