@@ -353,12 +353,9 @@ class sender_handle {
     } catch (py::error_already_set& e) {
       // A failed connection or a closed Sender: closing is all that is
       // left. Ctrl-C while waiting still interrupts, once closed.
-      if (!e.matches(PyExc_KeyboardInterrupt)) {
-        close_now();
-        return;
-      }
       close_now();
-      throw;
+      if (e.matches(PyExc_KeyboardInterrupt)) throw;
+      return;
     }
     close_now();
   }
@@ -371,7 +368,7 @@ class sender_handle {
     cmd.text = key_string(key);
     // Refused here, with the limit, rather than by the background thread,
     // which could only abort the blob and report it at the next call.
-    if (cmd.text.size() > core_->max_key_bytes)
+    if (core_->max_key_bytes > 0 && cmd.text.size() > core_->max_key_bytes)
       raise(errc::invalid_argument, "emit " + quote(cmd.text) + ": the key is " +
                                         std::to_string(cmd.text.size()) +
                                         " bytes, longer than the consumer's max_key_bytes (" +
