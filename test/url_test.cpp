@@ -128,6 +128,21 @@ BOOST_AUTO_TEST_CASE(a_host_name_is_resolved_for_listening) {
   BOOST_TEST((bad.code() == errc::invalid_argument));
 }
 
+BOOST_AUTO_TEST_CASE(check_connect_url_refuses_what_no_retry_fixes) {
+  runner r;
+  auto ok = check_connect_url(r.ex(), "tcp://localhost:5630");
+  BOOST_TEST_REQUIRE(ok.has_value(), ok.message());
+  BOOST_TEST(ok->host == "localhost");  // checked, not replaced: connect tries every address
+  BOOST_TEST(check_connect_url(r.ex(), "inproc://nobody-needs-to-listen").has_value());
+  auto name = check_connect_url(r.ex(), "tcp://no-such-host.invalid:5630");
+  BOOST_TEST((name.code() == errc::invalid_argument));
+  BOOST_TEST(names(name.message(), "cannot resolve 'no-such-host.invalid'"));
+  auto v6 = check_connect_url(r.ex(), "ucx://[::1]:5630");
+  BOOST_TEST((v6.code() == errc::invalid_argument));
+  BOOST_TEST(names(v6.message(), "IPv6"));
+  BOOST_TEST(names(check_connect_url(r.ex(), "tcp://127.0.0.1:0").message(), "port 0"));
+}
+
 BOOST_AUTO_TEST_CASE(a_port_in_use_is_peer_failed) {
   runner r;
   auto a = listen(r.ex(), "tcp://127.0.0.1:0");

@@ -316,6 +316,7 @@ std::error_code sender::error() const noexcept { return state_ ? state_->error :
 std::uint32_t sender::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
 std::uint32_t sender::inline_bytes() const noexcept { return state_ ? state_->inline_bytes : 0; }
 std::uint64_t sender::window_bytes() const noexcept { return state_ ? state_->window_bytes : 0; }
+std::uint32_t sender::max_key_bytes() const noexcept { return state_ ? state_->max_key_bytes : 0; }
 std::uint64_t sender::in_flight_bytes() const noexcept { return state_ ? state_->in_flight : 0; }
 std::uint64_t sender::unacked_bytes() const noexcept {
   return state_ && state_->resend ? state_->resend->kept_bytes : 0;

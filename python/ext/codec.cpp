@@ -18,6 +18,7 @@
 #include "errors.hpp"
 #include "file_source.hpp"
 #include "state.hpp"
+#include "storage_guard.hpp"
 #include "tags.hpp"
 
 namespace blobpipe::python {
@@ -27,6 +28,7 @@ namespace {
 struct py_plan {
   BlobPlan plan;
   std::vector<py::object> keep;
+  std::vector<storage_guard> guards;  // torch tensors' storages, checked by write()
   py::object keys_cache, entries_cache;  // built on first access
 };
 
@@ -163,6 +165,7 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
             "RawEntry '" + pe->entry.key.substr(0, 64) + "' has " + std::to_string(*e.raw_nbytes) +
                 " bytes; its dtype and shape need " + std::to_string(pe->entry.len));
     p.keep.push_back(std::move(e.keep));
+    if (e.storage) p.guards.push_back({std::move(e.storage), static_cast<std::size_t>(i)});
   }
   p.plan = unwrap(b.finish(t));
   return p;
@@ -170,6 +173,8 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
 
 void write_blob(const py_plan& p, py::handle out) {
   held_buffer b(out, true);
+  // Checked with the GIL held, right before the copy (storage_guard.hpp).
+  for (const storage_guard& g : p.guards) check_storage(g.storage, p.plan.entries[g.entry]);
   result<std::uint64_t> r = [&] {
     py::gil_scoped_release nogil;  // the copy touches no Python object
     return write(p.plan, b.writable_bytes());
@@ -202,6 +207,11 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
     }();
     return entry_list(unwrap(std::move(r)).entries);
   }
+  if (!py::hasattr(f, "read") || !py::hasattr(f, "seek"))
+    throw py::type_error(
+        "read_index_file: f must be a path (str, bytes, os.PathLike) or a binary file object "
+        "with read() and seek(), not " +
+        std::string(py::str(py::type::handle_of(f).attr("__name__"))));
   python_file_stream stream(f);
   result<blob_index> r = read_index_file(stream.get(), off, nbytes);
   stream.rethrow_pending();

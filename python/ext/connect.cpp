@@ -1,44 +1,83 @@
-// Making Senders and Consumers: _connect, _listen (Listener) and
-// _loopback_pair. blobpipe._stream parses the URLs and wraps these with
-// their public names and docstrings (connect, listen, loopback_pair).
+// Making Senders and Consumers: _connect, _listen (Listener),
+// _loopback_pair and _parse_url. URLs are the C++ library's
+// (blobpipe/transport/url.hpp: parse_url, check_connect_url, connector,
+// listen), so Python and C++ accept the same URLs and say the same things
+// about them; blobpipe._stream wraps these with their public names and
+// docstrings (connect, listen, loopback_pair, parse_url).
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
+#include <asio/system_executor.hpp>
 
 #include "blobpipe/transport/loopback.hpp"
-#include "blobpipe/transport/tcp.hpp"
 #include "blobpipe/transport/ucx.hpp"
+#include "blobpipe/transport/url.hpp"
 #include "errors.hpp"
+#include "state.hpp"
 #include "stream.hpp"
 
 namespace blobpipe::python {
 namespace {
+
+// The part of a URL that url.hpp's message blames, for URLError.part:
+// "scheme", "port" or "host" (the message is read after its "URL '...': "
+// prefix, so that the URL's own text cannot mislead).
+std::string url_part(std::string_view url, std::string_view message) {
+  if (const std::string prefix = "URL " + quote(url) + ": "; message.starts_with(prefix))
+    message.remove_prefix(prefix.size());
+  if (message.find("scheme") != std::string_view::npos) return "scheme";
+  if (message.find("port") != std::string_view::npos || message.find("PORT") != std::string_view::npos)
+    return message.find("IPv6") != std::string_view::npos ? "host" : "port";
+  return "host";
+}
+
+// Raises URLError for an invalid_argument about `url`; other errors as
+// their own class.
+[[noreturn]] void raise_url_error(std::string_view url, const error& e) {
+  if (e.code != errc::invalid_argument) raise(e);
+  PyErr_SetObject(state().url_error.ptr(),
+                  state().url_error(e.message, "invalid_argument", url_part(url, e.message)).ptr());
+  throw py::error_already_set();
+}
+
+// (scheme, host, port) of `url`, as the C++ library parses it; with
+// `listening` false, port 0 is refused as connect refuses it.
+py::tuple parse_py_url(const std::string& url, bool listening) {
+  result<endpoint_url> u = parse_url(url);
+  if (!u) raise_url_error(url, u.err());
+  if (!listening) {
+    // connector() refuses what no connect can use (port 0), and only that.
+    auto c = connector(asio::any_io_executor(asio::system_executor()), url);
+    if (!c) raise_url_error(url, c.err());
+  }
+  if (u->scheme == url_scheme::ucx) {
+    if (auto ok = ucx::check_host(u->host); !ok)
+      raise_url_error(url, make_error(errc::invalid_argument, "URL " + quote(url) + ": " + ok.message()));
+  }
+  return py::make_tuple(scheme_name(u->scheme), u->host, u->port);
+}
 
 // How long a runtime that used UCX lets its io_context finish closing
 // endpoints and listeners before it is stopped (io_runtime::set_stop_grace):
 // a listener waits 2 s without requests before it is destroyed.
 constexpr std::chrono::milliseconds ucx_stop_grace{5000};
 
-bool is_ucx(const std::string& scheme) { return scheme == "ucx"; }
-
-connect_fn connector(asio::any_io_executor ex, std::string scheme, std::string host,
-                     std::uint16_t port) {
-  return [ex, scheme, host, port]()
-             -> asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> {
-    if (is_ucx(scheme)) co_return co_await ucx::connect(ex, host, port);
-    co_return co_await tcp::connect(ex, host, port);
-  };
-}
-
-py::object connect_sender(const std::string& scheme, const std::string& host,
-                          std::uint16_t port, const std::string& url, const py::dict& kw) {
+py::object connect_sender(const std::string& url, const py::dict& kw) {
   const sender_settings settings = sender_settings_from(kw);
   auto rt = io_runtime::start();
   user_guard guard(rt);
-  if (is_ucx(scheme)) rt->set_stop_grace(ucx_stop_grace);
+  // What no retry can fix (a bad URL, a name that does not resolve) is
+  // said now, once.
+  result<endpoint_url> target = [&] {
+    py::gil_scoped_release nogil;  // the name is looked up
+    return check_connect_url(rt->executor(), url);
+  }();
+  if (!target) raise_url_error(url, target.err());
+  if (target->scheme == url_scheme::ucx) rt->set_stop_grace(ucx_stop_grace);
+  result<connect_function> connect = connector(rt->executor(), url);
+  if (!connect) raise_url_error(url, connect.err());
   auto core = new_sender_core(rt->executor());
   auto done = std::make_shared<completion>();
-  launch_sender(core, nullptr, connector(rt->executor(), scheme, host, port), settings.resend,
-                settings.opt, done);
+  launch_sender(core, nullptr, std::move(*connect), settings.resend, settings.opt, done);
   done->wait();
   done->raise_if_failed("connect to " + url + ": ");
   guard.dismiss();
@@ -50,7 +89,7 @@ py::object connect_sender(const std::string& scheme, const std::string& host,
 struct listener_core {
   explicit listener_core(asio::any_io_executor e) : ex(std::move(e)) {}
   asio::any_io_executor ex;
-  std::unique_ptr<blobpipe::listener> l;  // io thread only
+  std::unique_ptr<url_listener> l;  // io thread only
 };
 
 // One accept in flight, and the consumer it started.
@@ -62,11 +101,12 @@ struct pending_accept {
 class listener_handle {
  public:
   listener_handle(std::shared_ptr<io_runtime> rt, std::shared_ptr<listener_core> core,
-                  consumer_settings settings, std::uint16_t port)
+                  consumer_settings settings, std::uint16_t port, std::string url)
       : rt_(std::move(rt)),
         core_(std::move(core)),
         settings_(std::move(settings)),
         port_(port),
+        url_(std::move(url)),
         generation_(rt_->generation()) {}
 
   ~listener_handle() {
@@ -82,6 +122,7 @@ class listener_handle {
   listener_handle& operator=(const listener_handle&) = delete;
 
   std::uint16_t port() const { return port_; }
+  const std::string& url() const { return url_; }
 
   py::object accept(py::handle timeout) {
     check_not_forked(generation_, "Listener");
@@ -147,6 +188,7 @@ class listener_handle {
   std::shared_ptr<listener_core> core_;
   consumer_settings settings_;
   std::uint16_t port_;
+  std::string url_;
   std::uint64_t generation_;
   bool closed_ = false;  // GIL
   std::shared_ptr<pending_accept> pending_;
@@ -156,41 +198,37 @@ struct py_listener {
   std::shared_ptr<listener_handle> h;
 };
 
-py::object listen_consumers(const std::string& scheme, const std::string& host,
-                            std::uint16_t port, const std::string& url, const py::dict& kw) {
+py::object listen_consumers(const std::string& url, const py::dict& kw) {
   consumer_settings settings = consumer_settings_from(kw);
+  result<endpoint_url> parsed = parse_url(url);
+  if (!parsed) raise_url_error(url, parsed.err());
   auto rt = io_runtime::start();
   user_guard guard(rt);
-  if (is_ucx(scheme)) rt->set_stop_grace(ucx_stop_grace);
+  if (parsed->scheme == url_scheme::ucx) rt->set_stop_grace(ucx_stop_grace);
   auto core = std::make_shared<listener_core>(rt->executor());
   auto done = std::make_shared<completion>();
-  auto bound = std::make_shared<std::uint16_t>(0);
+  auto bound = std::make_shared<std::pair<std::uint16_t, std::string>>();
+  auto refused = std::make_shared<error>();  // invalid_argument: a URLError
   // Listening touches the io_context's services (UCX creates its context
   // and worker there): done on its thread.
-  asio::post(core->ex, [core, scheme, host, port, done, bound] {
-    auto made = [&]() -> result<std::unique_ptr<blobpipe::listener>> {
-      if (is_ucx(scheme)) {
-        auto l = ucx::listen(core->ex, port, host);
-        if (!l) return l.err();
-        return std::unique_ptr<blobpipe::listener>(std::make_unique<ucx::listener>(std::move(*l)));
-      }
-      auto l = tcp::listen(core->ex, port, host);
-      if (!l) return l.err();
-      return std::unique_ptr<blobpipe::listener>(std::make_unique<tcp::listener>(std::move(*l)));
-    }();
+  asio::post(core->ex, [core, url, done, bound, refused] {
+    auto made = listen(core->ex, url);
     if (!made) {
+      if (made.code() == errc::invalid_argument) *refused = made.err();
       done->set(made.code(), made.message());
       return;
     }
     core->l = std::move(*made);
-    *bound = core->l->port();
+    *bound = {core->l->port(), core->l->url()};
     done->set({});
   });
   done->wait();
+  if (done->code() == errc::invalid_argument) raise_url_error(url, *refused);
   done->raise_if_failed("listen on " + url + ": ");
   guard.dismiss();
   return py::cast(py_listener{
-      std::make_shared<listener_handle>(std::move(rt), std::move(core), std::move(settings), *bound)});
+      std::make_shared<listener_handle>(std::move(rt), std::move(core), std::move(settings),
+                                        bound->first, bound->second)});
 }
 
 py::tuple loopback_pair(const py::dict& skw, const py::dict& ckw) {
@@ -222,10 +260,9 @@ py::tuple loopback_pair(const py::dict& skw, const py::dict& ckw) {
 }  // namespace
 
 void init_connect(py::module_& m) {
-  m.def("_connect", &connect_sender, py::arg("scheme"), py::arg("host"), py::arg("port"),
-        py::arg("url"), py::arg("options"));
-  m.def("_listen", &listen_consumers, py::arg("scheme"), py::arg("host"), py::arg("port"),
-        py::arg("url"), py::arg("options"));
+  m.def("_connect", &connect_sender, py::arg("url"), py::arg("options"));
+  m.def("_listen", &listen_consumers, py::arg("url"), py::arg("options"));
+  m.def("_parse_url", &parse_py_url, py::arg("url"), py::arg("listening"));
   m.def("_loopback_pair", &loopback_pair, py::arg("sender_options"), py::arg("consumer_options"));
 
   py::class_<py_listener>(m, "Listener", R"(Accepts connections and gives a Consumer for each (blobpipe.listen).
@@ -240,6 +277,9 @@ accepting. Connections are queued by the kernel (TCP) or by UCX until
 accept() takes them.)")
       .def_property_readonly("port", [](const py_listener& l) { return l.h->port(); },
                              "The bound port (the one chosen for port 0).")
+      .def_property_readonly("url", [](const py_listener& l) { return l.h->url(); },
+                             "The URL a peer connects to: the address listened on (a name\n"
+                             "resolved) and the bound port, e.g. tcp://127.0.0.1:40123.")
       .def("accept", [](py_listener& l, py::handle timeout) { return l.h->accept(timeout); },
            py::arg("timeout") = py::none(),
            R"(Waits for the next connection and its handshake, and returns its Consumer

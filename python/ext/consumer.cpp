@@ -226,18 +226,10 @@ class consumer_handle {
       asio::post(core_->ex, [c = core_] { c->c.close(); });
     }
     py::gil_scoped_release nogil;
-    {
-      // The loop ends once the close has run, and destroys the C++
-      // consumer. Its thread may be a Listener's, which goes on.
-      std::unique_lock lk(core_->mu);
-      ++core_->waiting;
-      core_->cv.wait(lk, [&] { return core_->loop_done; });
-      --core_->waiting;
-    }
-    rt_->release_user();
-    std::lock_guard lk(core_->mu);
-    user_released_ = true;
-    core_->cv.notify_all();
+    // The loop ends once the close has run, and destroys the C++
+    // consumer. Its thread may be a Listener's, which goes on.
+    wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return core_->loop_done; });
+    end_close(*rt_, core_->mu, core_->cv, user_released_);
   }
 
   py::dict stats() {

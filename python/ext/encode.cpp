@@ -69,8 +69,10 @@ encoded pickled(py::handle obj) {
   char* data = nullptr;
   Py_ssize_t n = 0;
   if (PyBytes_AsStringAndSize(b.ptr(), &data, &n) != 0) throw py::error_already_set();
-  return {value::pickle({reinterpret_cast<const std::byte*>(data), static_cast<std::size_t>(n)}),
-          std::move(b)};
+  encoded e;
+  e.v = value::pickle({reinterpret_cast<const std::byte*>(data), static_cast<std::size_t>(n)});
+  e.keep = std::move(b);
+  return e;
 }
 
 bool is_complex(const std::string& name) { return name.starts_with("complex"); }
@@ -113,6 +115,7 @@ encoded tensor_value(py::handle obj, const torch_state& torch) {
   void* p = PyLong_AsVoidPtr(t.call(torch.data_ptr).ptr());
   if (p == nullptr && PyErr_Occurred()) throw py::error_already_set();
   e.v.data = static_cast<const std::byte*>(p);
+  e.storage = t.call(torch.storage);
   e.keep = std::move(t.t);
   return e;
 }

@@ -17,7 +17,9 @@
 //   - anything else: kind 'p', pickle.dumps(v, pickle.HIGHEST_PROTOCOL).
 // The blobpipe::value borrows the memory of the object returned in `keep`
 // (the tensor, its host copy, the array, or the pickle's bytes), which the
-// caller must hold until the bytes are written.
+// caller must hold until the bytes are written. A tensor's bytes can be
+// freed by torch even so (resize_, set_): a caller that reads them later
+// holds `storage` too and checks it first (storage_guard.hpp).
 //
 // Errors: FormatError invalid_argument (a tensor layout with no dense bytes,
 // e.g. sparse CSR; a structured dtype holding objects), and whatever the
@@ -37,6 +39,9 @@ namespace blobpipe::python {
 struct encoded {
   value v;
   pybind11::object keep;  ///< owner of v.data
+  /// For a torch tensor: its storage, which v.data points into; hold it
+  /// and check it before reading v.data later (storage_guard.hpp).
+  pybind11::object storage;
   /// For a RawEntry: its bytes, which must be the length that dtype and
   /// shape give (the caller checks once the entry is planned).
   std::optional<std::uint64_t> raw_nbytes;

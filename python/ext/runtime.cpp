@@ -21,6 +21,13 @@ std::atomic<std::uint64_t> generation{0};
 void on_fork_child() noexcept { generation.fetch_add(1, std::memory_order_relaxed); }
 
 double seconds_of(py::handle seconds, const char* name) {
+  // A number (int, float, or anything with __float__ but str and bytes,
+  // which float() would parse): else the caller passed the wrong thing.
+  if (PyUnicode_Check(seconds.ptr()) || PyBytes_Check(seconds.ptr()) ||
+      !(PyFloat_Check(seconds.ptr()) || PyLong_Check(seconds.ptr()) ||
+        PyObject_HasAttrString(seconds.ptr(), "__float__")))
+    throw py::type_error(std::string(name) + " must be a number of seconds (int or float) or None, not " +
+                         std::string(py::str(py::type::handle_of(seconds).attr("__name__"))));
   const double s = py::cast<double>(py::float_(py::reinterpret_borrow<py::object>(seconds)));
   if (!std::isfinite(s) || s < 0)
     throw py::value_error(std::string(name) + " must be a finite number of seconds >= 0, not " +

@@ -201,6 +201,17 @@ bool wait_counted(std::mutex& mu, std::condition_variable& cv, int& waiting, Don
   return wait_interruptibly(mu, cv, done, deadline);
 }
 
+/// As wait_counted, uninterruptibly and without a deadline: a close()
+/// waiting for the io thread to finish what it must. REQUIRES: the GIL
+/// released, `mu` not held.
+template <class Done>
+void wait_counted_nogil(std::mutex& mu, std::condition_variable& cv, int& waiting, Done done) {
+  std::unique_lock lk(mu);
+  ++waiting;
+  cv.wait(lk, done);
+  --waiting;
+}
+
 /// Seconds (a Python float or int, or None) as a deadline from now; None
 /// gives none. Raises ValueError for a negative or non-finite value.
 std::optional<std::chrono::steady_clock::time_point> deadline_after(pybind11::handle seconds);

@@ -11,7 +11,10 @@
 // there). An entry of at most the negotiated copy threshold
 // (sender::inline_bytes()) is copied into the command (gathered if
 // strided), so the caller may change the value at once, as the C++ sender
-// copies it. A larger one is held: the command owns a reference to the
+// copies it. So is a torch tensor whose memory torch may reallocate
+// (storage_guard.hpp; with torch 1.13, every tensor): the background
+// thread could not tell that its bytes were freed. A larger one is held:
+// the command owns a reference to the
 // Python object whose memory the C++ sender then sends in place, and
 // hands it back (sender_core::released) once its C++ emit has completed;
 // a Python thread drops it at its next call. Commands queued and not yet
@@ -21,9 +24,11 @@
 // behind by another window.
 //
 // Errors of a queued command cannot be raised by the emit() that queued
-// it: an entry the sender refuses (a key longer than the consumer's
-// max_key_bytes, say) aborts its blob, and the blob's next call raises
-// the error; a broken connection makes every later call raise.
+// it, so emit() refuses what it can know first (a bad value, a key longer
+// than the consumer's max_key_bytes). An entry the C++ sender still
+// refuses (a resend session reconnected to a consumer with a smaller key
+// limit) aborts its blob, and the blob's next call raises the error; a
+// broken connection makes every later call raise.
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
 
@@ -36,6 +41,7 @@
 #include "encode.hpp"
 #include "errors.hpp"
 #include "state.hpp"
+#include "storage_guard.hpp"
 #include "stream.hpp"
 #include "tags.hpp"
 
@@ -69,6 +75,16 @@ struct send_command {
   std::uint64_t cost = 0;       // bytes counted against the queue limit
   std::shared_ptr<completion> done;  // finish, abort, flush, shutdown
 };
+
+// How long a Sender's `with` block left by an exception waits for the aborts
+// of its open blobs to reach the transport before it closes.
+constexpr std::chrono::seconds exit_flush_grace{5};
+
+// The reason a blob is aborted with when a `with` block (the Blob's or the
+// Sender's) is left by `exc`: its repr, which names its type.
+std::string exit_reason(py::handle exc) {
+  return "exception in the with block: " + std::string(py::repr(exc));
+}
 
 // Costs a queued entry beyond its bytes (bookkeeping; never zero, so that
 // empty entries count too).
@@ -108,7 +124,7 @@ struct sender_core {
   asio::any_io_executor ex;
   sender s;  // io thread only
   // Negotiated in the handshake, before any Python thread looks.
-  std::uint32_t inline_bytes = 0, chunk_bytes = 0;
+  std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0;
   std::uint64_t window_bytes = 0;
 
   std::mutex mu;
@@ -295,7 +311,53 @@ class sender_handle {
     cmd.what = op::open;
     cmd.blob = slot;
     push(std::move(cmd), nullptr);
+    {
+      std::lock_guard lk(core_->mu);
+      if (open_.size() >= 64 && open_.size() == open_.capacity())
+        std::erase_if(open_, [](const auto& w) {
+          auto s = w.lock();
+          return !s || s->ended;
+        });
+      open_.push_back(slot);
+    }
     return slot;
+  }
+
+  /// The end of a `with` block left by an exception: every blob still
+  /// open is aborted with `reason` (so the consumer yields BlobAborted,
+  /// not only the end of the connection), what is queued is handed to the
+  /// transport (for at most exit_flush_grace: a consumer that reads
+  /// nothing cannot hold the exception up), then the Sender is closed.
+  void abort_open_and_close(const std::string& reason) {
+    std::vector<std::shared_ptr<blob_slot>> open;
+    {
+      std::lock_guard lk(core_->mu);
+      for (const auto& w : open_)
+        if (auto s = w.lock(); s && !s->ended && !s->failed) open.push_back(std::move(s));
+      open_.clear();
+    }
+    try {
+      for (auto& b : open) {
+        send_command cmd;
+        cmd.what = op::abort;
+        cmd.blob = b;
+        cmd.text = reason;
+        push(std::move(cmd), b.get());
+      }
+      auto flushed = std::make_shared<completion>();
+      send_command cmd;
+      cmd.what = op::flush;
+      cmd.done = flushed;
+      push(std::move(cmd), nullptr);
+      flushed->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+    } catch (py::error_already_set& e) {
+      // A failed connection or a closed Sender: closing is all that is
+      // left. Ctrl-C while waiting still interrupts, once closed.
+      close_now();
+      if (e.matches(PyExc_KeyboardInterrupt)) throw;
+      return;
+    }
+    close_now();
   }
 
   void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val) {
@@ -304,6 +366,13 @@ class sender_handle {
     cmd.what = op::emit;
     cmd.blob = b;
     cmd.text = key_string(key);
+    // Refused here, with the limit, rather than by the background thread,
+    // which could only abort the blob and report it at the next call.
+    if (core_->max_key_bytes > 0 && cmd.text.size() > core_->max_key_bytes)
+      raise(errc::invalid_argument, "emit " + quote(cmd.text) + ": the key is " +
+                                        std::to_string(cmd.text.size()) +
+                                        " bytes, longer than the consumer's max_key_bytes (" +
+                                        std::to_string(core_->max_key_bytes) + " bytes)");
     encoded e = encode_value(val);
     // Planned alone: refuses what the sender would (dtype, shape, size)
     // here, and gives the entry's length in bytes.
@@ -314,18 +383,31 @@ class sender_handle {
       raise(errc::invalid_argument, "RawEntry " + quote(cmd.text) + " has " +
                                         std::to_string(*e.raw_nbytes) +
                                         " bytes; its dtype and shape need " + std::to_string(len));
-    if (len <= core_->inline_bytes) {
-      // Copied now (as the C++ sender copies it), so the caller may reuse
-      // the value as soon as emit returns.
+    // A tensor whose memory torch may reallocate (resize_) is copied too,
+    // whatever its size: the background thread, which reads a held value
+    // without the GIL, could not tell that its bytes were freed
+    // (storage_guard.hpp).
+    const bool small = len <= core_->inline_bytes;
+    if (small || (e.storage && storage_resizable(e.storage))) {
+      // Copied now (as the C++ sender copies small ones), so the caller may
+      // change the value as soon as emit returns.
       cmd.copy.resize(len);
-      if (len > 0) unwrap(write_entry(*pe, cmd.copy));
+      if (len > 0) {
+        result<void> copied = small ? write_entry(*pe, cmd.copy) : [&] {
+          py::gil_scoped_release nogil;  // a large copy touches no Python object
+          return write_entry(*pe, cmd.copy);
+        }();
+        unwrap(std::move(copied));
+      }
       cmd.v = std::move(e.v);
       cmd.v.data = cmd.copy.data();
       cmd.v.strides.clear();
       if (cmd.v.kind == KIND_PICKLE) cmd.v.nbytes = len;
     } else {
       cmd.v = std::move(e.v);
-      cmd.keep = py_ref(std::move(e.keep));
+      // The storage too, so that set_() on the tensor cannot free it.
+      cmd.keep = py_ref(e.storage ? py::make_tuple(std::move(e.keep), std::move(e.storage))
+                                  : std::move(e.keep));
     }
     cmd.cost = len + cmd.text.size() + command_overhead_bytes;
     push(std::move(cmd), b.get());
@@ -399,12 +481,7 @@ class sender_handle {
     py::gil_scoped_release nogil;
     // 1. The drain coroutine finishes what is queued: every command fails
     //    at once with `closed`.
-    {
-      std::unique_lock lk(core_->mu);
-      ++core_->waiting;
-      core_->cv.wait(lk, [&] { return !core_->draining; });
-      --core_->waiting;
-    }
+    wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return !core_->draining; });
     // 2. The pipeline's objects go on the io thread, while it runs.
     auto dropped = std::make_shared<completion>();
     asio::post(core_->ex, [c = core_, dropped] {
@@ -422,10 +499,7 @@ class sender_handle {
     });
     dropped->wait_nogil();
     // 3. The thread winds down and stops.
-    rt_->release_user();
-    std::lock_guard lk(core_->mu);
-    user_released_ = true;
-    core_->cv.notify_all();
+    end_close(*rt_, core_->mu, core_->cv, user_released_);
   }
 
   py::dict stats() {
@@ -578,6 +652,9 @@ class sender_handle {
   bool user_released_ = false;  // under core_->mu
   std::uint64_t queue_waits_ = 0;
   py_stats last_;
+  // Blobs opened and maybe not ended yet (under core_->mu), for
+  // abort_open_and_close.
+  std::vector<std::weak_ptr<blob_slot>> open_;
 };
 
 // The Python classes: thin owners of a handle.
@@ -612,7 +689,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     if (!t && !resend) {
       auto [ec, tr] = co_await connect();
       if (ec) {
-        done->set(ec, "cannot connect: " + ec.message() + " (" + errc_name(ec) + ")");
+        // The URL was checked and its host resolved (check_connect_url):
+        // peer_failed is a refused or unreachable address.
+        done->set(ec, "cannot connect: " + ec.message() + " (" + errc_name(ec) + ")" +
+                          (ec == errc::peer_failed ? "; is a consumer listening there?" : ""));
         co_return;
       }
       t = std::move(tr);
@@ -629,6 +709,7 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     if (!ec) {
       core->s = std::move(s);
       core->inline_bytes = core->s.inline_bytes();
+      core->max_key_bytes = core->s.max_key_bytes();
       core->chunk_bytes = core->s.chunk_bytes();
       core->window_bytes = core->s.window_bytes();
     }
@@ -652,7 +733,9 @@ void init_sender(py::module_& m) {
         with s.open_blob(b"sample-0") as blob:
             blob.emit("ids", torch.arange(6))
             blob.emit("meta", {"idx": 0})      # finished at the end of the block
-    # shutdown() at the end of the block: everything sent and read
+    # shutdown() at the end of the block: everything sent and read; left
+    # by an exception, every blob still open is aborted (the consumer
+    # yields BlobAborted naming the exception), then the Sender closes
 
 Values are encoded as the codec's plan() does (torch tensors kind "t",
 numpy arrays "n", anything else pickled, RawEntry as it is). A background
@@ -706,17 +789,19 @@ figures read.)")
                              "Negotiated copy threshold, bytes: emit copies entries up to this.")
       .def_property_readonly("window_bytes", [](const py_sender& s) { return s.h->core().window_bytes; },
                              "The consumer's window, bytes.")
+      .def_property_readonly("max_key_bytes", [](const py_sender& s) { return s.h->core().max_key_bytes; },
+                             "The consumer's key limit, bytes: emit refuses longer keys (UTF-8).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
                              "emit() blocks while more than this many bytes are queued, bytes.")
       .def_property_readonly("_waiting", [](py_sender& s) { return s.h->waiting(); },
                              "Python threads blocked in this Sender now (for tests).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
-           [](py_sender& s, py::handle type, py::handle, py::handle) {
+           [](py_sender& s, py::handle type, py::handle value, py::handle) {
              if (type.is_none()) {
                s.h->shutdown();
              } else {
-               s.h->close_now();
+               s.h->abort_open_and_close(exit_reason(value));
              }
              return false;
            });
@@ -729,21 +814,26 @@ figures read.)")
     blob.finish()
 
 As a context manager it finishes at the end of the block, or aborts with
-the exception's repr when one is raised. Dropping an open blob aborts it.)")
+"exception in the with block: " and the exception's repr when one is
+raised. Dropping an open blob aborts it.)")
       .def("emit", [](py_blob& b, py::handle key, py::handle v) { b.h->emit(b.slot, key, v); },
            py::arg("key"), py::arg("value"),
            R"(Adds entry `key` (str(key)) with `value` to the blob.
 
 Returns without waiting for the network: an entry of at most inline_bytes
-bytes is copied first (the value may change at once); a larger one is
-held and sent from its own memory by the background thread (do not change
-it until finish() or flush() returns; it is released by a later call on
-the sender). Blocks only while the queue is full (queue_bytes, by default
+bytes is copied first (the value may change at once), and so is a torch
+tensor whose bytes torch may reallocate (resize_; with torch 1.13 every
+tensor: its storage cannot say); a larger numpy array, pickle or RawEntry
+is held and sent from its own memory by the background thread (do not
+change it until finish() or flush() returns; it is released by a later
+call on the sender). Blocks only while the queue is full (queue_bytes, by default
 the consumer's window), i.e. when the consumer holds a window's worth and
 another is queued: Ctrl-C interrupts the wait, close() ends it.
 
 Raises FormatError for a value the codec refuses (invalid_argument,
-unknown_dtype, too_large) — the blob stays usable; ClosedError (the blob
+unknown_dtype, too_large) or a key longer than the consumer's
+max_key_bytes (invalid_argument, the message naming the limit in bytes;
+Sender.max_key_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
 was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the
 consumer refused it, e.g. a key longer than its max_key_bytes), after
@@ -768,7 +858,7 @@ before, or the connection's error.)")
           return false;
         }
         try {
-          b.h->end_blob(b.slot, op::abort, std::string(py::repr(value)));
+          b.h->end_blob(b.slot, op::abort, exit_reason(value));
         } catch (py::error_already_set&) {
           // The block's own exception matters more than why the abort
           // could not be sent (a closed sender aborts its blobs anyway).

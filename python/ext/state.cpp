@@ -35,6 +35,8 @@ torch_state load_torch(py::handle torch) {
                          {&t.stride, "stride"},
                          {&t.data_ptr, "data_ptr"}})
     *m = member(t.tensor_type, name);
+  t.storage = member(t.tensor_type,
+                     py::hasattr(t.tensor_type, "untyped_storage") ? "untyped_storage" : "_storage");
   t.strided = torch.attr("strided");
   t.sparse_coo = torch.attr("sparse_coo");
   t.frombuffer = torch.attr("frombuffer");
@@ -74,6 +76,9 @@ void init_state(py::module_& m) {
   s->s_view = intern("view");
   s->s_str = intern("str");
   s->s_hasobject = intern("hasobject");
+  s->s_data_ptr = intern("data_ptr");
+  s->s_nbytes = intern("nbytes");
+  s->s_resizable = intern("resizable");
   py::module_ pickle = py::module_::import("pickle");
   s->pickle_dumps = pickle.attr("dumps");
   s->pickle_loads = pickle.attr("loads");
@@ -89,6 +94,7 @@ void init_state(py::module_& m) {
   s->error_for = py::module_::import("blobpipe._errors").attr("error_for");
   s->raw_entry = py::module_::import("blobpipe._raw").attr("RawEntry");
   s->forked_error = py::module_::import("blobpipe._errors").attr("ForkedError");
+  s->url_error = py::module_::import("blobpipe._errors").attr("URLError");
   current = s.get();
   // The capsule's destructor runs when the module is torn down, with the
   // GIL held, and frees the state (and its references) then.

@@ -44,6 +44,9 @@ struct torch_state {
   // What the encoder reads from a tensor.
   tensor_member layout, is_nested, dtype, is_cpu, cpu, is_conj, resolve_conj, is_neg, resolve_neg,
       shape, is_contiguous, stride, data_ptr;
+  /// The tensor's storage: untyped_storage() where torch has it (2.x),
+  /// else _storage() (1.13), both a torch.UntypedStorage (storage_guard.hpp).
+  tensor_member storage;
   /// Every torch.dtype, with str(dtype) less "torch." ("float32").
   std::vector<std::pair<py::object, std::string>> dtypes;
 
@@ -57,6 +60,7 @@ struct torch_state {
 struct module_state {
   // Interned attribute names.
   py::str s_view, s_str, s_hasobject;
+  py::str s_data_ptr, s_nbytes, s_resizable;  ///< torch.UntypedStorage's (storage_guard.hpp)
   py::object pickle_dumps, pickle_loads, pickle_protocol;
   py::object np_frombuffer, np_dtype, np_ascontiguousarray, np_uint8;
   /// numpy dtype objects seen by the encoder, with their `dtype.str`
@@ -70,6 +74,7 @@ struct module_state {
   py::object error_for;  ///< blobpipe._errors.error_for(category, message)
   py::object raw_entry;  ///< blobpipe._raw.RawEntry
   py::object forked_error;  ///< blobpipe._errors.ForkedError(message)
+  py::object url_error;     ///< blobpipe._errors.URLError(message, category, part)
   /// blobpipe._stream._anext(consumer): the coroutine Consumer.__anext__ returns.
   py::object anext;
   std::optional<torch_state> torch;

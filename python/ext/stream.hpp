@@ -169,6 +169,17 @@ inline bool claim_close(std::unique_lock<std::mutex>& lk, std::condition_variabl
   return false;
 }
 
+/// Ends the close that claim_close gave this caller: releases the
+/// object's user of `rt` (its thread stops when that was the last) and
+/// sets `done`, waking the close() calls waiting in claim_close.
+/// REQUIRES: the GIL released; `mu` guards `done` and is not held.
+inline void end_close(io_runtime& rt, std::mutex& mu, std::condition_variable& cv, bool& done) {
+  rt.release_user();
+  std::lock_guard lk(mu);
+  done = true;
+  cv.notify_all();
+}
+
 /// Releases one user of `rt` when it goes, unless dismissed: the factories'
 /// guard while a handshake may still fail or be interrupted. REQUIRES: the
 /// GIL.

@@ -408,3 +408,50 @@ def test_type_stubs_name_what_the_extension_has():
     # The private functions _stream.py calls are typed too, and exist.
     assert {n for n in names if n.startswith("_")} <= set(dir(_blobpipe))
     assert set(bf.__all__) <= set(dir(bf))
+
+
+def _blob_and_entry():
+    p = bf.plan(["a"], [np.zeros(3)])
+    buf = bytearray(p.nbytes)
+    bf.write(p, buf)
+    return p, buf, bf.read_index(buf)[0]
+
+
+@pytest.mark.parametrize("call", [
+    lambda p, buf, e: bf.plan(None, []),
+    lambda p, buf, e: bf.plan(["a"], 5),
+    lambda p, buf, e: bf.plan(["a"], [1], tag=None),
+    lambda p, buf, e: bf.write(None, buf),
+    lambda p, buf, e: bf.write(p, None),
+    lambda p, buf, e: bf.write_tail(p, "x"),
+    lambda p, buf, e: bf.read_index(None),
+    lambda p, buf, e: bf.read_index_file(None),
+    lambda p, buf, e: bf.read_index_file(5),
+    lambda p, buf, e: bf.read_index_file(object()),
+    lambda p, buf, e: bf.read_index_file("/dev/null", "0"),
+    lambda p, buf, e: bf.decode_entry(None, e),
+    lambda p, buf, e: bf.decode_entry(memoryview(buf)[0:24], None),
+    lambda p, buf, e: bf.decode_entry(memoryview(buf)[0:24], e.meta()),
+    lambda p, buf, e: bf.Entry.from_meta("k", None),
+    lambda p, buf, e: bf.Entry("k", "0", 1, "t", None, ()),
+    lambda p, buf, e: bf.footer_is_valid(None),
+    lambda p, buf, e: bf.footer_tag(3),
+], ids=["plan-keys", "plan-values", "plan-tag", "write-plan", "write-out", "write_tail-out",
+        "read_index", "read_index_file-None", "read_index_file-int", "read_index_file-object",
+        "read_index_file-off", "decode_entry-view", "decode_entry-None", "decode_entry-dict",
+        "from_meta", "Entry", "footer_is_valid", "footer_tag"])
+def test_wrong_typed_arguments_raise_type_error(call):
+    p, buf, e = _blob_and_entry()
+    with pytest.raises(TypeError) as err:
+        call(p, buf, e)
+    assert str(err.value)  # a message, not a bare TypeError
+
+
+def test_read_index_file_names_what_it_takes():
+    with pytest.raises(TypeError, match=r"path .* or a binary file object .* not NoneType"):
+        bf.read_index_file(None)
+
+
+def test_public_namespace_is_all_and_all_exists():
+    public = {n for n in dir(bf) if not n.startswith("_")}
+    assert public == set(bf.__all__), (public - set(bf.__all__), set(bf.__all__) - public)

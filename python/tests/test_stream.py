@@ -217,12 +217,52 @@ def test_listen_refuses_a_bad_url_too():
         bf.listen("udp://127.0.0.1:0")
 
 
+def test_url_errors_are_the_cpp_parsers_own():
+    # The message is blobpipe::parse_url's (lib/transport/url), for connect,
+    # listen and parse_url alike.
+    for call in (bf.connect, bf.listen, bf.parse_url):
+        with pytest.raises(bf.URLError) as e:
+            call("http://127.0.0.1:5555")
+        assert str(e.value).endswith("URL 'http://127.0.0.1:5555': unknown scheme 'http' "
+                                     "(expected tcp, ucx or inproc)"), str(e.value)
+    assert bf.parse_url("tcp://[::1]:5555") == ("tcp", "::1", 5555)
+    assert bf.parse_url("tcp://localhost:0", listening=True) == ("tcp", "localhost", 0)
+    with pytest.raises(TypeError):
+        bf.parse_url(b"tcp://127.0.0.1:5555")
+
+
+@pytest.mark.parametrize("call", ["connect", "listen"])
+def test_a_host_that_does_not_resolve_is_a_url_error_saying_so(call):
+    url = "tcp://nonexistent.invalid:5630" if call == "connect" else "tcp://nonexistent.invalid:0"
+    with pytest.raises(bf.URLError) as e:
+        getattr(bf, call)(url)
+    assert e.value.part == "host" and e.value.category == "invalid_argument"
+    assert "cannot resolve 'nonexistent.invalid'" in str(e.value), str(e.value)
+
+
 def test_connect_with_nobody_listening_raises_peer_failed():
     with bf.listen("tcp://127.0.0.1:0") as l:
         port = l.port  # free now that it is closed
+        assert l.url == f"tcp://127.0.0.1:{port}"
     with pytest.raises(bf.PeerFailedError) as e:
         bf.connect(f"tcp://127.0.0.1:{port}")
     assert e.value.category == "peer_failed" and isinstance(e.value, bf.StreamError)
+    assert "is a consumer listening there?" in str(e.value), str(e.value)
+
+
+def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
+    with bf.listen("inproc://py-test-18") as listener:
+        assert listener.url == "inproc://py-test-18"
+        acc = Thread(lambda: listener.accept(timeout=60))
+        acc.start()
+        with bf.connect(listener.url) as sender:
+            consumer = acc.join_result()
+            with sender.open_blob(tag=b"i") as blob:
+                blob.emit("x", torch.arange(3))
+        events = list(consumer)
+        consumer.close()
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
+    assert torch.equal(events[0].value, torch.arange(3))
 
 
 def test_unknown_option_is_refused():
@@ -367,3 +407,80 @@ def test_interpreter_exits_cleanly_with_a_daemon_thread_waiting_in_blobpipe(wait
                           timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exiting" in done.stdout
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_emit_refuses_a_key_over_max_key_bytes_at_once_and_the_blob_goes_on(transport):
+    with Pair(transport, consumer_options={"max_key_bytes": 8}) as (sender, consumer):
+        assert sender.max_key_bytes == 8
+        blob = sender.open_blob(tag=b"k")
+        blob.emit("12345678", 1)                       # 8 bytes: the limit itself
+        with pytest.raises(bf.FormatError) as e:
+            blob.emit("123456789", 2)                  # 9 bytes
+        assert e.value.category == "invalid_argument"
+        assert "max_key_bytes (8 bytes)" in str(e.value) and "9 bytes" in str(e.value)
+        blob.emit("ok", 3)                             # no stale error: the blob is usable
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady", "EntryReady", "BlobComplete"], kinds
+    assert [ev.key for ev in events[:2]] == ["12345678", "ok"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_exception_in_a_sender_with_block_aborts_its_open_blob_naming_it(transport):
+    with Pair(transport) as (sender, consumer):
+        with pytest.raises(ValueError):
+            with sender:
+                blob = sender.open_blob(tag=b"open")
+                blob.emit("x", torch.arange(3))
+                done = sender.open_blob(tag=b"done")
+                done.emit("y", 1)
+                done.finish()
+                raise ValueError("rollout failed")
+        events = []
+        with pytest.raises(bf.PeerClosedError):  # closed, not shut down
+            for ev in consumer:
+                events.append(ev)
+    aborted = [ev for ev in events if isinstance(ev, bf.BlobAborted)]
+    assert len(aborted) == 1 and aborted[0].tag == b"open".ljust(16, b"\0"), events
+    assert "ValueError('rollout failed')" in aborted[0].reason, aborted[0].reason
+    assert sum(isinstance(ev, bf.BlobComplete) for ev in events) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_exception_in_a_blob_with_block_aborts_it_naming_it(transport):
+    with Pair(transport) as (sender, consumer):
+        with pytest.raises(KeyError):
+            with sender.open_blob(tag=b"b") as blob:
+                blob.emit("x", 1)
+                raise KeyError("k")
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobAborted"]
+    assert "KeyError('k')" in events[1].reason, events[1].reason
+
+
+@pytest.mark.parametrize("options", [
+    {"sender_options": {"stall_timeout": "1"}},
+    {"sender_options": {"chunk_bytes": "x"}},
+    {"consumer_options": {"idle_timeout": b"1"}},
+    {"sender_options": [1]},
+])
+def test_wrong_typed_options_raise_type_error(options):
+    with pytest.raises(TypeError):
+        bf.loopback_pair(**options)
+
+
+def test_wrong_typed_stream_arguments_raise_type_error():
+    with Pair("inproc") as (sender, consumer):
+        with pytest.raises(TypeError):
+            sender.open_blob(tag=1.5)
+        with pytest.raises(TypeError):
+            sender.open_blob().abort(None)
+    with pytest.raises(TypeError):
+        bf.connect(None)
+    with bf.listen("tcp://127.0.0.1:0") as listener:
+        with pytest.raises(TypeError):
+            listener.accept(timeout="1")

@@ -310,6 +310,9 @@ class sender {
   std::uint32_t chunk_bytes() const noexcept;
   std::uint32_t inline_bytes() const noexcept;
   std::uint64_t window_bytes() const noexcept;
+  /// The consumer's key limit from its handshake, bytes: emit refuses a
+  /// longer key (invalid_argument).
+  std::uint32_t max_key_bytes() const noexcept;
   /// Credit taken (entries and tails framed) and not yet released by the
   /// consumer, bytes.
   std::uint64_t in_flight_bytes() const noexcept;

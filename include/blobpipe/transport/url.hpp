@@ -120,6 +120,15 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   return connect_url(asio::any_io_executor(ex), std::move(url), opt);
 }
 
+/// What no connection attempt to `url` can fix, checked once before any:
+/// the URL parses with a port to connect to (not 0), the host is one the
+/// scheme can use (ucx: no IPv6 literal, ucx::check_host) and it resolves
+/// (tcp, ucx; this blocks while the name is looked up). Returns the
+/// parsed URL. Errors: invalid_argument, the message saying which
+/// ("connect to URL: cannot resolve 'HOST': ...", or parse_url's).
+[[nodiscard]] result<endpoint_url> check_connect_url(asio::any_io_executor ex,
+                                                     std::string_view url);
+
 /// What sender::start(connect_fn) takes (blobpipe/pipeline/producer.hpp):
 /// makes one connection each call.
 using connect_function =

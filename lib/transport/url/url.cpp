@@ -212,6 +212,22 @@ asio::awaitable<connect_result> connect_url(asio::any_io_executor ex, std::strin
   co_return co_await connect_to(std::move(ex), std::move(*u), opt);
 }
 
+result<endpoint_url> check_connect_url(asio::any_io_executor ex, std::string_view url) {
+  auto u = parse_target(url);
+  if (!u || u->scheme == url_scheme::inproc) return u;
+  if (u->scheme == url_scheme::ucx) {
+    if (auto ok = ucx::check_host(u->host); !ok)
+      return make_error(errc::invalid_argument, "connect to " + u->str() + ": " + ok.message());
+  }
+  std::error_code ec;
+  asio::ip::tcp::resolver resolver(ex);
+  auto found = resolver.resolve(u->host, "0", ec);
+  if (ec || found.empty())
+    return {errc::invalid_argument, "connect to " + u->str() + ": cannot resolve " +
+                                        quote(u->host) + (ec ? ": " + ec.message() : std::string())};
+  return u;
+}
+
 result<connect_function> connector(asio::any_io_executor ex, std::string_view url,
                                    transport_options opt) {
   auto u = parse_target(url);

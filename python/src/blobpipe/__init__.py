@@ -51,12 +51,12 @@ Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
 ``blobpipe/format/*.hpp``.
 """
 
-from __future__ import annotations
+# Imports are underscored: the public namespace is __all__ (dir(blobpipe)
+# shows nothing else but dunders and the underscored modules).
+import sys as _sys
+from typing import Any as _Any, Optional as _Optional, Sequence as _Sequence
 
-import sys
-from typing import Any, Optional, Sequence
-
-import numpy as np
+import numpy as _np
 
 # The extension module loads these two, so they come first.
 from ._errors import (AbortedError, ClosedError, Error, FileError, ForkedError, FormatError,
@@ -103,12 +103,15 @@ __all__ = [
 ]
 
 
-def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobPlan:
+def plan(keys: _Sequence[_Any], values: _Sequence[_Any], tag: _Any = NO_TAG) -> BlobPlan:
     """Lays out a blob of ``values`` named by ``keys`` (``str(key)`` each).
 
     Reads only the values' descriptions (dtype, shape, where their bytes
     are); the bytes are copied later by ``write``, so the values must not
-    change until then (the plan keeps them alive). Per value:
+    change until then (the plan keeps them alive, and a torch tensor's
+    storage too: ``set_`` on it changes nothing the plan writes). A tensor
+    that torch reallocated meanwhile (``resize_`` to a larger size) is
+    refused by ``write``. Per value:
 
     - ``torch.Tensor`` (not nested, not sparse COO): kind ``t``, dtype
       ``str(t.dtype)`` without ``torch.``, shape ``tuple(t.shape)`` in
@@ -148,7 +151,7 @@ def plan(keys: Sequence[Any], values: Sequence[Any], tag: Any = NO_TAG) -> BlobP
     return _blobpipe.plan(keys, values, tag)
 
 
-def write(p: BlobPlan, out: Any) -> None:
+def write(p: BlobPlan, out: _Any) -> None:
     """Writes the whole blob planned by ``p`` into ``out[0:p.nbytes]``.
 
     Entries, zero pads, index, footer: for the same keys, values and tag,
@@ -162,14 +165,16 @@ def write(p: BlobPlan, out: Any) -> None:
 
     Raises:
         FormatError: ``buffer_too_small`` when ``out`` is shorter than
-            ``p.nbytes``.
+            ``p.nbytes``; ``invalid_argument`` when torch reallocated a
+            planned tensor's bytes after ``plan`` (``resize_``): nothing of
+            it is read.
         BufferError / TypeError: ``out`` is read-only, not contiguous, or
             has no buffer protocol.
     """
     _blobpipe.write(p, out)
 
 
-def write_tail(p: BlobPlan, out: Any) -> None:
+def write_tail(p: BlobPlan, out: _Any) -> None:
     """Writes only the index and the footer: ``len(p.index_bytes) +
     FOOTER_SIZE`` bytes into ``out``, which maps to blob offset
     ``p.index_off``. For a blob whose entries travel separately.
@@ -180,7 +185,7 @@ def write_tail(p: BlobPlan, out: Any) -> None:
     _blobpipe.write_tail(p, out)
 
 
-def read_index(blob: Any) -> list[Entry]:
+def read_index(blob: _Any) -> list[Entry]:
     """The entries of a whole blob held in memory, in index order.
 
     Reads the footer (v3, or legacy v2) and the index, and checks every row
@@ -200,7 +205,7 @@ def read_index(blob: Any) -> list[Entry]:
     return _blobpipe.read_index(blob)
 
 
-def read_index_file(f: Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
+def read_index_file(f: _Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
     """The entries of the blob stored at byte ``off`` of a file, ``nbytes``
     long (0: to the end of the file): two reads, the footer and then the
     index, never the entry bytes. Entry offsets are from the blob's start
@@ -219,12 +224,13 @@ def read_index_file(f: Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
         FileError: the path cannot be opened or read, or is not a regular
             file (a FIFO, a directory); a file object's own exceptions
             propagate as they are.
-        TypeError: a file object opened in text mode.
+        TypeError: ``f`` is neither a path nor an object with ``read`` and
+            ``seek`` (``None``, say), or a file object opened in text mode.
     """
     return _blobpipe.read_index_file(f, off, nbytes)
 
 
-def decode_entry(view: Any, e: Entry, *, allow_pickle: bool = True) -> Any:
+def decode_entry(view: _Any, e: Entry, *, allow_pickle: bool = True) -> _Any:
     """Rebuilds an entry's value from its bytes; tensors and arrays are
     zero-copy views of ``view`` (which they keep alive), as in the reference.
 
@@ -256,27 +262,27 @@ def decode_entry(view: Any, e: Entry, *, allow_pickle: bool = True) -> Any:
     return _blobpipe.decode_entry(view, e, allow_pickle=allow_pickle)
 
 
-def materialize(v: Any) -> Any:
+def materialize(v: _Any) -> _Any:
     """A copy of a decoded value that no longer views the blob's buffer:
     ``clone()`` of a tensor, ``copy()`` of an array or ``RawEntry``; other
     values (unpickled objects, bytes) are already their own and are
     returned as they are. torch and numpy release the GIL for large copies.
     """
-    torch = sys.modules.get("torch")
+    torch = _sys.modules.get("torch")
     if torch is not None and isinstance(v, torch.Tensor):
         return v.clone()
-    if isinstance(v, (np.ndarray, RawEntry)):
+    if isinstance(v, (_np.ndarray, RawEntry)):
         return v.copy()
     return v
 
 
-def footer_is_valid(tail: Any) -> bool:
+def footer_is_valid(tail: _Any) -> bool:
     """True when ``tail`` (a buffer: the blob, or at least its last
     ``FOOTER_SIZE`` bytes) ends with a valid v3 or v2 footer."""
     return _blobpipe.footer_is_valid(tail)
 
 
-def footer_tag(tail: Any) -> Optional[bytes]:
+def footer_tag(tail: _Any) -> _Optional[bytes]:
     """The 16-byte tag of the footer that ends ``tail``; ``None`` for an
     invalid footer, a v2 footer, or ``NO_TAG``."""
     return _blobpipe.footer_tag(tail)

@@ -71,15 +71,17 @@ def footer_tag(tail: ReadableBuffer) -> Optional[bytes]: ...
 
 class Blob:
     """One blob being streamed (Sender.open_blob); a context manager that
-    finishes it, or aborts it with the exception's repr."""
+    finishes it, or aborts it naming the exception (its repr)."""
     @property
     def tag(self) -> bytes:
         """The blob's 16-byte tag."""
     def emit(self, key: Any, value: Any) -> None:
         """Adds entry ``str(key)``; returns without waiting for the network
-        (entries up to Sender.inline_bytes copied, larger ones held until a
-        later call on the sender). Blocks only while the queue is full.
-        Raises FormatError (value refused; the blob stays usable),
+        (entries up to Sender.inline_bytes copied, and torch tensors whose
+        bytes torch may reallocate; larger ones held until a later call on
+        the sender). Blocks only while the queue is full.
+        Raises FormatError (value refused, or a key longer than
+        Sender.max_key_bytes: nothing sent, the blob stays usable),
         ClosedError, or the connection's StreamError."""
     def finish(self) -> None:
         """Ends the blob (index and footer queued behind its entries).
@@ -93,7 +95,8 @@ class Blob:
 
 class Sender:
     """Streams blobs to one consumer (blobpipe.connect, loopback_pair); a
-    context manager that shuts down (or closes, on an exception)."""
+    context manager that shuts down; on an exception it aborts the blobs
+    still open, naming the exception (its repr), then closes."""
     @property
     def chunk_bytes(self) -> int:
         """Negotiated largest data frame payload, bytes."""
@@ -103,6 +106,9 @@ class Sender:
     @property
     def window_bytes(self) -> int:
         """The consumer's window, bytes."""
+    @property
+    def max_key_bytes(self) -> int:
+        """The consumer's key limit, bytes (UTF-8): emit refuses longer keys."""
     @property
     def queue_bytes(self) -> int:
         """emit() blocks while more than this many bytes are queued."""
@@ -231,6 +237,9 @@ class Listener:
     @property
     def port(self) -> int:
         """The bound port (the one chosen for port 0)."""
+    @property
+    def url(self) -> str:
+        """The URL a peer connects to (a host name resolved, the bound port)."""
     def accept(self, timeout: Optional[float] = None) -> Consumer:
         """The next connection's Consumer; timeout in seconds (None: none).
         Raises TimedOutError, ClosedError, ProtocolViolationError,
@@ -241,8 +250,9 @@ class Listener:
     def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool: ...
 
-def _connect(scheme: str, host: str, port: int, url: str, options: Dict[str, Any]) -> Sender: ...
-def _listen(scheme: str, host: str, port: int, url: str, options: Dict[str, Any]) -> Listener: ...
+def _connect(url: str, options: Dict[str, Any]) -> Sender: ...
+def _listen(url: str, options: Dict[str, Any]) -> Listener: ...
+def _parse_url(url: str, listening: bool) -> Tuple[str, str, int]: ...
 def _loopback_pair(sender_options: Dict[str, Any],
                    consumer_options: Dict[str, Any]) -> Tuple[Sender, Consumer]: ...
 def _cpp_stream_bench(blobs: int, per_blob: int, entry_bytes: int) -> float:

@@ -1,8 +1,9 @@
 """Streaming from Python: connect, listen, loopback_pair, and asyncio iteration.
 
 The classes (Sender, Blob, Consumer, Listener, EntryReady, BlobComplete,
-BlobAborted, ReceivedBuffer) are the extension module's; this module parses
-URLs and gives the factories their public names.
+BlobAborted, ReceivedBuffer) are the extension module's; this module gives
+the factories their public names. URLs are parsed, checked and connected
+to by the C++ library (blobpipe/transport/url.hpp), as in C++.
 
 Threads: every Sender, Consumer (of loopback_pair) and Listener runs
 blobpipe's C++ pipeline on a background thread of its own; the Consumers a
@@ -26,71 +27,42 @@ import asyncio
 from typing import Any, Optional, Tuple
 
 from . import _blobpipe
-from ._errors import URLError
 
 __all__ = ["connect", "listen", "loopback_pair", "parse_url"]
 
-SCHEMES = ("tcp", "ucx")
+def _url(url: Any) -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"the URL must be a str, not {type(url).__name__}")
+    return url
 
 
 def parse_url(url: str, *, listening: bool = False) -> Tuple[str, str, int]:
-    """``(scheme, host, port)`` of ``scheme://host:port``.
+    """``(scheme, host, port)`` of ``scheme://host:port``, parsed by the C++
+    library (``blobpipe/transport/url.hpp``: ``parse_url``), so Python and
+    C++ take the same URLs and say the same about a bad one.
 
-    The scheme is ``tcp`` or ``ucx``; the host a name, an IPv4 address or an
-    IPv6 one in brackets (``tcp://[::1]:5555``; not for ``ucx``, whose tcp
-    transport is IPv4 only in UCX 1.13); the port 1..65535, or 0 when
-    ``listening`` (a free port, which the Listener reports).
+    The scheme is ``tcp``, ``ucx`` or ``inproc`` (``inproc://NAME``: a
+    listener in this process; host is the name, port 0); the host a name,
+    an IPv4 address or an IPv6 one in brackets (``tcp://[::1]:5555``; not
+    for ``ucx``, whose tcp transport is IPv4 only in UCX 1.13); the port
+    1..65535, or 0 when ``listening`` (a free port, which the Listener
+    reports). Nothing is resolved here.
 
     Raises:
-        URLError (a ValueError) naming the part that is wrong (``.part``:
-        ``"scheme"``, ``"host"`` or ``"port"``).
+        URLError (a ValueError) with the C++ library's message; ``.part``
+        (``"scheme"``, ``"host"`` or ``"port"``) names the part it blames.
+        TypeError: ``url`` is not a str.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"the URL must be a str, not {type(url).__name__}")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise URLError(f"URL {url!r} has no scheme: write tcp://host:port or ucx://host:port",
-                       part="scheme")
-    if scheme not in SCHEMES:
-        raise URLError(f"URL {url!r}: scheme {scheme!r} is not one of {', '.join(SCHEMES)}",
-                       part="scheme")
-    if rest.startswith("["):
-        host, close, tail = rest[1:].partition("]")
-        if not close or not tail.startswith(":"):
-            raise URLError(f"URL {url!r}: an IPv6 host is written [address]:port", part="host")
-        port_text = tail[1:]
-    else:
-        host, colon, port_text = rest.rpartition(":")
-        if not colon:
-            raise URLError(f"URL {url!r} has no port: write {scheme}://host:port", part="port")
-        if ":" in host:
-            raise URLError(f"URL {url!r}: write an IPv6 host in brackets, "
-                           f"{scheme}://[{host}]:{port_text}", part="host")
-    if not host:
-        raise URLError(f"URL {url!r} has no host", part="host")
-    if scheme == "ucx" and ":" in host and not (host.lower().startswith("::ffff:") and "." in host):
-        # As the C++ side (lib/transport/ucx): UCX 1.13's tcp transport
-        # cannot connect over IPv6; a v4-mapped address is its IPv4 one.
-        raise URLError(f"URL {url!r}: UCX 1.13's tcp transport cannot connect over IPv6 "
-                       "(docs/ucx.md); use an IPv4 address", part="host")
-    if "/" in port_text or "/" in host:
-        raise URLError(f"URL {url!r}: nothing may follow host:port", part="port")
-    if not port_text.isdigit() or not port_text.isascii():
-        raise URLError(f"URL {url!r}: port {port_text!r} is not a number", part="port")
-    port = int(port_text)
-    low = 0 if listening else 1
-    if not low <= port <= 65535:
-        raise URLError(f"URL {url!r}: port {port} is not within {low}..65535"
-                       + ("" if listening else " (port 0 only to listen)"), part="port")
-    return scheme, host, port
+    return _blobpipe._parse_url(_url(url), listening)
 
 
 def connect(url: str, **options: Any) -> "_blobpipe.Sender":
     """Connects to a consumer at ``url`` and returns a started Sender.
 
     Args:
-        url: ``tcp://host:port`` or ``ucx://host:port`` (UCX picks its
-            transports from ``UCX_TLS``; docs/ucx.md).
+        url: ``tcp://host:port``, ``ucx://host:port`` (UCX picks its
+            transports from ``UCX_TLS``; docs/ucx.md) or ``inproc://NAME``
+            (a Listener of this process).
         options (keywords):
             chunk_bytes: largest data frame proposed, bytes (default 1 MiB;
                 the consumer may lower it).
@@ -115,25 +87,30 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 resend session limits (bytes, count, seconds, seconds;
                 defaults 256 MiB, 8, 0.01, 1).
 
-    Waits for the connection and the handshake (Ctrl-C interrupts).
+    First checks, once, what no retry can fix (C++ ``check_connect_url``):
+    the URL, and that its host resolves. Then waits for the connection and
+    the handshake (Ctrl-C interrupts).
 
     Raises:
-        URLError: a URL that cannot be used (see ``parse_url``).
+        URLError: a URL that cannot be used (see ``parse_url``), or a host
+            that does not resolve ("cannot resolve 'HOST'", ``.part``
+            ``"host"``).
         TypeError, ValueError: an unknown option, or a value out of range.
-        PeerFailedError: nobody listens there, the host does not resolve.
+        PeerFailedError: nobody accepted the connection ("is a consumer
+            listening there?").
         ProtocolViolationError: the peer is not a blobpipe consumer.
         PeerClosedError: the peer closed during the handshake.
     """
-    scheme, host, port = parse_url(url)
-    return _blobpipe._connect(scheme, host, port, url, options)
+    return _blobpipe._connect(_url(url), options)
 
 
 def listen(url: str, **options: Any) -> "_blobpipe.Listener":
     """Listens at ``url`` (port 0: a free port, see ``Listener.port``).
 
     Args:
-        url: ``tcp://address:port`` (``0.0.0.0`` for every interface) or
-            ``ucx://address:port`` (IPv4 only).
+        url: ``tcp://address:port`` (``0.0.0.0`` for every interface),
+            ``ucx://address:port`` (IPv4 only) or ``inproc://NAME``; a host
+            name listens on its address (``Listener.url`` says which).
         options (keywords), for every Consumer it accepts:
             window_bytes: the most bytes the consumer holds (entries not yet
                 freed, plus a tail being checked), bytes (default 64 MiB).
@@ -153,13 +130,11 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             ``blobpipe/pipeline/consumer.hpp``.
 
     Raises:
-        URLError, TypeError, ValueError: as ``connect``.
+        URLError, TypeError, ValueError: as ``connect`` (URLError also for
+            an address the transport refuses, e.g. IPv6 over ucx).
         PeerFailedError: the address cannot be bound (in use, not local).
-        Error (category ``invalid_argument``): an address that does not
-            parse.
     """
-    scheme, host, port = parse_url(url, listening=True)
-    return _blobpipe._listen(scheme, host, port, url, options)
+    return _blobpipe._listen(_url(url), options)
 
 
 def loopback_pair(*, sender_options: Optional[dict] = None,

@@ -1,0 +1,160 @@
+"""A torch tensor changed after plan() or emit() never crashes the process.
+
+torch, unlike numpy, lets a tensor's bytes be freed while others hold the
+tensor: ``resize_`` to a larger size reallocates its storage, ``set_``
+points it at another one. ``write`` then refuses a reallocated tensor with
+FormatError (``invalid_argument``) instead of reading freed memory, a
+``set_`` tensor is written as planned (the plan holds its old storage), and
+``emit`` copies every tensor whose bytes torch may reallocate, so the
+consumer gets the values as they were at ``emit``.
+
+Each case runs in a child process: a crash (SIGSEGV) shows as a failed test
+with the child's output, not as the end of pytest.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+# 4 MiB: above the default copy threshold (64 KiB), and large enough that
+# the allocator maps it on its own, so freed bytes are unmapped at once.
+BIG = 1 << 20
+
+CHILD_PRELUDE = f"""\
+import gc, numpy as np, torch, blobpipe as bf
+
+def planned():  # a BIG float32 tensor and its plan
+    t = torch.arange({BIG}, dtype=torch.float32)
+    return t, bf.plan(["x"], [t])
+
+def written(p):  # write(p) into a fresh buffer; its first entry's value
+    buf = np.zeros(p.nbytes, dtype=np.uint8)
+    bf.write(p, buf)
+    e = bf.read_index(buf)[0]
+    return bf.decode_entry(memoryview(buf)[e.off : e.off + e.len], e)
+"""
+
+
+def run_child(body: str) -> str:
+    """Runs ``body`` (after CHILD_PRELUDE) in a fresh interpreter; fails
+    the test unless it exits 0. Returns its stdout."""
+    code = CHILD_PRELUDE + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (f"child exited {r.returncode}\n--- stdout\n{r.stdout}"
+                               f"\n--- stderr\n{r.stderr}")
+    return r.stdout
+
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_write_refuses_a_tensor_resized_after_plan(strided):
+    out = run_child(f"""
+        t = torch.arange({BIG}, dtype=torch.float32)
+        v = t.view(1024, -1).t() if {strided} else t
+        p = bf.plan(["x"], [v])
+        t.resize_({BIG * 16})          # reallocates the storage: the planned bytes are freed
+        gc.collect()
+        try:
+            bf.write(p, bytearray(p.nbytes))
+        except bf.FormatError as e:
+            assert e.category == "invalid_argument", e.category
+            assert "'x'" in str(e) and "plan it again" in str(e), str(e)
+            print("refused")
+    """)
+    assert "refused" in out
+
+
+def test_write_of_a_tensor_set_to_other_storage_writes_the_planned_bytes():
+    out = run_child(f"""
+        t, p = planned()
+        want = t.clone()
+        t.set_(torch.zeros(3))         # the old storage's last user is the plan
+        del t
+        gc.collect()
+        assert torch.equal(written(p), want)
+        print("written")
+    """)
+    assert "written" in out
+
+
+def test_write_tail_after_resize_needs_no_tensor_bytes():
+    out = run_child(f"""
+        t, p = planned()
+        t.resize_({BIG * 16})
+        tail = bytearray(p.nbytes - p.index_off)
+        bf.write_tail(p, tail)         # index and footer only: nothing of t is read
+        assert bf.footer_is_valid(tail)
+        print("tail")
+    """)
+    assert "tail" in out
+
+
+def test_a_tensor_resized_after_plan_back_within_its_storage_is_written():
+    # resize_ to a smaller size keeps the storage: its bytes are still there.
+    out = run_child(f"""
+        t, p = planned()
+        t.resize_(10)
+        assert torch.equal(written(p), torch.arange({BIG}, dtype=torch.float32))
+        print("written")
+    """)
+    assert "written" in out
+
+
+@pytest.mark.parametrize("n, change", [
+    (16, "resize"),          # 64 B: copied at emit, as every small value
+    (BIG, "resize"),         # 4 MiB, torch-owned memory: copied at emit too
+    (BIG, "set"),
+    (BIG, "resize_storage"),
+])
+def test_emit_then_change_delivers_the_emitted_values(n, change):
+    out = run_child(f"""
+        sender, consumer = bf.loopback_pair()
+        t = torch.arange({n}, dtype=torch.float32)
+        want = t.clone()
+        with sender:
+            blob = sender.open_blob()
+            blob.emit("x", t)
+            if "{change}" == "resize":
+                t.resize_({n} * 16)
+            elif "{change}" == "set":
+                t.set_(torch.zeros(3))
+            else:
+                t._storage().resize_(0) if hasattr(t, "_storage") else t.untyped_storage().resize_(0)
+            del t
+            gc.collect()
+            blob.finish()
+        got = [ev for ev in consumer if isinstance(ev, bf.EntryReady)]
+        assert len(got) == 1 and torch.equal(got[0].value, want)
+        consumer.close()
+        print("delivered")
+    """)
+    assert "delivered" in out
+
+
+def test_emit_of_a_large_tensor_over_numpy_memory_delivers_its_values():
+    # torch.from_numpy: a storage torch may not resize (sent without a copy
+    # where torch can say so, from torch 2); the resize is torch's error,
+    # and the consumer gets the values.
+    out = run_child(f"""
+        a = np.arange({BIG}, dtype=np.float32)
+        t = torch.from_numpy(a)
+        sender, consumer = bf.loopback_pair()
+        with sender:
+            blob = sender.open_blob()
+            blob.emit("x", t)
+            try:
+                t.resize_({BIG} * 16)
+            except RuntimeError as e:
+                assert "not resizable" in str(e), str(e)
+            blob.finish()
+        got = [ev for ev in consumer if isinstance(ev, bf.EntryReady)]
+        assert len(got) == 1 and np.array_equal(got[0].value.numpy(), a)
+        consumer.close()
+        print("delivered")
+    """)
+    assert "delivered" in out
