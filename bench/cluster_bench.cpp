@@ -4,13 +4,16 @@
 // (emit -> entry_ready) under a slow consumer. Reports, never gates.
 //
 //   bazel/bazelw run -c opt //bench:cluster_bench -- [--senders 16]
-//       [--samples 2048] [--seq-len 4096] [--slow-us 200] [--budget-mb 256]
+//       [--samples 8192] [--seq-len 4096] [--slow-us 200] [--budget-mb 256]
+//       [--stream-kb 4096]
 //
 // A sample is five entries as RL sends them: int64 token ids [T], float32
 // logprobs [T], bool mask [T], a float32 reward and 256 bytes of pickled
 // meta (T = --seq-len). Every phase sends --samples samples in all; the
 // consumer drops each entry at once, except in the slow phase, where it
 // waits --slow-us microseconds per entry before taking the next.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,10 +37,11 @@ using clock = std::chrono::steady_clock;
 
 struct config {
   std::size_t senders = 16;
-  std::size_t samples = 2048;
+  std::size_t samples = 8192;
   std::size_t seq_len = 4096;
   std::uint64_t slow_us = 200;
   std::uint64_t budget_mb = 256;
+  std::uint64_t stream_kb = blobpipe::credit_pool::default_stream_bytes >> 10;
 };
 
 struct sample_data {
@@ -83,8 +87,24 @@ asio::awaitable<void> send_share(std::string url, const sample_data& s, std::siz
   if (co_await snd.shutdown()) ++failures;
 }
 
+// CPU seconds (user + system) and minor page faults of this process so
+// far (getrusage).
+struct usage {
+  double cpu = 0;
+  long faults = 0;
+};
+usage usage_now() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return {sec(u.ru_utime) + sec(u.ru_stime), u.ru_minflt};
+}
+
 struct phase_result {
   double seconds = 0;
+  double cpu = 0;  // CPU seconds over the whole phase (all on this thread)
+  long faults = 0;  // minor page faults over the whole phase
+  double wall = 0;  // wall seconds over the whole phase, connects included
   std::uint64_t bytes = 0;
   blobpipe::server_stats stats;
   int failures = 0;
@@ -95,6 +115,7 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   asio::io_context ctx;
   blobpipe::server_options opt;
   opt.budget_bytes = cfg.budget_mb << 20;
+  opt.stream_bytes = cfg.stream_kb << 10;
   auto srv = blobpipe::server::listen(ctx.get_executor(), "tcp://127.0.0.1:0", opt);
   if (!srv) {
     std::fprintf(stderr, "cluster_bench: listen: %s\n", srv.message().c_str());
@@ -130,7 +151,13 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
     const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
     asio::co_spawn(ctx, send_share(url, s, lo, hi - lo, r.failures), asio::detached);
   }
+  const usage u0 = usage_now();
+  const auto wall0 = clock::now();
   ctx.run();
+  const usage u1 = usage_now();
+  r.cpu = u1.cpu - u0.cpu;
+  r.faults = u1.faults - u0.faults;
+  r.wall = std::chrono::duration<double>(clock::now() - wall0).count();
   r.seconds = std::chrono::duration<double>(last - first).count();
   r.stats = srv->stats();
   return r;
@@ -156,7 +183,7 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc || !number(argv[i + 1], v) || v == 0) {
       std::fprintf(stderr,
                    "usage: cluster_bench [--senders N] [--samples N] [--seq-len T] [--slow-us U] "
-                   "[--budget-mb M] (positive numbers)\n");
+                   "[--budget-mb M] [--stream-kb K] (positive numbers)\n");
       return 2;
     }
     ++i;
@@ -165,23 +192,29 @@ int main(int argc, char** argv) {
     else if (a == "--seq-len") cfg.seq_len = v;
     else if (a == "--slow-us") cfg.slow_us = v;
     else if (a == "--budget-mb") cfg.budget_mb = v;
+    else if (a == "--stream-kb") cfg.stream_kb = v;
     else {
       std::fprintf(stderr, "cluster_bench: unknown option %s\n", argv[i - 1]);
       return 2;
     }
   }
   const sample_data probe(cfg.seq_len);
-  std::printf("cluster_bench: %zu samples of %llu bytes (seq-len %zu), budget %llu MiB, TCP loopback\n",
+  std::printf("cluster_bench: %zu samples of %llu bytes (seq-len %zu), budget %llu MiB, "
+              "stream %llu KiB, TCP loopback\n",
               cfg.samples, static_cast<unsigned long long>(probe.bytes()), cfg.seq_len,
-              static_cast<unsigned long long>(cfg.budget_mb));
+              static_cast<unsigned long long>(cfg.budget_mb),
+              static_cast<unsigned long long>(cfg.stream_kb));
   const auto one = run_phase(cfg, 1, 0);
   const auto many = run_phase(cfg, cfg.senders, 0);
   const auto slow = run_phase(cfg, cfg.senders, cfg.slow_us);
   const auto line = [](const char* name, const phase_result& r) {
     const auto& l = r.stats.total.latency;
-    std::printf("%-28s %8.3f GB/s  %7.3f s  p50 %8.3f ms  p99 %8.3f ms  credit waits %llu%s\n",
-                name, gbps(r), r.seconds, ms(l.percentile(0.5)), ms(l.percentile(0.99)),
+    std::printf("%-28s %8.3f GB/s  %7.3f s  cpu/wall %4.2f  p50 %8.3f ms  p99 %8.3f ms  "
+                "credit waits %llu  high water %.1f MiB  page faults %ld%s\n",
+                name, gbps(r), r.seconds, r.wall > 0 ? r.cpu / r.wall : 0.0,
+                ms(l.percentile(0.5)), ms(l.percentile(0.99)),
                 static_cast<unsigned long long>(r.stats.total.credit_waits),
+                static_cast<double>(r.stats.pool.committed_high_water) / (1 << 20), r.faults,
                 r.failures ? "  (FAILURES)" : "");
   };
   line("1 sender, 1 connection", one);
@@ -193,8 +226,5 @@ int main(int argc, char** argv) {
   line(name, slow);
   std::printf("fan-in / single connection: %.2fx (target >= 0.9)\n",
               gbps(one) > 0 ? gbps(many) / gbps(one) : 0.0);
-  std::printf("budget high water: %.1f MiB of %llu\n",
-              static_cast<double>(slow.stats.pool.committed_high_water) / (1 << 20),
-              static_cast<unsigned long long>(cfg.budget_mb));
   return one.failures || many.failures || slow.failures ? 1 : 0;
 }

@@ -25,7 +25,9 @@ struct fake {
 struct harness {
   credit_pool pool;
   std::map<int, fake> m;
-  explicit harness(std::uint64_t budget, std::uint64_t initial = 1 << 20) : pool(budget, initial) {}
+  explicit harness(std::uint64_t budget, std::uint64_t initial = 1 << 20,
+                   std::uint64_t stream = credit_pool::default_stream_bytes)
+      : pool(budget, initial, stream) {}
 
   fake& join(int k) {
     fake& f = m[k];
@@ -102,6 +104,51 @@ BOOST_AUTO_TEST_CASE(released_credit_returns_to_its_member_up_to_the_active_shar
   h.drop(a, 250);  // 300: below its share again; it is filled up to it (500)
   BOOST_TEST(a.granted == before + 200);
   BOOST_TEST(h.pool.stats().committed_bytes <= 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(active_members_share_the_stream_target_not_the_budget) {
+  constexpr std::uint64_t stream = 1 << 20;
+  harness h(1ull << 30, 1 << 20, stream);  // a budget that never binds
+  auto& a = h.join(1);
+  BOOST_TEST(a.granted == stream);  // alone: the whole stream target
+  auto& b = h.join(2);
+  auto& c = h.join(3);
+  auto& d = h.join(4);
+  BOOST_TEST(b.granted == stream / 2);  // each joins with its target among the open ones
+  BOOST_TEST(c.granted == stream / 3);
+  BOOST_TEST(d.granted == stream / 4);
+  for (fake* f : {&b, &c, &d}) h.use(*f, 1000);  // busy: four active members
+  h.use(a, stream);
+  h.drop(a, stream);  // a now holds nothing: its target among b, c, d comes back
+  const std::uint64_t goal = stream / 3;
+  BOOST_TEST(a.allowance() == goal);
+  // Busy again, a is the fourth active member: its target is stream / 4,
+  // and it holds more. A request that fits in the target waits for a's own
+  // releases, which come back only up to the target.
+  h.use(a, goal);
+  const std::uint64_t goal4 = stream / 4;
+  h.pool.request(a.id, 100'000);
+  BOOST_TEST(a.allowance() == 0u);
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+  h.drop(a, 100'000);
+  BOOST_TEST(a.allowance() == goal4 - (goal - 100'000));  // filled up to the target only
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+  h.drop(a, 100'000);
+  BOOST_TEST(a.allowance() >= 100'000u);
+  BOOST_TEST(a.granted - a.released == goal4);
+  BOOST_TEST(h.pool.stats().requests_waiting == 0u);
+  // An item larger than the target is granted whole.
+  h.pool.request(a.id, 4 * stream);
+  BOOST_TEST(a.allowance() == 4 * stream);
+  BOOST_TEST(h.pool.stats().overcommits == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_target_never_falls_below_its_floor_nor_exceeds_the_budget_share) {
+  harness many(1ull << 30, 1 << 20, 1 << 20);
+  for (int k = 1; k <= 64; ++k) many.join(k);
+  BOOST_TEST(many.m[64].granted == credit_pool::min_target_bytes);  // 1 MiB / 64 < the floor
+  harness tight(1000, 1 << 20, 1 << 20);
+  BOOST_TEST(tight.join(1).granted == 1000u / 16);  // the budget binds first
 }
 
 BOOST_AUTO_TEST_CASE(an_item_no_release_can_make_room_for_is_granted_beyond_the_budget) {

@@ -157,7 +157,7 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
     : ex(std::move(e)),
       opt(std::move(o)),
       lis(std::move(l)),
-      pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes)),
+      pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes, opt.stream_bytes)),
       ready(ex),
       groups({opt.group_timeout, opt.max_open_groups, opt.max_open_groups}),
       group_timer(ex) {

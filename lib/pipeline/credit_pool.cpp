@@ -6,8 +6,11 @@
 
 namespace blobpipe {
 
-credit_pool::credit_pool(std::uint64_t budget_bytes, std::uint64_t initial_grant_bytes)
-    : budget_(std::max<std::uint64_t>(budget_bytes, 1)), initial_(initial_grant_bytes) {
+credit_pool::credit_pool(std::uint64_t budget_bytes, std::uint64_t initial_grant_bytes,
+                         std::uint64_t stream_bytes)
+    : budget_(std::max<std::uint64_t>(budget_bytes, 1)),
+      initial_(initial_grant_bytes),
+      stream_(stream_bytes) {
   stats_.budget_bytes = budget_;
 }
 
@@ -27,11 +30,18 @@ std::uint64_t credit_pool::buffered_of(const member& m) const {
   return std::min(m.buffered ? m.buffered() : 0, m.outstanding);
 }
 
-std::uint64_t credit_pool::active_share() const {
+std::uint64_t credit_pool::active_members() const {
   std::uint64_t active = 0;
   for (const auto& [id, m] : members_)
     if (m.open && (m.want != 0 || buffered_of(m) != 0)) ++active;
-  return budget_ / std::max<std::uint64_t>(active, 1);
+  return std::max<std::uint64_t>(active, 1);
+}
+
+std::uint64_t credit_pool::target(std::uint64_t members) const noexcept {
+  const std::uint64_t n = std::max<std::uint64_t>(members, 1);
+  const std::uint64_t share = budget_ / n;
+  if (stream_ == 0) return share;
+  return std::min(share, std::max(stream_ / n, min_target_bytes));
 }
 
 void credit_pool::give(member& m, std::uint64_t bytes) {
@@ -56,9 +66,8 @@ std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant, buffer
   ++open_;
   // Small: a grant cannot be taken back, and an idle sender keeps what it
   // was given (docs/cluster.md "Fan-in").
-  const std::uint64_t share = budget_ / open_;
   const std::uint64_t first =
-      std::min({initial_, budget_ / initial_grant_divisor, share, free_bytes()});
+      std::min({initial_, budget_ / initial_grant_divisor, target(open_), free_bytes()});
   m.outstanding = first;
   stats_.committed_bytes += first;
   stats_.committed_high_water = std::max(stats_.committed_high_water, stats_.committed_bytes);
@@ -117,16 +126,21 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
     bool& b;
     ~reset() { b = false; }
   } guard{distributing_};
-  // 1. Credit requests, oldest first, each granted whole.
-  for (;;) {
-    member* oldest = nullptr;
-    for (auto& [id, m] : members_)
-      if (m.open && m.want != 0 && (!oldest || m.want_seq < oldest->want_seq)) oldest = &m;
-    if (!oldest) break;
-    member& m = *oldest;
+  // 1. Credit requests, oldest first, each granted whole, unless the
+  // member holds its target already and the request fits in it: then its
+  // own releases serve it (step 2), and younger requests go first.
+  const std::uint64_t goal = target(active_members());
+  waiting_.clear();
+  for (auto& [id, m] : members_)
+    if (m.open && m.want != 0) waiting_.push_back(&m);
+  std::sort(waiting_.begin(), waiting_.end(),
+            [](const member* x, const member* y) { return x->want_seq < y->want_seq; });
+  for (member* mp : waiting_) {
+    member& m = *mp;
     const std::uint64_t allowance = m.outstanding - buffered_of(m);
     if (m.want > allowance) {
       const std::uint64_t deficit = m.want - allowance;
+      if (m.want <= goal && m.outstanding + deficit > goal) continue;
       if (deficit > free_bytes()) {
         bool anything_buffered = false;
         for (const auto& [id, other] : members_) anything_buffered |= buffered_of(other) != 0;
@@ -139,14 +153,17 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
     m.want_seq = 0;
   }
   // 2. Released credit back to its member (no more than it released, so
-  // nothing grows without a request), up to its share.
+  // nothing grows without a request), up to its target.
   if (returning == 0) return;
   auto it = members_.find(returning);
   if (it == members_.end() || !it->second.open) return;
-  const std::uint64_t share = active_share();
   member& m = it->second;
-  if (m.outstanding < share)
-    give(m, std::min({returned, share - m.outstanding, free_bytes()}));
+  if (m.outstanding < goal) give(m, std::min({returned, goal - m.outstanding, free_bytes()}));
+  // A request this served (it waited for the member's own releases) is met.
+  if (m.want != 0 && m.want <= m.outstanding - buffered_of(m)) {
+    m.want = 0;
+    m.want_seq = 0;
+  }
 }
 
 }  // namespace blobpipe

@@ -62,6 +62,10 @@ struct server_options {
   std::uint64_t budget_bytes = 256ull << 20;
   /// Credit a new connection starts with, at most, bytes.
   std::uint64_t initial_grant_bytes = credit_pool::default_initial_grant_bytes;
+  /// Credit the streaming connections hold together while the application
+  /// keeps up, bytes (credit_pool: each one's target is this over the
+  /// active ones, at least 64 KiB); 0: up to budget_bytes over them.
+  std::uint64_t stream_bytes = credit_pool::default_stream_bytes;
   /// Connections open at once. One more is accepted and closed at once:
   /// its sender's handshake fails with peer_closed (a resend session
   /// retries).
