@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -24,6 +25,8 @@
 #include <asio/io_context.hpp>
 
 #include "blobpipe/pipeline.hpp"
+
+#include "fuzz/stream_input.hpp"
 
 namespace {
 
@@ -107,18 +110,12 @@ asio::awaitable<void> consume(std::unique_ptr<transport> t, consumer_options opt
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
-  std::vector<std::byte> stream;
+  std::optional<hello> h;
   if (mode & 1) {
-    hello h{.role = wire_role::sender, .max_chunk_bytes = 4096};
-    if (mode & 2) h.session[0] = std::byte{1};
-    const auto p = encode_hello(h);
-    stream.resize(frame_header_size);
-    encode_frame_header(
-        {.type = frame_type::hello, .length = static_cast<std::uint32_t>(p.size())}, stream);
-    stream.insert(stream.end(), p.begin(), p.end());
+    h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096};
+    if (mode & 2) h->session[0] = std::byte{1};
   }
-  const auto rest = std::as_bytes(std::span(data + 1, size - 1));
-  stream.insert(stream.end(), rest.begin(), rest.end());
+  const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
 
   consumer_options opt;
   opt.window_bytes = 1 << 20;

@@ -16,11 +16,14 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/wire.hpp"
+
+#include "fuzz/stream_input.hpp"
 
 namespace {
 
@@ -94,17 +97,10 @@ std::size_t piece(unsigned mode, std::span<const std::byte> rest, std::size_t at
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
-  std::vector<std::byte> stream;
-  if (mode & 1) {
-    hello h{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
-    const auto p = encode_hello(h);
-    stream.resize(frame_header_size);
-    encode_frame_header({.type = frame_type::hello, .length = static_cast<std::uint32_t>(p.size())},
-                        stream);
-    stream.insert(stream.end(), p.begin(), p.end());
-  }
+  std::optional<hello> h;
+  if (mode & 1) h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
   const auto rest = std::as_bytes(std::span(data + 1, size - 1));
-  stream.insert(stream.end(), rest.begin(), rest.end());
+  const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
 
   fuzz_listener l;
   decoder d(wire_role::sender,
