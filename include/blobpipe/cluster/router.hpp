@@ -106,7 +106,9 @@ class router {
   static asio::awaitable<std::tuple<std::error_code, router>> start(
       asio::any_io_executor ex, std::vector<std::string> urls, router_options opt = {});
 
+  /// Destinations, as many as the URLs given to start().
   std::size_t size() const noexcept;
+  /// Destination `d`'s URL as given. REQUIRES: d < size().
   const std::string& url(std::size_t d) const;
   /// Empty while destination `d` is usable; its error once gone for good.
   std::error_code error(std::size_t d) const noexcept;
@@ -138,6 +140,8 @@ class router {
   std::shared_ptr<detail::router_state> state_;
 };
 
+/// `st` as one line of JSON (what router::stats_json prints; docs/cluster.md
+/// "Metrics").
 std::string to_json(const router_stats& st);
 
 }  // namespace blobpipe
