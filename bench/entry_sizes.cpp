@@ -5,6 +5,7 @@
 //   ... -- --quick       (small counts: checks that it runs)
 //   ... -- --only "16 KiB" --column "blobpipe in" --samples 10000   (a part)
 //   ... -- --cpu         (also each side's CPU seconds, user and system, per run)
+//   ... -- --blob 5      (blobpipe in blobs of 5 only; or 1000)
 //
 // Workloads: entries of 64 B, 1 KiB, 16 KiB, 256 KiB, 1 MiB and 16 MiB,
 // and an RL sample (int64[2048], float32[2048], bool[2048], a float32
@@ -426,6 +427,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string csv_path, only, only_column;
   std::uint64_t count = 0;
+  std::size_t only_blob = 0;  // --blob N: only blobs of N entries (5 or 1000)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -436,6 +438,8 @@ int main(int argc, char** argv) {
       only_column = argv[++i];
     } else if (a == "--samples" && i + 1 < argc) {
       count = std::stoull(argv[++i]);
+    } else if (a == "--blob" && i + 1 < argc) {
+      only_blob = std::stoull(argv[++i]);
     } else if (a == "--cpu") {
       print_cpu = true;
     } else if (a == "--csv" && i + 1 < argc) {
@@ -445,7 +449,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: entry_sizes [--quick] [--only WORKLOAD] [--column PREFIX] "
-                   "[--samples N] [--cpu] [--csv FILE]\n");
+                   "[--samples N] [--blob 5|1000] [--cpu] [--csv FILE]\n");
       return 1;
     }
   }
@@ -496,6 +500,7 @@ int main(int argc, char** argv) {
     for (std::size_t per_blob : {std::size_t{5}, std::size_t{1000}}) {
       const std::size_t n = std::min<std::size_t>(per_blob, w.entries());
       if (per_blob == 1000 && n <= 5) continue;
+      if (only_blob != 0 && per_blob != only_blob) continue;
       if (wanted("blobpipe tcp"))
         report(w, "blobpipe tcp", n,
                best_of(reps, [&](std::string& e) { return run_blobpipe(link::tcp, w, n, e); }));
