@@ -159,6 +159,7 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
   std::atomic<bool> started{false};
   clock_type::time_point t0;
   double elapsed = 0;
+  std::uint64_t credit_waits = 0;  // times a producer waited for window credit
   if (l == link::inproc) {
     auto [a, b] = bp::loopback::make_pair(ctx_s.get_executor(), ctx_c.get_executor());
     ts = std::move(a);
@@ -223,6 +224,7 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
         co_return;
       }
     }
+    credit_waits = s.stats().credit_waits;
     if (auto e = co_await s.shutdown()) error = "shutdown: " + e.message();
   }, asio::detached);
   thread_cpu consumer_cpu;
@@ -237,6 +239,7 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
   consumer_thread.join();
   report_cpu(l == link::tcp ? "blobpipe tcp" : "blobpipe in-process", elapsed, sender_cpu,
              consumer_cpu);
+  if (print_cpu) std::printf("    sender waited for credit %llu times\n", (unsigned long long)credit_waits);
   if (error.empty() && received != w.entries())
     error = "received " + std::to_string(received) + " of " + std::to_string(w.entries());
   return elapsed;
