@@ -316,9 +316,9 @@ double run_zmq(const workload& w, bool tuned, std::string& error) {
 
 /// `landing`: the receiver lands the bytes in a buffer as large as the
 /// largest entry (at least 1 MiB), front to back, as a consumer lands an
-/// entry in its own buffer (up to 1 MiB a recv() either way); otherwise it
-/// reads every piece into the same
-/// 1 MiB, which stays in the CPU's cache (the wire's ceiling).
+/// entry in its own buffer; otherwise it reads every piece into the same
+/// 1 MiB, which stays in the CPU's cache (the wire's ceiling). Up to
+/// 1 MiB a recv() either way.
 double run_raw(const workload& w, bool landing, std::string& error) {
   sources src(w);
   std::size_t biggest = 0;

@@ -202,7 +202,7 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   lease.credit = a.credit;
   b.device.reset();
   if (small) {
-    // dest is inside the lease
+    // dest is inside the lease already
   } else if (!b.discard && b.region) {
     dest = b.region->data() + e.off;  // validate_entry: off + len <= max_blob_bytes
     lease.region = b.region;
