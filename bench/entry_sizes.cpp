@@ -4,6 +4,8 @@
 //   bazel/bazelw run -c opt --symlink_prefix=/ //bench:entry_sizes -- --csv entry_sizes.csv
 //   ... -- --quick       (small counts: checks that it runs)
 //   ... -- --only "16 KiB" --column "blobpipe in" --samples 10000   (a part)
+//   ... -- --cpu         (also each side's CPU seconds, user and system, per run)
+//   ... -- --blob 5      (blobpipe in blobs of 5 only; or 1000)
 //
 // Workloads: entries of 64 B, 1 KiB, 16 KiB, 256 KiB, 1 MiB and 16 MiB,
 // and an RL sample (int64[2048], float32[2048], bool[2048], a float32
@@ -21,6 +23,10 @@
 // - raw socket: the workload's bytes, concatenated, with blocking send()
 //   of up to 1 MiB and recv() into a 1 MiB buffer (no framing at all): the
 //   wire's ceiling in bytes/s.
+// - raw socket landing (entries above 1 MiB): the same, the receiver
+//   landing the bytes in a buffer of the entry's size, as a consumer must;
+//   that buffer is not in the CPU's cache, and the kernel's copy into it
+//   costs more than into the reused 1 MiB.
 //
 // Each cell is the best of 3 runs (interleaved by column), with the
 // spread (worst/best) in the CSV. Entries/s count entries delivered to the
@@ -29,6 +35,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -80,6 +87,36 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
+/// --cpu: each side's CPU seconds (this thread's, user and system) beside
+/// the run's wall time, printed after every run. CPU time does not depend
+/// on what else runs on the machine, so it shows which side is busy and
+/// which waits even on a loaded one (docs/performance.md "What bounds them").
+bool print_cpu = false;
+
+struct thread_cpu {
+  double user = 0, sys = 0;
+  long faults = 0;  // minor page faults
+  long switches = 0;  // voluntary context switches: how often the thread slept
+  static thread_cpu now() {
+    rusage u{};
+    ::getrusage(RUSAGE_THREAD, &u);
+    return {u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6,
+            u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6, u.ru_minflt, u.ru_nvcsw};
+  }
+  thread_cpu since(const thread_cpu& start) const {
+    return {user - start.user, sys - start.sys, faults - start.faults, switches - start.switches};
+  }
+};
+
+void report_cpu(const char* column, double wall, const thread_cpu& sender, const thread_cpu& receiver) {
+  if (!print_cpu) return;
+  std::printf("    cpu %s: wall %.3f s; sender user %.3f sys %.3f s (%.0f%% of wall), %ld faults, "
+              "%ld sleeps; receiver user %.3f sys %.3f s (%.0f%%), %ld faults, %ld sleeps\n",
+              column, wall, sender.user, sender.sys, 100 * (sender.user + sender.sys) / wall,
+              sender.faults, sender.switches, receiver.user, receiver.sys,
+              100 * (receiver.user + receiver.sys) / wall, receiver.faults, receiver.switches);
+}
+
 /// One reused source buffer per entry size: every entry is a view of it.
 struct sources {
   std::vector<std::vector<std::byte>> bufs;
@@ -122,6 +159,7 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
   std::atomic<bool> started{false};
   clock_type::time_point t0;
   double elapsed = 0;
+  std::uint64_t credit_waits = 0;  // times a producer waited for window credit
   if (l == link::inproc) {
     auto [a, b] = bp::loopback::make_pair(ctx_s.get_executor(), ctx_c.get_executor());
     ts = std::move(a);
@@ -186,11 +224,22 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
         co_return;
       }
     }
+    credit_waits = s.stats().credit_waits;
     if (auto e = co_await s.shutdown()) error = "shutdown: " + e.message();
   }, asio::detached);
-  std::thread consumer_thread([&] { ctx_c.run(); });
+  thread_cpu consumer_cpu;
+  std::thread consumer_thread([&] {
+    const auto start = thread_cpu::now();
+    ctx_c.run();
+    consumer_cpu = thread_cpu::now().since(start);
+  });
+  const auto sender_start = thread_cpu::now();
   ctx_s.run();
+  const auto sender_cpu = thread_cpu::now().since(sender_start);
   consumer_thread.join();
+  report_cpu(l == link::tcp ? "blobpipe tcp" : "blobpipe in-process", elapsed, sender_cpu,
+             consumer_cpu);
+  if (print_cpu) std::printf("    sender waited for credit %llu times\n", (unsigned long long)credit_waits);
   if (error.empty() && received != w.entries())
     error = "received " + std::to_string(received) + " of " + std::to_string(w.entries());
   return elapsed;
@@ -265,8 +314,15 @@ double run_zmq(const workload& w, bool tuned, std::string& error) {
 
 // ---- raw socket --------------------------------------------------------------
 
-double run_raw(const workload& w, std::string& error) {
+/// `landing`: the receiver lands the bytes in a buffer as large as the
+/// largest entry (at least 1 MiB), front to back, as a consumer lands an
+/// entry in its own buffer; otherwise it reads every piece into the same
+/// 1 MiB, which stays in the CPU's cache (the wire's ceiling). Up to
+/// 1 MiB a recv() either way.
+double run_raw(const workload& w, bool landing, std::string& error) {
   sources src(w);
+  std::size_t biggest = 0;
+  for (auto s : w.sizes) biggest = std::max(biggest, s);
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -281,16 +337,22 @@ double run_raw(const workload& w, std::string& error) {
   const std::uint64_t total = w.bytes();
   double elapsed = 0;
   clock_type::time_point t0;
+  thread_cpu receiver_cpu;
   std::thread receiver([&] {
+    const auto start = thread_cpu::now();
     const int fd = ::accept(lfd, nullptr, nullptr);
-    std::vector<std::byte> buf(1 << 20);
+    std::vector<std::byte> buf(landing ? std::max(biggest, std::size_t{1} << 20) : 1 << 20);
     std::uint64_t got = 0;
+    std::size_t at = 0;  // landing: where the next byte goes, as in an entry's buffer
     while (got < total) {
-      const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      const std::size_t room = std::min<std::size_t>(buf.size() - at, 1 << 20);
+      const ssize_t n = ::recv(fd, buf.data() + at, room, 0);
       if (n <= 0) break;
       got += static_cast<std::uint64_t>(n);
+      if (landing) at = (at + static_cast<std::size_t>(n)) % buf.size();
     }
     elapsed = seconds_since(t0);
+    receiver_cpu = thread_cpu::now().since(start);
     ::close(fd);
   });
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -300,6 +362,7 @@ double run_raw(const workload& w, std::string& error) {
   // The sample's bytes back to back in a 1 MiB staging buffer, sent whole.
   std::vector<std::byte> stage;
   stage.reserve(1 << 20);
+  const auto sender_start = thread_cpu::now();
   t0 = clock_type::now();
   for (std::uint64_t s = 0; s < w.samples && error.empty(); ++s) {
     for (const auto& b : src.bufs) {
@@ -327,7 +390,9 @@ double run_raw(const workload& w, std::string& error) {
     if (n <= 0) break;
     at += static_cast<std::size_t>(n);
   }
+  const auto sender_cpu = thread_cpu::now().since(sender_start);
   receiver.join();
+  report_cpu(landing ? "raw socket landing" : "raw socket", elapsed, sender_cpu, receiver_cpu);
   ::close(fd);
   ::close(lfd);
   return elapsed;
@@ -365,6 +430,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string csv_path, only, only_column;
   std::uint64_t count = 0;
+  std::size_t only_blob = 0;  // --blob N: only blobs of N entries (5 or 1000)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -375,6 +441,10 @@ int main(int argc, char** argv) {
       only_column = argv[++i];
     } else if (a == "--samples" && i + 1 < argc) {
       count = std::stoull(argv[++i]);
+    } else if (a == "--blob" && i + 1 < argc) {
+      only_blob = std::stoull(argv[++i]);
+    } else if (a == "--cpu") {
+      print_cpu = true;
     } else if (a == "--csv" && i + 1 < argc) {
       csv_path = argv[++i];
       if (csv_path[0] != '/' && std::getenv("BUILD_WORKING_DIRECTORY"))
@@ -382,7 +452,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: entry_sizes [--quick] [--only WORKLOAD] [--column PREFIX] "
-                   "[--samples N] [--csv FILE]\n");
+                   "[--samples N] [--blob 5|1000] [--cpu] [--csv FILE]\n");
       return 1;
     }
   }
@@ -433,6 +503,7 @@ int main(int argc, char** argv) {
     for (std::size_t per_blob : {std::size_t{5}, std::size_t{1000}}) {
       const std::size_t n = std::min<std::size_t>(per_blob, w.entries());
       if (per_blob == 1000 && n <= 5) continue;
+      if (only_blob != 0 && per_blob != only_blob) continue;
       if (wanted("blobpipe tcp"))
         report(w, "blobpipe tcp", n,
                best_of(reps, [&](std::string& e) { return run_blobpipe(link::tcp, w, n, e); }));
@@ -447,7 +518,11 @@ int main(int argc, char** argv) {
       report(w, "zeromq tuned", 0,
              best_of(reps, [&](std::string& e) { return run_zmq(w, true, e); }));
     if (wanted("raw socket"))
-      report(w, "raw socket", 0, best_of(reps, [&](std::string& e) { return run_raw(w, e); }));
+      report(w, "raw socket", 0,
+             best_of(reps, [&](std::string& e) { return run_raw(w, false, e); }));
+    if (wanted("raw socket landing") && w.sizes.size() == 1 && w.sizes[0] > (1 << 20))
+      report(w, "raw socket landing", 0,
+             best_of(reps, [&](std::string& e) { return run_raw(w, true, e); }));
   }
   if (csv) std::fclose(csv);
   return failures == 0 ? 0 : 1;

@@ -3,6 +3,8 @@
 // land (their own buffer, the blob's assembly region, a host buffer bound
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 
 #include <asio/io_context.hpp>
@@ -57,6 +59,19 @@ struct entry_lease {
       } catch (...) {  // out of memory for the handler: the credit is lost
       }
     }
+  }
+};
+
+/// An entry of at most this many bytes lands inside its lease: one
+/// allocation where a lease and a 64-byte aligned buffer were two (the
+/// small entries of an RL sample: a reward, a pickled meta dict).
+constexpr std::size_t small_entry_bytes = 256;
+
+struct small_entry_lease : entry_lease {
+  std::array<std::byte, small_entry_bytes + ALIGN - 1> room;  // bytes from a 64-byte boundary
+  std::byte* bytes() noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(room.data());
+    return room.data() + (align_up(at) - at);
   }
 };
 
@@ -167,17 +182,28 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
                                                             const entry_announcement& a) {
   sink_blob& b = blob_of(blob);
   const Entry& e = *a.entry;
+  std::byte* dest = nullptr;
+  const bool small = !b.discard && !b.region && e.len != 0 && e.len <= small_entry_bytes &&
+                     !(landing && landing->selects(e));
   // Its own allocation, not a member of the received_entry: storage may
   // outlive the entry (and a lease inside it would keep itself alive).
-  auto owned_lease = std::make_shared<entry_lease>();
+  std::shared_ptr<entry_lease> owned_lease;
+  if (small) {
+    auto in_lease = std::make_shared<small_entry_lease>();
+    dest = in_lease->bytes();
+    owned_lease = std::move(in_lease);
+  } else {
+    owned_lease = std::make_shared<entry_lease>();
+  }
   entry_lease& lease = *owned_lease;
   lease.owner = weak_from_this();
   // Untracked: a held entry must not keep the io_context's run() going.
   lease.ex = asio::prefer(ex, asio::execution::outstanding_work.untracked);
   lease.credit = a.credit;
-  std::byte* dest = nullptr;
   b.device.reset();
-  if (!b.discard && b.region) {
+  if (small) {
+    // dest is inside the lease already
+  } else if (!b.discard && b.region) {
     dest = b.region->data() + e.off;  // validate_entry: off + len <= max_blob_bytes
     lease.region = b.region;
   } else if (!b.discard) {

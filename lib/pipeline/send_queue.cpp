@@ -12,7 +12,8 @@ send_queue::send_queue(std::shared_ptr<transport> t, std::size_t max_queued_byte
     : t_(std::move(t)),
       max_queued_bytes_(max_queued_bytes),
       work_cv_(t_->get_executor()),
-      wrote_cv_(t_->get_executor()) {}
+      wrote_cv_(t_->get_executor()),
+      room_cv_(t_->get_executor()) {}
 
 void send_queue::start(std::function<void(std::error_code)> on_write_failed) {
   on_write_failed_ = std::move(on_write_failed);
@@ -31,6 +32,7 @@ void send_queue::fail(std::error_code ec) noexcept {
   t_->close();
   work_cv_.notify_all();
   wrote_cv_.notify_all();
+  room_cv_.notify_all();
 }
 
 // (No co_await inside a condition in these loops: GCC 12 miscompiles
@@ -45,7 +47,8 @@ asio::awaitable<std::error_code> send_queue::wait_written(std::uint64_t ticket) 
 
 asio::awaitable<std::error_code> send_queue::room() {
   while (full() && !error_) {
-    const bool cancelled = co_await wrote_cv_.wait();
+    room_waited_ = true;
+    const bool cancelled = co_await room_cv_.wait();
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
   co_return error_;
@@ -62,6 +65,10 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
     }
     std::swap(front_, back_);
     taken_ += back_.size();
+    // Producers held back by room() frame into the emptied outbox while
+    // this write is in flight. Waking them only once it completed made
+    // them and an in-process reader take turns (docs/performance.md).
+    if (std::exchange(room_waited_, false)) room_cv_.notify_all();
     const std::uint64_t end = taken_;
     const std::error_code ec = co_await write_out(back_);
     back_.clear();

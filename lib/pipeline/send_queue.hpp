@@ -54,7 +54,10 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   /// Whether room() would wait.
   bool full() const noexcept { return front_.copied_bytes() > max_queued_bytes_; }
   /// Waits while more than max_queued_bytes copied bytes wait for the
-  /// writer (backpressure on producers whose entries are copied).
+  /// writer (backpressure on producers whose entries are copied). It ends
+  /// when the writer takes them, not when their write completes, so
+  /// producers frame the next batch while one is written (at most twice
+  /// max_queued_bytes copied bytes are held).
   asio::awaitable<std::error_code> room();
 
   /// Ends the queue: the transport is closed, every waiter wakes with `ec`.
@@ -79,6 +82,8 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   std::error_code error_;
   async_condition work_cv_;   // the writer waits for frames
   async_condition wrote_cv_;  // written_ advanced, or the queue failed
+  async_condition room_cv_;   // the writer took front_, or the queue failed
+  bool room_waited_ = false;  // a producer waits on room_cv_
   std::vector<asio::const_buffer> gather_;  // the writer's scratch list
   std::size_t gathered_ = 0;                // bytes in gather_
 };

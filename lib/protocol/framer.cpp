@@ -8,8 +8,9 @@
 namespace blobpipe {
 
 std::span<std::byte> outbox::append(std::size_t n) {
-  const std::size_t at = bytes_.size();
-  bytes_.resize(at + n);
+  const std::size_t at = used_;
+  if (bytes_.size() - at < n) bytes_.resize(std::max(at + n, 2 * bytes_.size()));
+  used_ = at + n;
   if (!pieces_.empty() && !pieces_.back().external) {
     pieces_.back().size += n;  // extends the run of owned bytes
   } else {
@@ -26,7 +27,7 @@ void outbox::append_external(std::span<const std::byte> payload, bool bulk, int 
 }
 
 void outbox::clear() noexcept {
-  bytes_.clear();
+  used_ = 0;
   pieces_.clear();
   size_ = 0;
 }

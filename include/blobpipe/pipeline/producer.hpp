@@ -111,7 +111,8 @@ struct sender_options {
   /// once; longer ones are sent from the value's memory (zero copy).
   std::uint32_t inline_bytes = default_inline_bytes;
   /// Copied bytes (headers, inline entries, tails) queued for the writer
-  /// beyond which emit() waits for it, bytes.
+  /// beyond which emit() waits for it to take them, bytes. Producers frame
+  /// the next batch while one is written: at most twice this is held.
   std::size_t max_queued_bytes = std::size_t{4} << 20;
   /// Offer feature_entry_timestamps (docs/wire_features.md): when the
   /// consumer accepts it, each entry_begin carries the steady clock at

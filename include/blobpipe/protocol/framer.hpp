@@ -52,6 +52,7 @@ class outbox {
   };
 
   /// Room for `n` copied bytes at the end (valid until the next append).
+  /// Not zeroed: the caller writes every byte of it.
   std::span<std::byte> append(std::size_t n);
   /// Appends the caller's memory (not copied). `bulk`, `device`: see piece.
   void append_external(std::span<const std::byte> payload, bool bulk, int device = -1);
@@ -60,13 +61,17 @@ class outbox {
   /// Bytes queued: copied and external.
   std::size_t size() const noexcept { return size_; }
   /// Bytes the outbox copied (its own memory).
-  std::size_t copied_bytes() const noexcept { return bytes_.size(); }
+  std::size_t copied_bytes() const noexcept { return used_; }
   std::span<const piece> pieces() const noexcept { return pieces_; }
   /// Empties it, keeping its memory for the next frames.
   void clear() noexcept;
 
  private:
+  // bytes_[0, used_) are queued. bytes_ only grows, and clear() keeps it,
+  // so append() zeroes nothing once the outbox has reached its working
+  // size (resizing per frame zeroed every inline entry before its copy).
   std::vector<std::byte> bytes_;
+  std::size_t used_ = 0;
   std::vector<piece> pieces_;
   std::size_t size_ = 0;
 };

@@ -21,6 +21,15 @@ namespace {
 
 constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
+/// Completion condition for whole writes and exact reads: until done or
+/// failed, with no limit per system call. Asio's own (transfer_all) hands
+/// the socket at most 64 KiB per sendmsg/recvmsg, which made a 16 MiB
+/// entry 256 system calls and 256 reactor round trips on each side
+/// (docs/performance.md "What bounds them").
+constexpr auto all_at_once = [](const std::error_code& ec, std::size_t) -> std::size_t {
+  return ec ? 0 : std::size_t{1} << 30;
+};
+
 class tcp_transport final : public transport {
  public:
   tcp_transport(asio::ip::tcp::socket s) : sock_(std::move(s)) {}
@@ -32,7 +41,7 @@ class tcp_transport final : public transport {
 
   asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
     if (closed_) co_return closed_error();
-    auto [ec, n] = co_await asio::async_write(sock_, bytes, use_tuple);
+    auto [ec, n] = co_await asio::async_write(sock_, bytes, all_at_once, use_tuple);
     if (ec) co_return fail(ec, "write");  // a partial write poisons the stream
     co_return std::error_code{};
   }
@@ -48,7 +57,7 @@ class tcp_transport final : public transport {
   asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest) override {
     if (closed_) co_return closed_error();
     auto [ec, n] =
-        co_await asio::async_read(sock_, asio::buffer(dest.data(), dest.size()), use_tuple);
+        co_await asio::async_read(sock_, asio::buffer(dest.data(), dest.size()), all_at_once, use_tuple);
     if (ec) co_return fail(ec, "read");
     co_return std::error_code{};
   }
