@@ -143,6 +143,9 @@ class listener_handle {
   }
 
   void close() {
+    // A forked child's copy: its background thread is the parent's, so
+    // there is nothing to close here (the destructor leaks it, runtime.hpp).
+    if (generation_ != fork_generation()) return;
     if (closed_) return;
     closed_ = true;
     auto unclaimed = std::exchange(pending_, nullptr);

@@ -218,6 +218,9 @@ class consumer_handle {
 
   /// Closes now (see the Consumer docstring). Idempotent.
   void close() {
+    // A forked child's copy: its background thread is the parent's, so
+    // there is nothing to close here (the destructor leaks it, runtime.hpp).
+    if (generation_ != fork_generation()) return;
     {
       std::unique_lock lk(core_->mu);
       if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;

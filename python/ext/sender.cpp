@@ -427,6 +427,32 @@ class sender_handle {
     run_and_wait(std::move(cmd), b.get(), "");
   }
 
+  /// An exception left the Blob's with block: queues the abort and waits
+  /// for it at most exit_flush_grace (the entries ahead of it may wait for
+  /// window space a consumer that is not reading never gives; the abort
+  /// then goes when they do, or with close()). Raises nothing: the block's
+  /// own exception matters more.
+  void abort_on_exit(const std::shared_ptr<blob_slot>& b, std::string reason) {
+    if (generation_ != fork_generation()) return;
+    {
+      std::lock_guard lk(core_->mu);
+      if (b->ended || (b->failed && !core_->failed)) return;
+    }
+    auto done = std::make_shared<completion>();
+    send_command cmd;
+    cmd.what = op::abort;
+    cmd.blob = b;
+    cmd.text = std::move(reason);
+    cmd.done = done;
+    try {
+      push(std::move(cmd), b.get());
+    } catch (py::error_already_set&) {
+      return;  // closed or failed: the consumer sees the blob aborted anyway
+    }
+    done->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+    drop_released();
+  }
+
   /// The Python Blob is gone: its writer is dropped on the io thread (which
   /// aborts the blob if it is still open), behind the commands that may
   /// still use it. Once closing has emptied every writer, `b` may go here.
@@ -471,6 +497,9 @@ class sender_handle {
   /// reported aborted by the consumer), the background thread stops.
   /// Without the GIL while it waits; the io thread never needs it.
   void close_now() {
+    // A forked child's copy: its background thread is the parent's, so
+    // there is nothing to close here (the destructor leaks it, runtime.hpp).
+    if (generation_ != fork_generation()) return;
     {
       std::unique_lock lk(core_->mu);
       if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;
@@ -757,9 +786,12 @@ resend=True)) reconnects instead.)")
            [](py_sender& s, py::handle tag) { return py_blob(s.h, s.h->open_blob(tag)); },
            py::arg("tag") = py::none(),
            R"(Opens a blob with `tag`: any bytes-like object cut or zero-padded to 16
-bytes; None (the default) gives a random uuid4 tag. Nothing is sent until
-its first emit, finish or abort. Raises ClosedError, or the connection's
-error.)")
+bytes; None (the default) gives a random uuid4 tag. In a resend session
+(connect(..., resend=True)) the consumer knows a blob by this tag: two
+blobs with equal 16-byte tags are one blob to it, and the second is
+dropped as a resend; keep tags unique and at most 16 bytes there. Nothing
+is sent until its first emit, finish or abort. Raises ClosedError, or the
+connection's error.)")
       .def("flush", [](py_sender& s) { s.h->flush(); },
            R"(Waits until every entry, tail and abort queued so far has been handed to
 the transport (not: read by the consumer). Interrupted by Ctrl-C. Raises
@@ -857,12 +889,7 @@ before, or the connection's error.)")
           b.h->end_blob(b.slot, op::finish, {});
           return false;
         }
-        try {
-          b.h->end_blob(b.slot, op::abort, exit_reason(value));
-        } catch (py::error_already_set&) {
-          // The block's own exception matters more than why the abort
-          // could not be sent (a closed sender aborts its blobs anyway).
-        }
+        b.h->abort_on_exit(b.slot, exit_reason(value));
         return false;
       });
 }

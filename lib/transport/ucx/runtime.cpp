@@ -77,7 +77,8 @@ runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail:
       address_(std::move(address)),
       pairs_(worker_.get(), address_),
       pairing_lock_(ex_),
-      busy_poll_(busy_poll) {}
+      busy_poll_(busy_poll),
+      backoff_(ex_) {}
 
 runtime::~runtime() {
   // Owners close their connections first, so this is only a safety net.
@@ -189,14 +190,30 @@ void runtime::progress_pass() {
       break;
     }
     // UCS_ERR_BUSY: events arrived since the last progress; sleeping now
-    // could miss them.
+    // could miss them. Progress again, but from the executor's queue: UCX
+    // 1.13 can answer BUSY over and over with nothing to progress (seen
+    // after a peer was killed mid-stream), and looping here would starve
+    // every other handler (timers, signals, the rendezvous sockets that
+    // tell the peer is gone).
     const ucs_status_t st = ucp_worker_arm(worker_.get());
-    if (st != UCS_ERR_BUSY) {
-      armed = st == UCS_OK;
+    if (st == UCS_ERR_BUSY) {
+      busy_without_events_ = events == 0 ? busy_without_events_ + 1 : 0;
+      poll_on = true;
       break;
     }
+    busy_without_events_ = 0;
+    armed = st == UCS_OK;
+    break;
   }
   in_progress_ = false;
+  if (busy_without_events_ > busy_passes_before_backoff) {
+    // Still BUSY with nothing to do: look again in a while, not at once.
+    backoff_.expires_after(busy_backoff);
+    backoff_.async_wait([weak = weak_from_this()](std::error_code ec) {
+      if (auto rt = weak.lock(); rt && !ec) rt->progress_pass();
+    });
+    return;
+  }
   // Wait on the event fd only once the worker is armed. While it is not,
   // UCX leaves its own descriptors ready, so the fd would read as ready
   // again at once: a loop of epoll calls (most of a busy sender's time

@@ -42,6 +42,7 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
 #include <ucp/api/ucp.h>
 
 #include "blobpipe/errors.hpp"
@@ -187,6 +188,12 @@ class runtime : public std::enable_shared_from_this<runtime> {
   std::map<nonce, connection*> verifying_;
   std::chrono::microseconds busy_poll_;
   std::chrono::steady_clock::time_point last_events_{};
+  // Passes in a row that ended with ucp_worker_arm BUSY and no events, and
+  // the timer that spaces them out once there are too many (progress_pass).
+  static constexpr unsigned busy_passes_before_backoff = 1000;
+  static constexpr std::chrono::milliseconds busy_backoff{1};
+  unsigned busy_without_events_ = 0;
+  asio::steady_timer backoff_;
   bool kick_posted_ = false;
   bool fd_waiting_ = false;  // an efd_ wait is outstanding
   bool in_progress_ = false;

@@ -116,7 +116,9 @@ class Sender:
     def _waiting(self) -> int: ...
     def open_blob(self, tag: Any = None) -> Blob:
         """A new blob; ``tag`` bytes-like (cut or zero-padded to 16 bytes),
-        None for a random uuid4 tag. Raises ClosedError, StreamError."""
+        None for a random uuid4 tag. In a resend session equal tags are one
+        blob to the consumer (the second is dropped): keep them unique.
+        Raises ClosedError, StreamError."""
     def flush(self) -> None:
         """Waits until everything queued was handed to the transport.
         Raises the connection's StreamError."""

@@ -82,7 +82,11 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             resend: True for a resend session: every blob is kept until the
                 consumer acknowledges it, and a broken connection is made
                 again and the unacknowledged blobs resent (each reaches the
-                application once). Costs a copy of every byte.
+                application once). Costs a copy of every byte. The
+                consumer knows a blob by its 16-byte tag: blobs whose tags
+                are equal (after cutting to 16 bytes) are one blob to it,
+                and it drops the second as a resend. Give each blob its own
+                tag of at most 16 bytes, or None (a random uuid4).
             unacked_bytes, max_attempts, retry_delay, max_retry_delay:
                 resend session limits (bytes, count, seconds, seconds;
                 defaults 256 MiB, 8, 0.01, 1).
