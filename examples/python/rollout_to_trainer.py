@@ -5,7 +5,7 @@
     ... rollout_to_trainer.py --batch 64 --workers 2
     # two processes (either side may be the C++ example, examples/rollout_to_trainer):
     ... rollout_to_trainer.py --listen 127.0.0.1:5555 &
-    ... rollout_to_trainer.py --connect 127.0.0.1:5555
+    ... rollout_to_trainer.py --connect 127.0.0.1:5555   # or a URL: tcp://..., ucx://...
     bazel-bin/examples/rollout_to_trainer --listen 127.0.0.1:5555 &
     ... rollout_to_trainer.py --connect 127.0.0.1:5555
 
@@ -294,16 +294,26 @@ def url_of(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
+def endpoint(text: str, listening: bool) -> str:
+    """A --listen/--connect value as a URL: a URL as it is (tcp://, ucx://,
+    checked by blobpipe.parse_url), or [HOST:]PORT as tcp://. Raises
+    ValueError (bf.URLError is one) with what is wrong."""
+    if "://" in text:
+        bf.parse_url(text, listening=listening)
+        return text
+    return url_of(*host_port(text))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=4, help="worker connections (default 4)")
     ap.add_argument("--batch", type=int, default=256, help="samples in the batch (default 256)")
     side = ap.add_mutually_exclusive_group()
-    side.add_argument("--listen", metavar="[HOST:]PORT",
+    side.add_argument("--listen", metavar="[HOST:]PORT|URL",
                       help="run only the trainer, listening there (PORT 0: a free one, named "
                            "in the first line)")
-    side.add_argument("--connect", metavar="HOST:PORT",
+    side.add_argument("--connect", metavar="HOST:PORT|URL",
                       help="run only the workers, connecting there (to this trainer or the C++ "
                            "one; give both sides the same --workers and --batch)")
     ap.add_argument("--timeout", type=float, default=60.0,
@@ -312,22 +322,22 @@ def main(argv: list[str]) -> int:
     if a.workers < 1 or a.batch < 1 or not 0 < a.timeout <= 365 * 24 * 3600:
         ap.error("--workers and --batch must be >= 1, --timeout > 0")
     try:
-        where = host_port(a.listen or a.connect or "0")
+        where = endpoint(a.listen or a.connect or "0", listening=not a.connect)
     except ValueError as e:
         ap.error(str(e))
     builder = SampleBuilder()
 
     if a.connect:
-        print(f"rollout_to_trainer.py: {a.workers} worker(s) -> {url_of(*where)}", flush=True)
-        return 0 if run_workers(url_of(*where), a.workers, a.batch, builder) else 1
+        print(f"rollout_to_trainer.py: {a.workers} worker(s) -> {where}", flush=True)
+        return 0 if run_workers(where, a.workers, a.batch, builder) else 1
 
     try:
-        listener = bf.listen(url_of(*where), window_bytes=16 << 20)
+        listener = bf.listen(where, window_bytes=16 << 20)
     except (bf.URLError, bf.StreamError) as e:
         print(f"rollout_to_trainer.py: {e}", file=sys.stderr)
         return 2
     with listener:
-        url = url_of(where[0], listener.port)
+        url = listener.url
         print(f"rollout_to_trainer.py: {a.workers} worker(s) -> trainer, {url}, "
               f"global batch {a.batch} samples (5 entries each)", flush=True)
         workers = None
