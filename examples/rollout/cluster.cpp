@@ -113,7 +113,9 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
                                                          : "");
     co_return res;
   }
-  for (std::size_t n = id; n < o.batch; n += o.workers) {
+  // On an error the loop ends and the router closes; its stats (what did
+  // go out before) are reported either way.
+  for (std::size_t n = id; !res.ec && n < o.batch; n += o.workers) {
     const std::size_t g = group_of(n, o);
     const sample smp = builder.make(static_cast<std::int64_t>(n));
     auto b = rt.open_blob({.tag = blobpipe::random_tag(),
@@ -122,24 +124,27 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
     if (!b) {
       res.ec = b.code();
       res.what = who + "sample " + std::to_string(n) + ": " + b.message();
-      co_return res;
+      break;
     }
     for (const field& f : fields(smp)) {
       if (auto e = co_await b->blob.emit(f.key, f.value)) {
         res.ec = e;
         res.what = who + "emit " + f.key + " to rank " + std::to_string(b->destination) + ": " +
                    error_text(e, b->blob.last_error());
-        co_return res;
+        break;
       }
     }
+    if (res.ec) break;
     if (auto e = co_await b->blob.finish()) {
       res.ec = e;
       res.what = who + "finish sample " + std::to_string(n) + ": " + error_text(e);
-      co_return res;
+      break;
     }
     ++res.blobs;
   }
-  if (auto e = co_await rt.shutdown()) {
+  if (res.ec) {
+    rt.close();
+  } else if (auto e = co_await rt.shutdown()) {
     res.ec = e;
     res.what = who + "shutdown: " + error_text(e);
   }
