@@ -126,9 +126,10 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
     bool& b;
     ~reset() { b = false; }
   } guard{distributing_};
-  // 1. Credit requests, oldest first, each granted whole, unless the
-  // member holds its target already and the request fits in it: then its
-  // own releases serve it (step 2), and younger requests go first.
+  // 1. Credit requests, oldest first, each granted whole from the free
+  // budget, whatever the member's target: the application may hold every
+  // byte the member has (a group it waits to complete), and only a grant
+  // lets that member go on. Step 2 brings its window back to its target.
   const std::uint64_t goal = target(active_members());
   waiting_.clear();
   for (auto& [id, m] : members_)
@@ -140,7 +141,6 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
     const std::uint64_t allowance = m.outstanding - buffered_of(m);
     if (m.want > allowance) {
       const std::uint64_t deficit = m.want - allowance;
-      if (m.want <= goal && m.outstanding + deficit > goal) continue;
       if (deficit > free_bytes()) {
         bool anything_buffered = false;
         for (const auto& [id, other] : members_) anything_buffered |= buffered_of(other) != 0;
@@ -159,11 +159,6 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
   if (it == members_.end() || !it->second.open) return;
   member& m = it->second;
   if (m.outstanding < goal) give(m, std::min({returned, goal - m.outstanding, free_bytes()}));
-  // A request this served (it waited for the member's own releases) is met.
-  if (m.want != 0 && m.want <= m.outstanding - buffered_of(m)) {
-    m.want = 0;
-    m.want_seq = 0;
-  }
 }
 
 }  // namespace blobpipe

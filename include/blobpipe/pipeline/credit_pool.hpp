@@ -25,14 +25,15 @@
 // 1. Credit requests (a sender waiting for credit says how much its
 //    waiting items need in all), oldest first, each granted whole from the
 //    free budget. While the oldest cannot be met nothing else is granted,
-//    so a large request is not starved by small ones. A request that fits
-//    in the target of a connection already holding it waits for that
-//    connection's own releases (2) instead.
+//    so a large request is not starved by small ones. This holds whatever
+//    the connection's target: the application may hold every byte the
+//    connection has (a group it waits to complete), and only a grant lets
+//    it go on; the budget still bounds it.
 // 2. Credit a connection released goes back to it (no more than it
 //    released) while it holds less than its target. So a streaming sender
 //    keeps its credit without asking again; as others become busy its
-//    target shrinks, and what it releases beyond it stays free for them.
-//    Credit grows only on request.
+//    target shrinks, and what it releases beyond it (a request's grant
+//    included) stays free for them. Credit grows only on request.
 // 3. What is left stays free.
 // A connection starts with min(initial_grant_bytes, budget / 16, its target
 // among the open connections, the free budget), possibly 0 (it then asks when it has something to
