@@ -20,16 +20,9 @@ One run prints, side by side:
    copying the same bytes to the same offsets of the same (pre-faulted)
    buffer; GB/s, best of 5, interleaved. Target: >= 0.8x the copy.
 
-3. Streaming from a Python Sender to a Python Consumer over TCP on
-   127.0.0.1 (blobpipe.connect / listen, default options; the sender on a
-   thread, the consumer iterating in the main thread and dropping each
-   event without making its value), against the C++ pipeline alone
-   (_blobpipe._cpp_stream_bench: C++ sender and consumer on two threads,
-   the same sizes) in the same run: 64 B entries (200,000 in blobs of
-   1,000; entries/s) and 16 MiB entries (64, one per blob; GB/s). Each
-   figure is the best of 3 runs, timed from the first emit to the last
-   BlobComplete. Targets: >= 200,000 entries/s of 64 B, and >= 0.9x the
-   C++ GB/s for 16 MiB.
+3. Streaming, Python against the C++ pipeline, each with its sender and
+   its consumer in two processes over TCP loopback: 64 B entries, RL
+   samples, 16 MiB tensors (bench/python_stream.py, which says how).
 
 Prints PASS/MISS against each target but exits 0 whatever the numbers: a
 benchmark reports, it never gates. --quick runs small sizes (a check that
@@ -44,7 +37,6 @@ import gc
 import importlib.util
 import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -139,78 +131,6 @@ def bench_large(args) -> None:
     print(f"    write/copy      {ratio:8.2f}x       target >= 0.80x: {verdict(ratio >= 0.8)}")
 
 
-def stream_python(blobs: int, per_blob: int, entry_bytes: int) -> float:
-    """Seconds from the first emit to the last BlobComplete, Python to Python
-    over TCP loopback (connection set up before the clock starts)."""
-    value = torch.full((entry_bytes,), 7, dtype=torch.uint8)  # one reused source
-    keys = [f"e{i}" for i in range(per_blob)]
-    with bf.listen("tcp://127.0.0.1:0") as listener:
-        box: dict = {}
-        acc = threading.Thread(target=lambda: box.setdefault("c", listener.accept(timeout=60)))
-        acc.start()
-        sender = bf.connect(f"tcp://127.0.0.1:{listener.port}")
-        acc.join()
-        consumer = box["c"]
-        errors: list = []
-
-        def produce() -> None:
-            try:
-                box["start"] = time.perf_counter()
-                for _ in range(blobs):
-                    blob = sender.open_blob()
-                    for k in keys:
-                        blob.emit(k, value)
-                    blob.finish()
-                sender.shutdown()
-            except BaseException as ex:  # reported by the main thread
-                errors.append(ex)
-                sender.close()
-
-        with consumer:
-            gc.collect()
-            tx = threading.Thread(target=produce)
-            tx.start()
-            entries = completed = 0
-            end = 0.0
-            for ev in consumer:
-                if type(ev) is bf.EntryReady:
-                    entries += 1
-                elif type(ev) is bf.BlobComplete:
-                    completed += 1
-                    end = time.perf_counter()
-                else:
-                    raise RuntimeError(f"unexpected event {ev!r}")
-            tx.join()
-    if errors:
-        raise errors[0]
-    if (entries, completed) != (blobs * per_blob, blobs):
-        raise RuntimeError(f"received {entries} entries in {completed} blobs, sent "
-                           f"{blobs * per_blob} in {blobs}")
-    return end - box["start"]
-
-
-def bench_stream(args) -> None:
-    print(f"[3] streaming over TCP 127.0.0.1, Python sender -> Python consumer vs C++ alone, "
-          f"best of {args.stream_reps}")
-    small, big = args.small_entries, args.big_entries
-    per_blob = min(1000, small)
-    rows = [("64 B", small // per_blob, per_blob, 64), ("16 MiB", big, 1, 16 * MIB)]
-    for name, blobs, per, size in rows:
-        n = blobs * per
-        py = min(stream_python(blobs, per, size) for _ in range(args.stream_reps))
-        cpp = min(bf._blobpipe._cpp_stream_bench(blobs, per, size) for _ in range(args.stream_reps))
-        if size == 64:
-            print(f"    {name:6} Python  {n / py:12,.0f} entries/s  ({n} entries, {py:.3f} s)"
-                  f"   target >= 200,000: {verdict(n / py >= 200_000)}")
-            print(f"    {name:6} C++     {n / cpp:12,.0f} entries/s  ({cpp:.3f} s)")
-        else:
-            gbs_py, gbs_cpp = n * size / py / 1e9, n * size / cpp / 1e9
-            ratio = gbs_py / gbs_cpp
-            print(f"    {name:6} Python  {gbs_py:8.2f} GB/s  ({n} entries, {py:.3f} s)")
-            print(f"    {name:6} C++     {gbs_cpp:8.2f} GB/s  ({cpp:.3f} s)")
-            print(f"    {name:6} ratio   {ratio:8.2f}x       target >= 0.90x: {verdict(ratio >= 0.9)}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description="blobpipe's Python package against the reference codec, numpy and the C++ pipeline")
     ap.add_argument("--quick", action="store_true", help="small sizes: checks that it runs")
@@ -221,17 +141,19 @@ def main() -> int:
                     help="run only sections 1-2 (codec) or 3 (stream)")
     args = ap.parse_args()
     args.budget, args.min_reps, args.large_reps = 3.0, 5, 5
-    args.small_entries, args.big_entries, args.stream_reps = 200_000, 64, 3
+    args.stream_reps = 3
     if args.quick:
         args.entries, args.tensor_mib, args.budget, args.min_reps, args.large_reps = 1000, 4, 0.2, 3, 2
-        args.small_entries, args.big_entries, args.stream_reps = 2000, 2, 1
+        args.stream_reps = 1
     print(f"python_bench: blobpipe {bf.__version__} from {os.path.dirname(bf.__file__)}, "
           f"torch {torch.__version__}, numpy {np.__version__}, Python {sys.version.split()[0]}")
     if args.only != "stream":
         bench_plan_write(args)
         bench_large(args)
     if args.only != "codec":
-        bench_stream(args)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import python_stream
+        python_stream.bench(args.quick, args.stream_reps, touch=False)
     return 0
 
 

@@ -40,6 +40,7 @@
 #include "blobpipe/format/layout.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
+#include "sequences.hpp"
 #include "state.hpp"
 #include "storage_guard.hpp"
 #include "stream.hpp"
@@ -136,6 +137,10 @@ struct sender_core {
   std::vector<PyObject*> released;  // held values whose emit completed
   std::error_code failed;           // the stream ended with this error
   std::string why;
+  // A blob ended by Sender.send_blob (no Python call waits for it) failed:
+  // the next call on the Sender raises this, once.
+  std::error_code deferred;
+  std::string deferred_why;
   bool closed = false;  // close() or shutdown() was called
   bool writers_dropped = false;  // the io thread has emptied every blob_slot::w
   sender_stats final_stats;      // as the sender was closed
@@ -222,6 +227,11 @@ void complete(sender_core& c, send_command& cmd, std::error_code ec, std::string
   {
     std::lock_guard lk(c.mu);
     c.pending_bytes -= cmd.cost;
+    // A finish nobody waits for (send_blob): its error goes to the next call.
+    if (ec && !cmd.done && cmd.what == op::finish && !ends_stream(ec) && !c.deferred) {
+      c.deferred = ec;
+      c.deferred_why = "an earlier send_blob (tag " + tag_hex(cmd.blob->tag) + ") failed: " + why;
+    }
     if (cmd.keep) c.released.push_back(cmd.keep.release());
     if (c.waiting > 0) c.cv.notify_all();
   }
@@ -413,6 +423,40 @@ class sender_handle {
     push(std::move(cmd), b.get());
   }
 
+  /// emit() of each (keys[i], values[i]) in order: one call for many
+  /// entries. Raises as emit (entries before the bad one stay emitted).
+  void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values) {
+    auto [ks, vs] = paired_sequences(keys, values);
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
+    PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
+    PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i) emit(b, k[i], v[i]);
+  }
+
+  /// A whole blob in one call, finished without waiting: open_blob(tag),
+  /// emit_many, then the finish queued behind the entries. A value refused
+  /// here aborts the blob and raises; a failure the background thread
+  /// meets later (the consumer refusing an entry) raises from the next call
+  /// on the Sender (flush() and shutdown() included). Returns the tag.
+  py::bytes send_blob(py::handle keys, py::handle values, py::handle tag) {
+    auto [ks, vs] = paired_sequences(keys, values);
+    std::shared_ptr<blob_slot> b = open_blob(tag);
+    try {
+      emit_many(b, ks, vs);
+      send_command cmd;
+      cmd.what = op::finish;
+      cmd.blob = b;
+      push(std::move(cmd), b.get());
+    } catch (py::error_already_set& e) {
+      abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())));
+      drop_blob(std::move(b));
+      throw;
+    }
+    py::bytes t = tag_bytes(b->tag);
+    drop_blob(std::move(b));
+    return t;
+  }
+
   /// finish (or abort, with `reason`) of `b`, and waits for it.
   void end_blob(const std::shared_ptr<blob_slot>& b, op what, std::string reason) {
     check("Blob");
@@ -600,6 +644,9 @@ class sender_handle {
     } else if (core_->closed) {
       ec = errc::closed;
       why = "the Sender is closed";
+    } else if (core_->deferred) {
+      ec = std::exchange(core_->deferred, {});
+      why = std::move(core_->deferred_why);
     } else if (b && b->failed) {
       ec = b->failed;
       why = b->why;
@@ -792,6 +839,22 @@ blobs with equal 16-byte tags are one blob to it, and the second is
 dropped as a resend; keep tags unique and at most 16 bytes there. Nothing
 is sent until its first emit, finish or abort. Raises ClosedError, or the
 connection's error.)")
+      .def("send_blob",
+           [](py_sender& s, py::handle keys, py::handle values, py::handle tag) {
+             return s.h->send_blob(keys, values, tag);
+           },
+           py::arg("keys"), py::arg("values"), py::arg("tag") = py::none(),
+           R"(Streams a whole blob in one call: open_blob(tag), emit of each
+(keys[i], values[i]) in order, and a finish that is queued, not waited
+for. The RL worker's call: one per sample. Returns the blob's 16-byte tag.
+
+Each value is taken as Blob.emit takes it (copied or held). Blocks only
+while the queue is full, as emit. Raises as emit for a value or key
+refused here (the blob is then aborted, nothing of it completes), and
+ValueError (FormatError invalid_argument) when keys and values differ in
+length. A failure met after the call returned (the consumer refusing an
+entry) aborts the blob and is raised, once, by the next call on this
+Sender: send_blob, open_blob, flush() or shutdown().)")
       .def("flush", [](py_sender& s) { s.h->flush(); },
            R"(Waits until every entry, tail and abort queued so far has been handed to
 the transport (not: read by the consumer). Interrupted by Ctrl-C. Raises
@@ -870,6 +933,13 @@ was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the
 consumer refused it, e.g. a key longer than its max_key_bytes), after
 which the blob is aborted.)")
+      .def("emit_many",
+           [](py_blob& b, py::handle keys, py::handle values) { b.h->emit_many(b.slot, keys, values); },
+           py::arg("keys"), py::arg("values"),
+           R"(emit(keys[i], values[i]) for each i, in order, in one call (two
+sequences of equal length, as plan() takes them). Raises as emit, and
+ValueError (FormatError invalid_argument) when the lengths differ (nothing
+is emitted then); the entries before a refused one stay emitted.)")
       .def("finish", [](py_blob& b) { b.h->end_blob(b.slot, op::finish, {}); },
            R"(Ends the blob (index and footer) and waits until its tail is queued
 behind its entries; every value it held has then been handed to the

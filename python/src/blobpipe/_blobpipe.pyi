@@ -5,8 +5,8 @@ package's __init__.py and _stream.py. Sizes are in bytes, timeouts in
 seconds, shapes in elements."""
 
 from types import TracebackType
-from typing import (Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Type,
-                    Union)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Type, Union)
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 
@@ -83,6 +83,10 @@ class Blob:
         Raises FormatError (value refused, or a key longer than
         Sender.max_key_bytes: nothing sent, the blob stays usable),
         ClosedError, or the connection's StreamError."""
+    def emit_many(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
+        """emit(keys[i], values[i]) for each i, in one call. Raises as emit,
+        and ValueError (FormatError invalid_argument) when the lengths
+        differ (then nothing is emitted)."""
     def finish(self) -> None:
         """Ends the blob (index and footer queued behind its entries).
         Raises as emit."""
@@ -119,6 +123,12 @@ class Sender:
         None for a random uuid4 tag. In a resend session equal tags are one
         blob to the consumer (the second is dropped): keep them unique.
         Raises ClosedError, StreamError."""
+    def send_blob(self, keys: Sequence[Any], values: Sequence[Any],
+                  tag: Any = None) -> bytes:
+        """A whole blob in one call (open_blob, emit of each entry, finish),
+        its finish queued and not waited for; returns its 16-byte tag.
+        Raises as emit (the blob then aborted); a failure met after it
+        returned is raised once by the next call on this Sender."""
     def flush(self) -> None:
         """Waits until everything queued was handed to the transport.
         Raises the connection's StreamError."""
@@ -257,6 +267,11 @@ def _listen(url: str, options: Dict[str, Any]) -> Listener: ...
 def _parse_url(url: str, listening: bool) -> Tuple[str, str, int]: ...
 def _loopback_pair(sender_options: Dict[str, Any],
                    consumer_options: Dict[str, Any]) -> Tuple[Sender, Consumer]: ...
-def _cpp_stream_bench(blobs: int, per_blob: int, entry_bytes: int) -> float:
-    """Seconds for the C++ pipeline alone to stream blobs x per_blob
-    entries of entry_bytes bytes over TCP loopback."""
+def _cpp_stream_send(port: int, blobs: int,
+                     entries: List[Tuple[str, str, str, List[int], Any]]) -> float:
+    """bench/python_stream.py's C++ sender: streams ``blobs`` blobs of
+    ``entries`` to 127.0.0.1:port; returns the first emit's
+    time.monotonic() seconds."""
+def _cpp_stream_consume(on_port: Callable[[int], Any]) -> Tuple[int, int, float]:
+    """bench/python_stream.py's C++ consumer: (entries, blobs, the last
+    blob_complete's time.monotonic() seconds)."""

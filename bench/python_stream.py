@@ -1,0 +1,228 @@
+"""bench/python_stream.py — streaming from Python against the C++ pipeline,
+each run with its sender and its consumer in two processes over TCP
+loopback, as rollout workers and trainers run (bench/python_bench.py's
+section [3]; runs on its own too):
+
+    bazel/bazelw run -c opt --symlink_prefix=/ //bench:python_bench -- --only stream
+
+Rows (the public API on both sides, default options):
+
+- 64 B: 200,000 uint8[64] torch tensors in blobs of 1,000; entries/s.
+  Python sends them with Blob.emit one by one, and with Blob.emit_many.
+- RL sample: one blob per sample, 5 entries: int64[2048] input ids,
+  float32[2048] log-probs, bool[2048] token mask, a float32 scalar reward,
+  a small dict (pickled); 20,000 samples; samples/s. Python sends each
+  with Sender.send_blob (one call per sample) and with open_blob, emit x 5,
+  finish.
+- 16 MiB: 64 float32 tensors of 16 MiB, one per blob; GB/s (10^9 bytes).
+  torch tensors (copied by emit: torch 1.13 may reallocate any tensor's
+  bytes) and numpy arrays (sent from their own memory).
+
+The C++ rows stream the same entries (bytes, dtypes, shapes, keys; the
+pickle's bytes) with blobpipe::sender and blobpipe::consumer
+(_blobpipe._cpp_stream_send / _cpp_stream_consume). A run's time is the
+consumer's last BlobComplete minus the sender's first emit, both
+time.monotonic(), which the two processes share. The consumer process also
+reports its CPU seconds (user + system) per entry: the consumer's per-event
+cost, Python iterating `for ev in consumer` (and reading ev.value when
+--touch) against the C++ consumer's next(). Each figure is the best of
+--reps runs, Python and C++ interleaved; the spread (worst/best) is printed.
+
+Exits 0 whatever the figures: a benchmark reports, it never gates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+import blobpipe as bf
+
+MIB = 1 << 20
+
+
+# ---- workloads: (blobs, [(key, value)]) ------------------------------------
+
+def rows(quick: bool) -> list[dict]:
+    small_blobs, rl_samples, big = (200, 20_000, 64) if not quick else (4, 200, 2)
+    meta = {"idx": 7, "group": 3, "prompt_len": 512, "source": "gsm8k", "spans": [(3, 9)]}
+    rl = [("0@input_ids", torch.arange(2048, dtype=torch.int64)),
+          ("0@generation_logprobs", torch.linspace(-3, 0, 2048, dtype=torch.float32)),
+          ("0@token_mask", torch.arange(2048) % 3 != 0),
+          ("0@reward", torch.tensor(0.5)),
+          ("0@meta", meta)]
+    small = [(f"e{i}", torch.full((64,), i % 251, dtype=torch.uint8)) for i in range(1000)]
+    big_t = torch.rand(4 * MIB)
+    return [
+        {"name": "64 B", "unit": "entries/s", "blobs": small_blobs, "entries": small,
+         "ways": ["emit", "emit_many"]},
+        {"name": "RL sample", "unit": "samples/s", "blobs": rl_samples, "entries": rl,
+         "ways": ["send_blob", "emit"]},
+        {"name": "16 MiB", "unit": "GB/s", "blobs": big, "entries": [("x", big_t)],
+         "ways": ["emit", "emit numpy"]},
+    ]
+
+
+def cpp_spec(entries) -> list:
+    """The entries as _cpp_stream_send takes them: (key, kind, dtype, shape, bytes)."""
+    plan = bf.plan([k for k, _ in entries], [v for _, v in entries])
+    out = []
+    for (key, v), e in zip(entries, plan.entries):
+        if e.kind == "p":
+            import pickle
+            data = pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            data = v.numpy().reshape(-1).view(np.uint8) if isinstance(v, torch.Tensor) else v
+        out.append((key, e.kind, e.dtype or "", list(e.shape or ()), data))
+    return out
+
+
+# ---- the two halves --------------------------------------------------------
+
+def send_python(port: int, row: dict, way: str) -> float:
+    """Streams the row from this process; returns the first emit's time."""
+    entries = row["entries"]
+    if way == "emit numpy":
+        entries = [(k, v.numpy()) for k, v in entries]
+    keys, values = [k for k, _ in entries], [v for _, v in entries]
+    sender = bf.connect(f"tcp://127.0.0.1:{port}")
+    start = time.monotonic()
+    if way == "send_blob":
+        for _ in range(row["blobs"]):
+            sender.send_blob(keys, values)
+    elif way == "emit_many":
+        for _ in range(row["blobs"]):
+            blob = sender.open_blob()
+            blob.emit_many(keys, values)
+            blob.finish()
+    else:
+        for _ in range(row["blobs"]):
+            blob = sender.open_blob()
+            for k, v in entries:
+                blob.emit(k, v)
+            blob.finish()
+    sender.shutdown()
+    return start
+
+
+def consume_python(touch: bool) -> dict:
+    with bf.listen("tcp://127.0.0.1:0") as listener:
+        print(json.dumps({"port": listener.port}), flush=True)
+        consumer = listener.accept(timeout=60)
+        cpu0 = time.process_time()
+        entries = blobs = 0
+        end = 0.0
+        with consumer:
+            for ev in consumer:
+                t = type(ev)
+                if t is bf.EntryReady:
+                    entries += 1
+                    if touch:
+                        ev.value
+                elif t is bf.BlobComplete:
+                    blobs += 1
+                    end = time.monotonic()
+                else:
+                    raise RuntimeError(f"unexpected event {ev!r}")
+        return {"entries": entries, "blobs": blobs, "end": end,
+                "cpu": time.process_time() - cpu0}
+
+
+def consume_cpp() -> dict:
+    cpu0 = time.process_time()
+    entries, blobs, end = bf._blobpipe._cpp_stream_consume(
+        lambda port: print(json.dumps({"port": port}), flush=True))
+    return {"entries": entries, "blobs": blobs, "end": end, "cpu": time.process_time() - cpu0}
+
+
+def run_once(row: dict, impl: str, way: str, touch: bool) -> dict:
+    """One run: a consumer child process, this process sending."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--consume", impl]
+    if touch:
+        cmd.append("--touch")
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(child.stdout.readline())["port"]
+        if impl == "cpp":
+            start = bf._blobpipe._cpp_stream_send(port, row["blobs"], cpp_spec(row["entries"]))
+        else:
+            start = send_python(port, row, way)
+        result = json.loads(child.stdout.readline())
+    except BaseException:
+        child.kill()  # it may wait for a sender that never comes
+        raise
+    finally:
+        child.stdout.close()
+    if child.wait(timeout=120) != 0:
+        raise RuntimeError(f"consumer process exited {child.returncode}")
+    n = row["blobs"] * len(row["entries"])
+    if (result["entries"], result["blobs"]) != (n, row["blobs"]):
+        raise RuntimeError(f"received {result['entries']} entries in {result['blobs']} blobs, "
+                           f"sent {n} in {row['blobs']}")
+    result["seconds"] = result["end"] - start
+    return result
+
+
+def rate(row: dict, seconds: float) -> float:
+    if row["unit"] == "GB/s":
+        return row["blobs"] * sum(v.numel() * v.element_size() for _, v in row["entries"]) / seconds / 1e9
+    count = row["blobs"] * (len(row["entries"]) if row["unit"] == "entries/s" else 1)
+    return count / seconds
+
+
+def bench(quick: bool, reps: int, touch: bool) -> list[dict]:
+    """Prints the table; returns its rows (name, way, python, cpp, ratio)."""
+    print(f"[3] streaming over TCP 127.0.0.1, sender and consumer in two processes, "
+          f"Python against C++, best of {reps} (spread worst/best)"
+          + (", the Python consumer reading ev.value" if touch else ""))
+    out = []
+    for row in rows(quick):
+        runs: dict = {("cpp", ""): []}
+        for way in row["ways"]:
+            runs[("py", way)] = []
+        for _ in range(reps):  # interleaved
+            for impl, way in runs:
+                runs[(impl, way)].append(run_once(row, impl, way, touch))
+        per_entry = row["blobs"] * len(row["entries"])
+
+        def best(rs):
+            fast = min(r["seconds"] for r in rs)
+            return rate(row, fast), max(r["seconds"] for r in rs) / fast, \
+                min(r["cpu"] for r in rs) / per_entry * 1e6
+
+        cpp, cpp_spread, cpp_cpu = best(runs[("cpp", "")])
+        print(f"    {row['name']:9} C++ {'':12} {cpp:12,.2f} {row['unit']:9} spread {cpp_spread:4.2f}"
+              f"  consumer {cpp_cpu:6.2f} us CPU/entry")
+        for way in row["ways"]:
+            py, spread, cpu = best(runs[("py", way)])
+            print(f"    {row['name']:9} Python {way:10} {py:12,.2f} {row['unit']:9} spread {spread:4.2f}"
+                  f"  consumer {cpu:6.2f} us CPU/entry   {py / cpp:5.2f}x C++")
+            out.append({"row": row["name"], "way": way, "python": py, "cpp": cpp,
+                        "ratio": py / cpp, "unit": row["unit"]})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: checks that it runs")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--touch", action="store_true", help="the Python consumer reads ev.value")
+    ap.add_argument("--consume", choices=["py", "cpp"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.consume:
+        r = consume_cpp() if args.consume == "cpp" else consume_python(args.touch)
+        print(json.dumps(r), flush=True)
+        return 0
+    bench(args.quick, 1 if args.quick else args.reps, args.touch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The batch calls of the streaming API: Blob.emit_many (many entries in one
+call) and Sender.send_blob (a whole blob in one call, its finish not waited
+for), over the in-process transport and TCP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import blobpipe as bf
+from stream_cases import Pair, Thread, same_value, sample_values
+
+TRANSPORTS = ["inproc", "tcp"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_emit_many_sends_what_emit_one_by_one_sends(transport):
+    values = sample_values()
+    with Pair(transport) as (sender, consumer):
+        def send():
+            with sender.open_blob(tag=b"many") as blob:
+                blob.emit_many(list(values), list(values.values()))
+            sender.shutdown()
+        t = Thread(send)
+        t.start()
+        events = list(consumer)
+        t.join_result()
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady"] * len(values) + ["BlobComplete"], kinds
+    for ev, (key, want) in zip(events, values.items()):
+        assert ev.key == key and same_value(ev.value, want), key
+
+
+def test_emit_many_refuses_sequences_of_different_lengths_and_emits_nothing():
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"x")
+        with pytest.raises(ValueError) as e:
+            blob.emit_many(["a", "b"], [1])
+        assert isinstance(e.value, bf.FormatError) and e.value.category == "invalid_argument"
+        assert "differ in length" in str(e.value)
+        blob.emit("only", 1)
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
+    assert events[0].key == "only"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_send_blob_streams_each_sample_as_a_complete_blob(transport):
+    samples = [{f"{i}@input_ids": torch.arange(i, i + 2048),
+                f"{i}@reward": torch.tensor(float(i)),
+                f"{i}@meta": {"idx": i}} for i in range(50)]
+    with Pair(transport) as (sender, consumer):
+        def send():
+            tags = [sender.send_blob(list(s), list(s.values()), tag=b"s%d" % i)
+                    for i, s in enumerate(samples)]
+            sender.shutdown()
+            return tags
+        t = Thread(send)
+        t.start()
+        events = list(consumer)
+        tags = t.join_result()
+    assert tags == [(b"s%d" % i).ljust(16, b"\0") for i in range(50)]
+    complete = [ev for ev in events if isinstance(ev, bf.BlobComplete)]
+    assert [ev.tag for ev in complete] == tags
+    got = {ev.key: ev.value for ev in events if isinstance(ev, bf.EntryReady)}
+    want = {k: v for s in samples for k, v in s.items()}
+    assert got.keys() == want.keys()
+    assert all(same_value(got[k], want[k]) for k in want)
+
+
+def test_send_blob_with_a_refused_key_raises_and_the_consumer_sees_the_blob_aborted():
+    with Pair("inproc", consumer_options={"max_key_bytes": 8}) as (sender, consumer):
+        with pytest.raises(bf.FormatError) as e:
+            sender.send_blob(["ok", "123456789"], [1, 2], tag=b"bad")
+        assert e.value.category == "invalid_argument" and "max_key_bytes" in str(e.value)
+        sender.send_blob(["fine"], [3], tag=b"good")  # the Sender goes on
+        sender.shutdown()
+        events = list(consumer)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady", "BlobAborted", "EntryReady", "BlobComplete"], kinds
+    assert events[1].tag == b"bad".ljust(16, b"\0")
+    assert events[1].reason.startswith("send_blob: ") and "max_key_bytes" in events[1].reason
+    assert events[3].tag == b"good".ljust(16, b"\0")
+
+
+def test_send_blob_refuses_sequences_of_different_lengths_before_opening_a_blob():
+    with Pair("inproc") as (sender, consumer):
+        with pytest.raises(ValueError, match="differ in length"):
+            sender.send_blob(["a"], [1, 2])
+        sender.shutdown()
+        assert list(consumer) == []
