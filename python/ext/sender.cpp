@@ -704,6 +704,9 @@ class sender_handle {
     done->wait();
     drop_released();
     done->raise_if_failed(what);
+    // A send_blob's failure that the command waited behind.
+    std::unique_lock lk(core_->mu);
+    if (core_->deferred) check_open_locked(lk, nullptr);
   }
 
   void drop_released() {

@@ -91,3 +91,23 @@ def test_send_blob_refuses_sequences_of_different_lengths_before_opening_a_blob(
             sender.send_blob(["a"], [1, 2])
         sender.shutdown()
         assert list(consumer) == []
+
+
+def test_a_send_blob_failure_met_later_is_raised_once_by_the_next_call():
+    # The entry's meta (key, dtype, shape) passes the Python checks but is
+    # longer than the consumer's max_meta_bytes, which only the C++ sender
+    # checks, after send_blob returned: the blob is aborted, and the next
+    # call on the Sender raises that error, once.
+    wide = torch.zeros((1,) * 40)
+    with Pair("inproc", consumer_options={"max_meta_bytes": 64}) as (sender, consumer):
+        sender.send_blob(["ok", "wide"], [torch.zeros(1), wide], tag=b"late")
+        with pytest.raises(bf.FormatError) as e:
+            sender.flush()
+        assert e.value.category == "invalid_argument"
+        assert "send_blob (tag 6c617465" in str(e.value) and "'wide'" in str(e.value)
+        sender.send_blob(["next"], [1], tag=b"next")  # raised once: the Sender goes on
+        sender.shutdown()
+        events = list(consumer)
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds == ["EntryReady", "BlobAborted", "EntryReady", "BlobComplete"], kinds
+    assert events[1].tag == b"late".ljust(16, b"\0") and events[3].tag == b"next".ljust(16, b"\0")
