@@ -446,6 +446,15 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   if (has_inline && eb->inline_bytes.size() != e->len)
     return violation("entry " + quote(e->key) + ": " + num(eb->inline_bytes.size()) +
                      " inline bytes for an entry of " + num(e->len));
+  // The header's length bound leaves the unused key and meta room free, so
+  // an inline entry could pass it above the negotiated threshold; and an
+  // empty entry has no bytes to carry inline (the sender never sets it).
+  if (has_inline && e->len > limits_.inline_bytes)
+    return violation("entry " + quote(e->key) + ": " + num(e->len) +
+                     " inline bytes exceed the negotiated inline_bytes " +
+                     num(limits_.inline_bytes));
+  if (has_inline && e->len == 0)
+    return violation("entry " + quote(e->key) + ": the inline flag on an entry of 0 bytes");
   const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
   if (auto r = check_window(credit, "entry"); !r) return r;
   buffered_ += credit;
