@@ -68,6 +68,28 @@ BOOST_AUTO_TEST_CASE(footer_roundtrips_index_range_and_tag) {
   BOOST_TEST(!bp::footer_tag(sample_blob()).has_value(), "NO_TAG reads as no tag");
 }
 
+BOOST_AUTO_TEST_CASE(readers_ignore_the_footer_flags_as_the_reference_does) {
+  // The reference writes 0 and never reads the field (docs/format.md): a
+  // blob whose flags are set is the same blob to every reader.
+  auto tag = bp::make_tag("flags").value();
+  auto blob = sample_blob(tag);
+  const auto want = bp::read_index(blob).value().entries;
+  for (std::uint16_t flags : {std::uint16_t{1}, std::uint16_t{0x8000}, std::uint16_t{0xFFFF}}) {
+    auto b = blob;
+    std::byte* f = b.data() + b.size() - bp::FOOTER_SIZE;
+    f[6] = std::byte(flags & 0xFF);
+    f[7] = std::byte(flags >> 8);
+    auto footer = bp::read_footer(b);
+    BOOST_TEST_REQUIRE(footer.has_value());
+    BOOST_TEST(footer->flags == flags);
+    BOOST_TEST(bp::footer_is_valid(b));
+    BOOST_TEST((*bp::footer_tag(b) == tag));
+    auto idx = bp::read_index(b);
+    BOOST_TEST_REQUIRE(idx.has_value());
+    BOOST_TEST((idx->entries == want));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(make_tag_refuses_more_than_16_bytes) {
   BOOST_TEST((bp::make_tag("0123456789abcdefX").code() == bp::errc::invalid_argument));
 }
