@@ -154,6 +154,7 @@ def main() -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import python_stream
         python_stream.bench(args.quick, args.stream_reps, touch=False)
+        python_stream.bench_shared_process(args.quick)
     return 0
 
 
