@@ -295,6 +295,14 @@ py::object checked_call(PyObject* r) {
 PyTypeObject* entry_type = nullptr;  // blobpipe.Entry, set by init_codec
 
 const Entry& entry_arg(PyObject* e, const char* fn) {
+  if (Py_TYPE(e) == entry_type) {
+    // An Entry itself (not a subclass) has pybind11's simple layout: its
+    // value pointer sits in the instance; pybind11's caster would first
+    // look the type up in its registry (a fifth of a pickle decode).
+    auto* inst = reinterpret_cast<py::detail::instance*>(e);
+    if (inst->simple_layout && inst->simple_value_holder[0] != nullptr)
+      return *static_cast<const Entry*>(inst->simple_value_holder[0]);
+  }
   if (!PyObject_TypeCheck(e, entry_type))
     throw py::type_error(std::string(fn) + ": e must be a blobpipe.Entry, not " +
                          Py_TYPE(e)->tp_name);
@@ -391,15 +399,29 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
     if (!seq) throw py::error_already_set();
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
     PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
-    py::list out(n);
+    std::vector<const Entry*> es(static_cast<std::size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
       const Entry& e = entry_arg(items[i], "decode_entries");
       // Where the bytes are, checked as the format library's decode_entry.
       if (e.off > b.bytes.size() || e.len > b.bytes.size() - e.off)
         unwrap(decode_entry(b.bytes, e));  // raises entry_out_of_range
+      es[static_cast<std::size_t>(i)] = &e;
+    }
+    py::list out(n);
+    for (std::size_t i = 0; i < es.size();) {
+      // A run of like entries (same kind, dtype and shape at a constant
+      // stride, as plan() lays out a batch of samples) is one strided array,
+      // split into its rows by numpy or torch in C: views as decode_entry
+      // gives them, without a call per entry here.
+      if (std::size_t k = decode_run(a[0], b.bytes, es, i, out); k > 0) {
+        i += k;
+        continue;
+      }
+      const Entry& e = *es[i];
       py::object v = decode_entry_bytes(a[0], b.bytes.subspan(e.off, e.len), e, allow,
                                         static_cast<Py_ssize_t>(e.off));
-      PyList_SET_ITEM(out.ptr(), i, v.release().ptr());
+      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), v.release().ptr());
+      ++i;
     }
     return py::object(std::move(out));
   });

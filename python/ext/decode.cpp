@@ -65,17 +65,6 @@ bool from_numpy_takes(scalar_type t) {
   }
 }
 
-bool is_quantized(scalar_type t) {
-  switch (t) {
-    case scalar_type::quint8:
-    case scalar_type::qint8:
-    case scalar_type::qint32:
-    case scalar_type::quint4x2:
-    case scalar_type::quint2x4: return true;
-    default: return false;
-  }
-}
-
 // How the values of one (kind, dtype) are built; looked up once per
 // spelling (makers()), so a decode asks no dtype object of torch or numpy.
 struct value_maker {
@@ -102,9 +91,9 @@ value_maker make_maker(char kind, const dtype& type) {
     }
     return m;
   }
-  // torch.frombuffer of a quantized dtype crashes torch 1.13 (the
-  // reference's decode_entry does that): their bytes come back raw.
-  if (is_quantized(type.type)) return m;
+  // Quantized dtypes have neither a numpy twin nor a stand-in below, so
+  // their bytes come back raw (torch.frombuffer of one crashes torch 1.13,
+  // which is what the reference's decode_entry does).
   const torch_state* torch = torch_for_decode();
   py::handle dt = torch ? torch->by_name(type.name) : py::handle();
   if (dt && from_numpy_takes(type.type)) {
@@ -258,6 +247,69 @@ py::object decode_entry_bytes(py::handle owner, std::span<const std::byte> bytes
   const Py_ssize_t count =
       whole ? -1 : static_cast<Py_ssize_t>(m->itemsize ? e.len / m->itemsize : 0);
   return make_value(*m, owner, e.len, count, whole ? 0 : offset, dims);
+}
+
+std::size_t decode_run(py::handle owner, std::span<const std::byte> blob,
+                       const std::vector<const Entry*>& es, std::size_t i, py::list& out) {
+  const Entry& first = *es[i];
+  if (i + min_run_entries > es.size() || first.len == 0 || !first.shape || first.shape->empty() ||
+      (first.kind != KIND_TENSOR && first.kind != KIND_NDARRAY) || !first.dtype)
+    return 0;
+  const Entry& second = *es[i + 1];
+  if (second.off <= first.off) return 0;
+  const std::uint64_t stride = second.off - first.off;
+  auto like = [&](const Entry& e, std::uint64_t off) {
+    return e.off == off && e.len == first.len && e.kind == first.kind && e.dtype == first.dtype &&
+           e.shape == first.shape;
+  };
+  std::size_t k = 1;
+  while (i + k < es.size() && like(*es[i + k], first.off + k * stride)) ++k;
+  if (k < min_run_entries) return 0;
+  value_maker scratch;
+  const value_maker* m = maker_for(first.kind, *first.dtype, scratch);
+  if (m == nullptr || !m->np_dtype || m->itemsize == 0 || stride % m->itemsize != 0 ||
+      stride < first.len || !shape_fits(*first.shape, m->itemsize, first.len) ||
+      first.off + (k - 1) * stride + first.len > blob.size())
+    return 0;  // entry by entry: raises what is wrong, or gives a RawEntry
+  const module_state& s = state();
+  // numpy.ndarray(shape=(k, *shape), dtype, buffer=owner, offset, strides):
+  // row r is the entry at first.off + r * stride, C-contiguous within.
+  const shape_t& dims = *first.shape;
+  py::tuple shape(dims.size() + 1), strides(dims.size() + 1);
+  PyTuple_SET_ITEM(shape.ptr(), 0, PyLong_FromSize_t(k));
+  PyTuple_SET_ITEM(strides.ptr(), 0, PyLong_FromUnsignedLongLong(stride));
+  std::int64_t inner = static_cast<std::int64_t>(m->itemsize);
+  for (std::size_t d = dims.size(); d-- > 0;) {
+    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(d + 1), PyLong_FromLongLong(dims[d]));
+    PyTuple_SET_ITEM(strides.ptr(), static_cast<Py_ssize_t>(d + 1), PyLong_FromLongLong(inner));
+    inner *= dims[d];
+  }
+  py::object offset = py::int_(first.off);
+  PyObject* args[] = {shape.ptr(), m->np_dtype.ptr(), owner.ptr(), offset.ptr(), strides.ptr()};
+  py::object rows = checked(PyObject_Vectorcall(s.np_ndarray.ptr(), args, 5, nullptr));
+  py::object parts;
+  if (m->torch_dtype) {
+    PyObject* fargs[] = {rows.ptr()};
+    py::object t = checked(PyObject_Vectorcall(s.torch->from_numpy.ptr(), fargs, 1, nullptr));
+    if (m->retype) {
+      PyObject* vargs[] = {t.ptr(), m->torch_dtype.ptr()};
+      t = checked(PyObject_VectorcallMethod(s.s_view.ptr(), vargs,
+                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    }
+    PyObject* uargs[] = {t.ptr()};
+    parts = checked(PyObject_VectorcallMethod(s.s_unbind.ptr(), uargs,
+                                              1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  } else {
+    parts = checked(PySequence_Tuple(rows.ptr()));  // the rows, as views
+  }
+  if (!PyTuple_Check(parts.ptr()) || PyTuple_GET_SIZE(parts.ptr()) != static_cast<Py_ssize_t>(k))
+    throw py::value_error("decode_entries: a run split into the wrong number of rows");
+  for (std::size_t r = 0; r < k; ++r) {
+    PyObject* v = PyTuple_GET_ITEM(parts.ptr(), static_cast<Py_ssize_t>(r));
+    Py_INCREF(v);
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i + r), v);
+  }
+  return k;
 }
 
 }  // namespace blobpipe::python

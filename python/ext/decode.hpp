@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "blobpipe/format/index.hpp"
 
@@ -40,5 +41,18 @@ pybind11::object decode_value(pybind11::handle owner, const entry_view& v, bool 
 /// shape_mismatch, unknown_kind, unknown_dtype). REQUIRES: the GIL.
 pybind11::object decode_entry_bytes(pybind11::handle owner, std::span<const std::byte> bytes,
                                     const Entry& e, bool allow_pickle, Py_ssize_t offset);
+
+/// Decodes the run of like entries that starts at es[i] (at least
+/// min_run_entries of them: same kind 't' or 'n', dtype, shape of rank >= 1
+/// and length, at offsets a constant stride apart, valid) into out[i...],
+/// as one strided array split into rows: the same values decode_entry_bytes
+/// gives (views of `owner`, whose buffer is `blob`). Returns how many it
+/// decoded, 0 when es[i] starts no such run. REQUIRES: the GIL; every entry
+/// lies inside `blob`.
+std::size_t decode_run(pybind11::handle owner, std::span<const std::byte> blob,
+                       const std::vector<const Entry*>& es, std::size_t i, pybind11::list& out);
+
+/// Runs shorter than this are decoded entry by entry.
+inline constexpr std::size_t min_run_entries = 4;
 
 }  // namespace blobpipe::python

@@ -80,6 +80,7 @@ void init_state(py::module_& m) {
   s->s_reshape = intern("reshape");
   s->s_clone = intern("clone");
   s->s_copy = intern("copy");
+  s->s_unbind = intern("unbind");
   s->kw_dtype = py::make_tuple(intern("dtype"));
   s->s_data_ptr = intern("data_ptr");
   s->s_nbytes = intern("nbytes");

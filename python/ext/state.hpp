@@ -60,7 +60,7 @@ struct torch_state {
 
 struct module_state {
   // Interned attribute names.
-  py::str s_view, s_str, s_hasobject, s_reshape, s_clone, s_copy;
+  py::str s_view, s_str, s_hasobject, s_reshape, s_clone, s_copy, s_unbind;
   py::tuple kw_dtype;  ///< ("dtype",): the keyword names of a vectorcall
   py::str s_data_ptr, s_nbytes, s_resizable;  ///< torch.UntypedStorage's (storage_guard.hpp)
   py::object pickle_dumps, pickle_loads, pickle_protocol;

@@ -332,8 +332,19 @@ def test_assigning_a_plan_field_is_what_write_writes():
 def test_a_callers_plan_with_a_wrong_buffer_length_is_refused():
     p = bf.plan(["a"], [np.arange(3)])
     q = dataclasses.replace(p, buffers=[memoryview(bytes(5))])
-    with pytest.raises(ValueError):
+    with pytest.raises(bf.FormatError) as err:
         bf.write(q, bytearray(p.nbytes))
+    assert err.value.category == "invalid_argument"
+
+
+def test_a_callers_plan_refuses_a_read_only_out_as_write_does():
+    p = bf.plan(["a"], [np.arange(3)])
+    q = dataclasses.replace(p)  # a caller's plan: written from its fields
+    assert "_native" not in vars(q)
+    for plan_ in (p, q):
+        with pytest.raises(BufferError) as err:
+            bf.write(plan_, memoryview(bytes(p.nbytes)))
+        assert isinstance(err.value, TypeError)
 
 
 # ---------------------------------------------------------------- dtypes
@@ -609,6 +620,26 @@ def test_decode_entries_decodes_every_entry_as_decode_entry_does():
             assert a == b
     raw = bf.decode_entries(buf, idx, allow_pickle=False)
     assert raw[2] == pickle.dumps({"a": [1]}, pickle.HIGHEST_PROTOCOL)
+
+
+def test_decode_entries_splits_runs_of_like_entries_only_where_they_are_alike():
+    # Runs of at least 4 like entries are decoded as one strided array; the
+    # entries after each run differ in one thing only (shape, dtype, kind).
+    values = ([torch.arange(4) + i for i in range(5)] + [torch.arange(4).view(2, 2)] * 4
+              + [torch.arange(4, dtype=torch.float64)] * 4
+              + [np.arange(4) + i for i in range(4)] + [np.arange(4).reshape(2, 2)]
+              + [torch.ones(2, dtype=torch.bfloat16)] * 4)
+    p = bf.plan([str(i) for i in range(len(values))], values)
+    buf = _written(p, 0)
+    idx = bf.read_index(buf)
+    got = bf.decode_entries(buf, idx)
+    for e, v, want in zip(idx, got, values):
+        assert type(v) is type(want), e
+        if isinstance(v, torch.Tensor):
+            assert v.dtype == want.dtype and v.shape == want.shape and torch.equal(v, want), e
+        else:
+            assert v.dtype == want.dtype and v.shape == want.shape, e
+            assert np.array_equal(v, want), e
 
 
 def test_decode_entries_refuses_an_entry_past_the_blob():
