@@ -346,11 +346,13 @@ def main() -> int:
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--tensors", type=int, default=8)
     ap.add_argument("--tensor-mib", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=5,
+                    help="best of how many interleaved runs in section 1b (default 5)")
     ap.add_argument("--only", choices=["codec", "stream"],
                     help="run only sections 1-2 (codec) or 3 (stream)")
     args = ap.parse_args()
     args.budget, args.min_reps, args.large_reps = 3.0, 5, 5
-    args.decode_entries, args.decode_reps = 10_000, 5
+    args.decode_entries, args.decode_reps = 10_000, args.reps
     args.small_entries, args.big_entries, args.stream_reps = 200_000, 64, 3
     if args.quick:
         args.entries, args.tensor_mib, args.budget, args.min_reps, args.large_reps = 1000, 4, 0.2, 3, 2
