@@ -7,6 +7,8 @@
 
 #include <pybind11/stl.h>
 
+#include <msgpack.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -234,12 +236,81 @@ void write_blob_tail(const py_plan& p, py::handle out) {
   with_out_buffer(out, [&](const held_buffer& b) { unwrap(write_tail(p.plan, b.writable_bytes())); });
 }
 
+// The built-in exception the reference's read_index raises on a blob whose
+// index blobpipe finds malformed, judged from the index's msgpack as the
+// reference unpacks it: `for k, o, n, kind, d, s in rows` then
+// `tuple(s) if s is not None`, row by row. A row or index that is no
+// iterable, or a shape that is none, is a TypeError there; a row that is
+// not 6 items a ValueError (FormatError already is one); bytes msgspec
+// cannot decode are msgspec's own error (none here).
+also_builtin reference_index_error(std::span<const std::byte> index) {
+  msgpack::object_handle oh;
+  try {
+    const auto n = index.size();
+    oh = msgpack::unpack(reinterpret_cast<const char*>(index.data()), n, nullptr, nullptr,
+                         msgpack::unpack_limit(n, n, n, n, n, 64));
+  } catch (...) {
+    return also_builtin::none;
+  }
+  using msgpack::type::object_type;
+  auto iterable = [](const msgpack::object& o) {
+    return o.type == object_type::ARRAY || o.type == object_type::MAP ||
+           o.type == object_type::STR || o.type == object_type::BIN;
+  };
+  // Row `r` unpacked into six names, then tuple(shape): how it ends.
+  enum class row { ok, value_error, type_error };
+  auto row_outcome = [&](const msgpack::object& r) {
+    const msgpack::object* shape = nullptr;
+    switch (r.type) {
+      case object_type::ARRAY:
+        if (r.via.array.size != 6) return row::value_error;
+        shape = &r.via.array.ptr[5];
+        break;
+      case object_type::MAP:
+        if (r.via.map.size != 6) return row::value_error;
+        shape = &r.via.map.ptr[5].key;
+        break;
+      case object_type::STR: {  // six 1-char strs, or a ValueError
+        std::size_t chars = 0;
+        for (std::uint32_t i = 0; i < r.via.str.size; ++i)
+          chars += (static_cast<unsigned char>(r.via.str.ptr[i]) & 0xC0) != 0x80;
+        return chars == 6 ? row::ok : row::value_error;
+      }
+      case object_type::BIN:  // six ints: tuple(int) fails
+        return r.via.bin.size == 6 ? row::type_error : row::value_error;
+      default: return row::type_error;  // cannot unpack a non-iterable
+    }
+    if (shape->type != object_type::NIL && !iterable(*shape)) return row::type_error;
+    return row::ok;
+  };
+  const msgpack::object& root = oh.get();
+  switch (root.type) {
+    case object_type::ARRAY:
+      for (std::uint32_t i = 0; i < root.via.array.size; ++i) {
+        const row o = row_outcome(root.via.array.ptr[i]);
+        if (o == row::type_error) return also_builtin::type_error;
+        if (o == row::value_error) return also_builtin::none;  // the reference stops there
+      }
+      return also_builtin::none;
+    case object_type::MAP:
+    case object_type::STR: return also_builtin::none;  // unusual; left as FormatError
+    case object_type::BIN:
+      return root.via.bin.size > 0 ? also_builtin::type_error : also_builtin::none;
+    default: return also_builtin::type_error;  // iterating a non-iterable
+  }
+}
+
 py::list read_blob_index(py::handle blob) {
   held_buffer b(blob, false);
   result<blob_index> r = [&] {
     py::gil_scoped_release nogil;
     return read_index(b.bytes());
   }();
+  if (!r && r.err().code == errc::malformed_index) {
+    auto f = read_footer(b.bytes());  // the index range was checked before parsing
+    if (f && std::uint64_t{f->index_off} + f->index_len <= b.bytes().size())
+      raise(r.err(), reference_index_error(b.bytes().subspan(f->index_off, f->index_len)));
+  }
   return entry_list(std::move(unwrap(std::move(r)).entries));
 }
 

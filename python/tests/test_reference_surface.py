@@ -457,6 +457,46 @@ def test_short_out_and_bad_blobs_are_value_errors():
             bf.read_index(blob)
 
 
+def _blob_with_index(index: bytes) -> bytes:
+    """A blob of no entries whose index is the given msgpack bytes."""
+    return index + struct.pack(bf._FOOTER_FMT, bf.MAGIC, bf.VERSION, 0, 0, len(index),
+                               bf.NO_TAG)
+
+
+# Malformed indexes (msgpack bytes, written out by hand) and the built-in the
+# reference's `for k, o, n, kind, d, s in rows` / `tuple(s)` raises on them.
+MALFORMED_INDEXES = {
+    "root-int": (b"\x05", TypeError),                                # 5
+    "row-int": (b"\x91\x05", TypeError),                            # [5]
+    "row-of-5": (b"\x91\x95\xa1k\x00\x00\xa1p\xc0", ValueError),   # [["k",0,0,"p",None]]
+    "shape-int": (b"\x91\x96\xa1k\x00\x00\xa1t\xa7float32\x05", TypeError),
+    "bin-row": (b"\x91\xc4\x06" + bytes(6), TypeError),              # [b"\0" * 6]
+    "short-row-first": (b"\x92\x91\x00\x05", ValueError),            # [[0], 5]
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_INDEXES))
+def test_malformed_index_errors_are_the_references_built_ins(case):
+    index, builtin = MALFORMED_INDEXES[case]
+    with pytest.raises(bf.FormatError) as err:
+        bf.read_index(_blob_with_index(index))
+    assert err.value.category == "malformed_index"
+    assert isinstance(err.value, builtin)
+    if builtin is ValueError:
+        assert not isinstance(err.value, TypeError)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_INDEXES))
+def test_malformed_index_errors_match_the_reference(ref, case):
+    blob = memoryview(_blob_with_index(MALFORMED_INDEXES[case][0]))
+    with pytest.raises(Exception) as theirs:
+        ref.read_index(blob)
+    with pytest.raises(bf.FormatError) as ours:
+        bf.read_index(blob)
+    builtin = next(c for c in type(theirs.value).__mro__ if c.__module__ == "builtins")
+    assert isinstance(ours.value, builtin), (type(ours.value), type(theirs.value))
+
+
 EXCEPTION_CASES = {
     "from_meta-missing": lambda m: m.Entry.from_meta("k", {"n": 1, "k": "t"}),
     "from_meta-None": lambda m: m.Entry.from_meta("k", {"o": None, "n": 1, "k": "t"}),
