@@ -242,7 +242,9 @@ def read_index(blob: _Any) -> list[Entry]:
     Raises:
         FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
             ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
-            ``unknown_kind``, ``unknown_dtype``.
+            ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
+            index, row or shape is no list, where the reference raises
+            TypeError, is a ``FormatTypeError`` (also a TypeError).
     """
     return _blobpipe.read_index(blob)
 

@@ -65,7 +65,10 @@ class FormatTypeError(FormatError, TypeError):
     """A FormatError where the reference raises TypeError for the same input:
     an ndarray entry whose dtype numpy cannot parse (``numpy.dtype`` raises
     TypeError there), an ``Entry.from_meta`` field that ``int()`` refuses by
-    type. ``except FormatError`` and ``except TypeError`` both catch it."""
+    type, a structured array holding objects given to ``plan``, and
+    ``read_index`` of an index (or a row, or a shape) that is no list where
+    the reference's row unpacking raises TypeError. ``except FormatError``
+    and ``except TypeError`` both catch it."""
 
 
 class FormatKeyError(FormatError, KeyError):
