@@ -15,7 +15,7 @@ struct torch_row {
 };
 
 // The dtypes the reference writes, canonical names first.
-constexpr std::array<torch_row, 19> torch_dtypes{{
+constexpr std::array<torch_row, 25> torch_dtypes{{
     {"float32", scalar_type::float32, 4},
     {"float64", scalar_type::float64, 8},
     {"float16", scalar_type::float16, 2},
@@ -35,10 +35,19 @@ constexpr std::array<torch_row, 19> torch_dtypes{{
     {"uint16", scalar_type::uint16, 2},
     {"uint32", scalar_type::uint32, 4},
     {"uint64", scalar_type::uint64, 8},
+    {"complex32", scalar_type::complex32, 4},
+    // Quantized: torch's element_size(), which the reference's len follows
+    // (numel x element_size; for the packed quint4x2/quint2x4 that is more
+    // than their storage holds).
+    {"quint8", scalar_type::quint8, 1},
+    {"qint8", scalar_type::qint8, 1},
+    {"qint32", scalar_type::qint32, 4},
+    {"quint4x2", scalar_type::quint4x2, 1},
+    {"quint2x4", scalar_type::quint2x4, 1},
 }};
 
 // Aliases torch accepts on read (torch.float is torch.float32, ...).
-constexpr std::array<std::pair<std::string_view, std::string_view>, 8> torch_aliases{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 9> torch_aliases{{
     {"float", "float32"},
     {"double", "float64"},
     {"half", "float16"},
@@ -47,6 +56,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 8> torch_ali
     {"short", "int16"},
     {"cfloat", "complex64"},
     {"cdouble", "complex128"},
+    {"chalf", "complex32"},
 }};
 
 error unknown(std::string_view what, std::string_view name) {

@@ -7,7 +7,10 @@
 
 #include <pybind11/stl.h>
 
+#include <msgpack.hpp>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -60,13 +63,39 @@ Entry make_entry(std::string key, std::uint64_t off, std::uint64_t len, const st
   return Entry{std::move(key), off, len, kind_from(kind), std::move(dtype), shape_from(shape)};
 }
 
+// Strict UTF-8 as Python's decoder takes it: no overlongs, no surrogates,
+// nothing above U+10FFFF. ASCII (every key and dtype blobpipe or the
+// reference writes) costs one pass.
 bool is_utf8(const std::string& s) {
-  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
-  if (u == nullptr) {
-    PyErr_Clear();
-    return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    std::size_t n;
+    unsigned lo = 0x80, hi = 0xBF;  // bounds of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (static_cast<std::size_t>(end - p) <= n) return false;
+    if (p[1] < lo || p[1] > hi) return false;
+    for (std::size_t i = 2; i <= n; ++i)
+      if (p[i] < 0x80 || p[i] > 0xBF) return false;
+    p += n + 1;
   }
-  Py_DECREF(u);
   return true;
 }
 
@@ -74,8 +103,9 @@ bool is_utf8(const std::string& s) {
 // int(m["n"]), m["k"], m.get("d"), tuple(m.get("s") or ())).
 Entry entry_from_meta_dict(std::string key, const py::dict& m) {
   for (const char* f : {"o", "n", "k"})
-    if (!m.contains(f))
-      raise(errc::malformed_index, std::string("entry meta has no field '") + f + "'");
+    if (!m.contains(f))  // the reference's m["o"] raises KeyError
+      raise(errc::malformed_index, std::string("entry meta has no field '") + f + "'",
+            also_builtin::key_error);
   try {
     py::object d = m.contains("d") ? py::object(m["d"]) : py::object(py::none());
     py::object s = m.contains("s") ? py::object(m["s"]) : py::object(py::none());
@@ -87,7 +117,10 @@ Entry entry_from_meta_dict(std::string key, const py::dict& m) {
     raise(errc::malformed_index, std::string("entry meta: ") + e.what());
   } catch (py::error_already_set& e) {  // int() of something that is no number
     if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
-    raise(errc::malformed_index, std::string("entry meta: ") + e.what());
+    // int(None) is a TypeError, int("x") a ValueError, in the reference too.
+    const bool type = e.matches(PyExc_TypeError);
+    raise(errc::malformed_index, std::string("entry meta: ") + e.what(),
+          type ? also_builtin::type_error : also_builtin::none);
   }
 }
 
@@ -130,13 +163,14 @@ std::string entry_repr(const Entry& e) {
 
 // The entries as Python objects. A key or dtype read from a blob must be
 // UTF-8 (msgpack str): the reference's msgpack decoder refuses others too.
-py::list entry_list(const std::vector<Entry>& entries) {
+py::list entry_list(std::vector<Entry>&& entries) {
   for (const Entry& e : entries)
     if (!is_utf8(e.key) || (e.dtype && !is_utf8(*e.dtype)))
       raise(errc::malformed_index, "an index row's key or dtype is not valid UTF-8");
   py::list out(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i)
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), py::cast(entries[i]).release().ptr());
+  for (std::size_t i = 0; i < entries.size(); ++i)  // moved: no string copies
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i),
+                    py::cast(std::move(entries[i])).release().ptr());
   return out;
 }
 
@@ -171,20 +205,99 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   return p;
 }
 
+// A read-only or non-contiguous `out`: the buffer protocol says
+// BufferError, the reference's memoryview TypeError; the error is both.
+template <class F>
+void with_out_buffer(py::handle out, F&& f) {
+  try {
+    held_buffer b(out, true);
+    f(b);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_BufferError)) throw;
+    py::object cls = py::module_::import("blobpipe._errors").attr("BufferTypeError");
+    PyErr_SetObject(cls.ptr(), py::str(e.value()).ptr());
+    throw py::error_already_set();
+  }
+}
+
 void write_blob(const py_plan& p, py::handle out) {
-  held_buffer b(out, true);
-  // Checked with the GIL held, right before the copy (storage_guard.hpp).
-  for (const storage_guard& g : p.guards) check_storage(g.storage, p.plan.entries[g.entry]);
-  result<std::uint64_t> r = [&] {
-    py::gil_scoped_release nogil;  // the copy touches no Python object
-    return write(p.plan, b.writable_bytes());
-  }();
-  unwrap(std::move(r));
+  with_out_buffer(out, [&](const held_buffer& b) {
+    // Checked with the GIL held, right before the copy (storage_guard.hpp).
+    for (const storage_guard& g : p.guards) check_storage(g.storage, p.plan.entries[g.entry]);
+    result<std::uint64_t> r = [&] {
+      py::gil_scoped_release nogil;  // the copy touches no Python object
+      return write(p.plan, b.writable_bytes());
+    }();
+    unwrap(std::move(r));
+  });
 }
 
 void write_blob_tail(const py_plan& p, py::handle out) {
-  held_buffer b(out, true);
-  unwrap(write_tail(p.plan, b.writable_bytes()));
+  with_out_buffer(out, [&](const held_buffer& b) { unwrap(write_tail(p.plan, b.writable_bytes())); });
+}
+
+// The built-in exception the reference's read_index raises on a blob whose
+// index blobpipe finds malformed, judged from the index's msgpack as the
+// reference unpacks it: `for k, o, n, kind, d, s in rows` then
+// `tuple(s) if s is not None`, row by row. A row or index that is no
+// iterable, or a shape that is none, is a TypeError there; a row that is
+// not 6 items a ValueError (FormatError already is one); bytes msgspec
+// cannot decode are msgspec's own error (none here).
+also_builtin reference_index_error(std::span<const std::byte> index) {
+  msgpack::object_handle oh;
+  try {
+    const auto n = index.size();
+    oh = msgpack::unpack(reinterpret_cast<const char*>(index.data()), n, nullptr, nullptr,
+                         msgpack::unpack_limit(n, n, n, n, n, 64));
+  } catch (...) {
+    return also_builtin::none;
+  }
+  using msgpack::type::object_type;
+  auto iterable = [](const msgpack::object& o) {
+    return o.type == object_type::ARRAY || o.type == object_type::MAP ||
+           o.type == object_type::STR || o.type == object_type::BIN;
+  };
+  // Row `r` unpacked into six names, then tuple(shape): how it ends.
+  enum class row { ok, value_error, type_error };
+  auto row_outcome = [&](const msgpack::object& r) {
+    const msgpack::object* shape = nullptr;
+    switch (r.type) {
+      case object_type::ARRAY:
+        if (r.via.array.size != 6) return row::value_error;
+        shape = &r.via.array.ptr[5];
+        break;
+      case object_type::MAP:
+        if (r.via.map.size != 6) return row::value_error;
+        shape = &r.via.map.ptr[5].key;
+        break;
+      case object_type::STR: {  // six 1-char strs, or a ValueError
+        std::size_t chars = 0;
+        for (std::uint32_t i = 0; i < r.via.str.size; ++i)
+          chars += (static_cast<unsigned char>(r.via.str.ptr[i]) & 0xC0) != 0x80;
+        return chars == 6 ? row::ok : row::value_error;
+      }
+      case object_type::BIN:  // six ints: tuple(int) fails
+        return r.via.bin.size == 6 ? row::type_error : row::value_error;
+      default: return row::type_error;  // cannot unpack a non-iterable
+    }
+    if (shape->type != object_type::NIL && !iterable(*shape)) return row::type_error;
+    return row::ok;
+  };
+  const msgpack::object& root = oh.get();
+  switch (root.type) {
+    case object_type::ARRAY:
+      for (std::uint32_t i = 0; i < root.via.array.size; ++i) {
+        const row o = row_outcome(root.via.array.ptr[i]);
+        if (o == row::type_error) return also_builtin::type_error;
+        if (o == row::value_error) return also_builtin::none;  // the reference stops there
+      }
+      return also_builtin::none;
+    case object_type::MAP:
+    case object_type::STR: return also_builtin::none;  // unusual; left as FormatError
+    case object_type::BIN:
+      return root.via.bin.size > 0 ? also_builtin::type_error : also_builtin::none;
+    default: return also_builtin::type_error;  // iterating a non-iterable
+  }
 }
 
 py::list read_blob_index(py::handle blob) {
@@ -193,7 +306,12 @@ py::list read_blob_index(py::handle blob) {
     py::gil_scoped_release nogil;
     return read_index(b.bytes());
   }();
-  return entry_list(unwrap(std::move(r)).entries);
+  if (!r && r.err().code == errc::malformed_index) {
+    auto f = read_footer(b.bytes());  // the index range was checked before parsing
+    if (f && std::uint64_t{f->index_off} + f->index_len <= b.bytes().size())
+      raise(r.err(), reference_index_error(b.bytes().subspan(f->index_off, f->index_len)));
+  }
+  return entry_list(std::move(unwrap(std::move(r)).entries));
 }
 
 py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nbytes) {
@@ -205,7 +323,7 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
       py::gil_scoped_release nogil;
       return read_index_file(path, off, nbytes);
     }();
-    return entry_list(unwrap(std::move(r)).entries);
+    return entry_list(std::move(unwrap(std::move(r)).entries));
   }
   if (!py::hasattr(f, "read") || !py::hasattr(f, "seek"))
     throw py::type_error(
@@ -215,14 +333,273 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
   python_file_stream stream(f);
   result<blob_index> r = read_index_file(stream.get(), off, nbytes);
   stream.rethrow_pending();
-  return entry_list(unwrap(std::move(r)).entries);
+  return entry_list(std::move(unwrap(std::move(r)).entries));
 }
 
-py::object decode_one(py::handle view, const Entry& e, bool allow_pickle) {
-  held_buffer b(view, false);
-  entry_view v = unwrap(view_entry(e, b.bytes()));
-  return decode_value(view, v, allow_pickle);
+// ---- the hot calls, as CPython fastcall functions: pybind11's dispatch
+// (argument conversion, keyword matching) costs more than the work.
+
+// Runs `f` and turns C++ exceptions into the Python error they stand for.
+template <class F>
+PyObject* fastcall(F&& f) noexcept {
+  try {
+    return f().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::cast_error& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
 }
+
+py::object checked_call(PyObject* r) {
+  if (r == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(r);
+}
+
+PyTypeObject* entry_type = nullptr;  // blobpipe.Entry, set by init_codec
+
+const Entry& entry_arg(PyObject* e, const char* fn) {
+  if (Py_TYPE(e) == entry_type) {
+    // An Entry itself (not a subclass) has pybind11's simple layout: its
+    // value pointer sits in the instance; pybind11's caster would first
+    // look the type up in its registry (a fifth of a pickle decode).
+    auto* inst = reinterpret_cast<py::detail::instance*>(e);
+    if (inst->simple_layout && inst->simple_value_holder[0] != nullptr)
+      return *static_cast<const Entry*>(inst->simple_value_holder[0]);
+  }
+  if (!PyObject_TypeCheck(e, entry_type))
+    throw py::type_error(std::string(fn) + ": e must be a blobpipe.Entry, not " +
+                         Py_TYPE(e)->tp_name);
+  return py::handle(e).cast<const Entry&>();
+}
+
+// Arguments of a fastcall function (names..., *, allow_pickle=True): the
+// named ones by position or keyword, allow_pickle by keyword only (when
+// `takes_allow_pickle`). Fills `out` (borrowed) and returns allow_pickle.
+template <std::size_t N>
+bool parse_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, const char* fn,
+                const std::array<const char*, N>& names, std::array<PyObject*, N>& out,
+                bool takes_allow_pickle) {
+  if (nargs > static_cast<Py_ssize_t>(N))
+    throw py::type_error(std::string(fn) + "() takes " + std::to_string(N) +
+                         " positional arguments but " + std::to_string(nargs) + " were given");
+  out.fill(nullptr);
+  for (Py_ssize_t i = 0; i < nargs; ++i) out[static_cast<std::size_t>(i)] = args[i];
+  bool allow = true;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    PyObject* value = args[nargs + i];
+    if (takes_allow_pickle && PyUnicode_CompareWithASCIIString(name, "allow_pickle") == 0) {
+      const int t = PyObject_IsTrue(value);
+      if (t < 0) throw py::error_already_set();
+      allow = t != 0;
+      continue;
+    }
+    bool found = false;
+    for (std::size_t k = 0; k < N && !found; ++k) {
+      if (PyUnicode_CompareWithASCIIString(name, names[k]) != 0) continue;
+      if (out[k] != nullptr)
+        throw py::type_error(std::string(fn) + "() got multiple values for argument '" +
+                             names[k] + "'");
+      out[k] = value;
+      found = true;
+    }
+    if (!found)
+      throw py::type_error(std::string(fn) + "() got an unexpected keyword argument '" +
+                           py::str(name).cast<std::string>() + "'");
+  }
+  for (std::size_t k = 0; k < N; ++k)
+    if (out[k] == nullptr)
+      throw py::type_error(std::string(fn) + "() missing required argument '" + names[k] + "'");
+  return allow;
+}
+
+// The bytes of a buffer (C-contiguous), read in place for a memoryview.
+struct read_buffer {
+  Py_buffer view{};
+  bool held = false;
+  std::span<const std::byte> bytes;
+  explicit read_buffer(PyObject* o) {
+    if (PyMemoryView_Check(o)) {
+      const Py_buffer* b = PyMemoryView_GET_BUFFER(o);
+      if (PyBuffer_IsContiguous(b, 'C')) {
+        bytes = {static_cast<const std::byte*>(b->buf), static_cast<std::size_t>(b->len)};
+        return;
+      }
+    }
+    if (PyObject_GetBuffer(o, &view, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
+    held = true;
+    bytes = {static_cast<const std::byte*>(view.buf), static_cast<std::size_t>(view.len)};
+  }
+  read_buffer(const read_buffer&) = delete;
+  read_buffer& operator=(const read_buffer&) = delete;
+  ~read_buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+};
+
+PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                            PyObject* kwnames) {
+  return fastcall([&] {
+    std::array<PyObject*, 2> a;
+    const bool allow = parse_args(args, nargs, kwnames, "decode_entry",
+                                  std::array<const char*, 2>{"view", "e"}, a, true);
+    const Entry& e = entry_arg(a[1], "decode_entry");
+    read_buffer b(a[0]);
+    return decode_entry_bytes(a[0], b.bytes, e, allow, -1);
+  });
+}
+
+PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kwnames) {
+  return fastcall([&] {
+    std::array<PyObject*, 2> a;
+    const bool allow = parse_args(args, nargs, kwnames, "decode_entries",
+                                  std::array<const char*, 2>{"blob", "entries"}, a, true);
+    read_buffer b(a[0]);
+    py::object seq = py::reinterpret_steal<py::object>(
+        PySequence_Fast(a[1], "decode_entries: entries must be a sequence of Entry"));
+    if (!seq) throw py::error_already_set();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+    std::vector<const Entry*> es(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const Entry& e = entry_arg(items[i], "decode_entries");
+      // Where the bytes are, checked as the format library's decode_entry.
+      if (e.off > b.bytes.size() || e.len > b.bytes.size() - e.off)
+        unwrap(decode_entry(b.bytes, e));  // raises entry_out_of_range
+      es[static_cast<std::size_t>(i)] = &e;
+    }
+    py::list out(n);
+    for (std::size_t i = 0; i < es.size();) {
+      // A run of like entries (same kind, dtype and shape at a constant
+      // stride, as plan() lays out a batch of samples) is one strided array,
+      // split into its rows by numpy or torch in C: views as decode_entry
+      // gives them, without a call per entry here.
+      if (std::size_t k = decode_run(a[0], b.bytes, es, i, out); k > 0) {
+        i += k;
+        continue;
+      }
+      const Entry& e = *es[i];
+      py::object v = decode_entry_bytes(a[0], b.bytes.subspan(e.off, e.len), e, allow,
+                                        static_cast<Py_ssize_t>(e.off));
+      PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), v.release().ptr());
+      ++i;
+    }
+    return py::object(std::move(out));
+  });
+}
+
+PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, PyObject* kwnames) {
+  return fastcall([&] {
+    std::array<PyObject*, 1> a;
+    parse_args(fargs, nargs, kwnames, "materialize", std::array<const char*, 1>{"v"}, a, false);
+    PyObject* v = a[0];
+    const module_state& s = state();
+    PyTypeObject* t = Py_TYPE(v);
+    PyObject* args[] = {v};
+    const torch_state* torch = torch_if_loaded();  // a tensor exists only once torch does
+    if (torch && PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr())))
+      return checked_call(PyObject_VectorcallMethod(s.s_clone.ptr(), args,
+                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(s.np_ndarray.ptr())) ||
+        t == reinterpret_cast<PyTypeObject*>(s.raw_entry.ptr()))
+      return checked_call(PyObject_VectorcallMethod(s.s_copy.ptr(), args,
+                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    return py::reinterpret_borrow<py::object>(v);
+  });
+}
+
+constexpr const char* decode_entry_doc = R"(decode_entry(view, e, *, allow_pickle=True)
+--
+
+Rebuilds an entry's value from its bytes; tensors and arrays are zero-copy
+views of ``view`` (which they keep alive), as in the reference.
+
+- kind ``t``: a ``torch.Tensor`` of ``e.dtype`` (any name torch has for
+  it: ``float``, ``chalf``...) and ``e.shape`` (made with
+  ``torch.from_numpy`` of a numpy view: the tensor ``torch.frombuffer``
+  would give, at less cost; an empty entry gives ``torch.empty(shape)``).
+  Without torch, or when torch lacks the dtype (torch 1.13 has no
+  ``uint16/32/64`` or ``float8_*``), a ``numpy.ndarray`` of that dtype
+  where numpy has it, else a ``RawEntry`` (``bfloat16``/``complex32``
+  without torch; ``float8_*``); quantized dtypes (``quint8``, ``qint8``,
+  ``qint32``, ``quint4x2``, ``quint2x4``) always give a ``RawEntry`` of
+  their integers (the blob has no scale or zero point; the reference's
+  ``torch.frombuffer`` crashes torch 1.13 on them). Never another dtype.
+- kind ``n``: ``numpy.frombuffer(view, numpy.dtype(e.dtype))`` reshaped to
+  ``e.shape`` (byte order as stored); a ``RawEntry`` if this numpy cannot
+  build the dtype.
+- kind ``p``: ``pickle.loads(view)``; with ``allow_pickle=False`` the
+  pickle's ``bytes`` instead. Unpickling runs code chosen by whoever wrote
+  the blob: pass ``allow_pickle=False`` for bytes from a peer you do not
+  trust, and unpickle only what you decide to.
+
+Args:
+    view: exactly the entry's ``e.len`` bytes (e.g.
+        ``memoryview(blob)[e.off : e.off + e.len]``), any C-contiguous buffer.
+    e: the entry (a ``blobpipe.Entry``), from ``read_index`` or
+        ``Entry.from_meta``.
+
+Raises:
+    FormatError: ``entry_out_of_range`` (``view`` is not ``e.len`` bytes),
+        ``shape_mismatch``, ``unknown_kind``, ``unknown_dtype``. Where the
+        reference raises a built-in error for the same input the error is
+        also one: ``FormatRuntimeError`` for tensor bytes that are whole
+        elements but not the shape's number (torch's ``view``),
+        ``FormatTypeError`` for a numpy dtype string numpy cannot parse.
+    TypeError: ``view`` has no buffer protocol, ``e`` is no ``Entry``.
+    Whatever unpickling raises (kind ``p`` with ``allow_pickle``).
+
+Source: decode_entry (Python reference).)";
+
+constexpr const char* decode_entries_doc = R"(decode_entries(blob, entries, *, allow_pickle=True)
+--
+
+``[decode_entry(memoryview(blob)[e.off : e.off + e.len], e, allow_pickle=...)
+for e in entries]`` in one call: the values of the entries of a whole blob
+held in memory (any C-contiguous buffer), views of ``blob`` (kept alive by
+them) where ``decode_entry`` gives views.
+
+Args:
+    blob: the whole blob (offsets in ``entries`` are from its start, bytes).
+    entries: a sequence of ``Entry``, e.g. ``read_index(blob)``.
+
+Raises:
+    FormatError: ``entry_out_of_range`` for an entry that runs past
+        ``blob``; otherwise as ``decode_entry``, for the first entry that
+        fails (no list is returned then).
+    TypeError: ``entries`` is not a sequence of ``Entry``.
+
+blobpipe's own call (the reference has none).)";
+
+constexpr const char* materialize_doc = R"(materialize(v)
+--
+
+A copy of a decoded value that no longer views the blob's buffer:
+``clone()`` of a tensor, ``copy()`` of a numpy array or ``RawEntry``; other
+values (unpickled objects, bytes) are already their own and are returned
+as they are. torch and numpy release the GIL for large copies.
+
+Source: materialize (Python reference).)";
+
+PyMethodDef fast_methods[] = {
+    {"decode_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_entry_fast)),
+     METH_FASTCALL | METH_KEYWORDS, decode_entry_doc},
+    {"decode_entries",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_entries_fast)),
+     METH_FASTCALL | METH_KEYWORDS, decode_entries_doc},
+    {"materialize", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(materialize_fast)),
+     METH_FASTCALL | METH_KEYWORDS, materialize_doc},
+    {nullptr, nullptr, 0, nullptr}};
 
 py::object tag_of(py::handle tail) {
   held_buffer b(tail, false);
@@ -295,7 +672,7 @@ Source: Entry (Python reference); blobpipe/format/entry.hpp.)")
                             py::reinterpret_borrow<py::object>(t[5]));
                       }));
 
-  py::class_<py_plan>(m, "BlobPlan",
+  py::class_<py_plan>(m, "_NativePlan",
                       R"(A blob's layout, made by plan(); write() fills a buffer from it.
 
 It holds the planned values (or their host copies and pickles) until it is
@@ -324,7 +701,7 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
                                  std::vector<Entry> rows;
                                  rows.reserve(p.plan.entries.size());
                                  for (const auto& pe : p.plan.entries) rows.push_back(pe.entry);
-                                 p.entries_cache = entry_list(rows);
+                                 p.entries_cache = entry_list(std::move(rows));
                                }
                                return p.entries_cache;
                              })
@@ -337,6 +714,17 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
       .def_property_readonly("tag", [](const py_plan& p) { return tag_bytes(p.plan.tag); })
       .def_property_readonly("index_off", [](const py_plan& p) { return p.plan.index_off(); })
       .def("__len__", [](const py_plan& p) { return p.plan.entries.size(); })
+      .def("_owners",
+           [](const py_plan& p) {
+             // (owner, kind) per value: what BlobPlan.buffers views.
+             py::list out(p.keep.size());
+             for (std::size_t i = 0; i < p.keep.size(); ++i)
+               PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i),
+                               py::make_tuple(p.keep[i], std::string(1, p.plan.entries[i].entry.kind))
+                                   .release()
+                                   .ptr());
+             return out;
+           })
       .def("__repr__", [](const py_plan& p) {
         return "BlobPlan(" + std::to_string(p.plan.entries.size()) +
                " entries, nbytes=" + std::to_string(p.plan.nbytes) +
@@ -350,16 +738,27 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
   m.def("read_index", &read_blob_index, py::arg("blob"));
   m.def("read_index_file", &read_blob_index_file, py::arg("f"), py::arg("off") = 0,
         py::arg("nbytes") = 0);
-  m.def("decode_entry", &decode_one, py::arg("view"), py::arg("e"), py::kw_only(),
-        py::arg("allow_pickle") = true);
+  entry_type = reinterpret_cast<PyTypeObject*>(py::type::of<Entry>().ptr());
+  for (PyMethodDef* d = fast_methods; d->ml_name != nullptr; ++d) {
+    py::object f = py::reinterpret_steal<py::object>(PyCFunction_NewEx(d, nullptr, m.attr("__name__").ptr()));
+    if (!f) throw py::error_already_set();
+    m.attr(d->ml_name) = f;
+  }
   m.def(
       "footer_is_valid",
       [](py::handle tail) {
         held_buffer b(tail, false);
         return footer_is_valid(b.bytes());
       },
-      py::arg("tail"));
+      py::arg("blob_tail"));
   m.def("footer_tag", &tag_of, py::arg("tail"));
+  m.def(
+      "_entries",
+      [](py::handle raw) {
+        held_buffer b(raw, false);
+        return entry_list(unwrap(parse_index(b.bytes(), UINT64_MAX)));
+      },
+      py::arg("raw"));
 }
 
 }  // namespace blobpipe::python

@@ -2,6 +2,9 @@
 
 #include <pybind11/numpy.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "errors.hpp"
 #include "state.hpp"
 
@@ -80,6 +83,26 @@ bool may_be_negative_view(const std::string& name) {
   return name.starts_with("float") || name.starts_with("bfloat") || is_complex(name);
 }
 
+// quint4x2 / quint2x4 pack 2 or 4 values a byte, but torch reports an
+// element size of 1, and the reference stores numel bytes read from the
+// tensor's data: past the end of its storage. Here: the storage's packed
+// bytes (int_repr(), C order), then zeros up to numel bytes, so the entry's
+// length and its meaningful bytes are the reference's and nothing beyond
+// the storage is read.
+encoded packed_quantized(const py::object& t, encoded e) {
+  py::object rep = t.attr("int_repr")().attr("contiguous")().attr("reshape")(-1).attr("numpy")();
+  const auto numel = py::cast<std::int64_t>(t.attr("numel")());
+  py::array_t<std::uint8_t> out(numel);
+  auto* dst = static_cast<std::uint8_t*>(out.mutable_data());
+  py::array_t<std::uint8_t> src = py::reinterpret_borrow<py::array_t<std::uint8_t>>(rep);
+  const auto k = std::min<std::int64_t>(numel, src.size());
+  std::memset(dst, 0, static_cast<std::size_t>(numel));
+  if (k > 0) std::memcpy(dst, src.data(), static_cast<std::size_t>(k));
+  e.v.data = reinterpret_cast<const std::byte*>(dst);
+  e.keep = std::move(out);
+  return e;
+}
+
 encoded tensor_value(py::handle obj, const torch_state& torch) {
   tensor_ref t{py::reinterpret_borrow<py::object>(obj),
                Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type.ptr())};
@@ -90,8 +113,10 @@ encoded tensor_value(py::handle obj, const torch_state& torch) {
   if (layout.is(torch.sparse_coo)) return pickled(obj);
   if (!layout.is(torch.strided)) {
     if (truthy(t.attr(torch.is_nested))) return pickled(obj);
+    // The reference fails in torch (is_contiguous): a RuntimeError there.
     raise(errc::invalid_argument,
-          "a tensor with layout " + std::string(py::str(layout)) + " has no dense bytes to store");
+          "a tensor with layout " + std::string(py::str(layout)) + " has no dense bytes to store",
+          also_builtin::runtime_error);
   }
   py::object dt = t.attr(torch.dtype);
   const std::string* known = torch.name_of(dt.ptr());
@@ -111,6 +136,7 @@ encoded tensor_value(py::handle obj, const torch_state& torch) {
     if (truthy(t.attr(torch.is_nested))) return pickled(obj);
     throw;
   }
+  if (e.v.dtype == "quint4x2" || e.v.dtype == "quint2x4") return packed_quantized(t.t, std::move(e));
   if (!truthy(t.call(torch.is_contiguous))) e.v.strides = int_vector(t.call(torch.stride));
   void* p = PyLong_AsVoidPtr(t.call(torch.data_ptr).ptr());
   if (p == nullptr && PyErr_Occurred()) throw py::error_already_set();
@@ -135,7 +161,8 @@ encoded array_value(const py::array& a) {
   py::dtype dt = a.dtype();
   if (dt.kind() == 'O') return pickled(a);
   if (dt.kind() == 'V' && truthy(get_attr(dt, s.s_hasobject)))
-    raise(errc::invalid_argument, "a structured dtype holding Python objects has no raw bytes");
+    raise(errc::invalid_argument, "a structured dtype holding Python objects has no raw bytes",
+          also_builtin::type_error);  // the reference's ndarray.view(uint8) raises TypeError
   encoded e;
   e.v.kind = KIND_NDARRAY;
   e.v.dtype = dtype_str(dt);

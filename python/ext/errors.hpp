@@ -20,10 +20,15 @@
 
 namespace blobpipe::python {
 
+/// The built-in exception the reference raises for the same input, which
+/// the FormatError raised must also be (blobpipe._errors.FormatTypeError,
+/// FormatKeyError, FormatRuntimeError).
+enum class also_builtin { none, type_error, key_error, runtime_error };
+
 /// Sets the Python exception for `e` and throws pybind11's
 /// error_already_set, which pybind11 turns back into that exception.
-[[noreturn]] void raise(const error& e);
-[[noreturn]] void raise(errc c, std::string message);
+[[noreturn]] void raise(const error& e, also_builtin also = also_builtin::none);
+[[noreturn]] void raise(errc c, std::string message, also_builtin also = also_builtin::none);
 
 /// The value of `r`, or raise(r.err()).
 template <class T>

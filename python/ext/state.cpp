@@ -41,6 +41,7 @@ torch_state load_torch(py::handle torch) {
   t.sparse_coo = torch.attr("sparse_coo");
   t.frombuffer = torch.attr("frombuffer");
   t.empty = torch.attr("empty");
+  t.from_numpy = torch.attr("from_numpy");
   if (py::object c = torch.attr("_C"); py::hasattr(c, "_from_dlpack")) t.from_dlpack = c.attr("_from_dlpack");
   py::handle dtype_type = torch.attr("dtype");
   for (py::handle name : py::reinterpret_steal<py::list>(PyObject_Dir(torch.ptr()))) {
@@ -76,6 +77,11 @@ void init_state(py::module_& m) {
   s->s_view = intern("view");
   s->s_str = intern("str");
   s->s_hasobject = intern("hasobject");
+  s->s_reshape = intern("reshape");
+  s->s_clone = intern("clone");
+  s->s_copy = intern("copy");
+  s->s_unbind = intern("unbind");
+  s->kw_dtype = py::make_tuple(intern("dtype"));
   s->s_data_ptr = intern("data_ptr");
   s->s_nbytes = intern("nbytes");
   s->s_resizable = intern("resizable");
@@ -88,6 +94,7 @@ void init_state(py::module_& m) {
   s->np_dtype = np.attr("dtype");
   s->np_ascontiguousarray = np.attr("ascontiguousarray");
   s->np_uint8 = np.attr("uint8");
+  s->np_ndarray = np.attr("ndarray");
   py::module_ os = py::module_::import("os");
   s->os_pathlike = os.attr("PathLike");
   s->os_fsencode = os.attr("fsencode");

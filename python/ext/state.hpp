@@ -38,6 +38,7 @@ struct torch_state {
   py::object sparse_coo;   ///< torch.sparse_coo (the reference pickles these)
   py::object frombuffer;   ///< torch.frombuffer
   py::object empty;        ///< torch.empty
+  py::object from_numpy;   ///< torch.from_numpy
   /// torch._C._from_dlpack (what torch.utils.dlpack.from_dlpack calls with a
   /// capsule); empty when this torch has none.
   py::object from_dlpack;
@@ -59,10 +60,11 @@ struct torch_state {
 
 struct module_state {
   // Interned attribute names.
-  py::str s_view, s_str, s_hasobject;
+  py::str s_view, s_str, s_hasobject, s_reshape, s_clone, s_copy, s_unbind;
+  py::tuple kw_dtype;  ///< ("dtype",): the keyword names of a vectorcall
   py::str s_data_ptr, s_nbytes, s_resizable;  ///< torch.UntypedStorage's (storage_guard.hpp)
   py::object pickle_dumps, pickle_loads, pickle_protocol;
-  py::object np_frombuffer, np_dtype, np_ascontiguousarray, np_uint8;
+  py::object np_frombuffer, np_dtype, np_ascontiguousarray, np_uint8, np_ndarray;
   /// numpy dtype objects seen by the encoder, with their `dtype.str`
   /// (numpy builds that string anew on each access, at a fifth of a
   /// microsecond; builtin dtypes are singletons, so identity finds them).

@@ -177,12 +177,6 @@ def test_sparse_csr_tensor_is_refused():
     assert err.value.category == "invalid_argument"
 
 
-def test_torch_dtype_blobpipe_cannot_carry_is_refused():
-    with pytest.raises(bf.FormatError) as err:
-        bf.plan(["c32"], [torch.zeros(2, dtype=torch.complex32)])
-    assert err.value.category == "unknown_dtype"
-
-
 def test_cuda_tensor_is_copied_to_host():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device (or a torch built without CUDA)")

@@ -36,6 +36,10 @@ enum class scalar_type {
   float16, bfloat16, float32, float64,
   float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz,
   complex64, complex128,
+  complex32,  ///< torch.complex32 (chalf): two float16
+  /// torch's quantized types: the stored integers only (the reference
+  /// writes their storage bytes; scale and zero point are not in the blob).
+  quint8, qint8, qint32, quint4x2, quint2x4,
   bytes,      ///< numpy 'S': fixed-size byte strings
   unicode,    ///< numpy 'U': fixed-size UCS-4 strings
   datetime,   ///< numpy 'M': int64 ticks of `unit`
@@ -62,11 +66,13 @@ struct dtype {
   friend bool operator==(const dtype&, const dtype&) = default;
 };
 
-/// Parses a torch dtype name: the 19 names the reference writes (float32,
+/// Parses a torch dtype name: the 25 names the reference writes (float32,
 /// float64, float16, bfloat16, int8, uint8, int16, int32, int64, bool,
 /// complex64, complex128, float8_e4m3fn, float8_e5m2, float8_e4m3fnuz,
-/// float8_e5m2fnuz, uint16, uint32, uint64) and the aliases torch accepts
-/// (float, double, half, long, int, short, cfloat, cdouble). An optional
+/// float8_e5m2fnuz, uint16, uint32, uint64, complex32, and the quantized
+/// quint8, qint8, qint32, quint4x2, quint2x4 with item sizes 1, 1, 4, 1, 1
+/// as torch reports them) and the aliases torch accepts (float, double,
+/// half, long, int, short, cfloat, cdouble, chalf). An optional
 /// "torch." prefix is ignored. `name` is set to the canonical spelling.
 /// Errors: unknown_dtype. Source: the reference writes `str(tensor.dtype)`
 /// without its "torch." prefix.

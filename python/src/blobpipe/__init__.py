@@ -53,7 +53,6 @@ Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
 
 # Imports are underscored: the public namespace is __all__ (dir(blobpipe)
 # shows nothing else but dunders and the underscored modules).
-import sys as _sys
 from typing import Any as _Any, Optional as _Optional, Sequence as _Sequence
 
 import numpy as _np
@@ -64,9 +63,37 @@ from ._errors import (AbortedError, ClosedError, Error, FileError, ForkedError, 
                       TimedOutError, URLError)
 from ._raw import RawEntry
 from . import _blobpipe
-from ._blobpipe import (Blob, BlobAborted, BlobComplete, BlobPlan, Consumer, Entry, EntryReady,
-                        Listener, ReceivedBuffer, Sender)
+from ._blobpipe import (Blob, BlobAborted, BlobComplete, Consumer, Entry, EntryReady, Listener,
+                        ReceivedBuffer, Sender)
+from ._plan import (_FOOTER_FMT, _FOOTER_V2_FMT, BlobPlan, _align_up, _entries, _footer,
+                    _native_of, _numpy_bytes, _tensor_bytes, _torch_dtype, _write_fields,
+                    _write_tail_fields, encode_value)
 from ._stream import connect, listen, loopback_pair, parse_url
+
+
+def _entry_as_dataclass() -> None:
+    # Entry stays the extension type (read_index makes one per row in C++),
+    # and answers to the dataclasses module as the reference's frozen
+    # dataclass does: is_dataclass, fields, replace (Entry(**fields)),
+    # asdict/astuple, match by position (__match_args__) and keyword. Its
+    # field descriptions are those of a frozen dataclass with the same
+    # fields, made here once.
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Entry:  # noqa: F811 - only its dataclass metadata is kept
+        key: str
+        off: int
+        len: int
+        kind: str
+        dtype: _Optional[str]
+        shape: _Optional[tuple]
+
+    for name in ("__dataclass_fields__", "__dataclass_params__", "__match_args__"):
+        setattr(_blobpipe.Entry, name, getattr(Entry, name))
+
+
+_entry_as_dataclass()
 
 __version__ = "0.1.0"
 
@@ -93,7 +120,8 @@ __all__ = [
     "KIND_TENSOR", "KIND_NUMPY", "KIND_PICKLE",
     "Entry", "BlobPlan", "RawEntry", "Error", "FormatError", "FileError",
     "plan", "write", "write_tail", "read_index", "read_index_file",
-    "decode_entry", "materialize", "footer_is_valid", "footer_tag",
+    "decode_entry", "decode_entries", "materialize", "footer_is_valid", "footer_tag",
+    "encode_value",
     # streaming
     "connect", "listen", "loopback_pair", "parse_url",
     "Sender", "Blob", "Consumer", "Listener", "EntryReady", "BlobComplete", "BlobAborted",
@@ -148,7 +176,7 @@ def plan(keys: _Sequence[_Any], values: _Sequence[_Any], tag: _Any = NO_TAG) -> 
             v3 footer cannot address).
         Whatever pickling a value raises.
     """
-    return _blobpipe.plan(keys, values, tag)
+    return BlobPlan._of(_blobpipe.plan(keys, values, tag))
 
 
 def write(p: BlobPlan, out: _Any) -> None:
@@ -159,7 +187,9 @@ def write(p: BlobPlan, out: _Any) -> None:
     released while the bytes are copied.
 
     Args:
-        p: a plan from ``plan``.
+        p: a plan from ``plan``, or one a caller built from the seven
+            fields (written from ``entries``, ``buffers``, ``index_bytes``,
+            ``nbytes`` and ``tag``, pads zeroed).
         out: a writable, C-contiguous buffer (bytearray, numpy array of any
             dtype, writable memoryview, mmap) of at least ``p.nbytes`` bytes.
 
@@ -167,11 +197,18 @@ def write(p: BlobPlan, out: _Any) -> None:
         FormatError: ``buffer_too_small`` when ``out`` is shorter than
             ``p.nbytes``; ``invalid_argument`` when torch reallocated a
             planned tensor's bytes after ``plan`` (``resize_``): nothing of
-            it is read.
-        BufferError / TypeError: ``out`` is read-only, not contiguous, or
-            has no buffer protocol.
+            it is read; for a caller's plan, ``invalid_argument`` (a buffer
+            that is not its entry's length), ``entry_out_of_range`` (an
+            entry running into the index), ``too_large``.
+        BufferTypeError (a BufferError and a TypeError): ``out`` is
+            read-only or not C-contiguous.
+        TypeError: ``out`` has no buffer protocol, ``p`` is no plan.
     """
-    _blobpipe.write(p, out)
+    native = _native_of(p)
+    if native is None:
+        _write_fields(p, out)
+    else:
+        _blobpipe.write(native, out)
 
 
 def write_tail(p: BlobPlan, out: _Any) -> None:
@@ -181,8 +218,13 @@ def write_tail(p: BlobPlan, out: _Any) -> None:
 
     Raises:
         FormatError: ``buffer_too_small`` when ``out`` is shorter than that.
+        BufferTypeError, TypeError: as ``write``.
     """
-    _blobpipe.write_tail(p, out)
+    native = _native_of(p)
+    if native is None:
+        _write_tail_fields(p, out)
+    else:
+        _blobpipe.write_tail(native, out)
 
 
 def read_index(blob: _Any) -> list[Entry]:
@@ -200,7 +242,9 @@ def read_index(blob: _Any) -> list[Entry]:
     Raises:
         FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
             ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
-            ``unknown_kind``, ``unknown_dtype``.
+            ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
+            index, row or shape is no list, where the reference raises
+            TypeError, is a ``FormatTypeError`` (also a TypeError).
     """
     return _blobpipe.read_index(blob)
 
@@ -230,56 +274,20 @@ def read_index_file(f: _Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
     return _blobpipe.read_index_file(f, off, nbytes)
 
 
-def decode_entry(view: _Any, e: Entry, *, allow_pickle: bool = True) -> _Any:
-    """Rebuilds an entry's value from its bytes; tensors and arrays are
-    zero-copy views of ``view`` (which they keep alive), as in the reference.
-
-    - kind ``t``: a ``torch.Tensor`` of ``e.dtype`` and ``e.shape``
-      (``torch.frombuffer``; an empty entry gives ``torch.empty(shape)``).
-      Without torch, or when torch lacks the dtype (torch 1.13 has no
-      ``uint16/32/64`` or ``float8_*``), a ``numpy.ndarray`` of that dtype
-      where numpy has it, else a ``RawEntry`` (``bfloat16`` without torch;
-      ``float8_*``): never an error, never another dtype.
-    - kind ``n``: ``numpy.frombuffer(view, numpy.dtype(e.dtype))`` reshaped
-      to ``e.shape`` (byte order as stored); a ``RawEntry`` if this numpy
-      cannot build the dtype.
-    - kind ``p``: ``pickle.loads(view)``; with ``allow_pickle=False`` the
-      pickle's ``bytes`` instead. Unpickling runs code chosen by whoever
-      wrote the blob: pass ``allow_pickle=False`` for bytes from a peer you
-      do not trust, and unpickle only what you decide to.
-
-    Args:
-        view: exactly the entry's ``e.len`` bytes (e.g.
-            ``memoryview(blob)[e.off : e.off + e.len]``), any C-contiguous
-            buffer.
-        e: the entry, from ``read_index`` or ``Entry.from_meta``.
-
-    Raises:
-        FormatError: ``entry_out_of_range`` (``view`` is not ``e.len``
-            bytes), ``shape_mismatch``, ``unknown_kind``, ``unknown_dtype``.
-        Whatever unpickling raises (kind ``p`` with ``allow_pickle``).
-    """
-    return _blobpipe.decode_entry(view, e, allow_pickle=allow_pickle)
+#: decode_entry(view, e, *, allow_pickle=True): rebuilds an entry's value
+#: from exactly its bytes, zero-copy (the C++ function; its docstring says all).
+decode_entry = _blobpipe.decode_entry
+#: decode_entries(blob, entries, *, allow_pickle=True): decode_entry of each
+#: entry of a whole blob, as a list (one call for a whole index).
+decode_entries = _blobpipe.decode_entries
+#: materialize(v): a copy of a decoded value that no longer views the blob.
+materialize = _blobpipe.materialize
 
 
-def materialize(v: _Any) -> _Any:
-    """A copy of a decoded value that no longer views the blob's buffer:
-    ``clone()`` of a tensor, ``copy()`` of an array or ``RawEntry``; other
-    values (unpickled objects, bytes) are already their own and are
-    returned as they are. torch and numpy release the GIL for large copies.
-    """
-    torch = _sys.modules.get("torch")
-    if torch is not None and isinstance(v, torch.Tensor):
-        return v.clone()
-    if isinstance(v, (_np.ndarray, RawEntry)):
-        return v.copy()
-    return v
-
-
-def footer_is_valid(tail: _Any) -> bool:
-    """True when ``tail`` (a buffer: the blob, or at least its last
+def footer_is_valid(blob_tail: _Any) -> bool:
+    """True when ``blob_tail`` (a buffer: the blob, or at least its last
     ``FOOTER_SIZE`` bytes) ends with a valid v3 or v2 footer."""
-    return _blobpipe.footer_is_valid(tail)
+    return _blobpipe.footer_is_valid(blob_tail)
 
 
 def footer_tag(tail: _Any) -> _Optional[bytes]:

@@ -61,6 +61,42 @@ class FormatError(Error, ValueError):
     ``FORMAT_CATEGORIES``."""
 
 
+class FormatTypeError(FormatError, TypeError):
+    """A FormatError where the reference raises TypeError for the same input:
+    an ndarray entry whose dtype numpy cannot parse (``numpy.dtype`` raises
+    TypeError there), an ``Entry.from_meta`` field that ``int()`` refuses by
+    type, a structured array holding objects given to ``plan``, and
+    ``read_index`` of an index (or a row, or a shape) that is no list where
+    the reference's row unpacking raises TypeError. ``except FormatError``
+    and ``except TypeError`` both catch it."""
+
+
+class FormatKeyError(FormatError, KeyError):
+    """A FormatError where the reference raises KeyError: ``Entry.from_meta``
+    of a meta dict without an ``"o"``, ``"n"`` or ``"k"`` field."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+class FormatRuntimeError(FormatError, RuntimeError):
+    """A FormatError where the reference raises RuntimeError (torch does): a
+    tensor entry whose bytes are whole elements but not its shape's number
+    (``Tensor.view`` refuses), a sparse CSR/CSC tensor given to ``plan``
+    (no dense bytes)."""
+
+
+#: error_for's third argument: the built-in the reference raises there.
+_FORMAT_ALSO = {"TypeError": FormatTypeError, "KeyError": FormatKeyError,
+                "RuntimeError": FormatRuntimeError}
+
+
+class BufferTypeError(BufferError, TypeError):
+    """``out`` given to ``write``/``write_tail`` is read-only or not
+    C-contiguous: a BufferError as Python's buffer protocol reports it,
+    and a TypeError as the reference's memoryview reports it."""
+
+
 class FileError(Error, OSError):
     """A file that cannot be opened, seeked or read, or is not a regular file
     (``read_index_file``). ``.category`` is ``"io"``."""
@@ -135,10 +171,13 @@ _STREAM_CLASSES = {
 }
 
 
-def error_for(category: str, message: str) -> Error:
-    """The exception for a blobpipe error: used by the extension module."""
+def error_for(category: str, message: str, also: str | None = None) -> Error:
+    """The exception for a blobpipe error: used by the extension module.
+    ``also`` names the built-in exception the reference raises for the same
+    input ("TypeError", "KeyError", "RuntimeError"), which a format error
+    then also is."""
     if category in FORMAT_CATEGORIES:
-        return FormatError(message, category)
+        return _FORMAT_ALSO.get(also, FormatError)(message, category)
     if category == "io":
         return FileError(message, category)
     cls = _STREAM_CLASSES.get(category)
