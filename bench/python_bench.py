@@ -273,7 +273,7 @@ def main() -> int:
     args = ap.parse_args()
     args.budget, args.min_reps, args.large_reps = 3.0, 5, 5
     args.decode_entries, args.decode_reps = 10_000, args.reps
-    args.stream_reps = args.reps
+    args.stream_reps = min(args.reps, 3)
     if args.quick:
         args.entries, args.tensor_mib, args.budget, args.min_reps, args.large_reps = 1000, 4, 0.2, 3, 2
         args.decode_entries, args.decode_reps = 1000, 2
