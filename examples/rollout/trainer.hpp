@@ -94,6 +94,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   trainer_config cfg_;
   std::ostream& out_;
   progress progress_;
+  steady_rate steady_;
   problem_log problems_;  // connection-level failures
   problem_log not_workers_;  // connections that failed their handshake
 

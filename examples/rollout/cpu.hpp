@@ -1,0 +1,49 @@
+// examples/rollout/cpu.hpp — where a run's CPU time goes, for the summary
+// line that sits next to the wall time.
+//
+// The process's user and system seconds (getrusage) cover everything; the
+// example's own work is timed with the calling thread's CPU clock around
+// it: the trainer's check of each entry and the workers' building of each
+// sample. What is left is the library (transport, framing, events) and the
+// event loop. The example runs one io_context on one thread, so the
+// accounts are plain counters.
+//
+//   { rollout::cpu_scope s(rollout::app_cpu().check_s); check->on_entry(...); }
+//   rollout::print_cpu(std::cout, "ranks and workers", wall_seconds);
+#pragma once
+
+#include <ctime>
+#include <ostream>
+#include <string>
+
+namespace rollout {
+
+/// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_s() noexcept;
+
+/// This process's CPU seconds spent in the example's own work.
+struct app_cpu_account {
+  double check_s = 0;  ///< the trainer's checks (checker::on_entry)
+  double build_s = 0;  ///< the workers' sample building (sample_builder::make)
+};
+app_cpu_account& app_cpu() noexcept;
+
+/// Adds the thread CPU time between construction and destruction to `into`.
+class cpu_scope {
+ public:
+  explicit cpu_scope(double& into) noexcept : into_(into), start_(thread_cpu_s()) {}
+  ~cpu_scope() { into_ += thread_cpu_s() - start_; }
+  cpu_scope(const cpu_scope&) = delete;
+  cpu_scope& operator=(const cpu_scope&) = delete;
+
+ private:
+  double& into_;
+  double start_;
+};
+
+/// One line: "cpu (WHO): U s user + S s system in W s wall; the
+/// trainer's checks C s, sample building B s, the rest (blobpipe and the
+/// event loop) R s". `wall_s`: seconds since the run started.
+void print_cpu(std::ostream& out, const std::string& who, double wall_s);
+
+}  // namespace rollout
