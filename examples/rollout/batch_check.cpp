@@ -88,8 +88,7 @@ class batch_check final : public checker {
 
   std::string ok_text() const override {
     return "every sample arrived complete (" + std::to_string(field_count) +
-           " keys) and identical to what its worker built (" +
-           (mode_ == check_mode::digest ? "64-bit digest of every entry" : "byte for byte") + ")";
+           " keys) and identical to what its worker built";
   }
 
   std::uint64_t done() const noexcept override { return complete_; }
@@ -119,7 +118,11 @@ class batch_check final : public checker {
         << (stats_.response_tokens
                 ? stats_.logprob_sum / static_cast<double>(stats_.response_tokens)
                 : 0.0)
-        << " nats\n";
+        << " nats\n"
+        << (mode_ == check_mode::digest
+                ? "  checked: each entry's kind, dtype, shape and 64-bit digest (--check digest)\n"
+                : "  checked: each entry's kind, dtype, shape and bytes against a rebuilt sample "
+                  "(--check full)\n");
     out.unsetf(std::ios::floatfield);
     if (missing.empty() && problems_.empty()) return true;
     out << "FAIL: the batch is incomplete or differs\n";
