@@ -7,9 +7,9 @@
 
 namespace rollout {
 
-double thread_cpu_s() noexcept {
+double monotonic_s() noexcept {
   timespec ts{};
-  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  if (::clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 

@@ -35,19 +35,27 @@ inline std::uint64_t digest_step(std::uint64_t h, std::uint64_t w) noexcept {
 inline std::uint64_t digest64(std::span<const std::byte> bytes) noexcept {
   const std::byte* p = bytes.data();
   std::size_t n = bytes.size();
-  std::uint64_t lane[4] = {digest_k1, digest_k2, ~digest_k1, ~digest_k2};
+  // Four lanes in four registers (an array here stayed in memory).
+  std::uint64_t l0 = digest_k1, l1 = digest_k2, l2 = ~digest_k1, l3 = ~digest_k2;
   std::uint64_t w[4];
   for (; n >= 32; n -= 32, p += 32) {
     std::memcpy(w, p, 32);  // a load each (little-endian hosts, as NVDP is)
-    for (int i = 0; i < 4; ++i) lane[i] = digest_step(lane[i], w[i]);
+    l0 = digest_step(l0, w[0]);
+    l1 = digest_step(l1, w[1]);
+    l2 = digest_step(l2, w[2]);
+    l3 = digest_step(l3, w[3]);
   }
   // The tail (0..31 bytes) zero-padded into the lanes; the length below
   // tells "ab" from "ab\0".
   if (n > 0) {
     std::uint64_t t[4] = {0, 0, 0, 0};
     std::memcpy(t, p, n);
-    for (std::size_t i = 0; i < (n + 7) / 8; ++i) lane[i] = digest_step(lane[i], t[i]);
+    l0 = digest_step(l0, t[0]);
+    if (n > 8) l1 = digest_step(l1, t[1]);
+    if (n > 16) l2 = digest_step(l2, t[2]);
+    if (n > 24) l3 = digest_step(l3, t[3]);
   }
+  const std::uint64_t lane[4] = {l0, l1, l2, l3};
   std::uint64_t h = static_cast<std::uint64_t>(bytes.size()) * digest_k1;
   for (int i = 0; i < 4; ++i) h = std::rotl(h ^ lane[i], 27) * digest_k2 + digest_k1;
   h ^= h >> 33;
