@@ -155,7 +155,8 @@ int run(const options& o) {
   // process, or named by --listen/--connect URL lists).
   if (cluster_shape(o)) {
     const int status = run_cluster(o, builder, std::cout);
-    if (status != exit_usage) print_cpu(std::cout, who(o), since(start));
+    if (status != exit_usage)
+      print_cpu(std::cout, who(o), since(start), o.mode != role::workers, o.mode != role::trainer);
     return status;
   }
 
@@ -266,7 +267,8 @@ int run(const options& o) {
               << " time(s)\n";
     if (totals.failed && !interrupted) status = exit_mismatch;
   }
-  print_cpu(std::cout, who(o), since(start));
+  print_cpu(std::cout, who(o), since(start), o.mode != role::workers && !o.replay_dir,
+            o.mode != role::trainer && !o.replay_dir);
   return status;
 }
 

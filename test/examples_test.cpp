@@ -777,7 +777,9 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_prints_steady_rate_and_cpu_seconds) {
   BOOST_TEST(contains(r.out, ", first entry after "), REPORT(r));
   BOOST_TEST(contains(r.out, "steady state (samples 10-90 %): "), REPORT(r));
   BOOST_TEST(contains(r.out, "cpu (trainer and workers): "), REPORT(r));
-  BOOST_TEST(contains(r.out, " s wall; the trainer's checks "), REPORT(r));
+  BOOST_TEST(contains(r.out, " s wall; in the example's own work: the trainer's checks "),
+             REPORT(r));
+  BOOST_TEST(contains(r.out, " s, sample building "), REPORT(r));
   auto bad = run("rollout_to_trainer", {"--check", "sha"});
   BOOST_TEST(bad.exit_code == 2, REPORT(bad));
   BOOST_TEST(contains(bad.err, "--check: expected digest or full"), REPORT(bad));

@@ -18,21 +18,25 @@ app_cpu_account& app_cpu() noexcept {
   return account;
 }
 
-void print_cpu(std::ostream& out, const std::string& who, double wall_s) {
+void print_cpu(std::ostream& out, const std::string& who, double wall_s, bool checks,
+               bool building) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   auto secs = [](const timeval& t) {
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
   };
-  const double user = secs(ru.ru_utime), sys = secs(ru.ru_stime);
   const app_cpu_account& a = app_cpu();
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "cpu (%s): %.2f s user + %.2f s system in %.2f s wall; the trainer's checks "
-                "%.2f s, sample building %.2f s, the rest (blobpipe and the event loop) %.2f s\n",
-                who.c_str(), user, sys, wall_s, a.check_s, a.build_s,
-                user + sys - a.check_s - a.build_s);
-  out << buf;
+  int n = std::snprintf(buf, sizeof buf, "cpu (%s): %.2f s user + %.2f s system in %.2f s wall",
+                        who.c_str(), secs(ru.ru_utime), secs(ru.ru_stime), wall_s);
+  if (checks || building) {
+    n += std::snprintf(buf + n, sizeof buf - n, "; in the example's own work");
+    if (checks) n += std::snprintf(buf + n, sizeof buf - n, ": the trainer's checks %.2f s", a.check_s);
+    if (building)
+      n += std::snprintf(buf + n, sizeof buf - n, "%s sample building %.2f s", checks ? "," : ":",
+                         a.build_s);
+  }
+  out << buf << "\n";
 }
 
 }  // namespace rollout

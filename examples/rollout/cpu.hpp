@@ -13,7 +13,7 @@
 // event loop. The accounts are plain counters (one thread).
 //
 //   { rollout::cpu_scope s(rollout::app_cpu().check_s); check->on_entry(...); }
-//   rollout::print_cpu(std::cout, "ranks and workers", wall_seconds);
+//   rollout::print_cpu(std::cout, "trainer and workers", wall_seconds, true, true);
 #pragma once
 
 #include <ctime>
@@ -47,9 +47,13 @@ class cpu_scope {
   double start_;
 };
 
-/// One line: "cpu (WHO): U s user + S s system in W s wall; the
-/// trainer's checks C s, sample building B s, the rest (blobpipe and the
-/// event loop) R s". `wall_s`: seconds since the run started.
-void print_cpu(std::ostream& out, const std::string& who, double wall_s);
+/// One line: "cpu (WHO): U s user + S s system in W s wall; in the
+/// example's own work: the trainer's checks C s, sample building B s"
+/// (the checks when `checks`, the building when `building`). `wall_s`:
+/// seconds since the run started. U + S is everything the process did;
+/// C and B are timed as above, so on a loaded machine they can exceed
+/// their CPU time (even U + S).
+void print_cpu(std::ostream& out, const std::string& who, double wall_s, bool checks,
+               bool building);
 
 }  // namespace rollout
