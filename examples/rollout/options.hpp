@@ -92,13 +92,11 @@ struct usage_error {
   std::string message;  ///< one line
 };
 
-/// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a
-/// --transport other than tcp or ucx, --listen with --connect, zero counts,
-/// a --timeout outside [min_timeout_s, max_timeout_s] (inf and nan too), a
-/// port outside 0..65535 (1..65535 for --connect), a URL list that
-/// parse_url refuses (its message) or that names inproc:// (another
-/// process cannot reach it), and --rank/--trainers that do not fit the
-/// lists.
+/// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a --transport other than tcp or
+/// ucx, a --check other than digest or full, --listen with --connect, zero counts, a --timeout
+/// outside [min_timeout_s, max_timeout_s] (inf and nan too), a port outside 0..65535 (1..65535 for
+/// --connect), a URL list that parse_url refuses (its message) or that names inproc:// (another
+/// process cannot reach it), and --rank/--trainers that do not fit the lists.
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv);
 
 /// What --help prints.
