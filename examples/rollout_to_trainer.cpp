@@ -12,6 +12,7 @@
 // (batch_check, replay_check). This file wires them onto one io_context.
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include "blobpipe/transport/tcp.hpp"
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/cluster.hpp"
+#include "examples/rollout/cpu.hpp"
 #include "examples/rollout/corpus.hpp"
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/options.hpp"
@@ -111,7 +113,21 @@ void watch_signals(asio::io_context& ctx, asio::signal_set& signals,
   });
 }
 
+// Which side's CPU time this process reports (cpu.hpp).
+std::string who(const options& o) {
+  switch (o.mode) {
+    case role::trainer: return "trainer";
+    case role::workers: return "workers";
+    default: return "trainer and workers";
+  }
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 int run(const options& o) {
+  const auto start = std::chrono::steady_clock::now();
   if (auto why = check_descriptor_budget(o)) {
     std::cerr << "rollout_to_trainer: " << *why << "\n";
     return exit_usage;
@@ -137,7 +153,12 @@ int run(const options& o) {
   }
   // K trainer ranks, each a fan-in server, groups routed by rank (in this
   // process, or named by --listen/--connect URL lists).
-  if (cluster_shape(o)) return run_cluster(o, builder, std::cout);
+  if (cluster_shape(o)) {
+    const int status = run_cluster(o, builder, std::cout);
+    if (status != exit_usage)
+      print_cpu(std::cout, who(o), since(start), o.mode != role::workers, o.mode != role::trainer);
+    return status;
+  }
 
   asio::io_context ctx;
   auto ex = ctx.get_executor();
@@ -171,7 +192,7 @@ int run(const options& o) {
     }
     host = (*l)->endpoint().host;
     port = (*l)->port();
-    auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch);
+    auto check = replay ? make_replay_check(replay) : make_batch_check(builder, o.batch, {}, o.check);
     trainer_config cfg{.connections = o.workers,
                        .timeout = timeout_ms(o),
                        .tty = stdout_is_tty(),
@@ -207,7 +228,8 @@ int run(const options& o) {
       worker_config cfg{.host = o.host, .port = port, .transport = o.transport, .id = w, .count = o.workers,
                         .batch = o.batch, .replay = replay,
                         .stall_timeout = timeout_ms(o),
-                        .remote_trainer = o.mode == role::workers};
+                        .remote_trainer = o.mode == role::workers,
+                        .corrupt_sample = o.corrupt_sample, .drop_entry = o.drop_entry};
       asio::co_spawn(ex, run_worker(ex, cfg, builder),
                      [&, tr, w](std::exception_ptr e, worker_report r) {
                        if (e) {  // a failed worker, like one whose connection failed
@@ -245,6 +267,8 @@ int run(const options& o) {
               << " time(s)\n";
     if (totals.failed && !interrupted) status = exit_mismatch;
   }
+  print_cpu(std::cout, who(o), since(start), o.mode != role::workers && !o.replay_dir,
+            o.mode != role::trainer && !o.replay_dir);
   return status;
 }
 

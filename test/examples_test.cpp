@@ -178,7 +178,8 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_delivers_a_complete_batch) {
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_default_run_routes_groups_to_two_ranks) {
-  auto r = run("rollout_to_trainer", {});
+  // The default shape at a small batch (the default one is 8192 samples).
+  auto r = run("rollout_to_trainer", {"--batch", "256"});
   BOOST_TEST(r.exit_code == 0, REPORT(r));
   BOOST_TEST(contains(r.out, "4 rollout worker(s) -> 2 trainer ranks"), REPORT(r));
   // Groups of 4 alternate between the ranks: 128 samples, 32 groups each.
@@ -707,4 +708,79 @@ BOOST_AUTO_TEST_CASE(custom_pipeline_rejects_arguments_but_help) {
   BOOST_TEST(help.exit_code == 0, REPORT(help));
   BOOST_TEST(contains(help.out, "usage: custom_pipeline"), REPORT(help));
   BOOST_TEST(contains(help.out, "exit status"), REPORT(help));
+}
+
+// ---- issue 28: the digest check, the steady-state rate, CPU seconds ----
+
+// A run of `args` that must fail its check: exit 1, no OK line, and `why`
+// in its output.
+void expect_check_failure(const std::vector<std::string>& args, const std::string& why) {
+  auto r = run("rollout_to_trainer", args);
+  BOOST_TEST(r.exit_code == 1, REPORT(r));
+  BOOST_TEST(contains(r.out, "FAIL: the batch is incomplete or differs"), REPORT(r));
+  BOOST_TEST(contains(r.out, why), REPORT(r));
+  BOOST_TEST(!contains(r.out, "OK: "), REPORT(r));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_digest_check_fails_on_a_corrupted_entry) {
+  // One bit of one entry flipped by its worker: the digest (the default
+  // check) names the entry, at either shape (ranks, one trainer).
+  expect_check_failure({"--batch", "16", "--workers", "2", "--corrupt-sample", "5"},
+                       "'5@generation_logprobs': digest differs");
+  expect_check_failure(
+      {"--batch", "16", "--workers", "2", "--trainers", "1", "--corrupt-sample", "9"},
+      "'9@generation_logprobs': digest differs");
+  // Unchanged data passes the same check.
+  auto ok = run("rollout_to_trainer", {"--batch", "16", "--workers", "2", "--check", "digest"});
+  BOOST_TEST(ok.exit_code == 0, REPORT(ok));
+  BOOST_TEST(contains(ok.out, "  checked: each entry's kind, dtype, shape and 64-bit digest "
+                              "(--check digest)"),
+             REPORT(ok));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_full_check_fails_on_a_corrupted_entry) {
+  expect_check_failure(
+      {"--batch", "16", "--workers", "2", "--check", "full", "--corrupt-sample", "5"},
+      "'5@generation_logprobs': bytes differ");
+  auto ok = run("rollout_to_trainer", {"--batch", "16", "--workers", "2", "--check", "full"});
+  BOOST_TEST(ok.exit_code == 0, REPORT(ok));
+  BOOST_TEST(contains(ok.out, "  checked: each entry's kind, dtype, shape and bytes against a "
+                              "rebuilt sample (--check full)"),
+             REPORT(ok));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_fails_on_a_missing_entry_with_either_check) {
+  for (const char* mode : {"digest", "full"}) {
+    BOOST_TEST_CONTEXT("--check " << mode) {
+      expect_check_failure(
+          {"--batch", "16", "--workers", "2", "--check", mode, "--drop-entry", "6"},
+          "sample 6 incomplete: missing token_mask");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_digest_check_fails_across_processes) {
+  // The workers of another process damage a sample; the trainer's digest
+  // check catches it there.
+  auto [t, w] = run_two_processes({"--workers", "1", "--batch", "8", "--timeout", "15"},
+                                  {"--workers", "1", "--batch", "8", "--corrupt-sample", "3"});
+  BOOST_TEST(w.exit_code == 0, REPORT(w));
+  BOOST_TEST(t.exit_code == 1, REPORT(t));
+  BOOST_TEST(contains(t.out, "'3@generation_logprobs': digest differs"), REPORT(t));
+}
+
+BOOST_AUTO_TEST_CASE(rollout_to_trainer_prints_steady_rate_and_cpu_seconds) {
+  auto r = run("rollout_to_trainer", {"--batch", "64", "--workers", "2"});
+  BOOST_TEST(r.exit_code == 0, REPORT(r));
+  BOOST_TEST(contains(r.out, "global batch 64 samples"), REPORT(r));
+  BOOST_TEST(contains(r.out, "  tokens 131072 (prompt "), REPORT(r));  // 64 x 4096 by default
+  BOOST_TEST(contains(r.out, ", first entry after "), REPORT(r));
+  BOOST_TEST(contains(r.out, "steady state (samples 10-90 %): "), REPORT(r));
+  BOOST_TEST(contains(r.out, "cpu (trainer and workers): "), REPORT(r));
+  BOOST_TEST(contains(r.out, " s wall; in the example's own work: the trainer's checks "),
+             REPORT(r));
+  BOOST_TEST(contains(r.out, " s, sample building "), REPORT(r));
+  auto bad = run("rollout_to_trainer", {"--check", "sha"});
+  BOOST_TEST(bad.exit_code == 2, REPORT(bad));
+  BOOST_TEST(contains(bad.err, "--check: expected digest or full"), REPORT(bad));
 }

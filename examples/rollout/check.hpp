@@ -1,8 +1,11 @@
 // examples/rollout/check.hpp — what the trainer does with what arrives.
 //
 // The trainer hands every consumer event to one checker. The batch check
-// knows which samples make up the global batch and rebuilds each one's
-// entries to compare them with what arrived; the replay check compares
+// knows which samples make up the global batch and compares each entry
+// that arrives with what its worker built: by default its digest
+// (digest.hpp) against the builder's digest of that entry (check_mode::
+// digest: one pass over the bytes, no sample rebuilt), or byte for byte
+// against a rebuilt sample (check_mode::full); the replay check compares
 // each entry with the bytes of the file it came from. Both keep nothing
 // that arrived: an entry is looked at, counted and released at once, so
 // its window credit goes straight back to the worker that sent it.
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "blobpipe/pipeline/consumer.hpp"
+#include "examples/rollout/options.hpp"
 #include "examples/rollout/replay.hpp"
 #include "examples/rollout/sample.hpp"
 
@@ -68,12 +72,14 @@ class checker {
   virtual std::string ok_text() const = 0;
 };
 
-/// Checks samples 0 .. batch-1, five entries each (sample.hpp). With
-/// `mine`, only the samples n for which mine(n) holds are expected (a
-/// rank's share); any other sample arriving is a problem.
+/// Checks samples 0 .. batch-1, five entries each (sample.hpp): kind,
+/// dtype and shape, and the bytes as `mode` says. With `mine`, only the
+/// samples n for which mine(n) holds are expected (a rank's share); any
+/// other sample arriving is a problem.
 std::unique_ptr<checker> make_batch_check(std::shared_ptr<const sample_builder> builder,
                                           std::size_t batch,
-                                          std::function<bool(std::size_t)> mine = {});
+                                          std::function<bool(std::size_t)> mine = {},
+                                          check_mode mode = check_mode::digest);
 
 /// Checks that every blob of `set` arrives once, byte for byte.
 std::unique_ptr<checker> make_replay_check(std::shared_ptr<const replay_set> set);

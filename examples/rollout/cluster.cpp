@@ -18,7 +18,9 @@
 #include "blobpipe/cluster/router.hpp"
 #include "blobpipe/cluster/server.hpp"
 #include "examples/rollout/check.hpp"
+#include "examples/rollout/cpu.hpp"
 #include "examples/rollout/error_text.hpp"
+#include "examples/rollout/workers.hpp"
 #include "examples/rollout/listener.hpp"
 #include "examples/rollout/progress.hpp"
 #include "examples/rollout/reporting.hpp"
@@ -117,7 +119,12 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
   // go out before) are reported either way.
   for (std::size_t n = id; !res.ec && n < o.batch; n += o.workers) {
     const std::size_t g = group_of(n, o);
-    const sample smp = builder.make(static_cast<std::int64_t>(n));
+    sample smp;
+    {
+      cpu_scope building(app_cpu().build_s);
+      smp = builder.make(static_cast<std::int64_t>(n));
+      if (o.corrupt_sample == n) corrupt(smp);
+    }
     auto b = rt.open_blob({.tag = blobpipe::random_tag(),
                            .group = blobpipe::blob_group{g, members_of(g, o)},
                            .rank = g});
@@ -126,7 +133,7 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
       res.what = who + "sample " + std::to_string(n) + ": " + b.message();
       break;
     }
-    for (const field& f : fields(smp)) {
+    for (const field& f : fields_to_send(smp, o.drop_entry)) {
       if (auto e = co_await b->blob.emit(f.key, f.value)) {
         res.ec = e;
         res.what = who + "emit " + f.key + " to rank " + std::to_string(b->destination) + ": " +
@@ -232,9 +239,9 @@ class cluster_job {
       r->rank = k;
       r->srv = std::move(*srv);
       r->url = r->srv.url();
-      r->check = make_batch_check(builder_, o_.batch, [o = o_, k](std::size_t s) {
-        return rank_of_group(group_of(s, o), o) == k;
-      });
+      r->check = make_batch_check(
+          builder_, o_.batch,
+          [o = o_, k](std::size_t s) { return rank_of_group(group_of(s, o), o) == k; }, o_.check);
       for (std::size_t g = 0; g < groups_in(o_); ++g) r->groups_expected += rank_of_group(g, o_) == k;
       urls_.push_back(r->url);
       ranks_.push_back(std::move(r));
@@ -358,10 +365,12 @@ class cluster_job {
       case server_event_kind::connection_closed:
         --r.open;
         break;
-      case server_event_kind::entry_ready:
+      case server_event_kind::entry_ready: {
         if (!r.first) r.first = clock::now();
+        cpu_scope checking(app_cpu().check_s);
         r.check->on_entry(conn, *ev.ev.entry);
         break;
+      }
       case server_event_kind::blob_complete:
         r.check->on_blob(conn, *ev.ev.blob, ev.ev.tag);
         break;
@@ -389,6 +398,7 @@ class cluster_job {
       bytes += r->check->bytes();
     }
     progress_.update(done, total, "samples", entries, bytes);
+    steady_.update(done, total, bytes);
   }
 
   // SIGINT or SIGTERM: the ranks here close (their open blobs abort) and
@@ -437,7 +447,7 @@ class cluster_job {
     if (total.first_entry_s)
       out_ << ", first entry after " << ms(static_cast<std::uint64_t>(*total.first_entry_s * 1e9))
            << " ms";
-    out_ << "\n";
+    out_ << "\n" << steady_.text() << "\n";
     if (timed_out_) {
       out_ << "FAIL: timed out after " << o_.timeout_s << " s (--timeout) with " << groups_complete
            << " of " << groups_expected << " groups complete";
@@ -488,6 +498,7 @@ class cluster_job {
   asio::steady_timer guard_;
   asio::signal_set signals_;
   progress progress_;
+  steady_rate steady_;  // over the ranks here
   std::vector<std::unique_ptr<rank_state>> ranks_;
   std::vector<std::string> urls_;  // the ranks' URLs, in rank order (here or remote)
   std::size_t running_ = 0, ranks_running_ = 0, workers_running_ = 0;

@@ -6,10 +6,11 @@
 // may be smaller) and go to rank g mod K, from whichever worker built them
 // (worker w builds samples w, w + W, ...), so a group's members reach its
 // rank on several connections and the rank's server reports the group
-// complete. Every rank checks that it got exactly its share, byte for
-// byte (make_batch_check with the rank's samples), and the run prints
-// per-rank and total throughput, entry latency percentiles (emit ->
-// entry_ready, one host) and the groups completed.
+// complete. Every rank checks that it got exactly its share, each entry
+// by its digest or byte for byte (--check; make_batch_check with the
+// rank's samples), and the run prints per-rank and total throughput,
+// entry latency percentiles (emit -> entry_ready, one host), the groups
+// completed, and the steady-state rate over the ranks here.
 //
 // The ranks and the workers run in one process (role::both, ephemeral
 // ports), or apart: a --listen URL[,URL...] process runs ranks R, R+1, ...

@@ -88,14 +88,22 @@ over TCP, the way NeMo RL's data plane keys them ({n}@input_ids,
 {n}@generation_logprobs, {n}@token_mask, {n}@reward, {n}@meta). With no
 options, 4 worker coroutines and 2 trainer ranks run in this process over
 127.0.0.1 on ephemeral ports; each GRPO group of 4 samples goes to one
-rank, the ranks gather a batch of 256 samples between them, check every
-entry against the data the workers built, and print throughput, entry
-latency and the groups completed (--trainers 1: one trainer, which also
-prints the time to first entry).
+rank, the ranks gather a batch of 8192 samples of 4096 tokens (53 KB,
+436 MB in all) between them, check every entry against the data the
+workers built, and print throughput, the time to first entry, the
+steady-state rate, entry latency, the groups completed and the CPU
+seconds of the checks, of building samples and of the rest.
 
 options:
   --workers N         rollout-worker connections (default 4)
-  --batch N           samples in the global batch (default 256)
+  --batch N           samples in the global batch (default 8192 in one
+                      process, 256 with --listen/--connect)
+  --check MODE        digest (default): the trainer compares a 64-bit
+                      digest of each entry's bytes with the digest of
+                      what the worker built (kept per corpus row, so no
+                      sample is rebuilt); full: each entry byte for byte
+                      with a rebuilt sample. Either checks kind, dtype and
+                      shape, and fails the run on any difference
   --replay DIR        stream every valid *.blob of DIR instead of samples
                       (entries with their keys, dtypes, shapes and the
                       blob's tag); the trainer compares every entry with
@@ -142,9 +150,14 @@ options:
   --group-size G      samples per GRPO group: samples gG .. gG+G-1 (default 4)
   --seq-len N         N tokens per sample (token ids int64, logprobs float32,
                       mask: 13 N bytes; the response repeated or cut to fit;
-                      default: the corpus text, about 80); give both sides
-                      of a --listen/--connect run the same N (a trainer
-                      that gets other lengths says so)
+                      default 4096 in one process, else the corpus text,
+                      about 80, as the Python example builds); give both
+                      sides of a --listen/--connect run the same N (a
+                      trainer that gets other lengths says so)
+  --corrupt-sample N  (to test the check) the workers flip a bit of
+                      sample N's generation_logprobs after building it
+  --drop-entry N      (to test the check) the workers leave out sample N's
+                      token_mask entry
   --help              this text
 
 exit status: 0 every sample (or replayed blob) arrived complete and
@@ -163,7 +176,7 @@ the trainer checks the data.
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv) {
   options o;
   bool listen = false, connect = false, trainers_given = false, rank_given = false,
-       transport_given = false;
+       transport_given = false, batch_given = false, seq_len_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view name = arg, val;
@@ -190,6 +203,7 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
     } else if (name == "--batch") {
       if (!need() || !parse_number(val, o.batch) || o.batch == 0)
         return bad("expected a positive number");
+      batch_given = true;
     } else if (name == "--trainers") {
       if (!need() || !parse_number(val, o.trainers) || o.trainers == 0)
         return bad("expected a positive number");
@@ -200,6 +214,15 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
     } else if (name == "--seq-len") {
       if (!need() || !parse_number(val, o.seq_len) || o.seq_len == 0 || o.seq_len > (1u << 24))
         return bad("expected a number of tokens from 1 to 16777216");
+      seq_len_given = true;
+    } else if (name == "--check") {
+      if (!need() || (val != "digest" && val != "full"))
+        return bad("expected digest or full");
+      o.check = val == "digest" ? check_mode::digest : check_mode::full;
+    } else if (name == "--corrupt-sample" || name == "--drop-entry") {
+      std::size_t n = 0;
+      if (!need() || !parse_number(val, n)) return bad("expected a sample number (0 ..)");
+      (name == "--drop-entry" ? o.drop_entry : o.corrupt_sample) = n;
     } else if (name == "--replay") {
       if (!need() || val.empty()) return bad("expected a directory");
       o.replay_dir = std::string(val);
@@ -242,6 +265,13 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
   }
   if (listen && connect) return usage_error{"--listen and --connect run different processes; give one"};
   o.mode = listen ? role::trainer : connect ? role::workers : role::both;
+  // The run of one process measures something: a few hundred MB of
+  // samples at a realistic length (8192 x 53 KB). Two processes keep the
+  // sizes the Python example builds, so either side can be Python.
+  if (o.mode == role::both && !o.replay_dir) {
+    if (!batch_given) o.batch = 8192;
+    if (!seq_len_given) o.seq_len = 4096;
+  }
   const bool urls = !o.listen_urls.empty() || !o.connect_urls.empty();
   if (urls && transport_given)
     return usage_error{"--transport: the URLs of --listen/--connect name their transport "

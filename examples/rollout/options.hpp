@@ -25,11 +25,23 @@ enum class role {
   workers,  ///< --connect: the rollout workers alone
 };
 
+/// How the trainer checks a sample (--check).
+enum class check_mode {
+  /// The digest64 (digest.hpp) of each entry's bytes against the digest
+  /// of what the worker built, from the builder's pool (default).
+  digest,
+  /// Each entry byte for byte against a rebuilt copy of the sample.
+  full,
+};
+
 struct options {
   bool help = false;
   role mode = role::both;
   std::size_t workers = 4;     ///< rollout-worker connections
-  std::size_t batch = 256;     ///< samples in the global batch
+  /// Samples in the global batch. Not given: 8192 when trainer and
+  /// workers run in this process without --replay (a few hundred MB at
+  /// the default --seq-len), else 256 (as the Python example's default).
+  std::size_t batch = 256;
   std::optional<std::string> replay_dir;  ///< stream the blobs of this directory
   std::string host = "127.0.0.1";  ///< --listen address / --connect host
   std::uint16_t port = 0;      ///< 0: an ephemeral port (role::both, or --listen 0)
@@ -42,7 +54,14 @@ struct options {
   std::size_t trainers = 1;
   std::size_t group_size = 4;  ///< samples per GRPO group (--group-size G)
   /// Tokens per sample (--seq-len N; 0: as the corpus text is, about 80).
+  /// Not given: 4096 when trainer and workers run in this process without
+  /// --replay, else 0 (what the Python example builds).
   std::size_t seq_len = 0;
+  check_mode check = check_mode::digest;  ///< --check digest|full
+  /// For tests of the check: the workers damage sample N (sample.hpp's
+  /// corrupt()) after building it (--corrupt-sample N), or leave out its
+  /// token_mask entry (--drop-entry N).
+  std::optional<std::size_t> corrupt_sample, drop_entry;
   /// --listen URL[,URL...]: this process runs only trainer ranks, a fan-in
   /// server at each URL: ranks first_rank .. first_rank + n - 1 of
   /// `trainers` (examples/rollout/cluster.hpp).
@@ -73,13 +92,11 @@ struct usage_error {
   std::string message;  ///< one line
 };
 
-/// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a
-/// --transport other than tcp or ucx, --listen with --connect, zero counts,
-/// a --timeout outside [min_timeout_s, max_timeout_s] (inf and nan too), a
-/// port outside 0..65535 (1..65535 for --connect), a URL list that
-/// parse_url refuses (its message) or that names inproc:// (another
-/// process cannot reach it), and --rank/--trainers that do not fit the
-/// lists.
+/// Parses argv (`--flag N` and `--flag=N`). Refuses unknown flags, a --transport other than tcp or
+/// ucx, a --check other than digest or full, --listen with --connect, zero counts, a --timeout
+/// outside [min_timeout_s, max_timeout_s] (inf and nan too), a port outside 0..65535 (1..65535 for
+/// --connect), a URL list that parse_url refuses (its message) or that names inproc:// (another
+/// process cannot reach it), and --rank/--trainers that do not fit the lists.
 std::variant<options, usage_error> parse_options(int argc, const char* const* argv);
 
 /// What --help prints.

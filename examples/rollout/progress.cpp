@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <iomanip>
 
 namespace rollout {
@@ -68,6 +69,25 @@ void progress::print(std::uint64_t done, std::uint64_t total, const char* unit,
 void progress::finish() {
   if (open_line_) out_ << '\n' << std::flush;
   open_line_ = false;
+}
+
+void steady_rate::update(std::uint64_t done, std::uint64_t total, std::uint64_t bytes) {
+  if (to_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!from_ && done * 10 >= total) from_ = mark{now, done, bytes};
+  if (from_ && done * 10 >= total * 9) to_ = mark{now, done, bytes};
+}
+
+std::string steady_rate::text() const {
+  if (!from_ || !to_ || to_->done <= from_->done || to_->at <= from_->at)
+    return "steady state: too few samples to tell apart from start-up";
+  const double secs = std::chrono::duration<double>(to_->at - from_->at).count();
+  const double mb = static_cast<double>(to_->bytes - from_->bytes) / 1e6;
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "steady state (samples 10-90 %%): %.1f MB/s, %.0f samples/s (%.2f MB in %.3f s)",
+                mb / secs, static_cast<double>(to_->done - from_->done) / secs, mb, secs);
+  return buf;
 }
 
 }  // namespace rollout

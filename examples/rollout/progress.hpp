@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -53,6 +54,28 @@ class progress {
   bool drew_total_ = false;  // the final state is drawn once
   int quarters_printed_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+/// The steady-state rate, apart from start-up: bytes and samples between
+/// the moments 10 % and 90 % of the samples were complete (the time to
+/// the first entry is reported on its own).
+///
+///   rollout::steady_rate r;
+///   r.update(done, total, bytes);  // after each event
+///   out << r.text() << "\n";
+class steady_rate {
+ public:
+  void update(std::uint64_t done, std::uint64_t total, std::uint64_t bytes);
+  /// "steady state (samples 10-90 %): 812.3 MB/s, 15321 samples/s (X MB
+  /// in Y s)", or why there is no such figure (too few samples).
+  std::string text() const;
+
+ private:
+  struct mark {
+    std::chrono::steady_clock::time_point at;
+    std::uint64_t done = 0, bytes = 0;
+  };
+  std::optional<mark> from_, to_;
 };
 
 }  // namespace rollout

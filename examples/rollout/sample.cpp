@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "blobpipe/format/pickle.hpp"
+#include "examples/rollout/digest.hpp"
 
 namespace rollout {
 namespace {
@@ -56,44 +57,89 @@ float sample_builder::logprob(std::uint8_t prev, std::uint8_t next) const noexce
   return static_cast<float>(std::log(p));
 }
 
-sample sample_builder::make(std::int64_t idx) const {
-  const auto n = static_cast<std::size_t>(idx) % corpus_->size();
+std::shared_ptr<const sample_builder::row> sample_builder::build_row(std::size_t n) const {
   const text_pair& tp = corpus_->pairs()[n];
-  sample s;
-  s.idx = idx;
-  s.prompt_tokens = tp.prompt.size();
+  auto r = std::make_shared<row>();
+  r->prompt_tokens = tp.prompt.size();
   std::string text = tp.prompt + tp.response;
   if (seq_len_ > 0) {
     // --seq-len: the response repeated (or cut) to make seq_len tokens.
-    const std::size_t want = std::max(seq_len_, s.prompt_tokens + 1) - s.prompt_tokens;
-    text.resize(s.prompt_tokens);
+    const std::size_t want = std::max(seq_len_, r->prompt_tokens + 1) - r->prompt_tokens;
+    text.resize(r->prompt_tokens);
     const std::string& src = tp.response.empty() ? tp.prompt : tp.response;
     for (std::size_t i = 0; i < want; ++i) text.push_back(src[i % src.size()]);
   }
-  s.input_ids.reserve(text.size());
-  for (unsigned char c : text) s.input_ids.push_back(c);
+  r->input_ids.reserve(text.size());
+  for (unsigned char c : text) r->input_ids.push_back(c);
   // Generation logprobs exist only for generated tokens; NeMo RL stores 0
   // for the prompt part, and token_mask tells the loss which part is which.
-  s.logprobs.assign(text.size(), 0.0f);
-  s.token_mask.assign(text.size(), 0);
-  for (std::size_t i = s.prompt_tokens; i < text.size(); ++i) {
+  r->logprobs.assign(text.size(), 0.0f);
+  r->token_mask.assign(text.size(), 0);
+  for (std::size_t i = r->prompt_tokens; i < text.size(); ++i) {
     auto prev = static_cast<std::uint8_t>(text[i - 1]);  // prompt is never empty
-    s.logprobs[i] = logprob(prev, static_cast<std::uint8_t>(text[i]));
-    s.token_mask[i] = 1;
+    r->logprobs[i] = logprob(prev, static_cast<std::uint8_t>(text[i]));
+    r->token_mask[i] = 1;
   }
-  s.reward = text_reward(tp.response);
+  r->reward = text_reward(tp.response);
+  r->digest = {digest64(std::as_bytes(std::span(r->input_ids))),
+               digest64(std::as_bytes(std::span(r->logprobs))),
+               digest64(std::as_bytes(std::span(r->token_mask))),
+               digest64(std::as_bytes(std::span(&r->reward, 1)))};
+  return r;
+}
+
+std::shared_ptr<const sample_builder::row> sample_builder::row_of(std::size_t n) const {
+  if (pool_.empty()) pool_.resize(corpus_->size());
+  if (pool_[n]) return pool_[n];
+  auto r = build_row(n);
+  if (13 * r->input_ids.size() + 4 <= pooled_row_bytes) pool_[n] = r;
+  return r;
+}
+
+std::vector<std::byte> sample_builder::meta_of(std::int64_t idx, std::size_t n,
+                                               const row& r) const {
+  const text_pair& tp = corpus_->pairs()[n];
   // A flat dict of scalars: pickle() cannot fail on it.
-  s.meta = blobpipe::pickle(blobpipe::pickle_value::dict{
-                                {"idx", idx},
-                                {"source", tp.source},
-                                {"entry", n},
-                                {"prompt_tokens", s.prompt_tokens},
-                                {"response_tokens", text.size() - s.prompt_tokens},
-                                {"finished", true},
-                                {"stop_reason", nullptr},
-                            })
-               .value();
+  return blobpipe::pickle(blobpipe::pickle_value::dict{
+                              {"idx", idx},
+                              {"source", tp.source},
+                              {"entry", n},
+                              {"prompt_tokens", r.prompt_tokens},
+                              {"response_tokens", r.input_ids.size() - r.prompt_tokens},
+                              {"finished", true},
+                              {"stop_reason", nullptr},
+                          })
+      .value();
+}
+
+sample sample_builder::make(std::int64_t idx) const {
+  const auto n = static_cast<std::size_t>(idx) % corpus_->size();
+  const auto r = row_of(n);
+  sample s;
+  s.idx = idx;
+  s.prompt_tokens = r->prompt_tokens;
+  s.input_ids = r->input_ids;
+  s.logprobs = r->logprobs;
+  s.token_mask = r->token_mask;
+  s.reward = r->reward;
+  s.meta = meta_of(idx, n, *r);
   return s;
+}
+
+expectation sample_builder::expect(std::int64_t idx) const {
+  const auto n = static_cast<std::size_t>(idx) % corpus_->size();
+  const auto r = row_of(n);
+  expectation e;
+  e.tokens = r->input_ids.size();
+  for (std::size_t f = 0; f < r->digest.size(); ++f) e.digest[f] = r->digest[f];
+  e.digest[4] = digest64(meta_of(idx, n, *r));
+  return e;
+}
+
+void corrupt(sample& s) noexcept {
+  if (s.logprobs.empty()) return;
+  auto* b = reinterpret_cast<unsigned char*>(&s.logprobs.back());
+  b[0] ^= 1;
 }
 
 std::vector<field> fields(const sample& s) {

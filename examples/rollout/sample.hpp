@@ -17,6 +17,9 @@
 //                                            'finished', 'stop_reason'}
 // Byte-level tokens keep the example free of a tokenizer; the bigram
 // model makes the logprobs vary with the text as a policy's would.
+// Samples n and n + size share their token rows (all but meta): the
+// builder computes each row once (a pool, see sample_builder) and copies
+// it, so a worker builds samples at memory speed.
 //
 //   rollout::sample_builder b(rollout::corpus::embedded());
 //   rollout::sample s = b.make(7);
@@ -31,6 +34,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <memory>
 
 #include "blobpipe/format/layout.hpp"
 #include "examples/rollout/corpus.hpp"
@@ -64,6 +69,17 @@ struct field {
 /// keep `s` alive and unchanged while they are used.
 std::vector<field> fields(const sample& s);
 
+/// Damages `s` for a test of the trainer's check (--corrupt-sample): flips
+/// the lowest bit of the last generation logprob's first byte.
+void corrupt(sample& s) noexcept;
+
+/// What the trainer expects of a sample without building it: its token
+/// count and the digest64 (digest.hpp) of each of its five entries' bytes.
+struct expectation {
+  std::size_t tokens = 0;                            ///< T, elements
+  std::array<std::uint64_t, field_count> digest{};  ///< field_names order
+};
+
 /// "{idx}@{name}".
 std::string sample_key(std::int64_t idx, std::string_view name);
 
@@ -84,8 +100,16 @@ class sample_builder {
   /// response is repeated, or cut, to fit (at least one response token).
   explicit sample_builder(const corpus& c, std::size_t seq_len = 0);
 
-  /// Sample `idx` (>= 0): entry idx mod size. Same idx, same bytes.
+  /// Sample `idx` (>= 0): entry idx mod size. Same idx, same bytes. Its
+  /// token row comes from the pool (built on first use); only the meta
+  /// pickle is built per sample. Not thread-safe (the pool is filled
+  /// lazily): one thread per builder, as the example's io_context is.
   sample make(std::int64_t idx) const;
+
+  /// The digests make(idx) would give, from the pool's digests of the
+  /// token row and the digest of the meta pickle (a few hundred bytes
+  /// built here): no token row is built or copied once pooled.
+  expectation expect(std::int64_t idx) const;
 
   /// log P(next | prev) under the model, natural log.
   float logprob(std::uint8_t prev, std::uint8_t next) const noexcept;
@@ -96,6 +120,23 @@ class sample_builder {
   std::vector<std::uint32_t> bigram_;  // [prev * 256 + next]
   std::array<std::uint32_t, 256> row_total_{};
   std::array<double, 256> unigram_{};  // add-one smoothed P(next)
+
+  // One corpus entry's token row and its digests (fields 0..3).
+  struct row {
+    std::size_t prompt_tokens = 0;
+    std::vector<std::int64_t> input_ids;
+    std::vector<float> logprobs;
+    std::vector<std::uint8_t> token_mask;
+    float reward = 0;
+    std::array<std::uint64_t, 4> digest{};
+  };
+  // Rows of up to this many bytes (13 T + 4) are kept, one per corpus
+  // entry (187 entries: at most 48 MB); longer ones are built per call.
+  static constexpr std::size_t pooled_row_bytes = 256 * 1024;
+  std::shared_ptr<const row> row_of(std::size_t entry) const;
+  std::shared_ptr<const row> build_row(std::size_t entry) const;
+  std::vector<std::byte> meta_of(std::int64_t idx, std::size_t entry, const row& r) const;
+  mutable std::vector<std::shared_ptr<const row>> pool_;  // [entry], filled on use
 };
 
 }  // namespace rollout

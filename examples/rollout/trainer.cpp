@@ -3,6 +3,7 @@
 
 #include <iomanip>
 
+#include "examples/rollout/cpu.hpp"
 #include "examples/rollout/error_text.hpp"
 #include "examples/rollout/reporting.hpp"
 
@@ -124,7 +125,10 @@ asio::awaitable<void> trainer::drain(std::size_t conn, blobpipe::consumer& c) {
     switch (ev.kind) {
       case event_kind::entry_ready:
         if (!first_entry_) first_entry_ = clock::now();
-        check_->on_entry(conn, *ev.entry);
+        {
+          cpu_scope checking(app_cpu().check_s);
+          check_->on_entry(conn, *ev.entry);
+        }
         break;
       case event_kind::blob_complete:
         check_->on_blob(conn, *ev.blob, ev.tag);
@@ -141,6 +145,7 @@ asio::awaitable<void> trainer::drain(std::size_t conn, blobpipe::consumer& c) {
     last_data_ = clock::now();
     progress_.update(check_->done(), check_->total(), check_->unit(), check_->entries(),
                      check_->bytes());
+    steady_.update(check_->done(), check_->total(), check_->bytes());
   }
 }
 
@@ -178,7 +183,8 @@ bool trainer::print_summary() {
          << check_->entries() << " entries, " << std::setprecision(2) << bytes / 1e6
          << " MB in " << std::setprecision(1) << secs * 1e3 << " ms)\n"
          << "time to first entry: " << std::setprecision(2)
-         << ms(*first_entry_ - *first_accept_).count() << " ms\n";
+         << ms(*first_entry_ - *first_accept_).count() << " ms\n"
+         << steady_.text() << "\n";
   }
   out_.flags(flags);
   bool ok = check_->report(out_);

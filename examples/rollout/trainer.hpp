@@ -11,8 +11,8 @@
 // idle_timeout ends with timed_out (a connection problem). A watchdog timer runs beside them: when it fires it closes the
 // listener and every connection, which wakes each coroutine with `closed`
 // (nothing is cancelled mid-frame). The trainer then prints throughput,
-// time to first entry and one verdict: OK only when the checker is
-// satisfied and nothing else failed.
+// time to first entry, the steady-state rate (progress.hpp) and one
+// verdict: OK only when the checker is satisfied and nothing else failed.
 //
 //   auto t = std::make_shared<rollout::trainer>(ex, std::move(listener), std::move(check),
 //                                               rollout::trainer_config{.connections = 4});
@@ -94,6 +94,7 @@ class trainer : public std::enable_shared_from_this<trainer> {
   trainer_config cfg_;
   std::ostream& out_;
   progress progress_;
+  steady_rate steady_;
   problem_log problems_;  // connection-level failures
   problem_log not_workers_;  // connections that failed their handshake
 

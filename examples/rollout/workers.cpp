@@ -7,6 +7,7 @@
 
 #include <sstream>
 
+#include "examples/rollout/cpu.hpp"
 #include "examples/rollout/error_text.hpp"
 #include "examples/rollout/listener.hpp"
 
@@ -78,9 +79,14 @@ asio::awaitable<worker_report> stream_samples(blobpipe::sender& s, const worker_
                                               const sample_builder& builder) {
   worker_report r;
   for (std::size_t n = cfg.id; n < cfg.batch; n += cfg.count) {
-    const sample smp = builder.make(static_cast<std::int64_t>(n));
+    sample smp;
+    {
+      cpu_scope building(app_cpu().build_s);
+      smp = builder.make(static_cast<std::int64_t>(n));
+      if (cfg.corrupt_sample == n) corrupt(smp);
+    }
     auto blob = s.open_blob();
-    for (const field& f : fields(smp)) {
+    for (const field& f : fields_to_send(smp, cfg.drop_entry)) {
       if (auto ec = co_await blob.emit(f.key, f.value)) {
         r.ec = ec;
         r.what = describe(cfg, "emit " + f.key, ec, blob.last_error());
@@ -123,6 +129,12 @@ asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_c
 }
 
 }  // namespace
+
+std::vector<field> fields_to_send(const sample& s, std::optional<std::size_t> drop) {
+  auto out = fields(s);
+  if (drop && static_cast<std::int64_t>(*drop) == s.idx) out.erase(out.begin() + 2);
+  return out;
+}
 
 // -Wmismatched-new-delete (GCC 11 and later; seen with 12) is a false
 // positive on this coroutine: asio's frame allocator, awaitable_frame_base::

@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 #include <system_error>
 
@@ -47,7 +49,15 @@ struct worker_config {
   /// drops before its hello may mean it was given fewer --workers, and one
   /// nobody accepts that it is not running; the messages say so only then.
   bool remote_trainer = false;
+  /// For tests of the trainer's check (options::corrupt_sample,
+  /// options::drop_entry): damage this sample, or leave out its token_mask.
+  std::optional<std::size_t> corrupt_sample, drop_entry;
 };
+
+/// The sample's entries as a worker emits them: fields(s), less the
+/// token_mask of sample `drop` (a test of the trainer's check).
+/// REQUIRES: as fields(s).
+std::vector<field> fields_to_send(const sample& s, std::optional<std::size_t> drop);
 
 struct worker_report {
   std::error_code ec;     ///< empty when everything was sent and closed in order
