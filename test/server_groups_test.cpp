@@ -63,7 +63,7 @@ std::function<void(const server_event&)> stop_after(server& srv, std::size_t n) 
 asio::awaitable<std::error_code> member(sender& s, std::uint32_t who, std::uint32_t k,
                                         blob_group g) {
   auto blob = s.open_blob(blob_options{.tag = numbered_tag(who, k), .group = g});
-  std::vector<std::uint8_t> x(16, static_cast<std::uint8_t>(who + k));
+  const auto x = fixture_bytes(who, k, 0, 16);
   if (auto ec = co_await blob.emit("e0", value::tensor(x))) co_return ec;
   co_return co_await blob.finish();
 }
@@ -90,6 +90,7 @@ BOOST_AUTO_TEST_CASE(members_naming_different_sizes_abort_their_group) {
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got.events), "an entry's bytes or key were not its own");
   BOOST_TEST_REQUIRE(got.groups.size() == 1u);
   const group_seen& g = got.groups[0];
   BOOST_TEST(!g.complete);
@@ -122,6 +123,7 @@ BOOST_AUTO_TEST_CASE(more_than_max_open_groups_are_refused_and_the_open_ones_kep
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got.events), "an entry's bytes or key were not its own");
   BOOST_TEST_REQUIRE(got.groups.size() == 3u);
   const group_seen& refused = got.groups[0];
   BOOST_TEST(refused.group.id == 3u);
@@ -174,6 +176,7 @@ BOOST_AUTO_TEST_CASE(a_group_open_when_the_last_connection_ends_is_aborted_peer_
   r.spawn(a());
   r.spawn(b());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got.events), "an entry's bytes or key were not its own");
   BOOST_TEST_REQUIRE(got.groups.size() == 2u);
   const group_seen* six = got.find(6);
   BOOST_TEST_REQUIRE(six != nullptr);
@@ -208,6 +211,7 @@ BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got.events), "an entry's bytes or key were not its own");
   const group_seen* g = got.find(8);
   BOOST_TEST_REQUIRE(g != nullptr);
   BOOST_TEST(!g->complete);
