@@ -581,6 +581,11 @@ std::vector<refusal> refusals() {
   v.push_back({"a consumer's hello where a sender's is due", [](outbox& o) {
                  frame_hello(o, {.role = wire_role::consumer});
                }, "hello: role consumer, expected sender", {}, false});
+  v.push_back({"bad magic", [](outbox& o) {
+                 auto p = encode_hello(sender_hello);
+                 p[0] = std::byte{'X'};
+                 raw(o, {.type = frame_type::hello}, p);
+               }, "hello: bad magic (not a blobpipe peer)", {}, false});
   v.push_back({"another version", [](outbox& o) {
                  auto p = encode_hello(sender_hello);
                  p[4] = std::byte{9};
@@ -622,6 +627,11 @@ std::vector<refusal> refusals() {
                  frame_blob_begin(o, 1, tag_of("t"));
                  begin_entry(o, 1, 1, f32_entry("x", 0, 1));
                }, "entry_begin: entry index 1, expected 0"});
+  v.push_back({"entry index repeated", [](outbox& o) {
+                 frame_blob_begin(o, 1, tag_of("t"));
+                 begin_entry(o, 1, 0, f32_entry("x", 0, 0));  // empty: complete at once
+                 begin_entry(o, 1, 0, f32_entry("y", 0, 0));
+               }, "entry_begin: entry index 0, expected 1"});
   v.push_back({"timestamp not negotiated", [](outbox& o) {
                  frame_blob_begin(o, 1, tag_of("t"));
                  const Entry e = f32_entry("x", 0, 1);
