@@ -532,6 +532,8 @@ BOOST_AUTO_TEST_CASE(tail_that_disagrees_with_the_blob_is_refused_naming_the_fie
   };
   expect_refused(sent_then(refooted([](footer& f) { f.index_off = 128; })),
                  "tail: index_off 128 but entries end at 64");
+  expect_refused(sent_then(refooted([](footer& f) { f.index_off = 0; })),
+                 "tail: index_off 0 but entries end at 64");
   expect_refused(sent_then(refooted([](footer& f) { f.index_len -= 1; })),
                  "does not fill the " + std::to_string(good.size()) + "-byte tail");
   {  // A version-2 footer (read by read_footer, never streamed).

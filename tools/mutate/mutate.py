@@ -156,11 +156,14 @@ def bazel_test(scratch, targets, timeout, log_path, env):
     # 4 no test ran.
     with open(log_path, encoding="utf-8", errors="replace") as log:
         text = log.read()
+    # A target that failed to build is the mutant's fault, not a kill.
+    if re.search(r"^//\S+\s+(FAILED TO BUILD|NO STATUS)", text, re.M):
+        return "unbuildable", took
     if r.returncode == 0:
         return "passed", took
     if r.returncode == 3:
         return "failed", took
-    if r.returncode == 1 and re.search(r"^//\S+\s+(FAILED|TIMEOUT)", text, re.M):
+    if r.returncode == 1 and re.search(r"^//\S+\s+(\(cached\) )?(FAILED in|TIMEOUT in)", text, re.M):
         return "failed", took
     if r.returncode == 1:
         return "unbuildable", took
