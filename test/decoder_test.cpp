@@ -649,6 +649,18 @@ std::vector<refusal> refusals() {
                      std::vector<std::byte>(8 + 100 + 100 + 1));
                }, "entry_begin: payload of 209 bytes not in [9, 208]",
                [](decoder_limits& l) { l.max_key_bytes = 100; l.max_meta_bytes = 100; }});
+  v.push_back({"meta longer than max_meta_bytes", [](outbox& o) {
+                 frame_blob_begin(o, 1, tag_of("t"));
+                 begin_entry(o, 1, 0, f32_entry("x", 0, 1));
+               }, "entry_begin: meta size " + std::to_string(f32_entry("x", 0, 1).meta().size()) +
+                      " not in [1, 16]",
+               [](decoder_limits& l) { l.max_meta_bytes = 16; }});
+  v.push_back({"bytes after the meta of an entry not inline", [](outbox& o) {
+                 frame_blob_begin(o, 1, tag_of("t"));
+                 const Entry e = f32_entry("x", 0, 1);
+                 raw(o, {.type = frame_type::entry_begin, .blob_id = 1},
+                     encode_entry_begin("x", e.meta(), std::vector<std::byte>(4)));
+               }, "entry_begin: 4 bytes after the meta of an entry that is not inline"});
   v.push_back({"entry meta not a meta", [](outbox& o) {
                  frame_blob_begin(o, 1, tag_of("t"));
                  const std::vector<std::byte> junk(4, std::byte{0xC1});
