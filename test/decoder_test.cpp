@@ -321,7 +321,8 @@ BOOST_AUTO_TEST_CASE(entries_land_byte_for_byte_in_their_own_buffers) {
     BOOST_TEST_CONTEXT("blob " << key.first << " entry " << key.second) {
       const auto& got = d.landed.at(key);
       BOOST_TEST_REQUIRE(got.size() == bytes.size());
-      BOOST_TEST(std::memcmp(got.data(), bytes.data(), bytes.size()) == 0);
+      // (memcmp of an empty entry would pass null pointers: UBSan.)
+      BOOST_TEST((bytes.empty() || std::memcmp(got.data(), bytes.data(), bytes.size()) == 0));
     }
   }
   std::size_t completes = 0;
