@@ -8,12 +8,15 @@
 // bytes. Byte 0 picks
 // options: bit 0 prepends a valid sender hello (bit 1: with a resend
 // session), bit 2 assembles blobs in memory, bit 3 holds every entry until
-// its blob ends. Every blob reported complete must read back with
-// read_index and agree with the entries yielded.
+// its blob ends. In every mode: no entry is yielded twice; a blob reported
+// complete had each of its index's entries yielded exactly once, each as
+// its row says (in memory mode, with the bytes the assembled blob holds at
+// its offset); and it reads back with read_index (memory mode).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -82,24 +85,55 @@ void check_complete(const completed_blob& b,
   if (!again || again->entries != b.index.entries) __builtin_trap();
 }
 
+/// What was yielded of one open blob: each entry's row, and in memory mode
+/// a copy of its bytes.
+struct yielded {
+  std::map<std::size_t, Entry> rows;
+  std::map<std::size_t, std::vector<std::byte>> bytes;
+};
+
+/// Every entry of a completed blob was yielded once, as its row says.
+void check_yielded_once(const completed_blob& b, const yielded& y, bool memory) {
+  const auto& rows = b.index.entries;
+  if (y.rows.size() != rows.size()) __builtin_trap();  // one missing (none is twice)
+  for (const auto& [i, row] : y.rows)
+    if (i >= rows.size() || !(rows[i] == row)) __builtin_trap();
+  if (!memory) return;
+  for (const auto& [i, bytes] : y.bytes) {
+    const Entry& row = rows[i];
+    if (row.off + row.len > b.bytes.size() || bytes.size() != row.len ||
+        (row.len != 0 && std::memcmp(b.bytes.data() + row.off, bytes.data(), row.len) != 0))
+      __builtin_trap();
+  }
+}
+
 asio::awaitable<void> consume(std::unique_ptr<transport> t, consumer_options opt, bool hold) {
   auto [ec, c] = co_await consumer::start(std::move(t), opt);
   if (ec) co_return;
+  const bool memory = opt.assemble == assemble_mode::memory;
   std::vector<std::shared_ptr<const received_entry>> held;
+  std::map<std::uint64_t, yielded> open;
   for (;;) {
     auto ev = co_await c.next();
     if (ev.kind == event_kind::end_of_stream) break;
     if (ev.kind == event_kind::entry_ready) {
       const auto& e = *ev.entry;
       if (e.view.bytes.size() != e.entry.len || e.view.entry != &e.entry) __builtin_trap();
+      if (e.blob_id != ev.blob_id) __builtin_trap();
+      yielded& y = open[ev.blob_id];
+      if (!y.rows.emplace(e.index, e.entry).second) __builtin_trap();  // yielded twice
+      if (memory) y.bytes[e.index].assign(e.view.bytes.begin(), e.view.bytes.end());
       if (hold) held.push_back(ev.entry);
     } else if (ev.kind == event_kind::blob_complete) {
       std::vector<std::shared_ptr<const received_entry>> mine;
       for (auto& h : held)
         if (h->blob_id == ev.blob_id) mine.push_back(h);
-      check_complete(*ev.blob, mine, opt.assemble == assemble_mode::memory);
+      check_complete(*ev.blob, mine, memory);
+      check_yielded_once(*ev.blob, open[ev.blob_id], memory);
+      open.erase(ev.blob_id);
       std::erase_if(held, [&](auto& h) { return h->blob_id == ev.blob_id; });
     } else {
+      open.erase(ev.blob_id);
       std::erase_if(held, [&](auto& h) { return h->blob_id == ev.blob_id; });
     }
   }

@@ -7,8 +7,12 @@
 // way a socket reader does (payload_target / commit_payload) instead of
 // copying them through consume(). Whatever the input, the decoder must
 // keep its invariants:
-// - entry bytes only ever land inside the destination the listener gave;
-// - an entry completes once, after exactly its len bytes;
+// - entry bytes only ever land inside the destination the listener gave
+//   (each is a vector of exactly len bytes: ASan catches a byte past it);
+// - an entry completes once, after exactly its len bytes: the input is
+//   decoded twice, into destinations filled with 0x00 and with 0xFF, and
+//   every completed entry must read the same both times (a byte never
+//   landed keeps its fill and differs);
 // - a completed blob's index equals the rows it announced, in order;
 // - the credit it holds never exceeds the window but for one item alone,
 //   and drops to what the listener holds once blobs end.
@@ -40,6 +44,9 @@ struct fuzz_listener final : decoder_listener {
   };
   std::map<std::uint64_t, blob> blobs;
   std::uint64_t held = 0;  // credit of entries this listener holds
+  std::byte fill{0};       // what a destination holds before bytes land
+  // Completed entries' bytes, by (blob id, index), in completion order.
+  std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, std::vector<std::byte>>> completed;
 
   result<void> on_hello(const hello& h) override {
     auto l = dec->limits();
@@ -56,17 +63,18 @@ struct fuzz_listener final : decoder_listener {
     auto& b = *static_cast<blob*>(p);
     if (b.entry_open || a.index != b.rows.size()) __builtin_trap();
     b.rows.push_back(*a.entry);
-    b.bytes.emplace_back(a.entry->len);
+    b.bytes.emplace_back(a.entry->len, fill);
     b.entry_open = true;
     held += a.credit;
     dec->release(a.credit);  // dropped at once, as a fast application would
     held -= a.credit;
     return std::span<std::byte>(b.bytes.back());
   }
-  result<void> on_entry_complete(void* p, std::uint64_t) override {
+  result<void> on_entry_complete(void* p, std::uint64_t id) override {
     auto& b = *static_cast<blob*>(p);
     if (!b.entry_open) __builtin_trap();
     b.entry_open = false;
+    completed.push_back({{id, b.rows.size() - 1}, b.bytes.back()});
     return {};
   }
   result<void> on_blob_complete(void* p, std::uint64_t id, blob_index index,
@@ -92,17 +100,12 @@ std::size_t piece(unsigned mode, std::span<const std::byte> rest, std::size_t at
   return 1 + std::to_integer<std::size_t>(rest[at % rest.size()]);
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (size < 1) return 0;
-  const std::uint8_t mode = data[0];
-  std::optional<hello> h;
-  if (mode & 1) h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
-  const auto rest = std::as_bytes(std::span(data + 1, size - 1));
-  const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
-
+/// Decodes `stream` cut as `mode` says, into destinations filled with
+/// `fill`; the entries completed.
+decltype(fuzz_listener::completed) decode(std::uint8_t mode, std::span<const std::byte> rest,
+                                          const std::vector<std::byte>& stream, std::byte fill) {
   fuzz_listener l;
+  l.fill = fill;
   decoder d(wire_role::sender,
             {.window_bytes = window, .max_chunk_bytes = 4096, .inline_bytes = 1024,
              .max_key_bytes = 256, .max_meta_bytes = 256, .max_entry_bytes = 1 << 20,
@@ -139,5 +142,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (d.open_blobs() == 0 && !d.in_payload() && d.next_required_size() == frame_header_size &&
       d.buffered_bytes() != l.held)
     __builtin_trap();
+  return std::move(l.completed);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const std::uint8_t mode = data[0];
+  std::optional<hello> h;
+  if (mode & 1) h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
+  const auto rest = std::as_bytes(std::span(data + 1, size - 1));
+  const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
+  // Every byte of a completed entry landed: it reads the same whatever the
+  // destination held before.
+  const auto zeros = decode(mode, rest, stream, std::byte{0x00});
+  const auto ones = decode(mode, rest, stream, std::byte{0xFF});
+  if (zeros != ones) __builtin_trap();
   return 0;
 }

@@ -1,7 +1,10 @@
 // test/cluster_fixture.hpp — scaffolding for the fan-in server and router
 // tests: senders that stream numbered blobs to a URL, and a record of what a
 // server yielded (kinds, connections, tags, groups), without holding the
-// entries (so their credit goes back at once).
+// entries (so their credit goes back at once). Every entry's bytes are
+// distinct per sender, blob, entry and position (fixture_bytes), and the
+// record checks them, so entries swapped within a blob, or blobs swapped,
+// show as bytes_ok false.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +34,20 @@ inline std::uint32_t tag_sender(const tag_t& t) {
   return who;
 }
 
+/// The bytes of entry `e` (key "e<e>") of sender `who`'s blob `k`: `n`
+/// bytes, byte i = who * 158 + k * 59 + e * 23 + i + i / 256 (mod 256), so
+/// two entries of one blob, the same entry of two blobs and two senders'
+/// blobs differ in every byte.
+inline std::vector<std::uint8_t> fixture_bytes(std::uint32_t who, std::uint32_t k,
+                                               std::size_t e, std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::uint8_t>(who * 158u + k * 59u + e * 23u + i + (i >> 8));
+  return v;
+}
+
 /// What sender `who` streams: `blobs` blobs of `entries` uint8 entries of
-/// `bytes` bytes each, every byte of blob k's entries equal to (who + k).
+/// `bytes` bytes each; entry e of blob k holds fixture_bytes(who, k, e, bytes).
 struct stream_plan {
   std::uint32_t who = 0;
   int blobs = 1;
@@ -46,8 +61,9 @@ inline asio::awaitable<std::error_code> stream_blobs(sender& s, stream_plan p) {
   for (int k = 0; k < p.blobs; ++k) {
     auto blob = s.open_blob(blob_options{.tag = numbered_tag(p.who, static_cast<std::uint32_t>(k)),
                                          .group = p.group});
-    std::vector<std::uint8_t> bytes(p.bytes, static_cast<std::uint8_t>(p.who + k));
     for (int e = 0; e < p.entries; ++e) {
+      const auto bytes = fixture_bytes(p.who, static_cast<std::uint32_t>(k),
+                                       static_cast<std::size_t>(e), p.bytes);
       if (auto ec = co_await blob.emit("e" + std::to_string(e), value::tensor(bytes))) co_return ec;
     }
     if (auto ec = co_await blob.finish()) co_return ec;
@@ -81,7 +97,7 @@ struct seen {
   std::string peer;
   tag_t tag = NO_TAG;
   std::size_t bytes = 0;       // entry_ready: its length
-  bool bytes_ok = true;        // entry_ready: every byte as stream_plan says
+  bool bytes_ok = true;        // entry_ready: key "e<index>", bytes fixture_bytes
   std::optional<blob_group> group;
   std::error_code error;
   bool resend = false;
@@ -104,7 +120,10 @@ inline seen record(const server_event& ev) {
     std::uint32_t who, k;
     std::memcpy(&who, ev.ev.tag.data(), 4);
     std::memcpy(&k, ev.ev.tag.data() + 4, 4);
-    for (auto x : b) s.bytes_ok &= x == std::byte(static_cast<std::uint8_t>(who + k));
+    const std::size_t e = ev.ev.entry->index;
+    const auto want = fixture_bytes(who, k, e, b.size());
+    s.bytes_ok = ev.ev.entry->entry.key == "e" + std::to_string(e) &&
+                 (want.empty() || std::memcmp(b.data(), want.data(), want.size()) == 0);
   }
   return s;
 }
@@ -135,6 +154,13 @@ inline asio::awaitable<void> collect_into(server& srv, std::size_t connections,
 inline asio::awaitable<void> send_into(std::string url, stream_plan p, std::error_code& out,
                                        sender_options opt = {}) {
   out = co_await send_to(std::move(url), p, opt);
+}
+
+/// Whether every entry_ready in `v` carried its fixture_bytes under its key.
+inline bool all_bytes_ok(const std::vector<seen>& v) {
+  for (const auto& s : v)
+    if (!s.bytes_ok) return false;
+  return true;
 }
 
 inline std::size_t count(const std::vector<seen>& v, server_event_kind k) {

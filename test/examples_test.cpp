@@ -70,22 +70,22 @@ class refusing_port {
   std::uint16_t port_ = 0;
 };
 
-// Waits (up to 6 s) for a --listen trainer's first line and returns the
-// port it names ("... -> trainer, tcp HOST:PORT, ..."), or "" if none came.
+// Waits for a --listen trainer's first line (woken by its writes; at most
+// 30 s, a hang bound) and returns the port it names ("... -> trainer, tcp
+// HOST:PORT, ..."), or "" if none came.
 std::string listening_port(const process& trainer) {
-  for (int i = 0; i < 300; ++i) {
-    const std::string out = trainer.stdout_so_far();
+  std::string port;
+  trainer.wait_for_stdout([&](const std::string& out) {
     const auto line_end = out.find('\n');
     const auto at = out.find(" -> trainer, ");
-    if (at != std::string::npos && line_end != std::string::npos) {
-      const auto end = out.find(", ", at + 13);
-      const auto colon = out.rfind(':', end);
-      if (end != std::string::npos && colon != std::string::npos && colon > at)
-        return out.substr(colon + 1, end - colon - 1);
-    }
-    ::usleep(20'000);
-  }
-  return {};
+    if (at == std::string::npos || line_end == std::string::npos) return false;
+    const auto end = out.find(", ", at + 13);
+    const auto colon = out.rfind(':', end);
+    if (end == std::string::npos || colon == std::string::npos || colon <= at) return false;
+    port = out.substr(colon + 1, end - colon - 1);
+    return true;
+  });
+  return port;
 }
 
 // A --listen trainer on a free port (PORT 0, read back from its first
@@ -114,20 +114,21 @@ two_processes run_two_processes(const std::vector<std::string>& trainer_args,
   return {trainer.wait(), std::move(w)};
 }
 
-// Waits (up to 6 s) for a --listen URL rank's first line ("... trainer
-// rank K of N at URL, ...") and returns the URL it names, or "".
+// Waits for a --listen URL rank's first line ("... trainer rank K of N at
+// URL, ..."; woken by its writes, at most 30 s) and returns the URL it
+// names, or "".
 std::string rank_url(const process& rank) {
-  for (int i = 0; i < 300; ++i) {
-    const std::string out = rank.stdout_so_far();
+  std::string url;
+  rank.wait_for_stdout([&](const std::string& out) {
     const auto line_end = out.find('\n');
     const auto at = out.find(" at ");
-    if (line_end != std::string::npos && at != std::string::npos && at < line_end) {
-      const auto end = out.find(", ", at);
-      if (end != std::string::npos) return out.substr(at + 4, end - at - 4);
-    }
-    ::usleep(20'000);
-  }
-  return {};
+    if (line_end == std::string::npos || at == std::string::npos || at >= line_end) return false;
+    const auto end = out.find(", ", at);
+    if (end == std::string::npos) return false;
+    url = out.substr(at + 4, end - at - 4);
+    return true;
+  });
+  return url;
 }
 
 // Trainer ranks 0 .. K-1 as K processes (--listen tcp://127.0.0.1:0 --rank

@@ -8,13 +8,17 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -101,6 +105,41 @@ class process {
     for (ssize_t n; (n = ::pread(out_.fd, buf, sizeof buf, static_cast<off_t>(s.size()))) > 0;)
       s.append(buf, static_cast<size_t>(n));
     return s;
+  }
+
+  /// Waits until `done(stdout so far)` is true, the program has ended, or
+  /// `guard` has passed (a hang bound, not a timing assertion); woken by
+  /// the program's writes (inotify on its stdout file) and its exit (a
+  /// pidfd), never by a timer. Returns whether `done` held.
+  template <class Done>
+  bool wait_for_stdout(Done done, std::chrono::milliseconds guard = std::chrono::seconds(30)) const {
+    const auto until = std::chrono::steady_clock::now() + guard;
+    const int writes = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    BOOST_TEST_REQUIRE(writes >= 0, "inotify_init1: " << std::strerror(errno));
+    BOOST_TEST_REQUIRE(::inotify_add_watch(writes, out_.path.c_str(), IN_MODIFY) >= 0);
+    const int exited = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    bool held = false;
+    for (;;) {
+      // Checked after the watch is set: a write in between is not missed.
+      if ((held = done(stdout_so_far()))) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd fds[2] = {{writes, POLLIN, 0}, {exited, POLLIN, 0}};
+      const int n = ::poll(fds, exited >= 0 ? 2 : 1, static_cast<int>(left.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      if (exited >= 0 && (fds[1].revents & POLLIN)) {  // ended: its output is all there is
+        held = done(stdout_so_far());
+        break;
+      }
+      char events[4096];
+      while (::read(writes, events, sizeof events) > 0) {
+      }
+    }
+    if (exited >= 0) ::close(exited);
+    ::close(writes);
+    return held;
   }
 
   /// Sends `sig` to the program.

@@ -306,6 +306,21 @@ BOOST_AUTO_TEST_CASE(producers_wait_when_the_unacked_budget_is_full) {
   BOOST_TEST(out.peak_unacked <= budget + 4096);  // + the oldest blob admitted alone
 }
 
+// The oldest kept blob is always admitted (docs/reliability.md "Delivery
+// guarantee"), so a budget smaller than every entry cannot deadlock: each
+// blob goes alone, and each is delivered once.
+BOOST_AUTO_TEST_CASE(blobs_larger_than_the_unacked_budget_are_sent_one_at_a_time) {
+  runner r;
+  loopback_link l(r.ex());
+  delivery_checker check;
+  check.scale = 64;  // entry "a" of 768 bytes and more
+  const std::uint64_t budget = 512;
+  auto out = stream(r, l, check, 40, 2, fast_retry(budget));
+  BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+  BOOST_TEST(check.all_once(40), check.first_problem);
+  BOOST_TEST(out.stats.budget_waits > 0u);  // the second producer waited its turn
+}
+
 // When no consumer comes back, the sender gives up after max_attempts
 // connection attempts and fails its producers instead of hanging.
 BOOST_AUTO_TEST_CASE(resend_sender_gives_up_when_no_consumer_returns) {

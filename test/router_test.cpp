@@ -30,10 +30,10 @@ std::vector<std::string> urls(const std::vector<server>& s) {
   return out;
 }
 
-/// One blob of one entry (`bytes` bytes of `who + k`) through `b`.
+/// One blob of one entry (fixture_bytes(who, k, 0, bytes)) through `b`.
 asio::awaitable<std::error_code> one_blob(blob_writer b, std::uint32_t who, std::uint32_t k,
                                           std::size_t bytes = 100) {
-  std::vector<std::uint8_t> x(bytes, static_cast<std::uint8_t>(who + k));
+  const auto x = fixture_bytes(who, k, 0, bytes);
   if (auto ec = co_await b.emit("e0", value::tensor(x))) co_return ec;
   co_return co_await b.finish();
 }
@@ -79,6 +79,9 @@ BOOST_AUTO_TEST_CASE(round_robin_spreads_blobs_and_by_rank_sends_each_to_its_ran
     };
     r.spawn(produce());
     BOOST_TEST_REQUIRE(r.run());
+    BOOST_TEST(all_bytes_ok(got[2]), "an entry's bytes or key were not its own");
+    BOOST_TEST(all_bytes_ok(got[1]), "an entry's bytes or key were not its own");
+    BOOST_TEST(all_bytes_ok(got[0]), "an entry's bytes or key were not its own");
     BOOST_TEST_REQUIRE(dest.size() == 9u);
     for (std::uint32_t k = 0; k < 9; ++k) {
       const std::size_t want = policy == route_policy::round_robin ? k % 3 : (7 * k) % 3;
@@ -149,6 +152,7 @@ BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got1), "an entry's bytes or key were not its own");
   BOOST_TEST_REQUIRE(dest.size() == 10u);
   BOOST_TEST(dest[0] == 0u);  // a tie: the first
   for (std::size_t k = 1; k < dest.size(); ++k) BOOST_TEST(dest[k] == 1u, "blob " << k);
@@ -179,6 +183,8 @@ BOOST_AUTO_TEST_CASE(a_group_goes_to_one_destination_and_completes_there) {
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got[1]), "an entry's bytes or key were not its own");
+  BOOST_TEST(all_bytes_ok(got[0]), "an entry's bytes or key were not its own");
   for (const auto& [g, d] : where) BOOST_TEST(d.size() == 1u, "group " << g << " was split");
   std::set<std::uint64_t> complete;
   for (int i = 0; i < 2; ++i) {
@@ -227,11 +233,12 @@ BOOST_AUTO_TEST_CASE(a_destination_gone_for_good_fails_its_blobs_and_the_others_
       BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
     }
     auto open_on_1 = rt.open_blob({.tag = numbered_tag(0, 100), .group = {}, .rank = 1});
-    std::vector<std::uint8_t> x(100, 1);
+    const auto x = fixture_bytes(0, 100, 0, 100);
+    const auto x1 = fixture_bytes(0, 100, 1, 100);
     BLOBPIPE_CO_CHECK(open_on_1->blob.emit("e0", value::tensor(x)));
     srv[1].close();  // rank 1 is gone: its listener too, so no reconnect works
     BOOST_TEST(co_await until([&] { return bool(rt.error(1)); }));
-    open_blob_error = co_await open_on_1->blob.emit("e1", value::tensor(x));
+    open_blob_error = co_await open_on_1->blob.emit("e1", value::tensor(x1));
     auto again = rt.open_blob({.tag = numbered_tag(0, 101), .group = {}, .rank = 1});
     refused = again.code();
     for (std::uint32_t k = 4; k < 10; k += 2) {  // rank 0 goes on
@@ -246,6 +253,7 @@ BOOST_AUTO_TEST_CASE(a_destination_gone_for_good_fails_its_blobs_and_the_others_
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got0), "an entry's bytes or key were not its own");
   BOOST_TEST((refused == errc::peer_failed), refused.message());
   BOOST_TEST((open_blob_error == errc::peer_failed), open_blob_error.message());
   BOOST_TEST(to_rank0 == 3);
@@ -277,8 +285,10 @@ BOOST_AUTO_TEST_CASE(resend_destinations_deliver_exactly_once_across_reconnects)
     for (std::uint32_t k = 0; k < 40; ++k) {
       auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = {}});
       BOOST_TEST_REQUIRE(b.has_value());
-      std::vector<std::uint8_t> x(500, static_cast<std::uint8_t>(k));
-      for (int e = 0; e < 3; ++e) BLOBPIPE_CO_CHECK(b->blob.emit("e" + std::to_string(e), value::tensor(x)));
+      for (int e = 0; e < 3; ++e) {
+        const auto x = fixture_bytes(0, k, static_cast<std::size_t>(e), 500);
+        BLOBPIPE_CO_CHECK(b->blob.emit("e" + std::to_string(e), value::tensor(x)));
+      }
       if (k == 10 || k == 25) {
         // Rank 0's server cuts its connection with this blob open (the
         // first cut on the first connection, the second on the one the
@@ -295,6 +305,8 @@ BOOST_AUTO_TEST_CASE(resend_destinations_deliver_exactly_once_across_reconnects)
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got[1]), "an entry's bytes or key were not its own");
+  BOOST_TEST(all_bytes_ok(got[0]), "an entry's bytes or key were not its own");
   BOOST_TEST(cuts == 2);
   std::map<tag_t, int> complete;
   for (const auto& v : got) {

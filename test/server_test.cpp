@@ -61,6 +61,7 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
             sent[w]));
       }
       BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
       for (int w = 0; w < senders; ++w)
         BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
       BOOST_TEST(count(got, server_event_kind::connection_opened) == std::size_t(senders));
@@ -110,7 +111,7 @@ BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
     auto [sec, s] = co_await sender::start(std::move(t));
     BOOST_TEST_REQUIRE(!sec);
     auto blob = s.open_blob(numbered_tag(99, 0));
-    std::vector<std::uint8_t> half(4000, 99);
+    const auto half = fixture_bytes(99, 0, 0, 4000);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(half)));
     BLOBPIPE_CO_CHECK(s.flush());
     co_await yield_n(50);
@@ -118,6 +119,7 @@ BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
   };
   r.spawn(victim());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   for (int w = 0; w < healthy; ++w)
     BOOST_TEST(!sent[w], "sender " << w << ": " << sent[w].message());
   std::size_t aborted = 0, victim_closed = 0;
@@ -164,6 +166,7 @@ BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
   };
   r.spawn(hostile());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST(!good, good.message());
   BOOST_TEST(count(got, server_event_kind::blob_complete) == 5u);
   std::size_t violations = 0;
@@ -233,6 +236,7 @@ BOOST_AUTO_TEST_CASE(an_entry_larger_than_the_budget_is_granted_when_nothing_els
   std::error_code sent;
   r.spawn(send_into(srv.url(), {.who = 3, .blobs = 2, .entries = 2, .bytes = 64 << 10, .group = {}}, sent));
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST(!sent, sent.message());
   BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
   const auto st = srv.stats();
@@ -305,21 +309,23 @@ BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
     auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     auto blob = s.open_blob(numbered_tag(1, 0));
-    std::vector<std::uint8_t> x(100, 1);
+    const auto x = fixture_bytes(1, 0, 0, 100);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
     co_await drained.wait();
-    BLOBPIPE_CO_CHECK(blob.emit("e1", value::tensor(x)));
+    BLOBPIPE_CO_CHECK(blob.emit("e1", value::tensor(fixture_bytes(1, 0, 1, 100))));
     finished = co_await blob.finish();
     (void)co_await s.flush();  // the server may close as soon as the tail is in
     // The server closes the connection once the blob has ended.
     auto next = s.open_blob(numbered_tag(1, 1));
+    const auto next_x = fixture_bytes(1, 1, 0, 100);
     for (int i = 0; i < 100 && !after; ++i) {
-      after = co_await next.emit("e0", value::tensor(x));
+      after = co_await next.emit("e0", value::tensor(next_x));
       co_await yield_n(5);
     }
   };
   r.spawn(drained_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST(!finished, finished.message());
   BOOST_TEST(after, "the sender could go on after the drain");
   BOOST_TEST(count(got, server_event_kind::blob_complete) == 1u);
@@ -344,15 +350,17 @@ BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
   auto mid_blob_sender = [&]() -> asio::awaitable<void> {
     auto [sec, s] = co_await start_sender(srv.url());
     auto blob = s.open_blob(numbered_tag(2, 0));
-    std::vector<std::uint8_t> x(100, 2);
+    const auto x = fixture_bytes(2, 0, 0, 100);
+    const auto x1 = fixture_bytes(2, 0, 1, 100);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
     co_await begun.wait();
     srv.close();  // next() is pending in the other coroutine, or soon will be
-    auto rest = co_await blob.emit("e1", value::tensor(x));
+    auto rest = co_await blob.emit("e1", value::tensor(x1));
     (void)rest;
   };
   r.spawn(mid_blob_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST_REQUIRE(got.size() >= 4u);
   BOOST_TEST(count(got, server_event_kind::blob_aborted) == 1u);
   BOOST_TEST(got[got.size() - 2].kind == server_event_kind::connection_closed);
@@ -373,6 +381,7 @@ BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   const auto j = srv.stats_json();
   BOOST_TEST(j.find('\n') == std::string::npos);
   BOOST_TEST(j.starts_with("{\"role\":\"server\",\"accepted\":1,"));
@@ -417,6 +426,7 @@ BOOST_AUTO_TEST_CASE(a_group_from_two_connections_completes_after_its_last_membe
   };
   r.spawn(second());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST(!a, a.message());
   BOOST_TEST(!b, b.message());
   BOOST_TEST(count_group(got, server_event_kind::group_complete, 7) == 1u);
@@ -475,7 +485,7 @@ BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_member
     auto [sec, s] = co_await start_sender(srv.url());
     BOOST_TEST_REQUIRE(!sec);
     auto blob = s.open_blob(blob_options{.tag = numbered_tag(2, 0), .group = g});
-    std::vector<std::uint8_t> x(10, 2);
+    const auto x = fixture_bytes(2, 0, 0, 10);
     BLOBPIPE_CO_CHECK(blob.emit("e0", value::tensor(x)));
     BLOBPIPE_CO_CHECK(blob.abort("the rollout failed"));
     BLOBPIPE_CO_CHECK(s.shutdown());
@@ -483,6 +493,7 @@ BOOST_AUTO_TEST_CASE(a_member_aborting_aborts_its_group_at_once_and_later_member
   r.spawn(first());
   r.spawn(second());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   BOOST_TEST(count_group(got, server_event_kind::group_aborted, 9) == 1u);
   BOOST_TEST(count_group(got, server_event_kind::group_complete, 9) == 0u);
   const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 9);
@@ -531,6 +542,7 @@ BOOST_AUTO_TEST_CASE(a_group_missing_members_is_aborted_at_its_timeout) {
   };
   r.spawn(one_member());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   const std::size_t aborted = index_of_group(got, server_event_kind::group_aborted, 5);
   BOOST_TEST_REQUIRE(aborted < got.size());
   BOOST_TEST((got[aborted].error == errc::timed_out), got[aborted].error.message());
@@ -552,7 +564,7 @@ BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) 
     BOOST_TEST_REQUIRE(!sec);
     BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 5, .blobs = 3, .entries = 2, .bytes = 1000, .group = {}}));
     auto dropped = s.open_blob(numbered_tag(6, 0));
-    std::vector<std::uint8_t> x(1000, 6);
+    const auto x = fixture_bytes(6, 0, 0, 1000);
     BLOBPIPE_CO_CHECK(dropped.emit("e0", value::tensor(x)));
     BLOBPIPE_CO_CHECK(dropped.abort("dropped"));
     BLOBPIPE_CO_CHECK(s.shutdown());
@@ -561,6 +573,7 @@ BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) 
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got), "an entry's bytes or key were not its own");
   const auto got_st = srv.stats();
   const auto sent_m = metrics_of(sent);
   BOOST_TEST(sent_m.entries == 7u);

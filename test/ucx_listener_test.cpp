@@ -15,8 +15,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,13 +97,22 @@ class listening_child {
   /// The child's exit status (as process.hpp: 128 + signal when killed),
   /// waiting for it up to `guard`; -1 if it is still running then.
   int wait_exit(std::chrono::seconds guard) {
+    // Woken by the child's exit (a pidfd polled with the guard), not by a timer.
+    const int exited = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    BOOST_TEST_REQUIRE(exited >= 0, "pidfd_open: " << std::strerror(errno));
+    pollfd p{exited, POLLIN, 0};
     const auto until = std::chrono::steady_clock::now() + guard;
-    int status = 0;
+    int n = 0;
     for (;;) {
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) break;
-      if (std::chrono::steady_clock::now() > until) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      n = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      if (n >= 0 || errno != EINTR) break;
+    }
+    ::close(exited);
+    if (n <= 0) return -1;
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     pid_ = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

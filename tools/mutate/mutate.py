@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+"""tools/mutate/mutate.py — blobpipe's own mutation run (docs/reliability.md
+"Mutation run"). Run by hand, not in CI.
+
+Each mutant in tools/mutate/catalogue.txt is one small deliberate bug: a
+check removed, a bound off by one, a result swapped. Its `find` text must
+occur exactly once in its file, so a refactor that moves the site fails
+loudly ("pattern-missing" / "ambiguous") instead of silently skipping it.
+The run copies the repository's HEAD into one reused scratch clone (outside
+the repository), checks that the selected mutants' tests pass there
+unmutated, then for each mutant: applies it, runs its tests with
+bazel/bazelw, restores the file. A mutant is
+
+  killed      its tests failed (a test failure, a timeout or a crash)
+  survived    every test passed: no test notices the bug
+  unbuildable the mutant did not compile (fix the catalogue entry)
+  pattern-missing / ambiguous   its text occurs 0 / more than 1 times
+
+Usage (from anywhere in the repository):
+
+  tools/mutate/mutate.py --list                 # the catalogue
+  tools/mutate/mutate.py --check                # every pattern occurs once (seconds)
+  tools/mutate/mutate.py                        # every mutant
+  tools/mutate/mutate.py --only 'decoder|group' # names matching a regex
+  tools/mutate/mutate.py --budget 30            # stop starting mutants after 30 min
+
+Options: --scratch DIR (default $TMPDIR/blobpipe-mutate), --catalogue FILE,
+--mutant-timeout SECONDS (default 900; a mutant whose tests run longer is
+reported as "timeout" and counted as killed, since the suite would fail),
+--no-baseline. Commits only: uncommitted changes are not in the scratch
+clone (the run says so). The exit status is 1 when any mutant survived, was
+unbuildable, or its pattern did not match exactly once.
+
+Catalogue format: one block per mutant; '#' starts a comment line.
+
+  [decoder.tail-row-bound]
+  file: lib/protocol/decoder.cpp
+  find: if (h.length > FOOTER_SIZE + b->max_index_bytes)
+  replace: if (false)
+  tests: //test:decoder_test
+  rule: docs/wire.md "Limits": a tail no longer than an index of the rows announced
+
+A value continues on the following lines that begin with '|' (the rest of
+such a line, after '|' and one optional space, joined with a newline), for
+patterns spanning lines. `tests` is one or more Bazel test labels
+separated by spaces.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+KEYS = ("file", "find", "replace", "tests", "rule")
+
+
+class Mutant:
+    def __init__(self, name, fields, line):
+        self.name = name
+        self.line = line
+        self.file = fields["file"]
+        self.find = fields["find"]
+        self.replace = fields["replace"]
+        self.tests = fields["tests"].split()
+        self.rule = fields["rule"]
+
+
+def parse_catalogue(path):
+    mutants, names = [], set()
+    name, fields, start, last = None, {}, 0, None
+
+    def finish():
+        if name is None:
+            return
+        missing = [k for k in KEYS if k not in fields]
+        if missing:
+            sys.exit(f"{path}:{start}: [{name}] lacks {', '.join(missing)}")
+        if fields["find"] == fields["replace"]:
+            sys.exit(f"{path}:{start}: [{name}] replaces its text with itself")
+        mutants.append(Mutant(name, fields, start))
+
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.rstrip("\n")
+            if line.startswith("#") or not line.strip():
+                continue
+            if line.startswith("["):
+                finish()
+                m = re.fullmatch(r"\[([A-Za-z0-9_.-]+)\]", line.strip())
+                if not m:
+                    sys.exit(f"{path}:{n}: bad mutant name line: {line}")
+                name, fields, start, last = m.group(1), {}, n, None
+                if name in names:
+                    sys.exit(f"{path}:{n}: mutant [{name}] named twice")
+                names.add(name)
+                continue
+            if name is None:
+                sys.exit(f"{path}:{n}: text before the first [name]")
+            if line.startswith("|"):
+                if last is None:
+                    sys.exit(f"{path}:{n}: continuation line with no key before it")
+                rest = line[1:]
+                fields[last] += "\n" + (rest[1:] if rest.startswith(" ") else rest)
+                continue
+            m = re.fullmatch(r"([a-z]+):(?: (.*))?", line)
+            if not m or m.group(1) not in KEYS:
+                sys.exit(f"{path}:{n}: expected one of {', '.join(KEYS)}: {line}")
+            if m.group(1) in fields:
+                sys.exit(f"{path}:{n}: [{name}] has {m.group(1)} twice")
+            last = m.group(1)
+            fields[last] = m.group(2) or ""
+    finish()
+    return mutants
+
+
+def occurrences(root, m):
+    path = os.path.join(root, m.file)
+    if not os.path.isfile(path):
+        return -1
+    with open(path, encoding="utf-8") as f:
+        return f.read().count(m.find)
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def prepare_scratch(repo, scratch):
+    if not os.path.isdir(os.path.join(scratch, ".git")):
+        if os.path.exists(scratch):
+            sys.exit(f"mutate: {scratch} exists and is not a git clone; remove it or pass --scratch")
+        subprocess.run(["git", "clone", "--quiet", "--no-checkout", repo, scratch], check=True)
+    git("fetch", "--quiet", repo, "HEAD", cwd=scratch)
+    git("checkout", "--quiet", "--force", "--detach", "FETCH_HEAD", cwd=scratch)
+    git("clean", "-fdq", cwd=scratch)
+    return git("rev-parse", "--short", "HEAD", cwd=scratch).strip()
+
+
+def bazel_test(scratch, targets, timeout, log_path, env):
+    """Runs the targets' tests; returns (status, seconds)."""
+    start = time.monotonic()
+    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *targets]
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            r = subprocess.run(cmd, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
+                               timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - start
+    took = time.monotonic() - start
+    # Bazel's exit codes: 0 all passed, 3 a test failed, 1 a build failed,
+    # 4 no test ran.
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        text = log.read()
+    # A target that failed to build is the mutant's fault, not a kill.
+    if re.search(r"^//\S+\s+(FAILED TO BUILD|NO STATUS)", text, re.M):
+        return "unbuildable", took
+    if r.returncode == 0:
+        return "passed", took
+    if r.returncode == 3:
+        return "failed", took
+    if r.returncode == 1 and re.search(r"^//\S+\s+(\(cached\) )?(FAILED in|TIMEOUT in)", text, re.M):
+        return "failed", took
+    if r.returncode == 1:
+        return "unbuildable", took
+    return f"bazel exit {r.returncode}", took
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.abspath(os.path.join(here, "..", ".."))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--catalogue", default=os.path.join(here, "catalogue.txt"))
+    ap.add_argument("--only", help="run the mutants whose names match this regex")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--check", action="store_true",
+                    help="check every pattern occurs exactly once in the tree, and exit")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="minutes; no mutant is started after this (0: no limit)")
+    ap.add_argument("--scratch",
+                    default=os.path.join(tempfile.gettempdir(), "blobpipe-mutate"))
+    ap.add_argument("--mutant-timeout", type=int, default=900)
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip running the selected tests unmutated first")
+    ap.add_argument("--keep-server", action="store_true",
+                    help="leave the scratch clone's Bazel server running")
+    args = ap.parse_args()
+
+    mutants = parse_catalogue(args.catalogue)
+    if args.only:
+        rx = re.compile(args.only)
+        mutants = [m for m in mutants if rx.search(m.name)]
+    if not mutants:
+        sys.exit("mutate: no mutant selected")
+
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:44} {m.file:36} {' '.join(m.tests)}\n    {m.rule}")
+        return 0
+
+    if args.check:
+        bad = 0
+        for m in mutants:
+            n = occurrences(repo, m)
+            if n != 1:
+                bad += 1
+                what = "no such file" if n < 0 else f"{n} occurrences"
+                print(f"{'pattern-missing' if n <= 0 else 'ambiguous'}: [{m.name}] {m.file}: {what}")
+        print(f"mutate --check: {len(mutants) - bad} of {len(mutants)} patterns occur exactly once")
+        return 1 if bad else 0
+
+    scratch = os.path.abspath(args.scratch)
+    if scratch == repo or scratch.startswith(repo + os.sep):
+        sys.exit("mutate: the scratch clone must be outside the repository")
+    if git("status", "--porcelain", "--untracked-files=no", cwd=repo).strip():
+        print("mutate: the working tree has uncommitted changes; the run mutates HEAD only")
+    head = prepare_scratch(repo, scratch)
+    env = dict(os.environ)
+    golden = os.path.join(repo, "..", "shared", "golden")
+    if "BLOBPIPE_GOLDEN_DIR" not in env and os.path.isdir(golden):
+        env["BLOBPIPE_GOLDEN_DIR"] = os.path.abspath(golden)
+    logs = os.path.join(scratch, ".mutate-logs")
+    shutil.rmtree(logs, ignore_errors=True)
+    os.makedirs(logs)
+    print(f"mutate: {len(mutants)} mutants on {head}, scratch clone {scratch}, logs {logs}")
+    t0 = time.monotonic()
+
+    if not args.no_baseline:
+        targets = sorted({t for m in mutants for t in m.tests})
+        status, took = bazel_test(scratch, targets, None, os.path.join(logs, "baseline.log"), env)
+        print(f"baseline: {status} in {took:.0f} s ({len(targets)} targets)", flush=True)
+        if status != "passed":
+            sys.exit(f"mutate: the unmutated tests do not pass; see {logs}/baseline.log")
+
+    results = []
+    for m in mutants:
+        if args.budget and time.monotonic() - t0 > args.budget * 60:
+            results.append((m, "not run", 0.0))
+            continue
+        path = os.path.join(scratch, m.file)
+        n = occurrences(scratch, m)
+        if n != 1:
+            status = "pattern-missing" if n <= 0 else "ambiguous"
+            results.append((m, status, 0.0))
+            print(f"{status:15} {0:6.0f} s  {m.name}", flush=True)
+            continue
+        with open(path, encoding="utf-8") as f:
+            original = f.read()
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original.replace(m.find, m.replace, 1))
+            status, took = bazel_test(scratch, m.tests, args.mutant_timeout,
+                                      os.path.join(logs, m.name + ".log"), env)
+        finally:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original)
+        verdict = {"failed": "killed", "passed": "survived", "timeout": "killed (timeout)"}.get(
+            status, status)
+        results.append((m, verdict, took))
+        print(f"{verdict:15} {took:6.0f} s  {m.name}", flush=True)
+
+    total = time.monotonic() - t0
+    if not args.keep_server:
+        subprocess.run(["bazel/bazelw", "shutdown"], cwd=scratch, env=env,
+                       capture_output=True)
+    counts = {}
+    for _, v, _ in results:
+        key = "killed" if v.startswith("killed") else v
+        counts[key] = counts.get(key, 0) + 1
+    print()
+    for m, v, _ in results:
+        if not v.startswith("killed") and v != "not run":
+            print(f"{v}: [{m.name}] {m.file} — {m.rule}\n    tests: {' '.join(m.tests)}; "
+                  f"log: {logs}/{m.name}.log")
+    print(f"mutate: {', '.join(f'{n} {k}' for k, n in sorted(counts.items()))} "
+          f"of {len(results)} in {total / 60:.1f} min ({head})")
+    bad = sum(n for k, n in counts.items() if k not in ("killed", "not run"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
