@@ -679,6 +679,22 @@ std::vector<refusal> refusals() {
                  raw(o, {.type = frame_type::entry_begin, .flags = frame_flag_inline, .blob_id = 1},
                      encode_entry_begin("x", e.meta(), eight));
                }, "entry 'x': 8 inline bytes for an entry of 16"});
+  v.push_back({"inline entry above inline_bytes", [](outbox& o) {
+                 // 8 + key + meta + 128 passes the header's bound, which leaves
+                 // the unused key and meta room: the entry's own check refuses.
+                 frame_blob_begin(o, 1, tag_of("t"));
+                 const Entry e = f32_entry("x", 0, 32);  // 128 bytes
+                 const std::vector<std::byte> bytes(128);
+                 raw(o, {.type = frame_type::entry_begin, .flags = frame_flag_inline, .blob_id = 1},
+                     encode_entry_begin("x", e.meta(), bytes));
+               }, "entry 'x': 128 inline bytes exceed the negotiated inline_bytes 64",
+               [](decoder_limits& l) { l.inline_bytes = 64; }});
+  v.push_back({"inline flag on an empty entry", [](outbox& o) {
+                 frame_blob_begin(o, 1, tag_of("t"));
+                 const Entry e = f32_entry("x", 0, 0);
+                 raw(o, {.type = frame_type::entry_begin, .flags = frame_flag_inline, .blob_id = 1},
+                     encode_entry_begin("x", e.meta(), {}));
+               }, "entry 'x': the inline flag on an entry of 0 bytes"});
   v.push_back({"entry over the window", [](outbox& o) {
                  // Entry "a" of blob 1 is open (its credit held); "b" of blob 2
                  // needs more than the window has left.
