@@ -67,9 +67,21 @@ asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   const bool expired = co_await s->stall_watch.expired();
   if (!expired) co_return;
-  s->timeout_reason = std::string("no bytes from the sender for ") +
-                      std::to_string(s->stall_watch.limit().count()) + " ms (" +
-                      s->stall_watch.tripped() + "_timeout)";
+  const auto ms = std::to_string(s->stall_watch.limit().count());
+  if (s->stall_watch.tripped() == watchdog::held_name) {
+    // The application's doing, not the sender's: say what it holds.
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    s->timeout_reason =
+        "the application holds received entries of " + n(s->held_credit + s->held_in_window) +
+        " credit bytes (held_bytes allowance " + n(s->opt.held_bytes) + " full, " +
+        n(s->held_in_window) + " bytes of the window of " + n(s->frames.limits().window_bytes) +
+        " held) and waited " + ms +
+        " ms for an entry the sender may have no credit to send (held_timeout): "
+        "drop received entries and values sooner, or raise held_bytes or window_bytes";
+  } else {
+    s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
+                        s->stall_watch.tripped() + "_timeout)";
+  }
   s->t->close();
 }
 
@@ -174,6 +186,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       }
       event ev = std::move(front.ev);
       s->pending.pop_front();
+      s->on_yield(ev);
       co_return ev;
     } else if (s->pending.empty() && s->ended) {
       co_return s->final_event;
@@ -188,7 +201,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       const bool read_on = !fenced || (!s->ended && !landed &&
                                        s->posted.size() < s->read_window &&
                                        (s->bulk_pending != 0 || s->t->readable()));
-      s->stall_watch.owes(s->frames.owes_bytes() || !s->posted.empty());
+      s->update_watch();
       s->stall_watch.begin_wait();
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
       if (read_on) {
@@ -305,6 +318,12 @@ asio::awaitable<event> consumer::next() {
   co_return ev;
 }
 
+void consumer::application_waits() noexcept {
+  if (!state_ || !state_->opt.waits_reported || state_->ended) return;
+  state_->app_waiting = true;
+  state_->update_watch();
+}
+
 void consumer::close() noexcept {
   if (!state_) return;
   state_->ack_stopped = true;
@@ -328,6 +347,8 @@ consumer_stats consumer::stats() const noexcept {
   consumer_stats st = state_->stats;
   st.buffered_bytes = state_->frames.buffered_bytes();
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
+  st.held_bytes = state_->held_credit;
+  st.held_in_window_bytes = state_->held_in_window;
   return st;
 }
 

@@ -180,9 +180,13 @@ class consumer_handle {
         return got::end;
       }
       if (!block) return got::empty;
+      report_wait_locked();
       lk.unlock();
-      wait_counted(core_->mu, core_->cv, core_->waiting,
-                   [&] { return !core_->events.empty() || core_->closed; });
+      // loop_done: another thread took the queue with the end in it; it
+      // ends there, and this thread ends too (several may iterate).
+      wait_counted(core_->mu, core_->cv, core_->waiting, [&] {
+        return !core_->events.empty() || core_->closed || core_->loop_done;
+      });
     }
   }
 
@@ -205,7 +209,10 @@ class consumer_handle {
       if (core_->efd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     }
     core_->armed = true;
-    if (!core_->events.empty() || core_->closed || !local_.empty()) core_->wake_locked();
+    if (!core_->events.empty() || core_->closed || !local_.empty() || core_->loop_done)
+      core_->wake_locked();
+    else
+      report_wait_locked();
     return core_->efd;
   }
 
@@ -272,6 +279,15 @@ class consumer_handle {
     d["buffers_reused"] = s.buffers_reused;
     d["recycle_kept_bytes"] = s.recycle_kept_bytes;
     return d;
+  }
+
+  /// The application now waits with nothing queued: the io thread's
+  /// consumer starts the held_timeout clock if the application holds what
+  /// the sender may wait for (consumer_options::waits_reported). One post
+  /// per wait, not per event. REQUIRES: core_->mu held.
+  void report_wait_locked() {
+    if (core_->loop_done || core_->closed) return;
+    asio::post(core_->ex, [c = core_] { c->c.application_waits(); });
   }
 
   const consumer_core& core() const { return *core_; }

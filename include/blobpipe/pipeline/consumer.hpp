@@ -42,6 +42,15 @@
 // coalesced acks. One entry larger than the whole window is admitted when
 // nothing else is buffered.
 //
+// Held allowance (consumer_options::held_bytes): an entry next() has
+// yielded and the application still holds moves out of the window, its
+// credit going back to the sender, while the entries so moved fit in
+// held_bytes; dropping it then frees the allowance, not the window. So
+// the entry credit of one consumer stays within window_bytes + held_bytes.
+// An application that holds more than that, and waits for an entry that
+// cannot come, gets timed_out after held_timeout, naming both, instead of
+// waiting forever.
+//
 // Threading: one next() at a time, on the transport's executor. Entries
 // may be held and dropped on any thread, as long as that executor's
 // execution context (the io_context) still exists: dropped elsewhere, an
@@ -173,6 +182,31 @@ struct consumer_options {
   std::chrono::milliseconds stall_timeout{0};
   std::chrono::milliseconds idle_timeout{0};
 
+  /// Held allowance, bytes of credit (docs/reliability.md "Held entries"):
+  /// entries the application has been given and still holds leave the
+  /// window for it, oldest first, while they fit, and their credit goes
+  /// back to the sender at once. So a loop that keeps the previous event
+  /// (and its value) while it waits for the next one, as the README's
+  /// does, never starves the sender: it completes whenever each single
+  /// entry fits in the window. Entries of an assembled blob
+  /// (assemble_mode::memory) stay in the window. Memory: the consumer's
+  /// entries take at most window_bytes (or their share of the pool) +
+  /// held_bytes of credit. 0: entries hold window credit until dropped.
+  std::uint64_t held_bytes = default_window_bytes;
+  /// The longest next() waits with the held allowance full and part of
+  /// the window held by the application, nothing arriving, before it ends
+  /// the stream with timed_out and a reason naming the window, the bytes
+  /// held and held_bytes (0: no limit). The sender may be waiting for the
+  /// credit the application holds: no byte may ever come. Checked a
+  /// quarter of the limit at a time (like stall_timeout), so it trips
+  /// within 1.25 times it.
+  std::chrono::milliseconds held_timeout{30'000};
+  /// For a reader that calls next() ahead of the application and queues
+  /// its events (the Python binding): the application waits only when
+  /// that reader says so (application_waits()), and held_timeout counts
+  /// only then. false: whenever next() waits.
+  bool waits_reported = false;
+
   assemble_mode assemble = assemble_mode::none;
   /// assemble_mode::file: called at blob_begin to place the blob. An error
   /// aborts that blob (its bytes are still received, then dropped).
@@ -288,6 +322,13 @@ struct consumer_stats {
   std::uint64_t recycle_kept_bytes = 0;
   /// Credit requests from a sender waiting for credit (consumer_options::pool).
   std::uint64_t credit_requests = 0;
+  /// Credit of entries the application holds outside the window now
+  /// (consumer_options::held_bytes), and the most ever, bytes.
+  std::uint64_t held_bytes = 0;
+  std::uint64_t held_high_water = 0;
+  /// Credit of entries the application holds inside the window now (the
+  /// held allowance was full), bytes.
+  std::uint64_t held_in_window_bytes = 0;
 };
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
@@ -318,6 +359,11 @@ class consumer {
   /// closed, peer_failed), instead of throwing out of a half-read frame.
   /// REQUIRES: no other next() pending on this consumer.
   asio::awaitable<event> next();
+
+  /// consumer_options::waits_reported: the application now waits for an
+  /// event and none is queued for it; held_timeout counts until next()
+  /// yields again. Call on the consumer's executor.
+  void application_waits() noexcept;
 
   /// Closes now: a pending next() yields the open blobs as aborted (closed)
   /// then end_of_stream (closed); the sender sees peer_closed. Entries
