@@ -165,7 +165,7 @@ inline bool claim_close(std::unique_lock<std::mutex>& lk, std::condition_variabl
   if (done) return false;
   std::mutex& mu = *lk.mutex();
   lk.unlock();
-  py::gil_scoped_release nogil;  // another thread is closing: wait for it
+  gil_released nogil;  // another thread is closing: wait for it
   std::unique_lock l(mu);
   cv.wait(l, [&] { return done; });
   return false;

@@ -493,3 +493,94 @@ def test_wrong_typed_stream_arguments_raise_type_error():
     with bf.listen("tcp://127.0.0.1:0") as listener:
         with pytest.raises(TypeError):
             listener.accept(timeout="1")
+
+
+# ---- held entries (docs/reliability.md "Held entries") ----
+
+def send_two_40_mib_blobs(sender: bf.Sender) -> None:
+    a = torch.arange(10 << 20, dtype=torch.float32)  # 40 MiB
+    b = torch.ones(10 << 20, dtype=torch.float32)
+    for k in range(2):
+        with sender.open_blob(tag=b"big%d" % k) as blob:
+            blob.emit("a", a)
+            blob.emit("b", b)
+    sender.shutdown()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_readme_loop_holding_the_previous_event_completes_with_the_default_window(transport):
+    # The README's loop keeps the previous event and its value alive while
+    # it waits for the next one. Without the held allowance the sender
+    # waits for credit the loop holds, forever; held_timeout here turns
+    # that into TimedOutError instead of a hung test.
+    with Pair(transport, consumer_options={"held_timeout": 5}) as (sender, consumer):
+        t = Thread(lambda: send_two_40_mib_blobs(sender))
+        t.start()
+        entries = complete = 0
+        for ev in consumer:
+            match ev:
+                case bf.EntryReady(tag, entry, value):
+                    entries += 1
+                    assert value.numel() == 10 << 20
+                case bf.BlobComplete(tag):
+                    complete += 1
+        t.join_result()
+        st = consumer.stats()
+    assert (entries, complete) == (4, 2)
+    assert 0 < st["held_high_water"] <= 64 << 20       # the allowance served, within its bound
+    assert st["buffered_high_water"] <= 64 << 20      # and the window stayed the window
+
+
+def emit_until_refused(sender: bf.Sender, n: int, nbytes: int) -> int:
+    """Emits n entries of nbytes into one blob; returns how many were
+    emitted before the consumer went away (emit raises then)."""
+    blob = sender.open_blob()
+    for i in range(n):
+        try:
+            blob.emit(f"e{i}", np.full(nbytes, i, np.uint8))
+        except bf.StreamError:
+            return i
+    return n
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_holding_past_the_held_allowance_raises_timed_out_naming_window_and_held_bytes(transport):
+    window = held = 256 << 10
+    opts = {"window_bytes": window, "held_bytes": held, "held_timeout": 0.2}
+    with Pair(transport, sender_options={"chunk_bytes": 64 << 10},
+              consumer_options=opts) as (sender, consumer):
+        t = Thread(lambda: emit_until_refused(sender, 12, 100 << 10))
+        t.start()
+        kept = []                                       # every value, never dropped
+        most_buffered = most_held = 0
+        with pytest.raises(bf.TimedOutError) as err:
+            for ev in consumer:
+                kept.append(ev)
+                st = consumer.stats()
+                most_buffered = max(most_buffered, st["buffered_bytes"])
+                most_held = max(most_held, st["held_bytes"])
+        emitted = t.join_result()
+    msg = str(err.value)
+    assert err.value.category == "timed_out"
+    assert "held_bytes" in msg and "window" in msg and "held_timeout" in msg, msg
+    assert 3 <= len(kept) <= emitted < 12
+    assert most_buffered <= window and most_held <= held
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_several_threads_iterating_one_consumer_all_end_at_end_of_stream(transport):
+    with Pair(transport) as (sender, consumer):
+        def send():
+            for k in range(50):
+                with sender.open_blob() as blob:
+                    blob.emit("x", np.full(16, k, np.int64))
+            sender.shutdown()
+
+        readers = [Thread(lambda: sum(1 for _ in consumer)) for _ in range(4)]
+        for r in readers:
+            r.start()
+        t = Thread(send)
+        t.start()
+        t.join_result()
+        counts = [r.join_result(60) for r in readers]   # each one ends
+    assert sum(counts) == 100  # 50 EntryReady + 50 BlobComplete, each to one thread

@@ -168,7 +168,9 @@ struct consumer_options {
   /// Timeouts after the handshake (0: none). next() ends the stream with
   /// timed_out, and closes the connection, when it has waited on the sender
   /// for this long with no byte arriving: `stall_timeout` while the sender
-  /// owes bytes (a frame's payload is incomplete, or a blob is open),
+  /// owes bytes (a frame is incomplete, or a blob is open while the
+  /// sender holds credit to send on: not while it waits for credit the
+  /// application holds, or asked for credit not yet granted),
   /// `idle_timeout` always. Both apply to the sender's hello as well.
   /// An idle producer sends nothing (the wire has no keepalive frame), so
   /// idle_timeout also ends a healthy but quiet connection (a plain sender
