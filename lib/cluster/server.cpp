@@ -302,6 +302,9 @@ asio::awaitable<server_event> server::next() {
     if (!s->queue.empty()) {
       out = std::move(s->queue.front());
       s->queue.pop_front();
+      // The application's now: it may move into its connection's held
+      // allowance (consumer_options::waits_reported).
+      if (out.ev.entry) mark_delivered(*out.ev.entry);
       s->account(out);
       s->sweep();
       break;

@@ -321,6 +321,7 @@ asio::awaitable<event> consumer::next() {
 void consumer::application_waits() noexcept {
   if (!state_ || !state_->opt.waits_reported || state_->ended) return;
   state_->app_waiting = true;
+  state_->promote_held();  // what the application was handed since
   state_->update_watch();
 }
 

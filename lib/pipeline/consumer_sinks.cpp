@@ -4,6 +4,7 @@
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -49,6 +50,9 @@ struct entry_lease {
   // reference count orders the two.
   bool yielded = false;  // next() gave it to the application
   bool held = false;     // in the held allowance: its credit went back already
+  // consumer_options::waits_reported: the reader handed it to the
+  // application (mark_delivered, any thread); only then may it move.
+  std::atomic<bool> delivered{false};
   ~entry_lease() {
     own.reset();  // back to the pool before the credit lets the next entry in
     // The consumer gone, there is no credit to give back, and `ex` may
@@ -418,6 +422,9 @@ void consumer_state::promote_held() noexcept {
       continue;
     }
     entry_lease& lease = lease_of(storage);
+    // A reader's queue is not the application's hands: entries move once
+    // delivered, which happens in yield order.
+    if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
     if (lease.credit > opt.held_bytes - std::min(held_credit, opt.held_bytes)) break;
     unpromoted.pop_front();
     lease.held = true;
@@ -531,3 +538,11 @@ void consumer_state::end(std::error_code ec, std::string reason) {
 }
 
 }  // namespace blobpipe::detail
+
+namespace blobpipe {
+
+void mark_delivered(const received_entry& e) noexcept {
+  if (e.storage) detail::lease_of(e.storage).delivered.store(true, std::memory_order_release);
+}
+
+}  // namespace blobpipe

@@ -310,6 +310,9 @@ class consumer_handle {
   py::object to_python(event ev) {
     switch (ev.kind) {
       case event_kind::entry_ready:
+        // The application's now: the held allowance may take it at the
+        // next wait (consumer_options::waits_reported).
+        mark_delivered(*ev.entry);
         return make_entry_ready(received_ref(rt_, std::move(ev.entry)), allow_pickle_);
       case event_kind::blob_complete:
         return py::cast(py_blob_complete{ev.tag, ev.blob_id, std::move(ev.blob)});

@@ -204,9 +204,14 @@ struct consumer_options {
   /// within 1.25 times it.
   std::chrono::milliseconds held_timeout{30'000};
   /// For a reader that calls next() ahead of the application and queues
-  /// its events (the Python binding): the application waits only when
-  /// that reader says so (application_waits()), and held_timeout counts
-  /// only then. false: whenever next() waits.
+  /// its events (the Python binding, the fan-in server): an entry is the
+  /// application's once the reader says so (mark_delivered()), and the
+  /// application waits only when the reader says so
+  /// (consumer::application_waits()); held entries move into the held
+  /// allowance then, and held_timeout counts only then. So the reader's
+  /// queue stays within the window. false: an entry is the application's
+  /// when next() yields it, and the application waits whenever next()
+  /// waits.
   bool waits_reported = false;
 
   assemble_mode assemble = assemble_mode::none;
@@ -332,6 +337,12 @@ struct consumer_stats {
   /// held allowance was full), bytes.
   std::uint64_t held_in_window_bytes = 0;
 };
+
+/// consumer_options::waits_reported: the reader handed `e` to the
+/// application; it may move into the held allowance at the application's
+/// next wait (consumer::application_waits). Call in the order next()
+/// yielded the entries; any thread.
+void mark_delivered(const received_entry& e) noexcept;
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
 /// connection (as close()).
