@@ -73,9 +73,9 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     s->timeout_reason =
         "the application holds received entries of " + n(s->held_credit + s->held_in_window) +
-        " credit bytes (held_bytes allowance " + n(s->opt.held_bytes) + " full, " +
-        n(s->held_in_window) + " bytes of the window of " + n(s->frames.limits().window_bytes) +
-        " held) and waited " + ms +
+        " credit bytes (" + n(s->held_credit) + " in the held_bytes allowance of " +
+        n(s->opt.held_bytes) + ", " + n(s->held_in_window) + " of the window of " +
+        n(s->frames.limits().window_bytes) + ") and waited " + ms +
         " ms for an entry the sender may have no credit to send (held_timeout): "
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
   } else {
