@@ -450,7 +450,7 @@ A background thread reads ahead of the iteration as far as the window
 allows (window_bytes): every entry not yet freed holds its share. Values
 you have been given and still hold (the previous event of a loop, a batch
 being gathered) leave the window for the held allowance (held_bytes,
-default 64 MiB), so the sender goes on. Hold more than both and wait, and
+default: as much as window_bytes), so the sender goes on. Hold more than both and wait, and
 the iteration raises TimedOutError after held_timeout (default 30 s),
 naming the window, the bytes held and held_bytes, rather than wait for
 an entry the sender has no credit to send.

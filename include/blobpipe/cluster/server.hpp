@@ -79,7 +79,7 @@ struct server_options {
   /// credit to send them and sends nothing for that long loses its
   /// connection, with its blobs aborted; a sender waiting for credit the
   /// application holds is not stalled). `held_bytes` is each connection's
-  /// held allowance (default 64 MiB): entries the application holds
+  /// held allowance (default: connection.window_bytes, 64 MiB): entries the application holds
   /// leave the budget for it, so the entries of all connections take at
   /// most budget_bytes + connections * held_bytes of credit
   /// (docs/cluster.md "Held entries"); held_timeout counts while next()

@@ -88,6 +88,8 @@ struct consumer_state;
 
 inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
 inline constexpr std::uint64_t default_recycle_bytes = 64ull << 20;  ///< 64 MiB
+/// consumer_options::held_bytes: as much as window_bytes (the default).
+inline constexpr std::uint64_t held_bytes_of_window = ~0ull;
 
 /// Where a complete blob ends up, besides the per-entry views.
 enum class assemble_mode {
@@ -193,8 +195,10 @@ struct consumer_options {
   /// entry fits in the window. Entries of an assembled blob
   /// (assemble_mode::memory) stay in the window. Memory: the consumer's
   /// entries take at most window_bytes (or their share of the pool) +
-  /// held_bytes of credit. 0: entries hold window credit until dropped.
-  std::uint64_t held_bytes = default_window_bytes;
+  /// held_bytes of credit. Default (held_bytes_of_window): window_bytes,
+  /// which is what lets any entry that fits the window be held while the
+  /// next one comes. 0: entries hold window credit until dropped.
+  std::uint64_t held_bytes = held_bytes_of_window;
   /// The longest next() waits with the held allowance full and part of
   /// the window held by the application, nothing arriving, before it ends
   /// the stream with timed_out and a reason naming the window, the bytes

@@ -125,7 +125,8 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 sender while it owes some (a blob is open and it holds
                 credit to send on), or at all, after which the stream ends
                 with TimedOutError (None or 0: none).
-            held_bytes: the held allowance, bytes (default 64 MiB; 0: none):
+            held_bytes: the held allowance, bytes (default: window_bytes;
+                0: none):
                 values the iteration has given you and you still hold leave
                 the window for it, oldest first, while they fit, so the
                 sender goes on (a loop that keeps the previous event never
