@@ -476,6 +476,7 @@ BOOST_AUTO_TEST_CASE(slow_consumer_keeps_buffered_bytes_within_window) {
       consumer_stats st;
       consumer_options copt;
       copt.window_bytes = window;
+      copt.held_bytes = 0;  // held entries keep their window credit
       auto ep = r.await(connect(l, copt, {.chunk_bytes = 4096}));
       auto produce = [&]() -> asio::awaitable<void> {
         for (int k = 0; k < blobs_each; ++k) {
@@ -629,6 +630,7 @@ BOOST_AUTO_TEST_CASE(consumer_close_ends_pending_next_and_waiting_producer) {
       const auto x = ramp(1024, 0.0f);  // 4 KiB
       consumer_options copt;
       copt.window_bytes = 4096;
+      copt.held_bytes = 0;  // the entry held keeps its credit
       auto ep = r.await(connect(l, copt));
       bool waiting = false;
       auto produce = [&]() -> asio::awaitable<void> {
@@ -880,6 +882,118 @@ BOOST_AUTO_TEST_CASE(consumer_ends_the_stream_on_a_decoder_refusal) {
       BOOST_TEST(o.last().reason.find("data: offset 200 for entry 'x' [0, 100), expected 0") !=
                      std::string::npos,
                  o.last().reason);
+    }
+  }
+}
+
+// The README's loop keeps the previous event, and the last entry's value,
+// while it awaits the next one. With the default window (64 MiB) and held
+// allowance (64 MiB), a blob of two 40 MiB entries completes: the held
+// entries leave the window (docs/reliability.md "Held entries"). Without
+// the allowance the sender waits forever for the credit the loop holds
+// (held_timeout then ends the stream: the test fails, not hangs).
+BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_completes_with_default_window) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto a = ramp(10 << 20, 1.0f);  // 40 MiB
+      const auto b = ramp(10 << 20, 5.0f);  // 40 MiB
+      consumer_options copt;
+      copt.held_timeout = std::chrono::seconds(5);  // a hang guard for the mutant
+      auto ep = r.await(connect(l, copt));
+      int entries = 0, completed = 0;
+      event end;
+      consumer_stats st;
+      auto produce = [&]() -> asio::awaitable<void> {
+        for (int k = 0; k < 2; ++k) {
+          auto blob = ep.s.open_blob();
+          BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
+          BLOBPIPE_CO_CHECK(blob.emit("b", value::tensor(b)));
+          BLOBPIPE_CO_CHECK(blob.finish());
+        }
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        event ev;                                     // `for ev in consumer`
+        std::shared_ptr<const received_entry> value;  // `case EntryReady(tag, entry, value)`
+        for (;;) {
+          ev = co_await ep.c.next();  // the previous ev and value are alive meanwhile
+          if (ev.kind == event_kind::entry_ready) {
+            ++entries;
+            value = ev.entry;
+          } else if (ev.kind == event_kind::blob_complete) {
+            ++completed;
+          } else if (ev.kind == event_kind::end_of_stream) {
+            break;
+          }
+        }
+        st = ep.c.stats();
+        end = ev;
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
+      BOOST_TEST(entries == 4);
+      BOOST_TEST(completed == 2);
+      BOOST_TEST(st.held_high_water > 0u);  // entries did move out of the window
+      BOOST_TEST(st.held_high_water <= default_window_bytes);
+      BOOST_TEST(st.buffered_high_water <= default_window_bytes);
+    }
+  }
+}
+
+// An application that holds every entry, more than the window and the
+// held allowance together, while it waits for the next one: the stream
+// ends with timed_out (held_timeout) and a reason naming the window, the
+// bytes held and the option to raise, instead of waiting forever. Until
+// then the entry credit it holds stays within window + held_bytes.
+BOOST_AUTO_TEST_CASE(holding_past_held_allowance_ends_stream_naming_window_and_held_bytes) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      constexpr std::uint64_t window = 256 << 10, held = 256 << 10;
+      const auto payload = ramp(25 << 10, 2.0f);  // 100 KiB per entry
+      consumer_options copt;
+      copt.window_bytes = window;
+      copt.held_bytes = held;
+      copt.held_timeout = std::chrono::milliseconds(200);
+      auto ep = r.await(connect(l, copt, {.chunk_bytes = 64 << 10}));
+      std::vector<std::shared_ptr<const received_entry>> kept;  // never dropped
+      std::uint64_t most_buffered = 0, most_held = 0;
+      std::error_code emit_error;
+      event end;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto blob = ep.s.open_blob();
+        for (int e = 0; e < 12 && !emit_error; ++e)
+          emit_error = co_await blob.emit("e" + std::to_string(e), value::tensor(payload));
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          const auto st = ep.c.stats();
+          most_buffered = std::max(most_buffered, st.buffered_bytes);
+          most_held = std::max(most_held, st.held_bytes);
+          if (ev.kind == event_kind::entry_ready) kept.push_back(ev.entry);
+          if (ev.kind == event_kind::end_of_stream) {
+            end = ev;
+            break;
+          }
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(end.error == make_error_code(errc::timed_out), end.error.message());
+      BOOST_TEST(end.reason.find("held_bytes") != std::string::npos, end.reason);
+      BOOST_TEST(end.reason.find("window") != std::string::npos, end.reason);
+      BOOST_TEST(end.reason.find("held_timeout") != std::string::npos, end.reason);
+      BOOST_TEST(bool(emit_error));  // the sender, waiting for credit, learns of the end
+      // It held more than the window alone allows, and no more than both.
+      BOOST_TEST(kept.size() >= 3u);
+      BOOST_TEST(most_buffered <= window);
+      BOOST_TEST(most_held <= held);
+      BOOST_TEST(most_held > 0u);
     }
   }
 }

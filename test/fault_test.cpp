@@ -53,6 +53,7 @@ struct outcome {
 consumer_options small_window() {
   consumer_options o;
   o.window_bytes = 4096;
+  o.held_bytes = 0;  // entries held keep their window credit (backpressure cases)
   return o;
 }
 
@@ -344,6 +345,7 @@ BOOST_AUTO_TEST_CASE(consumer_that_stops_releasing_times_out_the_sender) {
       runner r;
       consumer_options copt;
       copt.window_bytes = 4096;
+      copt.held_bytes = 0;  // entries held keep their window credit
       auto sopt = small_chunks();
       sopt.stall_timeout = 100ms;
       auto ep = r.await(connect(l, copt, sopt));

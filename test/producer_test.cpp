@@ -237,6 +237,7 @@ BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
       std::shared_ptr<const received_entry> held;
       consumer_options copt;
       copt.window_bytes = 4096;
+      copt.held_bytes = 0;  // the entry held keeps its window credit
       auto ep = r.await(connect(l, copt));
       auto produce = [&]() -> asio::awaitable<void> {
         auto blob = ep.s.open_blob();

@@ -118,7 +118,9 @@ BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
 
 BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
   runner r;
-  auto srv = servers(r, "router-least", 2);
+  server_options held_keep_credit;
+  held_keep_credit.connection.held_bytes = 0;  // entries held stay outstanding
+  auto srv = servers(r, "router-least", 2, held_keep_credit);
   // Rank 0's application holds every entry; rank 1's drops them at once.
   std::vector<std::shared_ptr<const received_entry>> held;
   std::vector<seen> got1;

@@ -591,3 +591,103 @@ BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) 
   BOOST_TEST(sender_json.find("\"entries\":7,\"blobs\":3,\"aborts\":1,") != std::string::npos,
              sender_json);
 }
+
+// The sender-stall clock runs only while the sender holds credit it could
+// send on: an application that holds the budget (no held allowance here)
+// for several stall timeouts, while the sender waits for credit with its
+// blob open, does not get the sender's connection closed as stalled. Once
+// the application lets go, the blob completes. (The wait is a span the
+// clock would have tripped in, not a timing assertion.)
+BOOST_AUTO_TEST_CASE(an_application_holding_the_budget_is_never_blamed_on_the_sender) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 48 << 10;
+  opt.initial_grant_bytes = 48 << 10;
+  opt.connection.stall_timeout = std::chrono::milliseconds(100);
+  opt.connection.held_bytes = 0;      // held entries keep their credit
+  opt.connection.held_timeout = {};   // and the application is never timed
+  auto srv = server::listen(r.ex(), "inproc://server-test-held", opt).value();
+  std::error_code sent;
+  std::vector<server_event> closed;
+  int complete = 0;
+  std::uint64_t waits = 0;
+  auto application = [&]() -> asio::awaitable<void> {
+    std::vector<std::shared_ptr<const received_entry>> held;
+    asio::steady_timer later(r.ex());
+    for (;;) {
+      auto ev = co_await srv.next();
+      if (ev.kind == server_event_kind::entry_ready) {
+        held.push_back(ev.ev.entry);
+        if (held.size() == 2) {
+          // The sender now waits for credit the application holds.
+          later.expires_after(std::chrono::milliseconds(1000));  // 10 stall timeouts
+          co_await later.async_wait(asio::use_awaitable);
+          waits = srv.stats().total.credit_waits;
+          held.clear();
+        }
+      }
+      if (ev.kind == server_event_kind::blob_complete) ++complete;
+      if (ev.kind == server_event_kind::connection_closed) {
+        closed.push_back(ev);
+        srv.stop_accepting();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 1, .entries = 4, .bytes = 16 << 10, .group = {}},
+                    sent));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(complete == 1);
+  BOOST_TEST_REQUIRE(closed.size() == 1u);
+  BOOST_TEST(!closed[0].ev.error, closed[0].ev.error.message() << ": " << closed[0].ev.reason);
+  BOOST_TEST(waits > 0u);  // the sender did wait for the credit held
+}
+
+// An application that holds a whole blob larger than the budget (a group's
+// members, gathered before training) until it completes: the entries it
+// holds leave the budget for the connection's held allowance, so the
+// sender goes on and the blob completes. Without the allowance the sender
+// would wait for the budget the application holds; held_timeout turns
+// that into timed_out here, so a regression fails instead of hanging.
+BOOST_AUTO_TEST_CASE(an_application_holding_more_than_the_budget_completes_within_its_allowance) {
+  runner r;
+  server_options opt;
+  opt.budget_bytes = 48 << 10;
+  opt.connection.held_bytes = 256 << 10;
+  opt.connection.held_timeout = std::chrono::seconds(5);
+  auto srv = server::listen(r.ex(), "inproc://server-test-held-allowance", opt).value();
+  std::error_code sent;
+  std::vector<server_event> closed;
+  std::size_t held_at_complete = 0;
+  int complete = 0;
+  auto application = [&]() -> asio::awaitable<void> {
+    std::vector<std::shared_ptr<const received_entry>> held;  // the whole blob
+    for (;;) {
+      auto ev = co_await srv.next();
+      if (ev.kind == server_event_kind::entry_ready) held.push_back(ev.ev.entry);
+      if (ev.kind == server_event_kind::blob_complete) {
+        ++complete;
+        held_at_complete = held.size();
+        held.clear();
+      }
+      if (ev.kind == server_event_kind::connection_closed) {
+        closed.push_back(ev);
+        srv.stop_accepting();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(application());
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 2, .entries = 8, .bytes = 16 << 10, .group = {}},
+                    sent));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(complete == 2);
+  BOOST_TEST(held_at_complete == 8u);  // 128 KiB held at once, against a 48 KiB budget
+  BOOST_TEST_REQUIRE(closed.size() == 1u);
+  BOOST_TEST(!closed[0].ev.error, closed[0].ev.error.message() << ": " << closed[0].ev.reason);
+  const auto st = srv.stats();
+  BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);  // the budget held
+}

@@ -80,6 +80,8 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   }
   consumer_options copt = s->opt.connection;
   copt.pool = s->pool;
+  // The application waits in server::next(), not where the pump does.
+  copt.waits_reported = true;
   if (s->opt.latency) copt.accept_features |= feature_entry_timestamps;
   auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
   deadline.cancel();
@@ -300,6 +302,9 @@ asio::awaitable<server_event> server::next() {
     if (!s->queue.empty()) {
       out = std::move(s->queue.front());
       s->queue.pop_front();
+      // The application's now: it may move into its connection's held
+      // allowance (consumer_options::waits_reported).
+      if (out.ev.entry) mark_delivered(*out.ev.entry);
       s->account(out);
       s->sweep();
       break;
@@ -314,6 +319,10 @@ asio::awaitable<server_event> server::next() {
       if (s->closed) out.ev.error = make_error_code(errc::closed);
       break;
     }
+    // The application waits: each connection's held_timeout may count
+    // (consumer_options::waits_reported).
+    for (auto& [id, cn] : s->conns)
+      if (cn->c && !cn->ended) cn->c->application_waits();
     const bool cancelled = co_await s->ready.wait();
     if (cancelled) {
       out.ev.error = std::error_code(asio::error::operation_aborted);

@@ -67,9 +67,21 @@ asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   const bool expired = co_await s->stall_watch.expired();
   if (!expired) co_return;
-  s->timeout_reason = std::string("no bytes from the sender for ") +
-                      std::to_string(s->stall_watch.limit().count()) + " ms (" +
-                      s->stall_watch.tripped() + "_timeout)";
+  const auto ms = std::to_string(s->stall_watch.limit().count());
+  if (s->stall_watch.tripped() == watchdog::held_name) {
+    // The application's doing, not the sender's: say what it holds.
+    const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    s->timeout_reason =
+        "the application holds received entries of " + n(s->held_credit + s->held_in_window) +
+        " credit bytes (" + n(s->held_credit) + " in the held_bytes allowance of " +
+        n(s->opt.held_bytes) + ", " + n(s->held_in_window) + " of the window of " +
+        n(s->frames.limits().window_bytes) + ") and waited " + ms +
+        " ms for an entry the sender may have no credit to send (held_timeout): "
+        "drop received entries and values sooner, or raise held_bytes or window_bytes";
+  } else {
+    s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
+                        s->stall_watch.tripped() + "_timeout)";
+  }
   s->t->close();
 }
 
@@ -174,6 +186,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       }
       event ev = std::move(front.ev);
       s->pending.pop_front();
+      s->on_yield(ev);
       co_return ev;
     } else if (s->pending.empty() && s->ended) {
       co_return s->final_event;
@@ -188,7 +201,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       const bool read_on = !fenced || (!s->ended && !landed &&
                                        s->posted.size() < s->read_window &&
                                        (s->bulk_pending != 0 || s->t->readable()));
-      s->stall_watch.owes(s->frames.owes_bytes() || !s->posted.empty());
+      s->update_watch();
       s->stall_watch.begin_wait();
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
       if (read_on) {
@@ -231,6 +244,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
       (opt.assemble == assemble_mode::file && !opt.file_slot_for) || opt.payload_window == 0)
     co_return ret{make_error_code(errc::invalid_argument), consumer{}};
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
+  if (opt.held_bytes == held_bytes_of_window) opt.held_bytes = opt.window_bytes;
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
   s->log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
   if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
@@ -305,6 +319,13 @@ asio::awaitable<event> consumer::next() {
   co_return ev;
 }
 
+void consumer::application_waits() noexcept {
+  if (!state_ || !state_->opt.waits_reported || state_->ended) return;
+  state_->app_waiting = true;
+  state_->promote_held();  // what the application was handed since
+  state_->update_watch();
+}
+
 void consumer::close() noexcept {
   if (!state_) return;
   state_->ack_stopped = true;
@@ -328,6 +349,8 @@ consumer_stats consumer::stats() const noexcept {
   consumer_stats st = state_->stats;
   st.buffered_bytes = state_->frames.buffered_bytes();
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
+  st.held_bytes = state_->held_credit;
+  st.held_in_window_bytes = state_->held_in_window;
   return st;
 }
 

@@ -27,6 +27,8 @@ std::uint64_t consumer_state::negotiate_features(const hello& h, decoder_limits&
 
 void consumer_state::grant(std::uint64_t credit) noexcept {
   frames.grant(credit);
+  credit_wanted -= std::min(credit, credit_wanted);
+  update_watch();
   if (ack_stopped) return;
   pending_ack += credit;
   if (!std::exchange(ack_due, true)) ack_cv.notify_all();
@@ -45,6 +47,9 @@ result<void> consumer_state::on_blob_group(void* blob, std::uint64_t, const blob
 
 result<void> consumer_state::on_credit_request(std::uint64_t credit) {
   ++stats.credit_requests;
+  // What the sender waits for (its waiting items' total): until granted,
+  // a silence is not its fault (update_watch).
+  credit_wanted = credit;
   if (pool_member != 0) opt.pool->request(pool_member, credit);
   return {};
 }

@@ -4,6 +4,7 @@
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -44,23 +45,41 @@ struct entry_lease {
   aligned_bytes own;
   std::shared_ptr<reserved_region> region;
   std::shared_ptr<const void> device;  // consumer_options::landing: the device buffer
+  // Set on the owner's executor while it holds a reference (on_yield,
+  // promote_held), read here after the last reference went: the
+  // reference count orders the two.
+  bool yielded = false;  // next() gave it to the application
+  bool held = false;     // in the held allowance: its credit went back already
+  // consumer_options::waits_reported: the reader handed it to the
+  // application (mark_delivered, any thread); only then may it move.
+  std::atomic<bool> delivered{false};
   ~entry_lease() {
     own.reset();  // back to the pool before the credit lets the next entry in
     // The consumer gone, there is no credit to give back, and `ex` may
     // name an io_context that is gone too (entries may outlive both).
     if (owner.expired()) return;
+    auto back = [n = credit, y = yielded, h = held](consumer_state& s) {
+      if (h) s.release_held(n);
+      else s.release(n, y);
+    };
     if (running_in_this_thread(ex)) {
-      if (auto s = owner.lock()) s->release(credit);
+      if (auto s = owner.lock()) back(*s);
     } else {
       try {
-        asio::post(ex, [owner = std::move(owner), n = credit] {
-          if (auto s = owner.lock()) s->release(n);
+        asio::post(ex, [owner = std::move(owner), back] {
+          if (auto s = owner.lock()) back(*s);
         });
       } catch (...) {  // out of memory for the handler: the credit is lost
       }
     }
   }
 };
+
+entry_lease& lease_of(const std::shared_ptr<const void>& storage) {
+  // Every entry's storage is an entry_lease (or a small_entry_lease,
+  // whose base it is); the object itself is not const.
+  return *const_cast<entry_lease*>(static_cast<const entry_lease*>(storage.get()));
+}
 
 /// An entry of at most this many bytes lands inside its lease: one
 /// allocation where a lease and a 64-byte aligned buffer were two (the
@@ -122,7 +141,7 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       opt(std::move(o)),
       frames(wire_role::sender, decoder_limits{}, *this),
       rx(receive_buffer_bytes),
-      stall_watch(ex, opt.stall_timeout, opt.idle_timeout),
+      stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
       ack_cv(ex),
       recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
   frames.set_limits({.window_bytes = opt.window_bytes,
@@ -359,12 +378,73 @@ void consumer_state::push(event ev) {
   pending.push_back(std::move(r));
 }
 
-void consumer_state::release(std::uint64_t credit) noexcept {
+void consumer_state::release(std::uint64_t credit, bool yielded) noexcept {
+  if (yielded) {
+    held_in_window -= std::min(credit, held_in_window);
+    update_watch();
+  }
   frames.release(credit);
   if (pool_released(credit)) return;  // the pool decides who gets it
   if (ack_stopped || credit == 0) return;
   pending_ack += credit;
   if (!std::exchange(ack_due, true)) ack_cv.notify_all();
+}
+
+void consumer_state::release_held(std::uint64_t credit) noexcept {
+  held_credit -= std::min(credit, held_credit);
+  promote_held();
+  update_watch();
+}
+
+void consumer_state::on_yield(const event& ev) {
+  if (opt.waits_reported) app_waiting = false;
+  if (ev.kind != event_kind::entry_ready || !ev.entry || !ev.entry->storage) return;
+  entry_lease& lease = lease_of(ev.entry->storage);
+  lease.yielded = true;
+  held_in_window += lease.credit;
+  // An assembled blob's entries share its region, which only the whole
+  // blob frees: they stay in the window.
+  if (opt.held_bytes != 0 && !lease.region && !ended) {
+    if (unpromoted.size() >= 2 * unpromoted_compacted + 64) {
+      std::erase_if(unpromoted, [](const auto& w) { return w.expired(); });
+      unpromoted_compacted = unpromoted.size();
+    }
+    unpromoted.push_back(ev.entry->storage);
+    promote_held();
+  }
+}
+
+void consumer_state::promote_held() noexcept {
+  while (!unpromoted.empty()) {
+    auto storage = unpromoted.front().lock();
+    if (!storage) {  // dropped already: its release is on its way
+      unpromoted.pop_front();
+      continue;
+    }
+    entry_lease& lease = lease_of(storage);
+    // A reader's queue is not the application's hands: entries move once
+    // delivered, which happens in yield order.
+    if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
+    if (lease.credit > opt.held_bytes - std::min(held_credit, opt.held_bytes)) break;
+    unpromoted.pop_front();
+    lease.held = true;
+    held_credit += lease.credit;
+    stats.held_high_water = std::max(stats.held_high_water, held_credit);
+    release(lease.credit, true);
+  }
+}
+
+void consumer_state::update_watch() noexcept {
+  // The sender is to blame for a silence while a frame of it is half
+  // sent, a fetch is outstanding, or a blob is open and it holds credit
+  // it could send on: not while it waits for credit the application
+  // holds (docs/reliability.md "Held entries").
+  const auto& l = frames.limits();
+  const std::uint64_t used = frames.buffered_bytes();
+  const bool has_credit = used < l.window_bytes && credit_wanted == 0 && held_in_window == 0;
+  stall_watch.owes(frames.in_frame() || !posted.empty() ||
+                   (frames.open_blobs() != 0 && has_credit));
+  stall_watch.held(held_in_window != 0 && (!opt.waits_reported || app_waiting));
 }
 
 void consumer_state::collect_returned_credit() noexcept {
@@ -458,3 +538,11 @@ void consumer_state::end(std::error_code ec, std::string reason) {
 }
 
 }  // namespace blobpipe::detail
+
+namespace blobpipe {
+
+void mark_delivered(const received_entry& e) noexcept {
+  if (e.storage) detail::lease_of(e.storage).delivered.store(true, std::memory_order_release);
+}
+
+}  // namespace blobpipe

@@ -109,7 +109,21 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// and makes it a device entry. Errors: cuda_failure.
   asio::awaitable<result<void>> upload(ready_event& r);
   /// Returns `credit` bytes (an entry released); the acker tells the sender.
-  void release(std::uint64_t credit) noexcept;
+  /// `yielded`: the application had it, in the window (held_in_window).
+  void release(std::uint64_t credit, bool yielded = false) noexcept;
+  /// An entry held outside the window (consumer_options::held_bytes) was
+  /// dropped: its allowance is free again (its credit went back already).
+  void release_held(std::uint64_t credit) noexcept;
+  /// next() yields `ev`: an entry goes to the application, and into the
+  /// held allowance if it fits.
+  void on_yield(const event& ev);
+  /// Moves yielded entries still held into the held allowance, oldest
+  /// first, while they fit; their credit goes back to the sender.
+  void promote_held() noexcept;
+  /// Tells the watchdog whether the sender is to blame for a silence (it
+  /// holds credit, or a frame is half sent) and whether the application
+  /// is (held_timeout).
+  void update_watch() noexcept;
   /// Takes the credit the decoder released itself, for the next ack.
   void collect_returned_credit() noexcept;
   /// Queues `ev` behind the posted reads so far.
@@ -161,6 +175,15 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   async_condition ack_cv;
   consumer_stats stats;
   std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
+  // Held allowance (consumer_options::held_bytes): credit of yielded
+  // entries moved out of the window, and of yielded entries still in it;
+  // the latter's storage (entry leases), oldest first, to move later.
+  std::uint64_t held_credit = 0;
+  std::uint64_t held_in_window = 0;
+  std::deque<std::weak_ptr<const void>> unpromoted;
+  std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
+  bool app_waiting = false;              // opt.waits_reported: application_waits() since the last yield
+  std::uint64_t credit_wanted = 0;       // the sender's last credit request not yet granted
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
   std::shared_ptr<buffer_pool> recycled;
 };

@@ -7,11 +7,12 @@
 
 namespace blobpipe::detail {
 
-watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle)
-    : timer_(std::move(ex)), stall_(stall), idle_(idle) {
+watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held)
+    : timer_(std::move(ex)), stall_(stall), idle_(idle), held_(held) {
   ms shortest = ms::max();
   if (stall_.count() > 0) shortest = std::min(shortest, stall_);
   if (idle_.count() > 0) shortest = std::min(shortest, idle_);
+  if (held_.count() > 0) shortest = std::min(shortest, held_);
   tick_ = std::max(ms(1), shortest / 4);
 }
 
@@ -38,6 +39,11 @@ asio::awaitable<bool> watchdog::expired() {
     }
     if (stall_.count() > 0 && owes_ && silent >= stall_) {
       tripped_ = stall_name;
+      co_return true;
+    }
+    // Held: silent since the application began holding what blocks it.
+    if (held_.count() > 0 && held_on_ && clock::now() - std::max(last_, held_since_) >= held_) {
+      tripped_ = held_name;
       co_return true;
     }
   }

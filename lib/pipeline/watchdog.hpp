@@ -31,9 +31,13 @@ class watchdog {
   /// `stall`: longest wait with nothing arriving while the peer owes bytes
   /// (see owes()); `idle`: longest wait with nothing arriving at all. Zero
   /// disables a limit; with both zero expired() just waits for stop().
-  watchdog(asio::any_io_executor ex, ms stall, ms idle);
+  /// `held`: longest wait while held() is true with nothing arriving
+  /// (consumer_options::held_timeout).
+  watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held = ms(0));
 
-  bool enabled() const noexcept { return stall_.count() > 0 || idle_.count() > 0; }
+  bool enabled() const noexcept {
+    return stall_.count() > 0 || idle_.count() > 0 || held_.count() > 0;
+  }
 
   /// A wait on the peer starts / ends (nests: counted).
   void begin_wait() noexcept;
@@ -43,13 +47,23 @@ class watchdog {
   /// Whether the peer owes bytes now (a frame begun, a blob open); only
   /// then does `stall` apply.
   void owes(bool v) noexcept { owes_ = v; }
+  /// Whether the application holds what the sender may be waiting for
+  /// (the held allowance is full and part of the window is held, and the
+  /// application waits); `held` counts from when it became true.
+  void held(bool v) noexcept {
+    if (v && !held_on_ && enabled()) held_since_ = clock::now();
+    held_on_ = v;
+  }
 
   /// Completes with true once a limit is exceeded while waiting, or false
   /// after stop(). One caller at a time.
   asio::awaitable<bool> expired();
-  /// Which limit tripped, for the error message: "stall" or "idle".
+  /// Which limit tripped, for the error message: "stall", "idle" or "held".
   const char* tripped() const noexcept { return tripped_; }
-  ms limit() const noexcept { return tripped_ == idle_name ? idle_ : stall_; }
+  ms limit() const noexcept {
+    return tripped_ == idle_name ? idle_ : tripped_ == held_name ? held_ : stall_;
+  }
+  static constexpr const char* held_name = "held";
 
   /// Ends expired() with false; idempotent.
   void stop() noexcept;
@@ -58,8 +72,10 @@ class watchdog {
   static constexpr const char* stall_name = "stall";
   static constexpr const char* idle_name = "idle";
   asio::steady_timer timer_;
-  ms stall_, idle_, tick_;
+  ms stall_, idle_, held_, tick_;
   clock::time_point last_{};
+  clock::time_point held_since_{};
+  bool held_on_ = false;
   std::uint32_t waiting_ = 0;
   bool owes_ = false;
   bool stopped_ = false;

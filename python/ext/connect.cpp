@@ -68,7 +68,7 @@ py::object connect_sender(const std::string& url, const py::dict& kw) {
   // What no retry can fix (a bad URL, a name that does not resolve) is
   // said now, once.
   result<endpoint_url> target = [&] {
-    py::gil_scoped_release nogil;  // the name is looked up
+    gil_released nogil;  // the name is looked up
     return check_connect_url(rt->executor(), url);
   }();
   if (!target) raise_url_error(url, target.err());
@@ -159,7 +159,7 @@ class listener_handle {
       if (unclaimed) close_consumer_core(*unclaimed->core);
       closed->set({});
     });
-    py::gil_scoped_release nogil;
+    gil_released nogil;
     closed->wait_nogil();
     rt_->release_user();  // consumers it accepted keep the thread running
   }

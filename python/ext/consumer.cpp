@@ -180,9 +180,13 @@ class consumer_handle {
         return got::end;
       }
       if (!block) return got::empty;
+      report_wait_locked();
       lk.unlock();
-      wait_counted(core_->mu, core_->cv, core_->waiting,
-                   [&] { return !core_->events.empty() || core_->closed; });
+      // loop_done: another thread took the queue with the end in it; it
+      // ends there, and this thread ends too (several may iterate).
+      wait_counted(core_->mu, core_->cv, core_->waiting, [&] {
+        return !core_->events.empty() || core_->closed || core_->loop_done;
+      });
     }
   }
 
@@ -205,7 +209,10 @@ class consumer_handle {
       if (core_->efd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     }
     core_->armed = true;
-    if (!core_->events.empty() || core_->closed || !local_.empty()) core_->wake_locked();
+    if (!core_->events.empty() || core_->closed || !local_.empty() || core_->loop_done)
+      core_->wake_locked();
+    else
+      report_wait_locked();
     return core_->efd;
   }
 
@@ -228,7 +235,7 @@ class consumer_handle {
       core_->wake_locked();
       asio::post(core_->ex, [c = core_] { c->c.close(); });
     }
-    py::gil_scoped_release nogil;
+    gil_released nogil;
     // The loop ends once the close has run, and destroys the C++
     // consumer. Its thread may be a Listener's, which goes on.
     wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return core_->loop_done; });
@@ -271,7 +278,19 @@ class consumer_handle {
     d["chunks_overlapped"] = s.chunks_overlapped;
     d["buffers_reused"] = s.buffers_reused;
     d["recycle_kept_bytes"] = s.recycle_kept_bytes;
+    d["held_bytes"] = s.held_bytes;
+    d["held_high_water"] = s.held_high_water;
+    d["held_in_window_bytes"] = s.held_in_window_bytes;
     return d;
+  }
+
+  /// The application now waits with nothing queued: the io thread's
+  /// consumer starts the held_timeout clock if the application holds what
+  /// the sender may wait for (consumer_options::waits_reported). One post
+  /// per wait, not per event. REQUIRES: core_->mu held.
+  void report_wait_locked() {
+    if (core_->loop_done || core_->closed) return;
+    asio::post(core_->ex, [c = core_] { c->c.application_waits(); });
   }
 
   const consumer_core& core() const { return *core_; }
@@ -291,6 +310,9 @@ class consumer_handle {
   py::object to_python(event ev) {
     switch (ev.kind) {
       case event_kind::entry_ready:
+        // The application's now: the held allowance may take it at the
+        // next wait (consumer_options::waits_reported).
+        mark_delivered(*ev.entry);
         return make_entry_ready(received_ref(rt_, std::move(ev.entry)), allow_pickle_);
       case event_kind::blob_complete:
         return py::cast(py_blob_complete{ev.tag, ev.blob_id, std::move(ev.blob)});
@@ -421,12 +443,20 @@ will not complete, and ends (StopIteration / StopAsyncIteration) when the
 sender shut down, or after close(). A connection that ends otherwise
 raises its error after the BlobAborted events of its open blobs:
 PeerClosedError (the sender went away without shutdown), PeerFailedError,
-ProtocolViolationError, TimedOutError (stall_timeout, idle_timeout).
+ProtocolViolationError, TimedOutError (stall_timeout, idle_timeout,
+held_timeout).
 
 A background thread reads ahead of the iteration as far as the window
-allows (window_bytes): every entry not yet freed holds its share.
-One iteration at a time (one thread, or one task). Ctrl-C interrupts a
-blocking wait; close() from another thread ends it.)")
+allows (window_bytes): every entry not yet freed holds its share. Values
+you have been given and still hold (the previous event of a loop, a batch
+being gathered) leave the window for the held allowance (held_bytes,
+default: as much as window_bytes), so the sender goes on. Hold more than both and wait, and
+the iteration raises TimedOutError after held_timeout (default 30 s),
+naming the window, the bytes held and held_bytes, rather than wait for
+an entry the sender has no credit to send.
+Several threads (or one task) may iterate: each event goes to one of
+them, and all end at the end of the stream. Ctrl-C interrupts a blocking
+wait; close() from another thread ends it.)")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__",
            [](py_consumer& c) {
@@ -462,8 +492,11 @@ PeerClosedError. Values already received stay valid. Idempotent.)")
            R"(Counters (a dict of ints): buffered_bytes (window credit held now,
 bytes), buffered_high_water, entries_received, blobs_completed,
 blobs_aborted, acks_sent, duplicates_dropped (resend sessions),
-chunks_overlapped, buffers_reused, recycle_kept_bytes. After the stream
-ended, the figures at its end.)")
+chunks_overlapped, buffers_reused, recycle_kept_bytes, held_bytes (credit
+of values you hold outside the window now, bytes: held_bytes option),
+held_high_water, held_in_window_bytes (credit of values you hold inside
+the window, once the allowance is full). After the stream ended, the
+figures at its end.)")
       .def_property_readonly("chunk_bytes", [](const py_consumer& c) { return c.h->core().chunk_bytes; },
                              "Negotiated largest data frame payload, bytes.")
       .def_property_readonly("window_bytes", [](const py_consumer& c) { return c.h->core().window_bytes; },

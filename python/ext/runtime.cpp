@@ -6,6 +6,9 @@
 #include <asio/post.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <utility>
 
@@ -15,6 +18,39 @@ namespace blobpipe::python {
 namespace {
 
 std::atomic<std::uint64_t> generation{0};
+
+// Exit (park_if_finalizing): set by the atexit hook, before the
+// interpreter finalizes. `returning` counts threads between the check and
+// holding the GIL again; the hook waits for it to be zero.
+std::mutex exit_mu;
+std::condition_variable exit_cv;
+bool exiting = false;                 // under exit_mu
+int returning = 0;                    // under exit_mu
+std::thread::id finalizer;            // the thread that ran the hook
+std::atomic<bool> exiting_flag{false};
+
+[[noreturn]] void park_forever() noexcept {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+bool must_park() noexcept {
+  return (exiting_flag.load(std::memory_order_acquire) || _Py_IsFinalizing()) &&
+         std::this_thread::get_id() != finalizer;
+}
+
+void on_exit_hook() {
+  {
+    std::lock_guard lk(exit_mu);
+    exiting = true;
+    finalizer = std::this_thread::get_id();
+    exiting_flag.store(true, std::memory_order_release);
+  }
+  // Threads on their way back to the GIL get it (the interpreter is not
+  // finalizing yet) and run on; any later return parks.
+  py::gil_scoped_release nogil;
+  std::unique_lock lk(exit_mu);
+  exit_cv.wait(lk, [] { return returning == 0; });
+}
 
 // Runs in the child right after fork(), before anything else there: only
 // an atomic add (async-signal-safe).
@@ -56,6 +92,27 @@ void leak_in_child(std::shared_ptr<const void> p) noexcept {
   // small allocation per object a child drops (out of memory here ends the
   // process, as any failed allocation in a noexcept path does).
   (void)std::make_unique<std::shared_ptr<const void>>(std::move(p)).release();
+}
+
+void park_if_finalizing() noexcept {
+  if (must_park()) park_forever();
+}
+
+gil_released::gil_released() : state_(PyEval_SaveThread()) {}
+
+gil_released::~gil_released() {
+  {
+    std::lock_guard lk(exit_mu);
+    if (!(exiting || _Py_IsFinalizing()) || std::this_thread::get_id() == finalizer) {
+      ++returning;
+    } else {
+      state_ = nullptr;
+    }
+  }
+  if (state_ == nullptr) park_forever();
+  PyEval_RestoreThread(state_);
+  std::lock_guard lk(exit_mu);
+  if (--returning == 0 && exiting) exit_cv.notify_all();
 }
 
 io_runtime::io_runtime(private_tag)
@@ -149,7 +206,7 @@ void io_runtime::stop() noexcept {
 io_runtime::~io_runtime() { stop(); }
 
 void release_user_nogil(io_runtime& rt) {
-  py::gil_scoped_release nogil;
+  gil_released nogil;
   rt.release_user();
 }
 
@@ -173,6 +230,7 @@ std::chrono::milliseconds timeout_ms(py::handle seconds, const char* name) {
 void init_runtime() {
   static std::once_flag once;
   std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, &on_fork_child); });
+  py::module_::import("atexit").attr("register")(py::cpp_function(&on_exit_hook));
 }
 
 }  // namespace blobpipe::python

@@ -143,13 +143,32 @@ inline constexpr std::chrono::milliseconds signal_slice{50};
 
 /// Called without the GIL by a thread about to take it back. Once the
 /// interpreter is finalizing, a thread that takes the GIL is ended with
-/// pthread_exit, whose forced unwind through gil_scoped_release's
-/// destructor (noexcept) would abort the process: so a daemon thread still
-/// waiting in blobpipe at exit (in accept(), an iteration, a blocked emit)
-/// sleeps here instead, until the process ends.
-inline void park_if_finalizing() noexcept {
-  while (_Py_IsFinalizing()) std::this_thread::sleep_for(std::chrono::hours(1));
-}
+/// pthread_exit, whose forced unwind through a noexcept destructor
+/// (pybind11's gil_scoped_release) aborts the process ("terminate called
+/// without an active exception"), and through any other frame of ours
+/// would drop Python objects without the GIL. So a daemon thread coming
+/// back from a wait or a copy in blobpipe once the interpreter exits (in
+/// accept(), an iteration, a blocked or busy emit, finish, flush) sleeps
+/// here instead, until the process ends. The thread that finalizes (it
+/// runs the atexit hook, init_runtime) never parks.
+void park_if_finalizing() noexcept;
+
+/// Releases the GIL for its lifetime, as pybind11's gil_scoped_release,
+/// but takes it back through park_if_finalizing and a gate the exit hook
+/// waits on: a thread is never inside PyEval_RestoreThread when
+/// finalization starts, so Python never ends it there (see
+/// park_if_finalizing). Use it for every wait and long copy without the
+/// GIL. REQUIRES: the GIL.
+class gil_released {
+ public:
+  gil_released();
+  ~gil_released();
+  gil_released(const gil_released&) = delete;
+  gil_released& operator=(const gil_released&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 /// Waits until `done()` holds, with the GIL released. `done` is called
 /// with `mu` locked. Every signal_slice the GIL is taken back (with `mu`
@@ -164,7 +183,7 @@ bool wait_interruptibly(std::mutex& mu, std::condition_variable& cv, Done done,
   for (;;) {
     bool ok = false, expired = false;
     {
-      pybind11::gil_scoped_release nogil;
+      gil_released nogil;
       {
         std::unique_lock lk(mu);
         auto until = std::chrono::steady_clock::now() + signal_slice;
@@ -172,7 +191,6 @@ bool wait_interruptibly(std::mutex& mu, std::condition_variable& cv, Done done,
         ok = cv.wait_until(lk, until, done);
         expired = !ok && deadline && std::chrono::steady_clock::now() >= *deadline;
       }  // `mu` is released before the GIL is taken back: never hold both waiting
-      park_if_finalizing();
     }
     if (ok) return true;
     if (PyErr_CheckSignals() != 0) throw pybind11::error_already_set();
@@ -220,7 +238,10 @@ std::optional<std::chrono::steady_clock::time_point> deadline_after(pybind11::ha
 /// Raises ValueError for a negative or non-finite value.
 std::chrono::milliseconds timeout_ms(pybind11::handle seconds, const char* name);
 
-/// Registers the fork handler. Called once by the module's init.
+/// Registers the fork handler and the exit hook (atexit: from then on
+/// threads coming back to Python from blobpipe park, and the hook waits,
+/// without the GIL, until none is on its way back). Called once by the
+/// module's init. REQUIRES: the GIL.
 void init_runtime();
 
 }  // namespace blobpipe::python

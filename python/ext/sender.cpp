@@ -404,7 +404,7 @@ class sender_handle {
       cmd.copy.resize(len);
       if (len > 0) {
         result<void> copied = small ? write_entry(*pe, cmd.copy) : [&] {
-          py::gil_scoped_release nogil;  // a large copy touches no Python object
+          gil_released nogil;  // a large copy touches no Python object
           return write_entry(*pe, cmd.copy);
         }();
         unwrap(std::move(copied));
@@ -551,7 +551,7 @@ class sender_handle {
       core_->cv.notify_all();
       asio::post(core_->ex, [c = core_] { c->s.close(); });
     }
-    py::gil_scoped_release nogil;
+    gil_released nogil;
     // 1. The drain coroutine finishes what is queued: every command fails
     //    at once with `closed`.
     wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return !core_->draining; });

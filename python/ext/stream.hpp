@@ -96,8 +96,10 @@ sender_settings sender_settings_from(const pybind11::dict& kw);
 /// the consumer_options fields by name (window_bytes, max_chunk_bytes,
 /// inline_bytes, max_key_bytes, max_meta_bytes, max_entry_bytes,
 /// max_tail_bytes, max_blob_bytes, max_open_blobs, max_entries_per_blob,
-/// payload_window, recycle_bytes; stall_timeout and idle_timeout in
-/// seconds) and allow_pickle. Raises TypeError, ValueError.
+/// payload_window, recycle_bytes, held_bytes; stall_timeout, idle_timeout
+/// and held_timeout in seconds) and allow_pickle; waits_reported is always
+/// set (consumer.cpp reports the iteration's waits). Raises TypeError,
+/// ValueError.
 struct consumer_settings {
   consumer_options opt;
   bool allow_pickle = true;
@@ -163,7 +165,7 @@ inline bool claim_close(std::unique_lock<std::mutex>& lk, std::condition_variabl
   if (done) return false;
   std::mutex& mu = *lk.mutex();
   lk.unlock();
-  py::gil_scoped_release nogil;  // another thread is closing: wait for it
+  gil_released nogil;  // another thread is closing: wait for it
   std::unique_lock l(mu);
   cv.wait(l, [&] { return done; });
   return false;

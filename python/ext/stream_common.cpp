@@ -123,6 +123,9 @@ sender_settings sender_settings_from(const py::dict& kw) {
 consumer_settings consumer_settings_from(const py::dict& kw) {
   consumer_settings s;
   consumer_options& o = s.opt;
+  // The application's waits are the Python iteration's, not the io
+  // thread's, which reads ahead (consumer.cpp).
+  o.waits_reported = true;
   for (auto [k, v] : kw) {
     const std::string name = py::cast<std::string>(k);
     if (name == "window_bytes") {
@@ -153,6 +156,10 @@ consumer_settings consumer_settings_from(const py::dict& kw) {
       o.stall_timeout = timeout_ms(v, "stall_timeout");
     } else if (name == "idle_timeout") {
       o.idle_timeout = timeout_ms(v, "idle_timeout");
+    } else if (name == "held_bytes") {
+      o.held_bytes = sized<std::uint64_t>(v, name);
+    } else if (name == "held_timeout") {
+      o.held_timeout = timeout_ms(v, "held_timeout");
     } else if (name == "handshake_timeout") {
       o.handshake_timeout = timeout_ms(v, "handshake_timeout");
     } else if (name == "allow_pickle") {

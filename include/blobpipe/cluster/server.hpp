@@ -75,10 +75,17 @@ struct server_options {
   std::chrono::milliseconds handshake_timeout{10'000};
   /// Each connection's consumer: limits, assembly, delivery log (null: one
   /// of the server's own, shared by its connections), and its
-  /// stall timeout (default here 60 s: a sender that owes bytes and sends
-  /// nothing for that long loses its connection, with its blobs aborted).
-  /// `pool` is the server's; `window_bytes` serves only senders that do
-  /// not offer credit grants (older ones), each outside the budget.
+  /// stall timeout (default here 60 s: a sender that owes bytes, holds
+  /// credit to send them and sends nothing for that long loses its
+  /// connection, with its blobs aborted; a sender waiting for credit the
+  /// application holds is not stalled). `held_bytes` is each connection's
+  /// held allowance (default: connection.window_bytes, 64 MiB): entries the application holds
+  /// leave the budget for it, so the entries of all connections take at
+  /// most budget_bytes + connections * held_bytes of credit
+  /// (docs/cluster.md "Held entries"); held_timeout counts while next()
+  /// waits. `pool` and `waits_reported` are the server's; `window_bytes`
+  /// serves only senders that do not offer credit grants (older ones),
+  /// each outside the budget.
   consumer_options connection{.stall_timeout = std::chrono::seconds(60)};
   /// A group not complete this long after its first member's first event
   /// is aborted with timed_out (0: never).

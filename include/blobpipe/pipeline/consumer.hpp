@@ -42,6 +42,15 @@
 // coalesced acks. One entry larger than the whole window is admitted when
 // nothing else is buffered.
 //
+// Held allowance (consumer_options::held_bytes): an entry next() has
+// yielded and the application still holds moves out of the window, its
+// credit going back to the sender, while the entries so moved fit in
+// held_bytes; dropping it then frees the allowance, not the window. So
+// the entry credit of one consumer stays within window_bytes + held_bytes.
+// An application that holds more than that, and waits for an entry that
+// cannot come, gets timed_out after held_timeout, naming both, instead of
+// waiting forever.
+//
 // Threading: one next() at a time, on the transport's executor. Entries
 // may be held and dropped on any thread, as long as that executor's
 // execution context (the io_context) still exists: dropped elsewhere, an
@@ -79,6 +88,8 @@ struct consumer_state;
 
 inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
 inline constexpr std::uint64_t default_recycle_bytes = 64ull << 20;  ///< 64 MiB
+/// consumer_options::held_bytes: as much as window_bytes (the default).
+inline constexpr std::uint64_t held_bytes_of_window = ~0ull;
 
 /// Where a complete blob ends up, besides the per-entry views.
 enum class assemble_mode {
@@ -159,7 +170,9 @@ struct consumer_options {
   /// Timeouts after the handshake (0: none). next() ends the stream with
   /// timed_out, and closes the connection, when it has waited on the sender
   /// for this long with no byte arriving: `stall_timeout` while the sender
-  /// owes bytes (a frame's payload is incomplete, or a blob is open),
+  /// owes bytes (a frame is incomplete, or a blob is open while the
+  /// sender holds credit to send on: not while it waits for credit the
+  /// application holds, or asked for credit not yet granted),
   /// `idle_timeout` always. Both apply to the sender's hello as well.
   /// An idle producer sends nothing (the wire has no keepalive frame), so
   /// idle_timeout also ends a healthy but quiet connection (a plain sender
@@ -172,6 +185,38 @@ struct consumer_options {
   /// example: 30 s).
   std::chrono::milliseconds stall_timeout{0};
   std::chrono::milliseconds idle_timeout{0};
+
+  /// Held allowance, bytes of credit (docs/reliability.md "Held entries"):
+  /// entries the application has been given and still holds leave the
+  /// window for it, oldest first, while they fit, and their credit goes
+  /// back to the sender at once. So a loop that keeps the previous event
+  /// (and its value) while it waits for the next one, as the README's
+  /// does, never starves the sender: it completes whenever each single
+  /// entry fits in the window. Entries of an assembled blob
+  /// (assemble_mode::memory) stay in the window. Memory: the consumer's
+  /// entries take at most window_bytes (or their share of the pool) +
+  /// held_bytes of credit. Default (held_bytes_of_window): window_bytes,
+  /// which is what lets any entry that fits the window be held while the
+  /// next one comes. 0: entries hold window credit until dropped.
+  std::uint64_t held_bytes = held_bytes_of_window;
+  /// The longest next() waits with the held allowance full and part of
+  /// the window held by the application, nothing arriving, before it ends
+  /// the stream with timed_out and a reason naming the window, the bytes
+  /// held and held_bytes (0: no limit). The sender may be waiting for the
+  /// credit the application holds: no byte may ever come. Checked a
+  /// quarter of the limit at a time (like stall_timeout), so it trips
+  /// within 1.25 times it.
+  std::chrono::milliseconds held_timeout{30'000};
+  /// For a reader that calls next() ahead of the application and queues
+  /// its events (the Python binding, the fan-in server): an entry is the
+  /// application's once the reader says so (mark_delivered()), and the
+  /// application waits only when the reader says so
+  /// (consumer::application_waits()); held entries move into the held
+  /// allowance then, and held_timeout counts only then. So the reader's
+  /// queue stays within the window. false: an entry is the application's
+  /// when next() yields it, and the application waits whenever next()
+  /// waits.
+  bool waits_reported = false;
 
   assemble_mode assemble = assemble_mode::none;
   /// assemble_mode::file: called at blob_begin to place the blob. An error
@@ -288,7 +333,20 @@ struct consumer_stats {
   std::uint64_t recycle_kept_bytes = 0;
   /// Credit requests from a sender waiting for credit (consumer_options::pool).
   std::uint64_t credit_requests = 0;
+  /// Credit of entries the application holds outside the window now
+  /// (consumer_options::held_bytes), and the most ever, bytes.
+  std::uint64_t held_bytes = 0;
+  std::uint64_t held_high_water = 0;
+  /// Credit of entries the application holds inside the window now (the
+  /// held allowance was full), bytes.
+  std::uint64_t held_in_window_bytes = 0;
 };
+
+/// consumer_options::waits_reported: the reader handed `e` to the
+/// application; it may move into the held allowance at the application's
+/// next wait (consumer::application_waits). Call in the order next()
+/// yielded the entries; any thread.
+void mark_delivered(const received_entry& e) noexcept;
 
 /// Receives blobs from one transport. Move-only; destroying it closes the
 /// connection (as close()).
@@ -318,6 +376,11 @@ class consumer {
   /// closed, peer_failed), instead of throwing out of a half-read frame.
   /// REQUIRES: no other next() pending on this consumer.
   asio::awaitable<event> next();
+
+  /// consumer_options::waits_reported: the application now waits for an
+  /// event and none is queued for it; held_timeout counts until next()
+  /// yields again. Call on the consumer's executor.
+  void application_waits() noexcept;
 
   /// Closes now: a pending next() yields the open blobs as aborted (closed)
   /// then end_of_stream (closed); the sender sees peer_closed. Entries

@@ -195,6 +195,8 @@ class decoder {
   bool closed() const noexcept { return state_ == state::closed; }
   /// Whether the peer owes bytes: a frame begun, or a blob open.
   bool owes_bytes() const noexcept;
+  /// Whether a frame is begun and not yet whole (header or payload).
+  bool in_frame() const noexcept { return header_have_ != 0 || state_ == state::payload; }
   std::size_t open_blobs() const noexcept { return blobs_.size(); }
 
  private:

@@ -122,8 +122,20 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 unpickling them (unpickling runs code chosen by the sender:
                 pass False for peers you do not trust).
             stall_timeout, idle_timeout: seconds without bytes from the
-                sender while it owes some (a blob is open), or at all, after
-                which the stream ends with TimedOutError (None or 0: none).
+                sender while it owes some (a blob is open and it holds
+                credit to send on), or at all, after which the stream ends
+                with TimedOutError (None or 0: none).
+            held_bytes: the held allowance, bytes (default: window_bytes;
+                0: none):
+                values the iteration has given you and you still hold leave
+                the window for it, oldest first, while they fit, so the
+                sender goes on (a loop that keeps the previous event never
+                starves it). Memory: window_bytes + held_bytes of entry
+                credit per Consumer (docs/reliability.md "Held entries").
+            held_timeout: seconds the iteration may wait while you hold more
+                than held_bytes and part of the window too, nothing arriving
+                (default 30; None or 0: no limit); then TimedOutError, whose
+                message names the window, the bytes held and held_bytes.
             handshake_timeout: seconds an accepted connection's handshake
                 may take (default 10; None or 0: no limit); past it
                 accept() raises TimedOutError for that connection.
