@@ -22,6 +22,8 @@
 #include "file_source.hpp"
 #include "state.hpp"
 #include "storage_guard.hpp"
+#include "runtime.hpp"
+#include "sequences.hpp"
 #include "tags.hpp"
 
 namespace blobpipe::python {
@@ -175,15 +177,8 @@ py::list entry_list(std::vector<Entry>&& entries) {
 }
 
 py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
-  py::object ks =
-      py::reinterpret_steal<py::object>(PySequence_Fast(keys.ptr(), "keys must be a sequence"));
-  if (!ks) throw py::error_already_set();
-  py::object vs =
-      py::reinterpret_steal<py::object>(PySequence_Fast(values.ptr(), "values must be a sequence"));
-  if (!vs) throw py::error_already_set();
+  auto [ks, vs] = paired_sequences(keys, values);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
-  if (n != PySequence_Fast_GET_SIZE(vs.ptr()))
-    raise(errc::invalid_argument, "keys and values differ in length");
   const tag_t t = tag_from(tag);
   py_plan p;
   p.keep.reserve(static_cast<std::size_t>(n));
@@ -225,7 +220,7 @@ void write_blob(const py_plan& p, py::handle out) {
     // Checked with the GIL held, right before the copy (storage_guard.hpp).
     for (const storage_guard& g : p.guards) check_storage(g.storage, p.plan.entries[g.entry]);
     result<std::uint64_t> r = [&] {
-      py::gil_scoped_release nogil;  // the copy touches no Python object
+      gil_released nogil;  // the copy touches no Python object
       return write(p.plan, b.writable_bytes());
     }();
     unwrap(std::move(r));
@@ -303,7 +298,7 @@ also_builtin reference_index_error(std::span<const std::byte> index) {
 py::list read_blob_index(py::handle blob) {
   held_buffer b(blob, false);
   result<blob_index> r = [&] {
-    py::gil_scoped_release nogil;
+    gil_released nogil;
     return read_index(b.bytes());
   }();
   if (!r && r.err().code == errc::malformed_index) {
@@ -320,7 +315,7 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
       py::isinstance(f, s.os_pathlike)) {
     const std::string path = py::cast<std::string>(s.os_fsencode(f));
     result<blob_index> r = [&] {
-      py::gil_scoped_release nogil;
+      gil_released nogil;
       return read_index_file(path, off, nbytes);
     }();
     return entry_list(std::move(unwrap(std::move(r)).entries));

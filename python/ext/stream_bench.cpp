@@ -120,7 +120,7 @@ void init_stream_bench(py::module_& m) {
                                   : kind == "n" ? value::ndarray_bytes(b, dtype, shape)
                                                 : value::tensor_bytes(b, dtype, shape)});
         }
-        py::gil_scoped_release nogil;
+        gil_released nogil;
         return send(port, blobs, entries);
       },
       py::arg("port"), py::arg("blobs"), py::arg("entries"),
@@ -132,7 +132,7 @@ void init_stream_bench(py::module_& m) {
       [](py::function on_port) {
         consumed c;
         {
-          py::gil_scoped_release nogil;
+          gil_released nogil;
           c = consume([&](std::uint16_t port) {
             py::gil_scoped_acquire gil;
             on_port(port);
