@@ -52,25 +52,11 @@ import torch
 
 import blobpipe as bf
 
+# The msgspec shim the reference needs here, shared with the tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
+from reference_shim import shim_msgspec  # noqa: E402
+
 MIB = 1 << 20
-
-
-def shim_msgspec() -> None:
-    """Makes `import msgspec` work for the reference where msgspec is missing
-    (Debian 12 has none): msgspec.msgpack.encode/decode mapped onto Debian's
-    python3-msgpack, which writes the same bytes for the reference's index
-    (lists, str, int, None). Only this benchmark and the tests use it."""
-    if "msgspec" in sys.modules or importlib.util.find_spec("msgspec") is not None:
-        return
-    import types
-
-    import msgpack
-
-    shim = types.ModuleType("msgspec")
-    shim.msgpack = types.ModuleType("msgspec.msgpack")
-    shim.msgpack.encode = lambda obj: msgpack.packb(obj, use_bin_type=True)
-    shim.msgpack.decode = lambda raw: msgpack.unpackb(raw, raw=False)
-    sys.modules["msgspec"], sys.modules["msgspec.msgpack"] = shim, shim.msgpack
 
 
 def load_reference():

@@ -31,23 +31,10 @@ import pytest
 import torch
 
 import blobpipe as bf
+from reference_shim import shim_msgspec
 
 
 # ---------------------------------------------------------------- the reference (opt-in)
-
-def _shim_msgspec() -> None:
-    # msgspec.msgpack.encode/decode onto Debian's python3-msgpack: the same
-    # bytes for the reference's index (lists of str, int, None). Tests only.
-    if "msgspec" in sys.modules or importlib.util.find_spec("msgspec") is not None:
-        return
-    import msgpack
-
-    shim = types.ModuleType("msgspec")
-    shim.msgpack = types.ModuleType("msgspec.msgpack")
-    shim.msgpack.encode = lambda obj: msgpack.packb(obj, use_bin_type=True)
-    shim.msgpack.decode = lambda raw: msgpack.unpackb(raw, raw=False)
-    sys.modules["msgspec"], sys.modules["msgspec.msgpack"] = shim, shim.msgpack
-
 
 @pytest.fixture(scope="module")
 def ref():
@@ -55,7 +42,7 @@ def ref():
     if not path:
         pytest.skip("BLOBPIPE_REFERENCE is not set (path of the reference's blob_format.py)")
     try:
-        _shim_msgspec()
+        shim_msgspec()
     except ImportError as ex:
         pytest.skip(f"no msgspec and no python3-msgpack to shim it with ({ex})")
     spec = importlib.util.spec_from_file_location("reference_blob_format", path)

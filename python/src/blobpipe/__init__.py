@@ -97,23 +97,9 @@ _entry_as_dataclass()
 
 __version__ = "0.1.0"
 
-#: Entry alignment in bytes: every entry starts at a multiple of it.
-ALIGN: int = _blobpipe.ALIGN
-#: Footer magic, 0x4E564450 ("PDVN" on disk, little-endian).
-MAGIC: int = _blobpipe.MAGIC
-#: Version of the blob format written (3). Not the wire protocol's version.
-VERSION: int = _blobpipe.VERSION
-#: Size of the v3 footer in bytes (32): magic, version, flags, index_off,
-#: index_len, 16-byte tag.
-FOOTER_SIZE: int = _blobpipe.FOOTER_SIZE
-#: Size of the legacy v2 footer in bytes (16, no tag); read, never written.
-FOOTER_V2_SIZE: int = _blobpipe.FOOTER_V2_SIZE
-#: The all-zero 16-byte tag: "no tag".
-NO_TAG: bytes = _blobpipe.NO_TAG
-#: Entry kinds: torch tensor, numpy array (C++: KIND_NDARRAY), pickle.
-KIND_TENSOR: str = _blobpipe.KIND_TENSOR
-KIND_NUMPY: str = _blobpipe.KIND_NUMPY
-KIND_PICKLE: str = _blobpipe.KIND_PICKLE
+# The reference's constants (documented where they are defined, in _plan).
+from ._plan import (ALIGN, FOOTER_SIZE, FOOTER_V2_SIZE, KIND_NUMPY, KIND_PICKLE, KIND_TENSOR,
+                    MAGIC, NO_TAG, VERSION)
 
 __all__ = [
     "ALIGN", "MAGIC", "VERSION", "FOOTER_SIZE", "FOOTER_V2_SIZE", "NO_TAG",
