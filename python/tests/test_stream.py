@@ -114,6 +114,31 @@ def test_backpressure_blocks_emit_and_loses_nothing(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_entries_queued_ahead_of_python_stay_in_the_window(transport):
+    # The binding reads ahead of the Python iteration. Entries it queued but
+    # Python has not taken are not "held by the application": they keep
+    # their window credit, so a consumer nobody reads holds at most the
+    # window, and the held allowance stays empty (docs/reliability.md
+    # "Held entries": readers that queue ahead).
+    entry, window = 16 << 10, 64 << 10
+    with Pair(transport, consumer_options={"window_bytes": window}) as (sender, consumer):
+        def produce():
+            with sender.open_blob(tag=b"qa") as blob:
+                for i in range(32):
+                    blob.emit(f"e{i}", np.full(entry, i, dtype=np.uint8))
+            sender.shutdown()
+
+        t = Thread(produce)
+        t.start()
+        wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+        st = consumer.stats()
+        assert st["held_bytes"] == 0, st
+        assert st["entries_received"] * entry <= window, st
+        assert sum(isinstance(ev, bf.EntryReady) for ev in consumer) == 32
+        t.join_result()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_close_from_another_thread_wakes_a_blocked_iterator(transport):
     with Pair(transport) as (sender, consumer):
         it = Thread(lambda: list(consumer))
