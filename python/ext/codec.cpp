@@ -562,7 +562,11 @@ constexpr const char* decode_entries_doc = R"(decode_entries(blob, entries, *, a
 ``[decode_entry(memoryview(blob)[e.off : e.off + e.len], e, allow_pickle=...)
 for e in entries]`` in one call: the values of the entries of a whole blob
 held in memory (any C-contiguous buffer), views of ``blob`` (kept alive by
-them) where ``decode_entry`` gives views.
+them) where ``decode_entry`` gives views. One difference: the tensors of a
+run of like entries (4 or more of one dtype and shape at a constant
+stride) are rows of one tensor, so they share its storage, which spans the
+whole run: ``torch.save``, pickling or sending one of them to another
+process carries the run's bytes. ``materialize`` a value to keep it alone.
 
 Args:
     blob: the whole blob (offsets in ``entries`` are from its start, bytes).

@@ -17,6 +17,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
 
+#include <algorithm>
 #include <deque>
 
 #include "entry_ready.hpp"
@@ -31,7 +32,8 @@ namespace blobpipe::python {
 struct consumer_core {
   explicit consumer_core(asio::any_io_executor e) : ex(std::move(e)) {}
   ~consumer_core() {
-    if (efd >= 0) ::close(efd);
+    for (const auto* fds : {&armed_fds, &fired_fds, &spare_fds})
+      for (int fd : *fds) ::close(fd);
   }
   consumer_core(const consumer_core&) = delete;
   consumer_core& operator=(const consumer_core&) = delete;
@@ -46,8 +48,14 @@ struct consumer_core {
   bool loop_done = false;  // end_of_stream is queued
   bool closed = false;     // close() was called
   int waiting = 0;         // Python threads in cv waits
-  int efd = -1;            // eventfd for asyncio, made by the first _arm()
-  bool armed = false;      // write efd at the next event
+  // asyncio waiters: one eventfd each (_arm), written at the next event.
+  // One per waiter, not one per consumer: several tasks or event loops may
+  // wait on one Consumer, and a shared fd's wake-up reaches only the one
+  // that reads it first. An fd goes armed -> fired (written) -> spare
+  // (drained, reusable) only when its waiter gives it back (_disarm, after
+  // loop.remove_reader), so no other waiter can get it while one still
+  // watches it.
+  std::vector<int> armed_fds, fired_fds, spare_fds;
   consumer_stats stats;    // as of the last stats() or the end
   std::uint32_t chunk_bytes = 0;
   std::uint64_t window_bytes = 0;
@@ -55,13 +63,14 @@ struct consumer_core {
   /// Wakes whoever waits for events. REQUIRES: mu held.
   void wake_locked() {
     if (waiting > 0) cv.notify_all();
-    if (armed) {
-      armed = false;
+    for (int fd : armed_fds) {
       const std::uint64_t one = 1;
-      // A full counter (never, at one write per arm) or a closed fd only
-      // loses a wake-up the loop's next poll makes up for.
-      [[maybe_unused]] auto n = ::write(efd, &one, sizeof one);
+      // A full counter (never, at one write per arm) only loses a wake-up
+      // the loop's next poll makes up for.
+      [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
     }
+    fired_fds.insert(fired_fds.end(), armed_fds.begin(), armed_fds.end());
+    armed_fds.clear();
   }
 };
 
@@ -204,23 +213,35 @@ class consumer_handle {
   int arm() {
     check();
     std::lock_guard lk(core_->mu);
-    if (core_->efd < 0) {
-      core_->efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-      if (core_->efd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    int fd;
+    if (!core_->spare_fds.empty()) {
+      fd = core_->spare_fds.back();
+      core_->spare_fds.pop_back();
+    } else {
+      fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     }
-    core_->armed = true;
+    core_->armed_fds.push_back(fd);
     if (!core_->events.empty() || core_->closed || !local_.empty() || core_->loop_done)
       core_->wake_locked();
     else
       report_wait_locked();
-    return core_->efd;
+    return fd;
   }
 
-  void disarm() {
+  /// The waiter of `fd` (from arm) no longer watches it: drained and kept
+  /// for reuse. An fd that is not armed or fired here is left alone.
+  void disarm(int fd) {
     std::lock_guard lk(core_->mu);
-    core_->armed = false;
-    std::uint64_t n = 0;
-    if (core_->efd >= 0) [[maybe_unused]] auto r = ::read(core_->efd, &n, sizeof n);
+    for (auto* fds : {&core_->armed_fds, &core_->fired_fds}) {
+      if (auto it = std::find(fds->begin(), fds->end(), fd); it != fds->end()) {
+        fds->erase(it);
+        std::uint64_t n = 0;
+        [[maybe_unused]] auto r = ::read(fd, &n, sizeof n);
+        core_->spare_fds.push_back(fd);
+        return;
+      }
+    }
   }
 
   /// Closes now (see the Consumer docstring). Idempotent.
@@ -256,7 +277,9 @@ class consumer_handle {
           const consumer_stats now = c->c.stats();
           {
             std::lock_guard lk(c->mu);
-            c->stats = now;
+            // Once the stream ended, c->c is an empty consumer: keep the
+            // figures the loop took at the end.
+            if (!c->loop_done) c->stats = now;
           }
           done->set({});
         });
@@ -483,7 +506,7 @@ wait; close() from another thread ends it.)")
            "The next event, None when none has arrived; StopAsyncIteration at the end.")
       .def("_arm", [](py_consumer& c) { return c.h->arm(); },
            "The eventfd to await (asyncio); written at the next event.")
-      .def("_disarm", [](py_consumer& c) { c.h->disarm(); })
+      .def("_disarm", [](py_consumer& c, int fd) { c.h->disarm(fd); })
       .def("close", [](py_consumer& c) { c.h->close(); },
            R"(Closes now: a blocked iteration in another thread wakes and ends (events
 already queued are yielded first, then it stops); the sender sees

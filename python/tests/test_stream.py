@@ -138,6 +138,47 @@ def test_entries_queued_ahead_of_python_stay_in_the_window(transport):
         t.join_result()
 
 
+def test_several_async_iterators_on_one_consumer_all_end():
+    # Two tasks in one event loop and two more loops on other threads, all
+    # iterating one Consumer: each waits on its own eventfd, so every one
+    # ends at the end of the stream and no event is seen twice.
+    with Pair("inproc") as (sender, consumer):
+        counts = [0, 0, 0, 0]
+
+        async def drain(k):
+            async for _ in consumer:
+                counts[k] += 1
+
+        async def two_tasks():
+            await asyncio.wait_for(asyncio.gather(drain(0), drain(1)), 60)
+
+        loops = [Thread(lambda k=k: asyncio.run(asyncio.wait_for(drain(k), 60))) for k in (2, 3)]
+        for t in loops:
+            t.start()
+        main_loop = Thread(lambda: asyncio.run(two_tasks()))
+        main_loop.start()
+        for i in range(300):
+            sender.send_blob(["a"], [i])
+        sender.shutdown()
+        main_loop.join_result()
+        for t in loops:
+            t.join_result()
+    assert sum(counts) == 600, counts  # 300 entries and 300 completions
+
+
+def test_stats_after_the_end_keep_the_final_figures():
+    # A stats() whose snapshot runs after the stream ended must not replace
+    # the final figures with an empty consumer's zeros.
+    with Pair("inproc") as (sender, consumer):
+        for i in range(20):
+            sender.send_blob(["a"], [i])
+        sender.shutdown()
+        for _ in consumer:
+            consumer.stats()  # snapshots racing the end
+        for _ in range(5):
+            assert consumer.stats()["entries_received"] == 20
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_close_from_another_thread_wakes_a_blocked_iterator(transport):
     with Pair(transport) as (sender, consumer):

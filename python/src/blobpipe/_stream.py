@@ -186,7 +186,6 @@ async def _readable(consumer: "_blobpipe.Consumer") -> None:
     fd = consumer._arm()
 
     def ready() -> None:
-        consumer._disarm()
         if not fut.done():
             fut.set_result(None)
 
@@ -195,3 +194,4 @@ async def _readable(consumer: "_blobpipe.Consumer") -> None:
         await fut
     finally:
         loop.remove_reader(fd)
+        consumer._disarm(fd)  # this waiter's own fd (one each), back for reuse
