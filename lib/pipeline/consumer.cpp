@@ -68,7 +68,7 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   const bool expired = co_await s->stall_watch.expired();
   if (!expired) co_return;
   const auto ms = std::to_string(s->stall_watch.limit().count());
-  if (s->stall_watch.tripped() == watchdog::held_name) {
+  if (s->stall_watch.tripped() == watchdog::limit_kind::held) {
     // The application's doing, not the sender's: say what it holds.
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
     s->timeout_reason =
@@ -80,7 +80,7 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
   } else {
     s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
-                        s->stall_watch.tripped() + "_timeout)";
+                        s->stall_watch.tripped_name() + "_timeout)";
   }
   s->t->close();
 }

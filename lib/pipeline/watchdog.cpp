@@ -34,16 +34,16 @@ asio::awaitable<bool> watchdog::expired() {
     if (stopped_ || waiting_ == 0) continue;
     const auto silent = clock::now() - last_;
     if (idle_.count() > 0 && silent >= idle_) {
-      tripped_ = idle_name;
+      tripped_ = limit_kind::idle;
       co_return true;
     }
     if (stall_.count() > 0 && owes_ && silent >= stall_) {
-      tripped_ = stall_name;
+      tripped_ = limit_kind::stall;
       co_return true;
     }
     // Held: silent since the application began holding what blocks it.
     if (held_.count() > 0 && held_on_ && clock::now() - std::max(last_, held_since_) >= held_) {
-      tripped_ = held_name;
+      tripped_ = limit_kind::held;
       co_return true;
     }
   }

@@ -58,19 +58,23 @@ class watchdog {
   /// Completes with true once a limit is exceeded while waiting, or false
   /// after stop(). One caller at a time.
   asio::awaitable<bool> expired();
-  /// Which limit tripped, for the error message: "stall", "idle" or "held".
-  const char* tripped() const noexcept { return tripped_; }
-  ms limit() const noexcept {
-    return tripped_ == idle_name ? idle_ : tripped_ == held_name ? held_ : stall_;
+  /// Which limit tripped. An enum, not its name: a comparison of name
+  /// pointers differs between translation units wherever the compiler
+  /// does not merge equal literals (ASan's redzones, for one).
+  enum class limit_kind { stall, idle, held };
+  limit_kind tripped() const noexcept { return tripped_; }
+  /// Its name, for the error message: "stall", "idle" or "held".
+  const char* tripped_name() const noexcept {
+    return tripped_ == limit_kind::idle ? "idle" : tripped_ == limit_kind::held ? "held" : "stall";
   }
-  static constexpr const char* held_name = "held";
+  ms limit() const noexcept {
+    return tripped_ == limit_kind::idle ? idle_ : tripped_ == limit_kind::held ? held_ : stall_;
+  }
 
   /// Ends expired() with false; idempotent.
   void stop() noexcept;
 
  private:
-  static constexpr const char* stall_name = "stall";
-  static constexpr const char* idle_name = "idle";
   asio::steady_timer timer_;
   ms stall_, idle_, held_, tick_;
   clock::time_point last_{};
@@ -79,7 +83,7 @@ class watchdog {
   std::uint32_t waiting_ = 0;
   bool owes_ = false;
   bool stopped_ = false;
-  const char* tripped_ = stall_name;
+  limit_kind tripped_ = limit_kind::stall;
 };
 
 }  // namespace blobpipe::detail
