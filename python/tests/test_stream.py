@@ -168,15 +168,26 @@ def test_several_async_iterators_on_one_consumer_all_end():
 
 def test_stats_after_the_end_keep_the_final_figures():
     # A stats() whose snapshot runs after the stream ended must not replace
-    # the final figures with an empty consumer's zeros.
-    with Pair("inproc") as (sender, consumer):
-        for i in range(20):
-            sender.send_blob(["a"], [i])
-        sender.shutdown()
-        for _ in consumer:
-            consumer.stats()  # snapshots racing the end
-        for _ in range(5):
-            assert consumer.stats()["entries_received"] == 20
+    # the final figures with an empty consumer's zeros. The race is made
+    # likely: another thread asks for stats all through the end, many times.
+    for _ in range(40):
+        with Pair("inproc") as (sender, consumer):
+            done = threading.Event()
+
+            def spam():
+                while not done.is_set():
+                    consumer.stats()
+
+            spammer = Thread(spam)
+            spammer.start()
+            for i in range(5):
+                sender.send_blob(["a"], [i])
+            sender.shutdown()
+            for _ in consumer:
+                pass
+            done.set()
+            spammer.join_result()
+            assert consumer.stats()["entries_received"] == 5
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
