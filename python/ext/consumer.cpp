@@ -470,7 +470,8 @@ ProtocolViolationError, TimedOutError (stall_timeout, idle_timeout,
 held_timeout).
 
 A background thread reads ahead of the iteration as far as the window
-allows (window_bytes): every entry not yet freed holds its share. Values
+allows (window_bytes): every entry not yet freed holds its share (one
+entry larger than the window is admitted alone, when nothing else is held). Values
 you have been given and still hold (the previous event of a loop, a batch
 being gathered) leave the window for the held allowance (held_bytes,
 default: as much as window_bytes), so the sender goes on. Hold more than both and wait, and

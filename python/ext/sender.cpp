@@ -466,7 +466,54 @@ class sender_handle {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
-    for (Py_ssize_t i = 0; i < n; ++i) emit(b, k[i], v[i]);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      try {
+        emit(b, k[i], v[i]);
+      } catch (py::builtin_exception& e) {
+        e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
+        py::error_already_set raised;
+        name_entry(raised, i, k[i]);
+        throw raised;
+      } catch (py::error_already_set& e) {
+        name_entry(e, i, k[i]);
+        throw;
+      }
+    }
+  }
+
+  /// Prefixes the message of `e` (an Exception raised by emit of entry
+  /// `i`, key `key`) with "emit_many: entry I (key 'KEY'): ", keeping its
+  /// type and other arguments. KeyboardInterrupt and the like pass as
+  /// they are.
+  static void name_entry(py::error_already_set& e, Py_ssize_t i, py::handle key) {
+    if (!e.matches(PyExc_Exception)) return;
+    try {
+      prefix_message(e.value(), i, key);
+    } catch (py::error_already_set&) {
+      // An exception whose args cannot be set keeps its own message.
+    }
+  }
+
+  static void prefix_message(py::object value, Py_ssize_t i, py::handle key) {
+    py::tuple args = value.attr("args");
+    std::string k;
+    if (PyUnicode_Check(key.ptr())) {
+      Py_ssize_t size = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(key.ptr(), &size);
+      if (utf8 == nullptr) {
+        PyErr_Clear();
+        k = py::repr(key);
+      } else {
+        k = quote(std::string_view(utf8, static_cast<std::size_t>(size)));
+      }
+    } else {
+      k = py::repr(key);
+    }
+    const std::string prefix = "emit_many: entry " + std::to_string(i) + " (key " + k + "): ";
+    py::list out;
+    out.append(py::str(prefix + (args.size() > 0 ? std::string(py::str(args[0])) : std::string())));
+    for (std::size_t j = 1; j < args.size(); ++j) out.append(args[j]);
+    value.attr("args") = py::tuple(out);
   }
 
   /// A whole blob in one call, finished without waiting: open_blob(tag),

@@ -114,6 +114,40 @@ def test_backpressure_blocks_emit_and_loses_nothing(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_window_bytes_is_no_hard_limit_one_larger_entry_goes_alone(transport):
+    # listen()'s docs: one entry larger than the window is admitted alone,
+    # when nothing else is held, and its credit takes the window's place.
+    window, big = 64 << 10, 256 << 10
+    opts = {"window_bytes": window, "idle_timeout": 10}  # a refusal ends, not hangs
+    with Pair(transport, consumer_options=opts) as (sender, consumer):
+        def produce():
+            with sender.open_blob(tag=b"big") as blob:
+                blob.emit("a", np.full(16 << 10, 1, np.uint8))
+                blob.emit("big", np.full(big, 2, np.uint8))
+                blob.emit("c", np.full(16 << 10, 3, np.uint8))
+            sender.shutdown()
+
+        t = Thread(produce)
+        t.start()
+        got = []
+        it = iter(consumer)
+        while True:  # each event dropped before the next wait
+            try:
+                ev = next(it)
+            except StopIteration:
+                break
+            if isinstance(ev, bf.EntryReady):
+                got.append((ev.key, ev.value.nbytes, int(ev.value[0]), int(ev.value[-1])))
+            del ev
+        t.join_result()
+        high = consumer.stats()["buffered_high_water"]
+    assert got == [("a", 16 << 10, 1, 1), ("big", big, 2, 2), ("c", 16 << 10, 3, 3)], got
+    # entry_credit: len + key + meta + 256 (docs/wire.md "Flow control").
+    meta = len(bf.Entry("big", 16 << 10, big, "n", "|u1", (big,)).meta_msgpack())  # at its offset
+    assert high == big + len("big") + meta + 256 > window, high
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_entries_queued_ahead_of_python_stay_in_the_window(transport):
     # The binding reads ahead of the Python iteration. Entries it queued but
     # Python has not taken are not "held by the application": they keep
