@@ -543,6 +543,12 @@ def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
 EXIT_SCENARIOS = {
     "accept": "l = bf.listen('tcp://127.0.0.1:0')\n"
               "threading.Thread(target=l.accept, daemon=True).start()\n",
+    # A resend connect retrying a port nobody listens on (the attempt's
+    # cancel timer and the runtime still running at exit).
+    "connect": "import socket\n"
+               "so = socket.socket(); so.bind(('127.0.0.1', 0)); port = so.getsockname()[1]\n"
+               "threading.Thread(target=lambda: bf.connect(f'tcp://127.0.0.1:{port}', resend=True,"
+               " max_attempts=1000), daemon=True).start()\n",
     "iteration": "s, c = bf.loopback_pair()\n"
                  "threading.Thread(target=lambda: list(c), daemon=True).start()\n",
     "blocked_emit": "s, c = bf.loopback_pair(consumer_options=dict(window_bytes=1 << 20))\n"
