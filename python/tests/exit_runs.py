@@ -29,8 +29,11 @@ def code_of(scenario: str, way: str) -> str:
 def one(scenario: str, way: str) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
+        # SIGINT as by default in the child: a shell's background job
+        # ignores it, and Python then never installs KeyboardInterrupt.
         done = subprocess.run([sys.executable, "-c", code_of(scenario, way)], env=env,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     except subprocess.TimeoutExpired:
         return "hang"
     want = -signal.SIGINT if way == "ctrl_c" else 0
