@@ -124,7 +124,10 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   auto& meta = b->meta;
   meta.clear();
   planned.entry.append_meta(meta);
-  if (meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
+  if (meta.size() > s->max_meta_bytes) {
+    b->last_error = detail::meta_too_long(meta.size(), s->max_meta_bytes);
+    co_return make_error_code(errc::invalid_argument);
+  }
   auto q = s->queue;
   const std::uint64_t credit =
       entry_credit(planned.entry.len, planned.entry.key.size(), meta.size());
@@ -317,6 +320,7 @@ std::uint32_t sender::chunk_bytes() const noexcept { return state_ ? state_->chu
 std::uint32_t sender::inline_bytes() const noexcept { return state_ ? state_->inline_bytes : 0; }
 std::uint64_t sender::window_bytes() const noexcept { return state_ ? state_->window_bytes : 0; }
 std::uint32_t sender::max_key_bytes() const noexcept { return state_ ? state_->max_key_bytes : 0; }
+std::uint32_t sender::max_meta_bytes() const noexcept { return state_ ? state_->max_meta_bytes : 0; }
 std::uint64_t sender::in_flight_bytes() const noexcept { return state_ ? state_->in_flight : 0; }
 std::uint64_t sender::unacked_bytes() const noexcept {
   return state_ && state_->resend ? state_->resend->kept_bytes : 0;

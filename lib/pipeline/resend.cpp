@@ -329,7 +329,10 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
   kept_entry e;
   e.emitted_ns = steady_ns();
   e.meta = planned.entry.meta();
-  if (e.meta.size() > s->max_meta_bytes) co_return make_error_code(errc::invalid_argument);
+  if (e.meta.size() > s->max_meta_bytes) {
+    b->last_error = meta_too_long(e.meta.size(), s->max_meta_bytes);
+    co_return make_error_code(errc::invalid_argument);
+  }
   const std::uint64_t n = planned.entry.len + planned.entry.key.size() + e.meta.size();
   if (auto ec = co_await admit(s, kb, n)) co_return ec;
   e.bytes.resize(planned.entry.len);

@@ -127,6 +127,14 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
 /// The features a sender with `opt` offers in its hello.
 std::uint64_t offered_features(const sender_options& opt) noexcept;
 
+/// last_error() of an entry whose meta the consumer's max_meta_bytes
+/// refuses (invalid_argument).
+inline std::string meta_too_long(std::size_t meta_bytes, std::uint32_t max_meta_bytes) {
+  return "the entry's meta (its index row) is " + std::to_string(meta_bytes) +
+         " bytes, longer than the consumer's max_meta_bytes (" + std::to_string(max_meta_bytes) +
+         " bytes)";
+}
+
 /// The steady clock in nanoseconds (the entry timestamps' clock).
 inline std::uint64_t steady_ns() noexcept {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -372,6 +372,11 @@ const Entry& entry_arg(PyObject* e, const char* fn) {
   if (!PyObject_TypeCheck(e, entry_type))
     throw py::type_error(std::string(fn) + ": e must be a blobpipe.Entry, not " +
                          Py_TYPE(e)->tp_name);
+  // An Entry made with fields no index holds (blobpipe._LooseEntry keeps
+  // them in _fields, its native part a placeholder).
+  if (PyObject_HasAttrString(e, "_fields"))
+    raise(errc::invalid_argument, std::string(fn) + ": no blob index holds the row " +
+                                      std::string(py::repr(e)).substr(0, 200));
   return py::handle(e).cast<const Entry&>();
 }
 
@@ -622,7 +627,13 @@ void init_codec(py::module_& m) {
   py::class_<Entry>(m, "Entry",
                     R"(One row of a blob's index: Entry(key, off, len, kind, dtype, shape).
 
-Immutable, hashable and picklable, like the reference's frozen dataclass.
+Immutable, hashable and picklable, like the reference's frozen dataclass:
+assigning or deleting an attribute raises dataclasses.FrozenInstanceError.
+As the dataclass, it takes any value for any field; fields no blob index
+holds (key not a str, off or len not an int in 0..2**64-1, kind not one
+character, dtype not None or a str, shape not None or a tuple of ints)
+are kept as given, and decode_entry refuses that Entry (FormatError
+invalid_argument).
   key:   the entry's name (str).
   off:   offset of its bytes from the blob's start, bytes (a multiple of ALIGN).
   len:   length of its bytes, bytes.

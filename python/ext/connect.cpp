@@ -78,7 +78,14 @@ py::object connect_sender(const std::string& url, const py::dict& kw) {
   auto core = new_sender_core(rt->executor());
   auto done = std::make_shared<completion>();
   launch_sender(core, nullptr, std::move(*connect), settings.resend, settings.opt, done);
-  done->wait();
+  try {
+    done->wait();
+  } catch (...) {
+    // Ctrl-C: the io thread drops the attempt now, so that releasing the
+    // runtime (guard) does not wait out its stop grace.
+    cancel_launch(core);
+    throw;
+  }
   done->raise_if_failed("connect to " + url + ": ");
   guard.dismiss();
   return make_sender(std::move(rt), std::move(core), settings);
@@ -249,8 +256,13 @@ py::tuple loopback_pair(const py::dict& skw, const py::dict& ckw) {
   auto cd = std::make_shared<completion>();
   launch_consumer(ccore, std::move(b), cs.opt, cd);
   launch_sender(score, std::move(a), {}, false, ss.opt, sd);
-  sd->wait();
-  cd->wait();
+  try {
+    sd->wait();
+    cd->wait();
+  } catch (...) {
+    cancel_launch(score);
+    throw;
+  }
   cd->raise_if_failed("loopback consumer: ");
   sd->raise_if_failed("loopback sender: ");
   gs.dismiss();

@@ -48,6 +48,7 @@ struct consumer_core {
   bool loop_done = false;  // end_of_stream is queued
   bool closed = false;     // close() was called
   int waiting = 0;         // Python threads in cv waits
+  bool wake_posted = false;  // consume_loop posted a wake_locked() not yet run
   // asyncio waiters: one eventfd each (_arm), written at the next event.
   // One per waiter, not one per consumer: several tasks or event loops may
   // wait on one Consumer, and a shared fd's wake-up reaches only the one
@@ -76,6 +77,10 @@ struct consumer_core {
 
 namespace {
 
+/// Events queued before the io thread wakes Python at once instead of
+/// when it next waits for bytes (consume_loop).
+constexpr std::size_t wake_batch_events = 64;
+
 asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
   for (;;) {
     event ev = co_await c->c.next();
@@ -90,7 +95,23 @@ asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
       // hold their bytes; their credit has nowhere to go.
       c->c = consumer{};
     }
-    c->wake_locked();
+    // Waking a Python thread per event cost more than the event (a futex
+    // wake and a context switch each: perf put half the RL consumer's CPU
+    // in the kernel's scheduler). next() returns without suspending while
+    // frames already read hold events, so a wake posted here runs once
+    // this coroutine suspends to read more: Python is woken once per read
+    // (or every wake_batch_events events, or at the end), and takes the
+    // queue whole.
+    if (end || c->events.size() >= wake_batch_events) {
+      c->wake_locked();
+    } else if (!c->wake_posted) {
+      c->wake_posted = true;
+      asio::post(c->ex, [c] {
+        std::lock_guard lk2(c->mu);
+        c->wake_posted = false;
+        c->wake_locked();
+      });
+    }
     if (end) co_return;
   }
 }
@@ -470,7 +491,8 @@ ProtocolViolationError, TimedOutError (stall_timeout, idle_timeout,
 held_timeout).
 
 A background thread reads ahead of the iteration as far as the window
-allows (window_bytes): every entry not yet freed holds its share. Values
+allows (window_bytes): every entry not yet freed holds its share (one
+entry larger than the window is admitted alone, when nothing else is held). Values
 you have been given and still hold (the previous event of a loop, a batch
 being gathered) leave the window for the held allowance (held_bytes,
 default: as much as window_bytes), so the sender goes on. Hold more than both and wait, and

@@ -29,8 +29,12 @@
 // refuses (a resend session reconnected to a consumer with a smaller key
 // limit) aborts its blob, and the blob's next call raises the error; a
 // broken connection makes every later call raise.
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <cstring>
 #include <deque>
@@ -125,7 +129,7 @@ struct sender_core {
   asio::any_io_executor ex;
   sender s;  // io thread only
   // Negotiated in the handshake, before any Python thread looks.
-  std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0;
+  std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0, max_meta_bytes = 0;
   std::uint64_t window_bytes = 0;
 
   std::mutex mu;
@@ -150,6 +154,11 @@ struct sender_core {
   // writers there (blob_slot::w must never be destroyed elsewhere while
   // the io thread runs).
   std::vector<std::weak_ptr<blob_slot>> slots;
+
+  // launch_sender's start races this timer, which never expires by
+  // itself: cancel_launch() cancels it, which ends the connect or the
+  // handshake at once (io thread only after launch_sender).
+  std::shared_ptr<asio::steady_timer> launch_cancel;
 
   void fail(std::error_code ec, const std::string& what) {
     std::lock_guard lk(mu);
@@ -389,6 +398,7 @@ class sender_handle {
     layout_builder lb;
     const planned_entry* pe = unwrap(lb.add(cmd.text, e.v));
     const std::uint64_t len = pe->entry.len;
+    check_meta(*pe);
     if (e.raw_nbytes && *e.raw_nbytes != len)
       raise(errc::invalid_argument, "RawEntry " + quote(cmd.text) + " has " +
                                         std::to_string(*e.raw_nbytes) +
@@ -423,6 +433,32 @@ class sender_handle {
     push(std::move(cmd), b.get());
   }
 
+  /// Refuses, as the C++ sender would on the io thread (where it could
+  /// only abort the blob), an entry whose meta (index row) is longer than
+  /// the consumer's max_meta_bytes. Encoded only when its bound could
+  /// pass the limit: at most meta_fixed_bytes + the dtype's length + 9 per
+  /// dimension (msgpack: a map of five fields, uint64s and strings). The
+  /// entry was planned alone, at offset 0; in its blob the offset may take
+  /// up to 8 bytes more, so an entry within 8 bytes of the limit can still
+  /// be refused by the io thread (the blob aborted, the next call raising
+  /// the same message).
+  void check_meta(const planned_entry& pe) const {
+    static constexpr std::size_t meta_fixed_bytes = 64;
+    const Entry& en = pe.entry;
+    const std::size_t rank = en.shape ? en.shape->size() : 0;
+    const std::size_t bound = meta_fixed_bytes + (en.dtype ? en.dtype->size() : 0) + 9 * rank;
+    if (core_->max_meta_bytes == 0 || bound <= core_->max_meta_bytes) return;
+    thread_local std::vector<std::byte> meta;
+    meta.clear();
+    en.append_meta(meta);
+    if (meta.size() > core_->max_meta_bytes)
+      raise(errc::invalid_argument,
+            "emit " + quote(en.key) + ": the entry's meta (its index row) is " +
+                std::to_string(meta.size()) + " bytes, longer than the consumer's max_meta_bytes (" +
+                std::to_string(core_->max_meta_bytes) + " bytes); its shape has " +
+                std::to_string(rank) + " dimensions");
+  }
+
   /// emit() of each (keys[i], values[i]) in order: one call for many
   /// entries. Raises as emit (entries before the bad one stay emitted).
   void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values) {
@@ -430,7 +466,54 @@ class sender_handle {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
-    for (Py_ssize_t i = 0; i < n; ++i) emit(b, k[i], v[i]);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      try {
+        emit(b, k[i], v[i]);
+      } catch (py::builtin_exception& e) {
+        e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
+        py::error_already_set raised;
+        name_entry(raised, i, k[i]);
+        throw raised;
+      } catch (py::error_already_set& e) {
+        name_entry(e, i, k[i]);
+        throw;
+      }
+    }
+  }
+
+  /// Prefixes the message of `e` (an Exception raised by emit of entry
+  /// `i`, key `key`) with "emit_many: entry I (key 'KEY'): ", keeping its
+  /// type and other arguments. KeyboardInterrupt and the like pass as
+  /// they are.
+  static void name_entry(py::error_already_set& e, Py_ssize_t i, py::handle key) {
+    if (!e.matches(PyExc_Exception)) return;
+    try {
+      prefix_message(e.value(), i, key);
+    } catch (py::error_already_set&) {
+      // An exception whose args cannot be set keeps its own message.
+    }
+  }
+
+  static void prefix_message(py::object value, Py_ssize_t i, py::handle key) {
+    py::tuple args = value.attr("args");
+    std::string k;
+    if (PyUnicode_Check(key.ptr())) {
+      Py_ssize_t size = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(key.ptr(), &size);
+      if (utf8 == nullptr) {
+        PyErr_Clear();
+        k = py::repr(key);
+      } else {
+        k = quote(std::string_view(utf8, static_cast<std::size_t>(size)));
+      }
+    } else {
+      k = py::repr(key);
+    }
+    const std::string prefix = "emit_many: entry " + std::to_string(i) + " (key " + k + "): ";
+    py::list out;
+    out.append(py::str(prefix + (args.size() > 0 ? std::string(py::str(args[0])) : std::string())));
+    for (std::size_t j = 1; j < args.size(); ++j) out.append(args[j]);
+    value.attr("args") = py::tuple(out);
   }
 
   /// A whole blob in one call, finished without waiting: open_blob(tag),
@@ -755,6 +838,12 @@ struct py_blob {
 
 }  // namespace
 
+void cancel_launch(const std::shared_ptr<sender_core>& core) {
+  asio::post(core->ex, [c = core] {
+    if (c->launch_cancel) c->launch_cancel->cancel();
+  });
+}
+
 std::shared_ptr<sender_core> new_sender_core(asio::any_io_executor ex) {
   return std::make_shared<sender_core>(std::move(ex));
 }
@@ -763,7 +852,9 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
                    connect_fn connect, bool resend, sender_options opt,
                    std::shared_ptr<completion> done) {
   auto ex = core->ex;
-  auto start = [core, t = std::move(t), connect = std::move(connect), resend,
+  core->launch_cancel =
+      std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+  auto body = [core, t = std::move(t), connect = std::move(connect), resend,
                 opt = std::move(opt), done]() mutable -> asio::awaitable<void> {
     if (!t && !resend) {
       auto [ec, tr] = co_await connect();
@@ -789,10 +880,24 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
       core->s = std::move(s);
       core->inline_bytes = core->s.inline_bytes();
       core->max_key_bytes = core->s.max_key_bytes();
+      core->max_meta_bytes = core->s.max_meta_bytes();
       core->chunk_bytes = core->s.chunk_bytes();
       core->window_bytes = core->s.window_bytes();
     }
     done->set(ec, ec ? "handshake: " + ec.message() + " (" + errc_name(ec) + ")" : "");
+  };
+  // The connect and handshake race cancel_launch (Ctrl-C in connect()):
+  // the timer's wait completing cancels them (their awaits honour
+  // cancellation, as stall_timeout needs), so the io thread runs out of
+  // work at once instead of after the runtime's stop grace.
+  auto start = [body = std::move(body), core, done]() mutable -> asio::awaitable<void> {
+    using namespace asio::experimental::awaitable_operators;
+    const auto cancel = core->launch_cancel;
+    co_await (asio::co_spawn(co_await asio::this_coro::executor, std::move(body),
+                             asio::use_awaitable) ||
+              cancel->async_wait(asio::experimental::as_tuple(asio::use_awaitable)));
+    core->launch_cancel.reset();  // the timer goes with this frame, on the io thread
+    done->set(make_error_code(errc::closed), "interrupted");  // when `body` lost the race
   };
   asio::co_spawn(ex, std::move(start), [done](std::exception_ptr e) {
     if (e) done->set(make_error_code(errc::closed), "blobpipe's background thread failed");
@@ -889,6 +994,10 @@ figures read.)")
                              "The consumer's window, bytes.")
       .def_property_readonly("max_key_bytes", [](const py_sender& s) { return s.h->core().max_key_bytes; },
                              "The consumer's key limit, bytes: emit refuses longer keys (UTF-8).")
+      .def_property_readonly("max_meta_bytes", [](const py_sender& s) { return s.h->core().max_meta_bytes; },
+                             "The consumer's limit on an entry's meta (its index row: offset,\n"
+                             "length, kind, dtype, shape in msgpack), bytes: emit refuses an entry\n"
+                             "whose meta is longer (a shape of many dimensions).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
                              "emit() blocks while more than this many bytes are queued, bytes.")
       .def_property_readonly("_waiting", [](py_sender& s) { return s.h->waiting(); },
@@ -930,8 +1039,9 @@ another is queued: Ctrl-C interrupts the wait, close() ends it.
 
 Raises FormatError for a value the codec refuses (invalid_argument,
 unknown_dtype, too_large) or a key longer than the consumer's
-max_key_bytes (invalid_argument, the message naming the limit in bytes;
-Sender.max_key_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
+max_key_bytes, or an entry whose meta (index row) is longer than its
+max_meta_bytes (invalid_argument, the message naming the key and the limit
+in bytes; Sender.max_key_bytes, Sender.max_meta_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
 was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the
 consumer refused it, e.g. a key longer than its max_key_bytes), after

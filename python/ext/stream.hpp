@@ -119,6 +119,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
                    connect_fn connect, bool resend, sender_options opt,
                    std::shared_ptr<completion> done);
 
+/// Ends a launch_sender's connect and handshake now, if still running:
+/// its `done` is set with `closed` ("interrupted"). Thread-safe, no GIL.
+void cancel_launch(const std::shared_ptr<sender_core>& core);
+
 /// The Sender object for a started core. Takes over one user of `rt`.
 /// REQUIRES: the GIL; `done` of launch_sender set without error.
 pybind11::object make_sender(std::shared_ptr<io_runtime> rt, std::shared_ptr<sender_core> core,

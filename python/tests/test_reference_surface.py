@@ -257,6 +257,103 @@ def test_entry_equality_and_hash_are_by_fields():
     assert a != dataclasses.replace(a, len=9)
 
 
+ENTRY_MUTATIONS = {
+    "assign-field": lambda e: setattr(e, "key", "x"),
+    "assign-new": lambda e: setattr(e, "other", 1),
+    "delete-field": lambda e: delattr(e, "off"),
+}
+
+
+def entry_mutation_error(m, how):
+    with pytest.raises(AttributeError) as err:
+        ENTRY_MUTATIONS[how](m.Entry("k", 0, 8, "n", "<f4", (2,)))
+    return type(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("how", sorted(ENTRY_MUTATIONS))
+def test_entry_is_frozen_with_the_dataclass_error(how):
+    kind, message = entry_mutation_error(bf, how)
+    assert kind is dataclasses.FrozenInstanceError, kind
+    name = {"assign-field": "key", "assign-new": "other", "delete-field": "off"}[how]
+    verb = "delete" if how == "delete-field" else "assign to"
+    assert message == f"cannot {verb} field {name!r}", message
+
+
+@pytest.mark.parametrize("how", sorted(ENTRY_MUTATIONS))
+def test_entry_is_frozen_as_the_reference(ref, how):
+    assert entry_mutation_error(bf, how) == entry_mutation_error(ref, how)
+
+
+# Fields the reference's dataclass takes as they are and no blob index holds.
+ANY_FIELDS = {
+    "str-offset": ("k", "64", 8, "n", "<f4", (2,)),
+    "list-shape": ("k", 0, 8, "n", "<f4", [2]),
+    "two-char-kind": ("k", 0, 8, "tt", None, None),
+    "bytes-key": (b"k", 0, 8, "p", None, None),
+    "negative-len": ("k", 0, -1, "p", None, None),
+    "bool-offset": ("k", True, 8, "p", None, None),
+    "anything": (1, 2.5, None, 4, 5, (6.5, "x")),
+}
+
+
+def entry_behaviour(m, fields):
+    """What the dataclass machinery and the Entry itself say about an Entry
+    of ``fields``."""
+    e = m.Entry(*fields)
+    try:
+        h = hash(e) == hash(m.Entry(*fields))
+    except TypeError as ex:
+        h = ("unhashable", str(ex))
+    r = dataclasses.replace(e, off=0)
+    return {
+        "fields": tuple(getattr(e, f) for f in ("key", "off", "len", "kind", "dtype", "shape")),
+        "types": tuple(type(getattr(e, f)) for f in ("key", "off", "len", "kind", "dtype", "shape")),
+        "asdict": dataclasses.asdict(e), "astuple": dataclasses.astuple(e),
+        "eq": e == m.Entry(*fields), "ne-tuple": e != tuple(fields), "hash": h,
+        "repr": repr(e), "replaced": dataclasses.astuple(r), "pickled": pickle.loads(pickle.dumps(e)) == e,
+        "meta": e.meta(), "match": match_fields(m, e),
+    }
+
+
+def match_fields(m, e):
+    match e:
+        case m.Entry(key, off, n, kind, dtype, shape):
+            return (key, off, n, kind, dtype, shape)
+    return None
+
+
+@pytest.mark.parametrize("case", sorted(ANY_FIELDS))
+def test_entry_takes_any_field_value_as_the_dataclass(case):
+    fields = ANY_FIELDS[case]
+    got = entry_behaviour(bf, fields)
+    assert isinstance(bf.Entry(*fields), bf.Entry)
+    assert got["fields"] == fields and got["types"] == tuple(type(f) for f in fields)
+    assert got["eq"] and got["ne-tuple"] and got["pickled"] and got["match"] == fields
+    assert got["repr"] == "Entry(" + ", ".join(
+        f"{n}={v!r}" for n, v in zip(("key", "off", "len", "kind", "dtype", "shape"), fields)) + ")"
+    # No index holds such a row: decoding it is refused (a ValueError),
+    # saying so, rather than decoding what the native part holds.
+    with pytest.raises(bf.FormatError) as err:
+        bf.decode_entry(bytes(8), bf.Entry(*fields))
+    assert err.value.category == "invalid_argument" and "no blob index holds the row" in str(err.value)
+
+
+def test_entry_with_any_field_values_replaced_into_index_values_is_native_again():
+    loose = bf.Entry("k", "64", 8, "n", "<f4", [2])
+    fixed = dataclasses.replace(loose, off=64, shape=(2,))
+    assert type(fixed) is bf.Entry and fixed == bf.Entry("k", 64, 8, "n", "<f4", (2,))
+    assert loose != fixed and fixed != loose
+    assert bf.decode_entry(np.float32([1, 2]).tobytes(), fixed).tolist() == [1, 2]
+    with pytest.raises(TypeError, match="missing 4 required positional arguments"):
+        bf.Entry("k", 0)
+
+
+@pytest.mark.parametrize("case", sorted(ANY_FIELDS))
+def test_entry_takes_any_field_value_as_the_reference(ref, case):
+    ours, theirs = entry_behaviour(bf, ANY_FIELDS[case]), entry_behaviour(ref, ANY_FIELDS[case])
+    assert ours == theirs
+
+
 # ---------------------------------------------------------------- BlobPlan
 
 def test_blob_plan_is_a_dataclass_with_the_reference_fields_in_order():

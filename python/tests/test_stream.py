@@ -114,6 +114,40 @@ def test_backpressure_blocks_emit_and_loses_nothing(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_window_bytes_is_no_hard_limit_one_larger_entry_goes_alone(transport):
+    # listen()'s docs: one entry larger than the window is admitted alone,
+    # when nothing else is held, and its credit takes the window's place.
+    window, big = 64 << 10, 256 << 10
+    opts = {"window_bytes": window, "idle_timeout": 10}  # a refusal ends, not hangs
+    with Pair(transport, consumer_options=opts) as (sender, consumer):
+        def produce():
+            with sender.open_blob(tag=b"big") as blob:
+                blob.emit("a", np.full(16 << 10, 1, np.uint8))
+                blob.emit("big", np.full(big, 2, np.uint8))
+                blob.emit("c", np.full(16 << 10, 3, np.uint8))
+            sender.shutdown()
+
+        t = Thread(produce)
+        t.start()
+        got = []
+        it = iter(consumer)
+        while True:  # each event dropped before the next wait
+            try:
+                ev = next(it)
+            except StopIteration:
+                break
+            if isinstance(ev, bf.EntryReady):
+                got.append((ev.key, ev.value.nbytes, int(ev.value[0]), int(ev.value[-1])))
+            del ev
+        t.join_result()
+        high = consumer.stats()["buffered_high_water"]
+    assert got == [("a", 16 << 10, 1, 1), ("big", big, 2, 2), ("c", 16 << 10, 3, 3)], got
+    # entry_credit: len + key + meta + 256 (docs/wire.md "Flow control").
+    meta = len(bf.Entry("big", 16 << 10, big, "n", "|u1", (big,)).meta_msgpack())  # at its offset
+    assert high == big + len("big") + meta + 256 > window, high
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_entries_queued_ahead_of_python_stay_in_the_window(transport):
     # The binding reads ahead of the Python iteration. Entries it queued but
     # Python has not taken are not "held by the application": they keep
@@ -446,6 +480,48 @@ def test_ctrl_c_interrupts_a_blocked_iterator():
         t.join_result()
 
 
+def test_ctrl_c_ends_a_resend_connect_at_once():
+    """SIGINT while connect(resend=True) retries a peer that closes every
+    connection at once: KeyboardInterrupt, and the retries stop with it.
+    Before, the attempt ran on until the background thread's stop grace
+    (5 s) cut it off, about ten more connections at 0.5 s apart; now the
+    io thread drops it when the wait is interrupted."""
+    main = threading.get_ident()
+    accepted = []
+    stop = threading.Event()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        srv.settimeout(0.05)
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except socket.timeout:
+                    continue
+                accepted.append(1)
+                conn.close()
+
+        server = Thread(serve)
+        server.start()
+
+        def interrupt():
+            wait_until(lambda: len(accepted) >= 1, "the first connection")
+            signal.pthread_kill(main, signal.SIGINT)
+
+        t = Thread(interrupt)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            bf.connect(f"tcp://127.0.0.1:{srv.getsockname()[1]}", resend=True,
+                       max_attempts=1000, retry_delay=0.5, max_retry_delay=0.5)
+        t.join_result()
+        after = len(accepted)
+        stop.set()
+        server.join_result()
+    assert after <= 3, f"{after} connections: the attempt went on after Ctrl-C"
+
+
 def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
     """A peer that accepts the TCP connection and never says hello."""
     with socket.socket() as srv:
@@ -467,6 +543,12 @@ def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
 EXIT_SCENARIOS = {
     "accept": "l = bf.listen('tcp://127.0.0.1:0')\n"
               "threading.Thread(target=l.accept, daemon=True).start()\n",
+    # A resend connect retrying a port nobody listens on (the attempt's
+    # cancel timer and the runtime still running at exit).
+    "connect": "import socket\n"
+               "so = socket.socket(); so.bind(('127.0.0.1', 0)); port = so.getsockname()[1]\n"
+               "threading.Thread(target=lambda: bf.connect(f'tcp://127.0.0.1:{port}', resend=True,"
+               " max_attempts=1000), daemon=True).start()\n",
     "iteration": "s, c = bf.loopback_pair()\n"
                  "threading.Thread(target=lambda: list(c), daemon=True).start()\n",
     "blocked_emit": "s, c = bf.loopback_pair(consumer_options=dict(window_bytes=1 << 20))\n"
@@ -547,6 +629,55 @@ def test_emit_refuses_a_key_over_max_key_bytes_at_once_and_the_blob_goes_on(tran
     kinds = [type(ev).__name__ for ev in events]
     assert kinds == ["EntryReady", "EntryReady", "BlobComplete"], kinds
     assert [ev.key for ev in events[:2]] == ["12345678", "ok"]
+
+
+def meta_bytes(off: int, shape: tuple) -> int:
+    """Length of the meta (index row) of a uint8 tensor entry at ``off``."""
+    n = 1
+    for d in shape:
+        n *= d
+    return len(bf.Entry("m", off, n, "t", "uint8", shape).meta_msgpack())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_emit_refuses_meta_over_max_meta_bytes_at_once_naming_key_and_limit(transport):
+    # A tensor of 50 dimensions has a meta of 74 bytes: past a 64-byte limit.
+    assert meta_bytes(0, (1,) * 50) > 64
+    with Pair(transport, consumer_options={"max_meta_bytes": 64}) as (sender, consumer):
+        assert sender.max_meta_bytes == 64
+        blob = sender.open_blob(tag=b"m")
+        blob.emit("small", torch.ones(2, dtype=torch.uint8))
+        with pytest.raises(bf.FormatError) as e:
+            blob.emit("deep", torch.ones((1,) * 50, dtype=torch.uint8))
+        assert e.value.category == "invalid_argument"
+        assert "'deep'" in str(e.value) and "max_meta_bytes (64 bytes)" in str(e.value), str(e.value)
+        blob.emit("after", 3)  # refused before anything was sent: the blob goes on
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "EntryReady", "BlobComplete"]
+    assert [ev.key for ev in events[:2]] == ["small", "after"]
+
+
+def test_meta_over_the_limit_only_at_its_blob_offset_fails_naming_key_and_limit():
+    # Planned alone (offset 0) its meta fits; at its offset in the blob
+    # (past 64 KiB, a uint32 instead of a fixint) it does not: the io
+    # thread refuses it, the blob is aborted, and the next call says why.
+    shape = (1,) * 12
+    limit = meta_bytes(0, shape)
+    assert meta_bytes(1 << 17, shape) > limit
+    with Pair("inproc", consumer_options={"max_meta_bytes": limit}) as (sender, consumer):
+        blob = sender.open_blob(tag=b"late")
+        blob.emit("big", np.zeros(1 << 17, np.uint8))
+        blob.emit("edge", torch.ones(shape, dtype=torch.uint8))
+        with pytest.raises(bf.FormatError) as e:
+            blob.finish()
+        assert e.value.category == "invalid_argument"
+        msg = str(e.value)
+        assert "'edge'" in msg and f"max_meta_bytes ({limit} bytes)" in msg, msg
+        sender.shutdown()
+        events = list(consumer)
+    assert type(events[-1]).__name__ == "BlobAborted", events
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -4,6 +4,9 @@ for), over the in-process transport and TCP on 127.0.0.1."""
 
 from __future__ import annotations
 
+import threading
+
+import numpy as np
 import pytest
 import torch
 
@@ -44,6 +47,23 @@ def test_emit_many_refuses_sequences_of_different_lengths_and_emits_nothing():
         events = list(consumer)
     assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
     assert events[0].key == "only"
+
+
+def test_an_emit_many_error_names_the_entry_index_and_key_keeping_its_type():
+    with Pair("inproc", consumer_options={"max_key_bytes": 8}) as (sender, consumer):
+        blob = sender.open_blob(tag=b"many")
+        with pytest.raises(TypeError) as e:  # pickle's own error, "cannot pickle"
+            blob.emit_many(["a", "b", "bad"], [1, 2, threading.Lock()])
+        assert str(e.value).startswith("emit_many: entry 2 (key 'bad'): "), str(e.value)
+        with pytest.raises(bf.FormatError) as f:
+            blob.emit_many(["c", "123456789"], [4, 5])
+        assert f.value.category == "invalid_argument"
+        assert str(f.value).startswith("emit_many: entry 1 (key '123456789'): "), str(f.value)
+        assert "max_key_bytes (8 bytes)" in str(f.value)
+        blob.finish()  # entries before the bad ones stay emitted
+        sender.shutdown()
+        events = list(consumer)
+    assert [ev.key for ev in events if isinstance(ev, bf.EntryReady)] == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -94,17 +114,22 @@ def test_send_blob_refuses_sequences_of_different_lengths_before_opening_a_blob(
 
 
 def test_a_send_blob_failure_met_later_is_raised_once_by_the_next_call():
-    # The entry's meta (key, dtype, shape) passes the Python checks but is
-    # longer than the consumer's max_meta_bytes, which only the C++ sender
-    # checks, after send_blob returned: the blob is aborted, and the next
-    # call on the Sender raises that error, once.
-    wide = torch.zeros((1,) * 40)
-    with Pair("inproc", consumer_options={"max_meta_bytes": 64}) as (sender, consumer):
-        sender.send_blob(["ok", "wide"], [torch.zeros(1), wide], tag=b"late")
+    # The entry's meta passes the check at emit (planned alone, at offset
+    # 0) but, at its offset in the blob (past 64 KiB: a uint32, not a
+    # fixint), is longer than the consumer's max_meta_bytes, which only the
+    # C++ sender sees, after send_blob returned: the blob is aborted, and
+    # the next call on the Sender raises that error, once.
+    shape = (1,) * 12
+    wide = torch.ones(shape, dtype=torch.uint8)
+    limit = len(bf.Entry("wide", 0, 1, "t", "uint8", shape).meta_msgpack())
+    assert len(bf.Entry("wide", 1 << 17, 1, "t", "uint8", shape).meta_msgpack()) > limit
+    with Pair("inproc", consumer_options={"max_meta_bytes": limit}) as (sender, consumer):
+        sender.send_blob(["ok", "wide"], [np.zeros(1 << 17, np.uint8), wide], tag=b"late")
         with pytest.raises(bf.FormatError) as e:
             sender.flush()
         assert e.value.category == "invalid_argument"
         assert "send_blob (tag 6c617465" in str(e.value) and "'wide'" in str(e.value)
+        assert f"max_meta_bytes ({limit} bytes)" in str(e.value), str(e.value)
         sender.send_blob(["next"], [1], tag=b"next")  # raised once: the Sender goes on
         sender.shutdown()
         events = list(consumer)

@@ -46,7 +46,9 @@
 // yielded and the application still holds moves out of the window, its
 // credit going back to the sender, while the entries so moved fit in
 // held_bytes; dropping it then frees the allowance, not the window. So
-// the entry credit of one consumer stays within window_bytes + held_bytes.
+// the entry credit of one consumer stays within window_bytes + held_bytes
+// (the window is not a hard limit: one larger entry, admitted alone, takes
+// its own credit instead).
 // An application that holds more than that, and waits for an entry that
 // cannot come, gets timed_out after held_timeout, naming both, instead of
 // waiting forever.
@@ -194,8 +196,9 @@ struct consumer_options {
   /// does, never starves the sender: it completes whenever each single
   /// entry fits in the window. Entries of an assembled blob
   /// (assemble_mode::memory) stay in the window. Memory: the consumer's
-  /// entries take at most window_bytes (or their share of the pool) +
-  /// held_bytes of credit. Default (held_bytes_of_window): window_bytes,
+  /// entries take at most window_bytes (or their share of the pool; or
+  /// one entry's credit, when a single entry larger than the window was
+  /// admitted alone) + held_bytes of credit. Default (held_bytes_of_window): window_bytes,
   /// which is what lets any entry that fits the window be held while the
   /// next one comes. 0: entries hold window credit until dropped.
   std::uint64_t held_bytes = held_bytes_of_window;

@@ -314,6 +314,11 @@ class sender {
   /// The consumer's key limit from its handshake, bytes: emit refuses a
   /// longer key (invalid_argument).
   std::uint32_t max_key_bytes() const noexcept;
+  /// The consumer's limit on an entry's meta (its index row: msgpack of
+  /// offset, length, kind, dtype and shape) from its handshake, bytes: emit
+  /// refuses an entry whose meta is longer (invalid_argument; last_error()
+  /// names both sizes). A shape of many dimensions is what makes it long.
+  std::uint32_t max_meta_bytes() const noexcept;
   /// Credit taken (entries and tails framed) and not yet released by the
   /// consumer, bytes.
   std::uint64_t in_flight_bytes() const noexcept;

@@ -89,11 +89,121 @@ def _entry_as_dataclass() -> None:
         dtype: _Optional[str]
         shape: _Optional[tuple]
 
+    native = _blobpipe.Entry
     for name in ("__dataclass_fields__", "__dataclass_params__", "__match_args__"):
-        setattr(_blobpipe.Entry, name, getattr(Entry, name))
+        setattr(native, name, getattr(Entry, name))
+
+    # Frozen as the dataclass is: assigning or deleting any attribute raises
+    # dataclasses.FrozenInstanceError (an AttributeError) with its message.
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    native.__setattr__ = __setattr__
+    native.__delattr__ = __delattr__
+
+    # The dataclass takes any value for any field. The native Entry holds
+    # what a blob's index can: key a str, off and len ints in 0..2**64-1,
+    # kind a 1-character str, dtype None or a str, shape None or a tuple (or
+    # list) of ints. Fields beyond that make a _LooseEntry: an Entry (a
+    # subclass) that keeps them as given, and that compares, hashes, prints,
+    # pickles and answers to the dataclasses module as the reference's
+    # dataclass would with the same fields. decode_entry and meta_msgpack
+    # refuse it (FormatError: no index holds such a row).
+    global _native_new
+    native_new = _native_new = native.__new__
+
+    def fits(key, off, len_, kind, dtype, shape) -> bool:
+        return (type(key) is str and type(off) is int and type(len_) is int
+                and 0 <= off < 1 << 64 and 0 <= len_ < 1 << 64
+                and type(kind) is str and len(kind) == 1
+                and (dtype is None or type(dtype) is str)
+                and (shape is None or (type(shape) is tuple and all(
+                    type(d) is int and -(1 << 63) <= d < 1 << 63 for d in shape))))
+
+    def __new__(cls, *args, **kwargs):
+        # (No arguments: unpickling an Entry pickled by blobpipe 0.1.0,
+        # whose __setstate__ fills it; Entry() alone then fails in __init__.)
+        if (args or kwargs) and (cls is native or cls is _LooseEntry):  # (replace() of a loose one calls its class)
+            try:
+                fields = _entry_fields(*args, **kwargs)
+            except TypeError as e:  # missing, repeated or unknown arguments, as the dataclass says
+                raise TypeError(str(e).replace("_entry_fields()", "Entry.__init__()")) from None
+            if not fits(*fields):
+                return _LooseEntry._make(fields)
+            if cls is _LooseEntry:  # fields that fit: a native Entry, made here
+                self = native_new(native)
+                native.__init__(self, *fields)
+                return self
+        return native_new(cls)
+
+    native.__new__ = __new__
+    # Pickled (and copied) as the fields, made again by Entry(*fields).
+    native.__reduce__ = lambda self: (native, (self.key, self.off, self.len, self.kind,
+                                                self.dtype, self.shape))
+
+
+_native_new = None  # pybind11's __new__ of the native Entry
+
+
+def _entry_fields(key, off, len, kind, dtype, shape):  # noqa: A002 - the field's name
+    return key, off, len, kind, dtype, shape
 
 
 _entry_as_dataclass()
+
+
+class _LooseEntry(Entry):
+    """An ``Entry`` whose fields no blob index holds (``Entry(...)`` makes
+    one for such fields, as the reference's dataclass takes any value): the
+    fields as given, compared, hashed and printed as the dataclass would."""
+
+    @classmethod
+    def _make(cls, fields):
+        self = _native_new(cls)
+        _blobpipe.Entry.__init__(self, "", (1 << 64) - 1, 0, "p", None, None)  # never decoded
+        object.__setattr__(self, "_fields", tuple(fields))
+        return self
+
+    def __init__(self, *args, **kwargs):  # made by _make; Entry(...) calls this again
+        pass
+
+    key = property(lambda self: self._fields[0])
+    off = property(lambda self: self._fields[1])
+    len = property(lambda self: self._fields[2])
+    kind = property(lambda self: self._fields[3])
+    dtype = property(lambda self: self._fields[4])
+    shape = property(lambda self: self._fields[5])
+
+    def __eq__(self, other):
+        if isinstance(other, Entry):
+            return self._fields == (other.key, other.off, other.len, other.kind, other.dtype,
+                                    other.shape)
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash(self._fields)
+
+    def __repr__(self):
+        return "Entry(" + ", ".join(f"{n}={v!r}" for n, v in zip(
+            ("key", "off", "len", "kind", "dtype", "shape"), self._fields)) + ")"
+
+    def __reduce__(self):
+        return (Entry, self._fields)
+
+    def meta(self):
+        """The location map, as ``Entry.meta``."""
+        key, off, len_, kind, dtype, shape = self._fields
+        return {"o": off, "n": len_, "k": kind, "d": dtype, "s": list(shape or ())}
+
+    def meta_msgpack(self):
+        raise FormatError(f"no blob index holds the row {self!r}", "invalid_argument")
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ KIND_PICKLE: str
 
 class Entry:
     def __init__(self, key: str, off: int, len: int, kind: str, dtype: Optional[str],
-                 shape: Optional[Iterable[int]]) -> None: ...
+                 shape: Optional[Tuple[int, ...]]) -> None: ...
     @property
     def key(self) -> str: ...
     @property
@@ -91,8 +91,9 @@ class Blob:
         (entries up to Sender.inline_bytes copied, and torch tensors whose
         bytes torch may reallocate; larger ones held until a later call on
         the sender). Blocks only while the queue is full.
-        Raises FormatError (value refused, or a key longer than
-        Sender.max_key_bytes: nothing sent, the blob stays usable),
+        Raises FormatError (value refused, a key longer than
+        Sender.max_key_bytes, or an entry whose meta is longer than
+        Sender.max_meta_bytes: nothing sent, the blob stays usable),
         ClosedError, or the connection's StreamError."""
     def emit_many(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
         """emit(keys[i], values[i]) for each i, in one call. Raises as emit,
@@ -124,6 +125,10 @@ class Sender:
     @property
     def max_key_bytes(self) -> int:
         """The consumer's key limit, bytes (UTF-8): emit refuses longer keys."""
+    @property
+    def max_meta_bytes(self) -> int:
+        """The consumer's limit on an entry's meta (its index row), bytes:
+        emit refuses an entry whose meta is longer."""
     @property
     def queue_bytes(self) -> int:
         """emit() blocks while more than this many bytes are queued."""

@@ -116,8 +116,12 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             ``ucx://address:port`` (IPv4 only) or ``inproc://NAME``; a host
             name listens on its address (``Listener.url`` says which).
         options (keywords), for every Consumer it accepts:
-            window_bytes: the most bytes the consumer holds (entries not yet
-                freed, plus a tail being checked), bytes (default 64 MiB).
+            window_bytes: the credit of the bytes the consumer holds
+                (entries not yet freed, plus a tail being checked), bytes
+                (default 64 MiB). Not a hard limit: one entry (or tail)
+                larger than the window is admitted alone, when nothing else
+                is held (so no window size deadlocks); ``max_entry_bytes``
+                bounds that one.
             allow_pickle: False gives kind ``p`` entries as bytes instead of
                 unpickling them (unpickling runs code chosen by the sender:
                 pass False for peers you do not trust).
@@ -130,8 +134,9 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 values the iteration has given you and you still hold leave
                 the window for it, oldest first, while they fit, so the
                 sender goes on (a loop that keeps the previous event never
-                starves it). Memory: window_bytes + held_bytes of entry
-                credit per Consumer (docs/reliability.md "Held entries").
+                starves it). Memory: the larger of window_bytes and one
+                entry's credit, + held_bytes, of entry credit per Consumer
+                (docs/reliability.md "Held entries").
             held_timeout: seconds the iteration may wait while you hold more
                 than held_bytes and part of the window too, nothing arriving
                 (default 30; None or 0: no limit); then TimedOutError, whose
