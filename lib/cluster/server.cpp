@@ -86,6 +86,7 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
   deadline.cancel();
   cn->raw = nullptr;
+  if (!ec && cn->ended) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
     ++s->counts.handshake_failures;
     co_return;
@@ -110,6 +111,25 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   }
 }
 
+/// Frees the slot of the oldest connection still in its handshake: closes
+/// it and counts it out at once (its serve() ends on its own; the failure
+/// is counted there). An honest hello takes one round trip, so the oldest
+/// unfinished handshake is the likeliest to be a silent or trickling peer.
+/// False when every open connection has finished its handshake.
+bool reclaim_a_handshake(server_state& s) {
+  for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
+    server_conn& cn = *it->second;
+    if (cn.ended || cn.c || cn.raw == nullptr) continue;
+    cn.ended = true;  // serve()'s exit then leaves the count alone
+    --s.live;
+    transport* raw = std::exchange(cn.raw, nullptr);
+    s.conns.erase(it);
+    raw->close();  // consumer::start fails with closed, serve() ends
+    return true;
+  }
+  return false;
+}
+
 asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
   while (s->accepting) {
     auto [ec, t] = co_await s->lis->accept();
@@ -122,7 +142,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    if (s->live >= s->opt.max_connections) {
+    // Full: a connection still in its handshake gives way first; only
+    // when every slot holds a finished handshake is the new one refused.
+    if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       ++s->counts.refused;
       continue;  // dropping the transport closes it
     }
