@@ -103,7 +103,7 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
       s->push({server_event_kind::connection_closed, cn->info, std::move(ev)});
       break;
     }
-    auto outcomes = s->groups.observe(ev, clock::now());
+    auto outcomes = s->groups.observe(ev, clock::now(), cn->info->id);
     s->push({kind_of(ev.kind), cn->info, std::move(ev)});
     s->push_groups(outcomes);
     s->watch_groups();
@@ -183,7 +183,10 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
       lis(std::move(l)),
       pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes, opt.stream_bytes)),
       ready(ex),
-      groups({opt.group_timeout, opt.max_open_groups, opt.max_open_groups}),
+      groups({.timeout = opt.group_timeout,
+              .max_open = opt.max_open_groups,
+              .max_open_per_opener = opt.max_open_groups_per_connection,
+              .remembered = opt.max_open_groups}),
       group_timer(ex) {
   // Resend sessions reconnect to this server: its connections share a log
   // (not the process's, which other servers in the process share).

@@ -93,7 +93,14 @@ struct server_options {
   /// A group not complete this long after its first member's first event
   /// is aborted with timed_out (0: never).
   std::chrono::milliseconds group_timeout{60'000};
+  /// Groups open at once (a group beyond it is aborted at once with
+  /// too_large).
   std::size_t max_open_groups = 65536;
+  /// Groups open at once that one connection opened (its member's event
+  /// came first), so that one connection cannot take every slot: a group
+  /// it would open beyond this is aborted at once with too_large. The slot
+  /// is charged until the group ends, whoever completes it.
+  std::size_t max_open_groups_per_connection = 4096;
   /// Accept entry timestamps (feature_entry_timestamps) for the latency
   /// histogram; received_entry::sent_ns is then set.
   bool latency = true;
