@@ -124,7 +124,7 @@ BOOST_AUTO_TEST_CASE(sparse_64_gib_file_with_an_empty_index_is_refused_at_once,
 }
 
 // A footer claiming a 4 GiB index that the file does not hold: all of it
-// a hole (zeros), or an array header for a million rows and then a hole.
+// a hole (zeros), or an array header for 4 billion rows and then a hole.
 // The CLI reads the index in pieces and refuses the first piece that
 // cannot begin an array of rows (malformed_index); it used to allocate and
 // read all 4 GiB first (4.2 GB RSS, issue 26). Under a 64 MiB heap limit a
@@ -157,7 +157,7 @@ BOOST_AUTO_TEST_CASE(sparse_file_claiming_a_4_gib_index_is_refused_from_its_firs
 #endif
   const std::vector<std::string> paths = {
       write_sparse("sparse_index_zeros.blob", {}),
-      write_sparse("sparse_index_rows.blob", {0xdd, 0x00, 0x10, 0x00, 0x00})};
+      write_sparse("sparse_index_rows.blob", {0xdd, 0xf0, 0x00, 0x00, 0x00})};
   for (const auto& path : paths) {
     for (const char* cmd : {"verify", "inspect"})
       check_invalid(run_process(cli_path(), {cmd, path}, std::nullopt, env), "malformed_index");
