@@ -370,6 +370,7 @@ BOOST_AUTO_TEST_CASE(silent_connections_hold_no_large_buffer) {
   };
   BOOST_TEST_REQUIRE(r.await(open_is(n)));
   const std::int64_t per_connection = (testing::detail::heap_live() - before) / std::int64_t{n};
+  BOOST_TEST_MESSAGE(per_connection << " bytes of heap per silent connection");
   // Both ends of each connection are in this process: the server's state
   // and buffer, and the client transport.
   BOOST_TEST(per_connection < std::int64_t{64} << 10, per_connection << " bytes each");
