@@ -140,10 +140,10 @@ double stream(const options& o, const mode& m, const std::byte* src, std::uint64
     for (;;) {
       auto ev = co_await c->next();
       if (ev.kind == event_kind::end_of_stream) {
-        if (ev.error) failure = "stream: " + ev.reason;
+        if (ev.error) failure = "stream: " + escape(ev.reason);
         break;
       }
-      if (ev.kind == event_kind::blob_aborted) failure = "blob aborted: " + ev.reason;
+      if (ev.kind == event_kind::blob_aborted) failure = "blob aborted: " + escape(ev.reason);
       if (ev.kind != event_kind::entry_ready) continue;
       if (++got == count) {
         secs = seconds_since(t0);

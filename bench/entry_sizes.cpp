@@ -186,7 +186,7 @@ double run_blobpipe(link l, const workload& w, std::size_t per_blob, std::string
       auto ev = co_await c.next();
       if (ev.kind == bp::event_kind::entry_ready) ++received;
       if (ev.kind == bp::event_kind::end_of_stream) {
-        if (ev.error) error = "stream: " + ev.reason;
+        if (ev.error) error = "stream: " + bp::escape(ev.reason);
         break;
       }
     }

@@ -198,7 +198,7 @@ recv_fn drain(timings& t) {
           t.last_blob = clock_type::now();
           break;
         case bp::event_kind::blob_aborted:
-          throw std::runtime_error("blob aborted: " + ev.reason);
+          throw std::runtime_error("blob aborted: " + bp::escape(ev.reason));
         case bp::event_kind::end_of_stream:
           check(ev.error, "end of stream");
           co_return;

@@ -319,11 +319,11 @@ asio::awaitable<void> serve_pipeline(const args& a, std::unique_ptr<bp::transpor
         timed_bytes = bytes;
       }
     } else if (ev.kind == bp::event_kind::blob_aborted) {
-      std::fprintf(stderr, "server: blob aborted: %s\n", ev.reason.c_str());
+      std::fprintf(stderr, "server: blob aborted: %s\n", bp::escape(ev.reason).c_str());
       co_return;
     } else {
       if (ev.error) {
-        std::fprintf(stderr, "server: %s %s\n", ev.error.message().c_str(), ev.reason.c_str());
+        std::fprintf(stderr, "server: %s %s\n", ev.error.message().c_str(), bp::escape(ev.reason).c_str());
         co_return;
       }
       break;

@@ -123,6 +123,48 @@ BOOST_AUTO_TEST_CASE(sparse_64_gib_file_with_an_empty_index_is_refused_at_once,
   fs::remove(path);
 }
 
+// A footer claiming a 4 GiB index that the file does not hold: all of it
+// a hole (zeros), or an array header for 4 billion rows and then a hole.
+// The CLI reads the index in pieces and refuses the first piece that
+// cannot begin an array of rows (malformed_index); it used to allocate and
+// read all 4 GiB first (4.2 GB RSS, issue 26). Under a 64 MiB heap limit a
+// whole-index read fails as too_large instead.
+BOOST_AUTO_TEST_CASE(sparse_file_claiming_a_4_gib_index_is_refused_from_its_first_piece,
+                     *boost::unit_test::timeout(120)) {
+  const std::uint32_t index_len = 0xffff'ff00;
+  auto write_sparse = [&](const std::string& name, std::vector<std::uint8_t> head) {
+    const std::string path = (scratch_dir() / name).string();
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    BOOST_TEST_REQUIRE(fd >= 0);
+    BOOST_TEST_REQUIRE(::ftruncate(fd, off_t{index_len} + off_t{bp::FOOTER_SIZE}) == 0);
+    if (!head.empty())
+      BOOST_TEST_REQUIRE(::pwrite(fd, head.data(), head.size(), 0) ==
+                         static_cast<ssize_t>(head.size()));
+    bp::footer f;
+    f.index_off = 0;
+    f.index_len = index_len;
+    std::byte foot[bp::FOOTER_SIZE];
+    bp::encode_footer(f, foot);
+    BOOST_TEST_REQUIRE(::pwrite(fd, foot, sizeof foot, off_t{index_len}) ==
+                       static_cast<ssize_t>(sizeof foot));
+    ::close(fd);
+    return path;
+  };
+  std::vector<std::string> env;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  env = {"LD_PRELOAD=" + (runfiles_root() / "test" / "heap_limit_preload.so").string(),
+         "BLOBPIPE_TEST_HEAP_LIMIT=67108864"};
+#endif
+  const std::vector<std::string> paths = {
+      write_sparse("sparse_index_zeros.blob", {}),
+      write_sparse("sparse_index_rows.blob", {0xdd, 0xf0, 0x00, 0x00, 0x00})};
+  for (const auto& path : paths) {
+    for (const char* cmd : {"verify", "inspect"})
+      check_invalid(run_process(cli_path(), {cmd, path}, std::nullopt, env), "malformed_index");
+    fs::remove(path);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(keys_with_control_characters_are_escaped_in_cli_output) {
   const std::string key = "\x1b]0;owned\x07\x1b[2J\xc2\x9b" "1m";
   const auto path = write_blob("ctl.blob", {u8(key, 0, 8)}, 64);

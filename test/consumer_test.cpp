@@ -22,6 +22,7 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include "blobpipe/protocol/framer.hpp"
 #include "test/pipeline_fixture.hpp"
 
 using namespace blobpipe;
@@ -861,6 +862,91 @@ BOOST_AUTO_TEST_CASE(consumer_rejects_garbage_bytes_on_tcp) {
   auto bytes = std::as_bytes(std::span(http));
   auto o = run_raw_tcp({bytes.begin(), bytes.end()}, false, {});
   BOOST_TEST((o.start_error == errc::protocol_violation));
+}
+
+// A sender that writes its whole stream (hello, a blob, close) before the
+// consumer's hello reply, and then hangs up without reading it (issue 26:
+// the stream was dropped as "handshake: closed"). Its bytes are all in the
+// consumer's socket: they are decoded, the blob completes, and the stream
+// ends as the close frame says; the reply that could not be written does
+// not matter to a sender that is gone. With `hang_up` false the sender
+// waits for the consumer to hang up, as a pipelining but polite peer.
+BOOST_AUTO_TEST_CASE(a_stream_written_before_the_hello_reply_is_decoded) {
+  const tag_t tag = [] {
+    tag_t t{};
+    t[0] = std::byte{7};
+    return t;
+  }();
+  // 400 B: the whole stream comes in the hello's read; 16 KB: in several
+  // (and fits the socket buffers unread).
+  for (const std::size_t n : {100, 4000}) {
+  const std::vector<float> x(n, 1.5f);
+  outbox o;
+  frame_hello(o, hello{});
+  frame_blob_begin(o, 1, tag);
+  layout_builder b;
+  const planned_entry* pe = b.add("x", value::tensor(x)).value();
+  frame_entry_begin(o, 1, 0, pe->entry, pe->entry.meta());
+  frame_data(o, 1, pe->entry.off, std::as_bytes(std::span(x)), default_chunk_bytes, true);
+  const auto plan = b.finish(tag).value();
+  std::vector<std::byte> tail(tail_size(plan));
+  BOOST_TEST_REQUIRE(write_tail(plan, tail).has_value());
+  frame_tail(o, 1, tail);
+  frame_close(o, "all sent");
+  std::vector<std::byte> stream;
+  for (const auto& piece : o.pieces()) {
+    const auto bytes = piece.bytes(o);
+    stream.insert(stream.end(), bytes.begin(), bytes.end());
+  }
+  for (bool hang_up : {true, false}) {
+    BOOST_TEST_CONTEXT(n * 4 << " bytes, hang_up " << hang_up) {
+      runner r;
+      outcome out;
+      auto lis = tcp::listen(r.ex(), 0).value();
+      asio::ip::tcp::socket raw(r.ex());
+      consumer c;
+      bool written = false;
+      asio::steady_timer sent(r.ex(), asio::steady_timer::time_point::max());
+      auto play = [&]() -> asio::awaitable<void> {
+        co_await raw.async_connect({asio::ip::make_address("127.0.0.1"), lis.port()},
+                                   asio::use_awaitable);
+        co_await asio::async_write(raw, asio::buffer(stream), asio::use_awaitable);
+        written = true;
+        sent.cancel();
+        if (hang_up) {
+          raw.close();  // never reads the reply: the consumer's hello hits a closed socket
+          co_return;
+        }
+        std::array<std::byte, 64> sink;
+        for (;;) {
+          auto [ec, n] = co_await raw.async_read_some(
+              asio::buffer(sink), asio::experimental::as_tuple(asio::use_awaitable));
+          if (ec) break;
+        }
+      };
+      auto judge = [&]() -> asio::awaitable<void> {
+        auto [aec, t] = co_await lis.accept();
+        BOOST_TEST_REQUIRE(!aec);
+        // The whole stream is in the socket before the consumer reads it.
+        if (!written) co_await sent.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+        auto [ec, started] = co_await consumer::start(std::move(t));
+        out.start_error = ec;
+        if (ec) co_return;
+        c = std::move(started);
+        co_await collect(c, out);
+      };
+      r.spawn(play());
+      r.spawn(judge());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!out.start_error, out.start_error.message());
+      BOOST_TEST_REQUIRE(!out.events.empty());
+      BOOST_TEST(out.any_complete());
+      BOOST_TEST((out.last().kind == event_kind::end_of_stream));
+      BOOST_TEST(!out.last().error, out.last().error.message() << ": " << out.last().reason);
+      BOOST_TEST(out.last().reason == "all sent");
+    }
+  }
+  }
 }
 
 // The decoder's refusals themselves, each named, in every chunking, are

@@ -472,6 +472,14 @@ BOOST_AUTO_TEST_CASE(quote_escapes_what_a_terminal_would_act_on) {
   BOOST_TEST(bp::quote("ab\xc3\xa9", 3) == "'ab'...");  // never half a character
 }
 
+BOOST_AUTO_TEST_CASE(escape_is_quote_without_the_quotes) {
+  BOOST_TEST(bp::escape("gone\n OK: every sample arrived") == "gone\\n OK: every sample arrived");
+  BOOST_TEST(bp::escape("a\x1b[2Jb it's") == "a\\x1b[2Jb it\\'s");
+  BOOST_TEST(bp::escape("\xc2\x9b" "31m") == "\\u009b31m");
+  BOOST_TEST(bp::escape(std::string(100, 'k')) == std::string(100, 'k'));  // no limit by default
+  BOOST_TEST(bp::escape("abcd", 2) == "ab...");
+}
+
 BOOST_AUTO_TEST_CASE(errors_escape_keys_with_control_characters) {
   const std::string key = "\x1b]0;owned\x07\x1b[2J";
   bp::Entry e{key, 0, 8, 't', std::string("float32"), bp::shape_t{3}};

@@ -112,3 +112,26 @@ BOOST_AUTO_TEST_CASE(zero_handshake_timeout_waits_for_a_late_hello) {
   BOOST_TEST(!cec, cec.message());
   BOOST_TEST(!sec, sec.message());
 }
+
+// What a resend session says it will try (issue 26: the rollout workers
+// said "about 5 s" and tried for 96.6 s): max_attempts handshake bounds
+// plus the waits between them, as connect_loop runs them.
+BOOST_AUTO_TEST_CASE(resend_give_up_bound_counts_every_attempt_and_wait) {
+  sender_options o;
+  o.resend.max_attempts = 10;
+  o.resend.retry_delay = 100ms;
+  o.resend.max_retry_delay = 1000ms;
+  // 10 x 10 s, then 100 + 200 + 400 + 800 + 5 x 1000 ms of waits.
+  BOOST_TEST(resend_give_up_bound(o).count() == 106'500);
+  o.stall_timeout = 2s;  // shorter: it bounds each attempt
+  BOOST_TEST(resend_give_up_bound(o).count() == 26'500);
+  o.stall_timeout = 60s;  // longer: the handshake bound still holds
+  BOOST_TEST(resend_give_up_bound(o).count() == 106'500);
+  o.resend.max_attempts = 3;
+  o.resend.retry_delay = 1ms;
+  o.handshake_timeout = 50ms;
+  BOOST_TEST(resend_give_up_bound(o).count() == 153);  // the session below
+  o.handshake_timeout = 0ms;
+  o.stall_timeout = 0ms;
+  BOOST_TEST(resend_give_up_bound(o).count() == 0);  // no bound at all
+}

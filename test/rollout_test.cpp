@@ -23,6 +23,7 @@
 #include "blobpipe/transport/loopback.hpp"
 #include "examples/rollout/check.hpp"
 #include "examples/rollout/corpus.hpp"
+#include "examples/rollout/error_text.hpp"
 #include "examples/rollout/options.hpp"
 #include "examples/rollout/sample.hpp"
 #include "examples/rollout/trainer.hpp"
@@ -194,4 +195,30 @@ BOOST_AUTO_TEST_CASE(trainer_reports_an_exception_in_a_connection_and_ends) {
   BOOST_TEST(out.str().find("connection 0: std::bad_alloc") != std::string::npos, out.str());
   // Ended by the exception, not by the watchdog.
   BOOST_TEST(out.str().find("timed out") == std::string::npos, out.str());
+}
+
+// A blob_abort reason is the peer's text: a newline in it must not start a
+// line of the trainer's report, so "\n OK: every sample arrived" cannot
+// forge the pass line (issue 26); an escape sequence reaches no terminal.
+BOOST_AUTO_TEST_CASE(abort_reason_cannot_forge_a_report_line) {
+  auto builder = std::make_shared<const rollout::sample_builder>(rollout::corpus::embedded());
+  auto check = rollout::make_batch_check(builder, 2);
+  blobpipe::event ev;
+  ev.kind = blobpipe::event_kind::blob_aborted;
+  ev.error = make_error_code(blobpipe::errc::aborted);
+  ev.reason = "gone\n OK: every sample arrived\r\x1b[2J";
+  check->on_aborted(0, ev);
+  std::ostringstream out;
+  BOOST_TEST(!check->report(out));
+  const std::string text = out.str();
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    BOOST_TEST(line.find("OK:") != 0u, text);
+    BOOST_TEST(line.find(" OK:") != 0u, text);
+  }
+  BOOST_TEST(text.find("gone\\n OK: every sample arrived\\r\\x1b[2J") != std::string::npos, text);
+  BOOST_TEST(text.find('\r') == std::string::npos, text);
+  BOOST_TEST(text.find('\x1b') == std::string::npos, text);
+  // The error text the trainer prints for a connection's end, too.
+  BOOST_TEST(rollout::error_text(ev.error, ev.reason).find('\n') == std::string::npos);
 }

@@ -218,3 +218,69 @@ BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
   BOOST_TEST((g->error == errc::closed), g->error.message());
   BOOST_TEST(has(g->reason, "group 8: 1 of 3 members complete when"), g->reason);
 }
+
+// Issue 26 item 4: open-group slots are charged to the connection whose
+// member opened the group, and one connection may hold at most
+// max_open_groups_per_connection of them. Here 3 slots, 2 per connection:
+// connection A opens groups 1 and 2 and is refused group 3 (too_large,
+// naming its connection), so connection B still opens group 4 and
+// completes it; A's second members then complete 1 and 2. Without the
+// per-connection count A would hold all three slots and B's group would
+// be refused. A slot comes back when its group ends: A then opens and
+// completes group 5.
+BOOST_AUTO_TEST_CASE(one_connection_cannot_take_every_open_group_slot) {
+  runner r;
+  server_options opt;
+  opt.max_open_groups = 3;
+  opt.max_open_groups_per_connection = 2;
+  auto srv = server::listen(r.ex(), "inproc://groups-per-connection", opt).value();
+  seen_all got;
+  gate a_opened(r.ex()), b_done(r.ex());
+  auto stop = stop_after(srv, 2);
+  r.spawn(application(srv, got, [&](const server_event& ev) {
+    // A's third member was observed (its group opened or refused).
+    if (ev.kind == server_event_kind::blob_complete && ev.ev.tag == numbered_tag(1, 2))
+      a_opened.open();
+    stop(ev);
+  }));
+  auto sender_a = [&]() -> asio::awaitable<void> {
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(member(s, 1, 0, blob_group{1, 2}));
+    BLOBPIPE_CO_CHECK(member(s, 1, 1, blob_group{2, 2}));
+    BLOBPIPE_CO_CHECK(member(s, 1, 2, blob_group{3, 2}));
+    co_await b_done.wait();
+    BLOBPIPE_CO_CHECK(member(s, 1, 3, blob_group{1, 2}));
+    BLOBPIPE_CO_CHECK(member(s, 1, 4, blob_group{2, 2}));
+    // Groups 1 and 2 ended: their slots are A's again.
+    BLOBPIPE_CO_CHECK(member(s, 1, 5, blob_group{5, 2}));
+    BLOBPIPE_CO_CHECK(member(s, 1, 6, blob_group{5, 2}));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+  };
+  auto sender_b = [&]() -> asio::awaitable<void> {
+    co_await a_opened.wait();
+    auto [sec, s] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!sec);
+    BLOBPIPE_CO_CHECK(member(s, 2, 0, blob_group{4, 2}));
+    BLOBPIPE_CO_CHECK(member(s, 2, 1, blob_group{4, 2}));
+    BLOBPIPE_CO_CHECK(s.shutdown());
+    b_done.open();
+  };
+  r.spawn(sender_a());
+  r.spawn(sender_b());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(all_bytes_ok(got.events), "an entry's bytes or key were not its own");
+  const group_seen* refused = got.find(3);
+  BOOST_TEST_REQUIRE(refused != nullptr);
+  BOOST_TEST(!refused->complete);
+  BOOST_TEST((refused->error == errc::too_large), refused->error.message());
+  BOOST_TEST(has(refused->reason, "group 3: its connection has 2 groups open"), refused->reason);
+  for (std::uint64_t id : {1u, 2u, 4u, 5u}) {
+    const group_seen* g = got.find(id);
+    BOOST_TEST_REQUIRE(g != nullptr, "group " << id);
+    BOOST_TEST(g->complete, "group " << id << ": " << g->reason);
+  }
+  const auto st = srv.stats();
+  BOOST_TEST(st.groups_complete == 4u);
+  BOOST_TEST(st.groups_aborted == 1u);
+}

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "test/cluster_fixture.hpp"
+#include "test/heap_counter.hpp"
+#include "test/skip.hpp"
 
 using namespace blobpipe;
 using namespace blobpipe::testing;
@@ -266,6 +268,113 @@ BOOST_AUTO_TEST_CASE(connections_beyond_the_cap_are_refused) {
   BOOST_TEST(st.accepted == 2u);
   BOOST_TEST(st.refused == 1u);
   BOOST_TEST(st.open == 2u);
+  srv.close();
+}
+
+// Issue 26 item 2: silent sockets and a slowloris (a hello's header and a
+// few of its bytes, then nothing) take every slot; honest senders still get
+// in and complete: the oldest connection still in its handshake gives way
+// (no handshake timeout here, so nothing else frees a slot), and nobody is
+// refused. It used to refuse every honest sender ("no rank could be
+// reached").
+BOOST_AUTO_TEST_CASE(connections_still_in_their_handshake_give_way_to_honest_senders) {
+  runner r;
+  server_options opt;
+  opt.max_connections = 4;
+  opt.handshake_timeout = std::chrono::milliseconds(0);
+  opt.connection.handshake_timeout = std::chrono::milliseconds(0);  // the consumer's own
+  opt.connection.stall_timeout = std::chrono::milliseconds(0);      // a hello is owed: off
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  std::vector<std::unique_ptr<transport>> hostile;
+  for (int i = 0; i < 4; ++i) {
+    auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
+    BOOST_TEST_REQUIRE(!ec);
+    if (i == 3) {  // the slowloris
+      std::vector<std::byte> part(frame_header_size + 8);
+      encode_frame_header({.type = frame_type::hello, .length = hello_size},
+                          std::span(part).first<frame_header_size>());
+      const std::array<asio::const_buffer, 1> b{asio::buffer(part)};
+      BOOST_TEST_REQUIRE(!r.await(t->write(b)));
+    }
+    hostile.push_back(std::move(t));
+  }
+  // Every slot taken (the server accepts on its own time).
+  auto open_is = [&](std::uint64_t n) -> asio::awaitable<bool> {
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    for (int i = 0; i < 20'000; ++i) {
+      if (srv.stats().open == n) co_return true;
+      tick.expires_after(std::chrono::milliseconds(1));
+      co_await tick.async_wait(asio::use_awaitable);
+    }
+    co_return false;
+  };
+  BOOST_TEST_REQUIRE(r.await(open_is(4)));
+  std::vector<seen> events;
+  r.spawn(collect_into(srv, 2, events));
+  // Both connected at once: each takes a silent one's slot.
+  std::vector<sender> honest;
+  for (int i = 0; i < 2; ++i) {
+    auto [ec, s] = r.await(start_sender(srv.url()));
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    honest.push_back(std::move(s));
+  }
+  for (std::uint32_t who = 0; who < 2; ++who) {
+    auto& s = honest[who];
+    const auto ec = r.await(stream_blobs(s, {.who = who, .blobs = 2, .entries = 2, .bytes = 64, .group = {}}));
+    BOOST_TEST(!ec, ec.message());
+    const auto sec = r.await(s.shutdown());
+    BOOST_TEST(!sec, sec.message());
+  }
+  // The two oldest silent ones were closed for them.
+  for (int i = 0; i < 2; ++i) {
+    std::array<std::byte, 1> b{};
+    const auto rec = r.await(hostile[static_cast<std::size_t>(i)]->read_exact(b));
+    BOOST_TEST((rec == errc::peer_closed), rec.message());
+  }
+  auto st = srv.stats();
+  BOOST_TEST(st.refused == 0u);
+  BOOST_TEST(st.handshake_failures == 2u);
+  for (auto& t : hostile) t->close();
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(count(events, server_event_kind::blob_complete) == 4u);
+  BOOST_TEST(all_bytes_ok(events));
+}
+
+// Issue 26 item 2: a connection costs nothing large before its handshake.
+// 32 silent connections held 256 KiB of receive buffer each (1,100 of
+// them: 288 MB); now a hello-sized one (4 KiB), the rest once the hello
+// came. The heap the server holds for them is counted (test/heap_counter).
+BOOST_AUTO_TEST_CASE(silent_connections_hold_no_large_buffer) {
+  if (!testing::detail::heap_counting()) BLOBPIPE_SKIP("this build cannot count the heap");
+  runner r;
+  server_options opt;
+  opt.handshake_timeout = std::chrono::milliseconds(0);
+  opt.connection.handshake_timeout = std::chrono::milliseconds(0);
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  constexpr std::size_t n = 32;
+  std::vector<std::unique_ptr<transport>> silent;
+  const std::int64_t before = testing::detail::heap_live();
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
+    BOOST_TEST_REQUIRE(!ec);
+    silent.push_back(std::move(t));
+  }
+  auto open_is = [&](std::uint64_t want) -> asio::awaitable<bool> {
+    asio::steady_timer tick(co_await asio::this_coro::executor);
+    for (int i = 0; i < 20'000; ++i) {
+      if (srv.stats().open == want) co_return true;
+      tick.expires_after(std::chrono::milliseconds(1));
+      co_await tick.async_wait(asio::use_awaitable);
+    }
+    co_return false;
+  };
+  BOOST_TEST_REQUIRE(r.await(open_is(n)));
+  const std::int64_t per_connection = (testing::detail::heap_live() - before) / std::int64_t{n};
+  BOOST_TEST_MESSAGE(per_connection << " bytes of heap per silent connection");
+  // Both ends of each connection are in this process: the server's state
+  // and buffer, and the client transport.
+  BOOST_TEST(per_connection < std::int64_t{64} << 10, per_connection << " bytes each");
+  for (auto& t : silent) t->close();
   srv.close();
 }
 

@@ -32,9 +32,10 @@
 namespace rollout {
 
 /// One line for a blob_aborted event (its reason says why: the producer's
-/// words or what broke).
+/// words or what broke). The reason is the peer's text, escaped
+/// (blobpipe::escape): it can neither end the line nor forge another.
 inline std::string describe_abort(const blobpipe::event& ev) {
-  return "blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + ev.reason;
+  return "blob " + blobpipe::tag_hex(ev.tag) + " aborted: " + blobpipe::escape(ev.reason);
 }
 
 class checker {

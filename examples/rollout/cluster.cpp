@@ -46,7 +46,10 @@ std::uint32_t members_of(std::size_t g, const options& o) {
 
 // Workers of another process (--connect URL...) are resend sessions, so a
 // rank still starting is retried: 100 ms doubling to 1 s, ten attempts,
-// about 5.5 s in all (as the single trainer's workers wait 5 s).
+// about 5.5 s in all when nothing listens (as the single trainer's workers
+// wait 5 s). A rank that accepts and never answers costs each attempt its
+// handshake bound as well: the message says how long the worker tried and
+// the bound (blobpipe::resend_give_up_bound), not a fixed figure.
 constexpr std::uint32_t remote_connect_attempts = 10;
 constexpr auto remote_retry_delay = std::chrono::milliseconds(100);
 constexpr auto remote_max_retry_delay = std::chrono::milliseconds(1000);
@@ -97,21 +100,40 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
     ropt.sender.resend.retry_delay = remote_retry_delay;
     ropt.sender.resend.max_retry_delay = remote_max_retry_delay;
   }
+  const auto began = std::chrono::steady_clock::now();
   auto [ec, rt] = co_await blobpipe::router::start(ex, urls, ropt);
+  // What the retries took, and their bound, for the messages below.
+  auto tried = [&] {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    const double bound = blobpipe::resend_give_up_bound(ropt.sender).count() / 1e3;
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%u attempts in %.1f s (at most %.1f s: each up to %.1f s, waits 0.1 s "
+                  "doubling to 1 s)",
+                  remote_connect_attempts, took, bound,
+                  (ropt.sender.stall_timeout.count() > 0
+                       ? std::min(ropt.sender.stall_timeout, ropt.sender.handshake_timeout)
+                       : ropt.sender.handshake_timeout)
+                          .count() / 1e3);
+    return std::string(buf);
+  };
   // Every rank must be reached: a rank missing would fail its share.
   for (std::size_t d = 0; !ec && d < rt.size(); ++d) {
     if (auto e = rt.error(d)) {
       res.ec = e;
       res.what = who + "connect to rank " + std::to_string(d) + " (" + urls[d] + "): " +
-                 error_text(e, remote ? "retried for about 5 s (is that rank listening?)" : "");
+                 error_text(e, remote ? "gave up after " + tried() +
+                                            "; is that rank listening and answering?"
+                                      : "");
       rt.close();
       co_return res;
     }
   }
   if (ec) {
     res.ec = ec;
-    res.what = who + "connect: " + error_text(ec, remote ? "no rank could be reached in about "
-                                                           "5 s (are they listening?)"
+    res.what = who + "connect: " + error_text(ec, remote ? "no rank could be reached: gave up "
+                                                           "after " + tried() +
+                                                               "; are they listening?"
                                                          : "");
     co_return res;
   }

@@ -20,12 +20,13 @@ namespace rollout {
 
 /// The code's stable name (errc_name; the message for a code of another
 /// category), then ": reason" unless `reason` is empty or only the code's
-/// own message.
+/// own message. The reason is escaped (blobpipe::escape): control
+/// characters cannot forge a line or move the cursor.
 inline std::string error_text(std::error_code ec, std::string_view reason = {}) {
   std::string s = ec.category() == blobpipe::category() ? blobpipe::errc_name(ec) : ec.message();
   if (!reason.empty() && reason != ec.message()) {
     s += ": ";
-    s += reason;
+    s += blobpipe::escape(reason);  // often a peer's words: escaped, one line
   }
   return s;
 }

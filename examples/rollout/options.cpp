@@ -133,7 +133,10 @@ options:
                       to the (g mod K)-th URL (K URLs: ranks 0 .. K-1, as
                       the --listen processes were given them); each worker
                       is a resend session to every rank, retried for about
-                      5 s while the ranks start. Give every process the
+                      5 s while the ranks start (10 attempts; a rank that
+                      accepts and never answers costs each attempt up to
+                      10 s, the handshake bound: the error says how long
+                      it tried, and the bound). Give every process the
                       same --workers, --batch, --group-size and --seq-len
   --transport NAME    tcp (default) or ucx (UCX_TLS picks UCX's transports; docs/ucx.md)
   --timeout SECONDS   the trainer gives up after this long, and a worker

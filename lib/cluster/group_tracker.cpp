@@ -11,6 +11,8 @@ group_outcome group_tracker::end(std::uint64_t id, bool complete, std::error_cod
                                  std::string reason) {
   auto it = open_.find(id);
   group_outcome out{it->second.group, complete, ec, std::move(reason)};
+  if (auto o = opened_by_.find(it->second.opener); o != opened_by_.end() && --o->second == 0)
+    opened_by_.erase(o);
   open_.erase(it);
   ended_.insert(id);
   ended_order_.push_back(id);
@@ -21,7 +23,8 @@ group_outcome group_tracker::end(std::uint64_t id, bool complete, std::error_cod
   return out;
 }
 
-std::vector<group_outcome> group_tracker::observe(const event& ev, clock::time_point now) {
+std::vector<group_outcome> group_tracker::observe(const event& ev, clock::time_point now,
+                                                  std::uint64_t opener) {
   std::vector<group_outcome> out;
   if (!ev.group || ev.kind == event_kind::end_of_stream) return out;
   const blob_group& g = *ev.group;
@@ -33,17 +36,23 @@ std::vector<group_outcome> group_tracker::observe(const event& ev, clock::time_p
   }
   auto it = open_.find(g.id);
   if (it == open_.end()) {
-    if (open_.size() >= limits_.max_open) {
+    const auto mine = opened_by_.find(opener);
+    const std::size_t opened = mine == opened_by_.end() ? 0 : mine->second;
+    if (open_.size() >= limits_.max_open || opened >= limits_.max_open_per_opener) {
       // Not opened: refused at once (its later members are late ones).
-      open_[g.id] = state{g, 0, now};
+      const std::string why =
+          open_.size() >= limits_.max_open
+              ? "more than " + num(limits_.max_open) + " groups open"
+              : "its connection has " + num(opened) + " groups open, the most one may open";
+      open_[g.id] = state{g, 0, now, ~std::uint64_t{0}};  // charged to nobody
       out.push_back(end(g.id, false, make_error_code(errc::too_large),
-                        "group " + num(g.id) + ": more than " + num(limits_.max_open) +
-                            " groups open"));
+                        "group " + num(g.id) + ": " + why));
       return out;
     }
     const auto deadline =
         limits_.timeout.count() > 0 ? now + limits_.timeout : clock::time_point::max();
-    it = open_.emplace(g.id, state{g, 0, deadline}).first;
+    it = open_.emplace(g.id, state{g, 0, deadline, opener}).first;
+    ++opened_by_[opener];
   }
   state& st = it->second;
   if (st.group.size != g.size) {

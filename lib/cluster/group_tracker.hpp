@@ -37,6 +37,10 @@ class group_tracker {
     /// From the first member's first event (0: never).
     std::chrono::milliseconds timeout{60'000};
     std::size_t max_open = 65536;               ///< groups open at once
+    /// Groups open at once that one opener (a connection: the one whose
+    /// member's event opened the group) has opened, so that one cannot
+    /// take every slot.
+    std::size_t max_open_per_opener = 65536;
     std::size_t remembered = 65536;             ///< ended ids kept to ignore late members
   };
 
@@ -46,7 +50,10 @@ class group_tracker {
   /// blob_complete counts the member, blob_aborted (resend false) aborts
   /// the group, any event opens it. A group whose id ended already is not
   /// reopened (its late members are counted in late_members()).
-  std::vector<group_outcome> observe(const event& ev, clock::time_point now);
+  /// A group this event opens is charged to `opener` (the member's
+  /// connection) until it ends.
+  std::vector<group_outcome> observe(const event& ev, clock::time_point now,
+                                     std::uint64_t opener = 0);
   /// Aborts every group whose timeout passed (timed_out).
   std::vector<group_outcome> expire(clock::time_point now);
   /// Aborts every open group with `ec` ("... members complete when `why`").
@@ -62,11 +69,13 @@ class group_tracker {
     blob_group group;
     std::uint32_t completed = 0;
     clock::time_point deadline;
+    std::uint64_t opener = 0;
   };
   group_outcome end(std::uint64_t id, bool complete, std::error_code ec, std::string reason);
 
   limits limits_;
   std::unordered_map<std::uint64_t, state> open_;
+  std::unordered_map<std::uint64_t, std::size_t> opened_by_;  // opener -> groups open
   std::deque<std::uint64_t> ended_order_;  // ids of ended groups, oldest first
   std::unordered_set<std::uint64_t> ended_;
   std::uint64_t late_ = 0;

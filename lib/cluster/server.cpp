@@ -86,6 +86,7 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
   deadline.cancel();
   cn->raw = nullptr;
+  if (!ec && cn->ended) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
     ++s->counts.handshake_failures;
     co_return;
@@ -102,12 +103,31 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
       s->push({server_event_kind::connection_closed, cn->info, std::move(ev)});
       break;
     }
-    auto outcomes = s->groups.observe(ev, clock::now());
+    auto outcomes = s->groups.observe(ev, clock::now(), cn->info->id);
     s->push({kind_of(ev.kind), cn->info, std::move(ev)});
     s->push_groups(outcomes);
     s->watch_groups();
     s->drain_one(*cn);
   }
+}
+
+/// Frees the slot of the oldest connection still in its handshake: closes
+/// it and counts it out at once (its serve() ends on its own; the failure
+/// is counted there). An honest hello takes one round trip, so the oldest
+/// unfinished handshake is the likeliest to be a silent or trickling peer.
+/// False when every open connection has finished its handshake.
+bool reclaim_a_handshake(server_state& s) {
+  for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
+    server_conn& cn = *it->second;
+    if (cn.ended || cn.c || cn.raw == nullptr) continue;
+    cn.ended = true;  // serve()'s exit then leaves the count alone
+    --s.live;
+    transport* raw = std::exchange(cn.raw, nullptr);
+    s.conns.erase(it);
+    raw->close();  // consumer::start fails with closed, serve() ends
+    return true;
+  }
+  return false;
 }
 
 asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
@@ -122,7 +142,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       co_await pause.async_wait(use_tuple);
       continue;
     }
-    if (s->live >= s->opt.max_connections) {
+    // Full: a connection still in its handshake gives way first; only
+    // when every slot holds a finished handshake is the new one refused.
+    if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       ++s->counts.refused;
       continue;  // dropping the transport closes it
     }
@@ -161,7 +183,10 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
       lis(std::move(l)),
       pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes, opt.stream_bytes)),
       ready(ex),
-      groups({opt.group_timeout, opt.max_open_groups, opt.max_open_groups}),
+      groups({.timeout = opt.group_timeout,
+              .max_open = opt.max_open_groups,
+              .max_open_per_opener = opt.max_open_groups_per_connection,
+              .remembered = opt.max_open_groups}),
       group_timer(ex) {
   // Resend sessions reconnect to this server: its connections share a log
   // (not the process's, which other servers in the process share).

@@ -116,13 +116,11 @@ bool is_unicode_control(char32_t cp) {
          (cp >= 0x2066 && cp <= 0x2069);
 }
 
-}  // namespace
-
-std::string quote(std::string_view text, std::size_t max_bytes) {
+// Appends `text`, escaped as quote() says, to `out`: at most `max_bytes`
+// bytes of it. Returns how many bytes of `text` it took.
+std::size_t escape_into(std::string& out, std::string_view text, std::size_t max_bytes) {
   static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(std::min(text.size(), max_bytes) + 2);
-  out += '\'';
+  out.reserve(out.size() + std::min(text.size(), max_bytes) + 2);
   std::size_t i = 0;
   while (i < text.size()) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
@@ -151,8 +149,22 @@ std::string quote(std::string_view text, std::size_t max_bytes) {
     }
     i += len;
   }
+  return i;
+}
+
+}  // namespace
+
+std::string quote(std::string_view text, std::size_t max_bytes) {
+  std::string out = "'";
+  const std::size_t taken = escape_into(out, text, max_bytes);
   out += '\'';
-  if (i < text.size()) out += "...";
+  if (taken < text.size()) out += "...";
+  return out;
+}
+
+std::string escape(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  if (escape_into(out, text, max_bytes) < text.size()) out += "...";
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -23,6 +24,8 @@ namespace {
 // Index depth: the array of rows, each row, each row's shape.
 constexpr std::size_t index_depth = 3;
 constexpr std::uint32_t row_fields = 6;
+// read_index_file's first piece of an index, bytes (then doubling).
+constexpr std::size_t first_index_read_bytes = std::size_t{1} << 20;
 
 // Reads the header of row `i`, which must be an array of six fields.
 result<void> read_row_header(detail::msgpack_reader& r, std::size_t i) {
@@ -217,16 +220,31 @@ result<blob_index> read_index_file(std::FILE* file, std::uint64_t off, std::uint
   auto f = read_footer({tail, tail_len});
   if (!f) return f.err();
   if (auto r = check_index_range(*f, nbytes); !r) return r.err();
-  // Read 2: the index, whose length is now bounded by the blob's size (a
-  // file may still claim gigabytes of it, so a failed allocation is an
-  // error, not an exception).
+  // Read 2: the index, whose length is now bounded by the blob's size. A
+  // file may still claim gigabytes of it that are not on disk (a sparse
+  // file's hole reads as zeros), so it is read in pieces, doubling from
+  // first_index_read_bytes: each piece is checked to still begin an array
+  // of rows before the next is allocated, and memory grows only with bytes
+  // that could be a real index. A failed allocation is an error, not an
+  // exception.
   std::vector<std::byte> index;
-  try {
-    index.resize(f->index_len);
-  } catch (const std::bad_alloc&) {
-    return allocation_error("out of memory for the index", f->index_len);
+  for (std::size_t have = 0; have < f->index_len;) {
+    const std::size_t next = std::min<std::size_t>(
+        f->index_len, std::max<std::size_t>(first_index_read_bytes, 2 * have));
+    try {
+      index.resize(next);
+    } catch (const std::bad_alloc&) {
+      return allocation_error("out of memory for the index", next);
+    }
+    if (auto r = read_at(off + f->index_off + have, std::span(index).subspan(have)); !r)
+      return r.err();
+    have = next;
+    if (have < f->index_len)
+      if (auto p = detail::scan_table_prefix(index, f->index_len, index_depth, row_fields,
+                                             "index");
+          !p)
+        return p.err();
   }
-  if (auto r = read_at(off + f->index_off, index); !r) return r.err();
   auto entries = parse_index(index, f->index_off);
   if (!entries) return entries.err();
   return blob_index{*f, std::move(*entries), nbytes};

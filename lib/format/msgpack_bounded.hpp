@@ -24,4 +24,17 @@ namespace blobpipe::detail {
 result<std::uint32_t> scan_bounded(std::span<const std::byte> bytes, std::size_t max_depth,
                                    std::uint32_t row_fields, std::string_view what);
 
+/// Checks that `prefix`, the first bytes of a value `total_bytes` long, can
+/// still begin a table: one msgpack array whose elements are all arrays of
+/// exactly `row_fields` elements, sizes capped at `total_bytes` and nesting
+/// at `max_depth`. Bytes that merely end early are fine; anything else that
+/// scan_bounded or a row-by-row reader would refuse in the whole value
+/// fails here already, so a reader can fetch a large value in pieces and
+/// stop at the first piece that proves it bad (a sparse file's run of
+/// zeros is refused at its first byte, not after gigabytes are read).
+/// Memory: constant. Errors: malformed_index.
+result<void> scan_table_prefix(std::span<const std::byte> prefix, std::size_t total_bytes,
+                               std::size_t max_depth, std::uint32_t row_fields,
+                               std::string_view what);
+
 }  // namespace blobpipe::detail

@@ -276,6 +276,9 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
     after_hello = r;
   }
   s->stall_watch.end_wait();
+  // The hello came: the full receive buffer now (the decoder keeps nothing
+  // in rx between reads).
+  s->rx.resize(detail::receive_buffer_bytes);
   // What the decoder negotiated in on_hello, for the sender; file sinks and
   // device landing read whole entries before yielding them (no posting).
   const auto& limits = s->frames.limits();
@@ -295,7 +298,13 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
              .inline_bytes = limits.inline_bytes};
   outbox reply;
   frame_hello(reply, mine);
-  if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
+  // A sender that wrote its whole stream at once, close frame included,
+  // without waiting for this reply (pipelined) may have ended it within the
+  // hello's read: end() has closed the transport, and the stream's events
+  // are all decoded, so the consumer is returned to yield them, unanswered
+  // (issue 26: it was dropped as "closed").
+  if (!s->ended)
+    if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
   if (!after_hello) s->end(after_hello.code(), after_hello.message());
   asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
   co_return ret{std::error_code{}, consumer(std::move(s))};

@@ -140,7 +140,7 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       ex(t->get_executor()),
       opt(std::move(o)),
       frames(wire_role::sender, decoder_limits{}, *this),
-      rx(receive_buffer_bytes),
+      rx(hello_receive_bytes),  // receive_buffer_bytes once the hello arrived
       stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
       ack_cv(ex),
       recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {

@@ -465,3 +465,24 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
 }
 
 }  // namespace blobpipe::detail
+
+namespace blobpipe {
+
+std::chrono::milliseconds resend_give_up_bound(const sender_options& o) {
+  using std::chrono::milliseconds;
+  milliseconds attempt = o.handshake_timeout;
+  if (o.stall_timeout.count() > 0 && (attempt.count() <= 0 || o.stall_timeout < attempt))
+    attempt = o.stall_timeout;  // bounded_attempt races the whole attempt with it
+  if (attempt.count() <= 0) return milliseconds{0};
+  const std::uint32_t attempts = std::max<std::uint32_t>(o.resend.max_attempts, 1);
+  milliseconds total = attempt * attempts;
+  // The waits before attempts 2 .. attempts, as connect_loop computes them.
+  for (std::uint32_t failures = 1; failures < attempts; ++failures) {
+    auto delay = o.resend.retry_delay;
+    for (std::uint32_t i = 1; i < failures && delay < o.resend.max_retry_delay; ++i) delay *= 2;
+    total += std::min(delay, o.resend.max_retry_delay);
+  }
+  return total;
+}
+
+}  // namespace blobpipe

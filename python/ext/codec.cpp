@@ -33,6 +33,7 @@ namespace {
 struct py_plan {
   BlobPlan plan;
   std::vector<py::object> keep;
+  std::vector<py::object> pins;  // numpy owners' weak references (encoded::pin)
   std::vector<storage_guard> guards;  // torch tensors' storages, checked by write()
   py::object keys_cache, entries_cache;  // built on first access
 };
@@ -194,6 +195,7 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
             "RawEntry '" + pe->entry.key.substr(0, 64) + "' has " + std::to_string(*e.raw_nbytes) +
                 " bytes; its dtype and shape need " + std::to_string(pe->entry.len));
     p.keep.push_back(std::move(e.keep));
+    if (e.pin) p.pins.push_back(std::move(e.pin));
     if (e.storage) p.guards.push_back({std::move(e.storage), static_cast<std::size_t>(i)});
   }
   p.plan = unwrap(b.finish(t));

@@ -5,8 +5,11 @@
 // about them; blobpipe._stream wraps these with their public names and
 // docstrings (connect, listen, loopback_pair, parse_url).
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/post.hpp>
 #include <asio/system_executor.hpp>
+
+#include <deque>
 
 #include "blobpipe/transport/loopback.hpp"
 #include "blobpipe/transport/ucx.hpp"
@@ -92,18 +95,124 @@ py::object connect_sender(const std::string& url, const py::dict& kw) {
 }
 
 // ---- Listener ----
+//
+// Accepting never waits on one peer's handshake (issue 26: three silent
+// sockets made accept() raise at 10, 20 and 30 s while a good sender
+// queued behind them timed out). While an accept() wants a Consumer, the
+// io thread accepts every connection that comes and runs its handshake on
+// its own; the first to finish goes to the waiting accept(), later ones
+// queue for the next. A handshake that fails is its peer's affair: the
+// connection is dropped and accept() goes on waiting. At most
+// max_handshakes run at once: one more closes the oldest still running
+// (a silent or trickling peer; an honest hello takes one round trip).
+
+// Handshakes running at once per Listener, at most.
+constexpr std::size_t max_handshakes = 64;
+
+// One accept() call's wait, and the consumer handed to it.
+struct pending_accept {
+  std::shared_ptr<consumer_core> core;  // set on the io thread before done
+  std::shared_ptr<completion> done = std::make_shared<completion>();
+};
 
 struct listener_core {
   explicit listener_core(asio::any_io_executor e) : ex(std::move(e)) {}
   asio::any_io_executor ex;
   std::unique_ptr<url_listener> l;  // io thread only
+  // io thread only, below.
+  struct handshake {
+    std::uint64_t id = 0;
+    transport* raw = nullptr;  // the connection, until its handshake ends
+  };
+  std::deque<std::shared_ptr<consumer_core>> ready;  // handshakes done, not taken yet
+  std::shared_ptr<pending_accept> waiter;            // the accept() waiting for one
+  std::deque<handshake> handshaking;                 // oldest first
+  std::uint64_t next_handshake = 0;
+  bool looping = false;  // accept_loop runs
+  bool closed = false;
 };
 
-// One accept in flight, and the consumer it started.
-struct pending_accept {
-  std::shared_ptr<consumer_core> core;
-  std::shared_ptr<completion> done = std::make_shared<completion>();
-};
+// Hands `core` to the waiting accept(), or queues it for the next one.
+// REQUIRES: on the io thread.
+void hand_over(listener_core& lc, std::shared_ptr<consumer_core> core) {
+  if (auto w = std::exchange(lc.waiter, nullptr)) {
+    w->core = core;
+    if (!w->done->set({})) close_consumer_core(*core);  // the Listener closed
+    return;
+  }
+  lc.ready.push_back(std::move(core));
+}
+
+asio::awaitable<void> run_handshake(std::shared_ptr<listener_core> lc,
+                                    std::unique_ptr<transport> t, consumer_options opt) {
+  const std::uint64_t id = ++lc->next_handshake;
+  lc->handshaking.push_back({id, t.get()});
+  auto core = new_consumer_core(lc->ex);
+  auto [ec, why] = co_await start_consumer(core, std::move(t), std::move(opt));
+  for (auto it = lc->handshaking.begin(); it != lc->handshaking.end(); ++it)
+    if (it->id == id) {
+      lc->handshaking.erase(it);
+      break;
+    }
+  if (ec) co_return;  // the peer's failure, not the Listener's: dropped
+  if (lc->closed) {
+    close_consumer_core(*core);
+    co_return;
+  }
+  hand_over(*lc, std::move(core));
+}
+
+// Accepts while an accept() waits or nothing is ready for the next one.
+asio::awaitable<void> accept_loop(std::shared_ptr<listener_core> lc, consumer_options opt) {
+  lc->looping = true;
+  while (!lc->closed && (lc->waiter || lc->ready.empty())) {
+    auto [ec, t] = co_await lc->l->accept();
+    if (lc->closed) break;
+    if (ec) {
+      // The listener's own failure: the waiting accept() raises it (a
+      // later accept() tries again).
+      if (auto w = std::exchange(lc->waiter, nullptr))
+        w->done->set(ec, ec == errc::closed ? "the Listener is closed"
+                                            : ec.message() + " (" + errc_name(ec) + ")");
+      break;
+    }
+    if (lc->handshaking.size() >= max_handshakes) {
+      // Room for this one: the oldest handshake gives way (its coroutine
+      // ends with the transport closed and leaves the list itself).
+      for (auto& h : lc->handshaking)
+        if (h.raw) {
+          std::exchange(h.raw, nullptr)->close();
+          break;
+        }
+    }
+    asio::co_spawn(lc->ex, run_handshake(lc, std::move(t), opt), asio::detached);
+  }
+  lc->looping = false;
+}
+
+// An accept() wants a Consumer: a ready one, or the next handshake done.
+// REQUIRES: on the io thread.
+void want_consumer(const std::shared_ptr<listener_core>& lc, std::shared_ptr<pending_accept> p,
+                   const consumer_options& opt) {
+  if (lc->closed) {
+    p->done->set(make_error_code(errc::closed), "the Listener is closed");
+    return;
+  }
+  if (!lc->ready.empty()) {
+    p->core = std::move(lc->ready.front());
+    lc->ready.pop_front();
+    if (!p->done->set({})) close_consumer_core(*p->core);
+    return;
+  }
+  lc->waiter = std::move(p);
+  if (!lc->looping)
+    asio::co_spawn(lc->ex, accept_loop(lc, opt), [lc](std::exception_ptr e) {
+      lc->looping = false;
+      if (!e) return;
+      if (auto w = std::exchange(lc->waiter, nullptr))
+        w->done->set(make_error_code(errc::closed), "blobpipe's background thread failed");
+    });
+}
 
 class listener_handle {
  public:
@@ -160,10 +269,17 @@ class listener_handle {
     if (unclaimed) unclaimed->done->set(make_error_code(errc::closed), "the Listener is closed");
     auto closed = std::make_shared<completion>();
     asio::post(core_->ex, [c = core_, unclaimed, closed] {
+      c->closed = true;
       if (c->l) c->l->close();
-      // A connection accepted after its accept() call gave up, that no
-      // later accept() took: close its consumer (the sender sees it).
-      if (unclaimed) close_consumer_core(*unclaimed->core);
+      // A connection handed over after its accept() call gave up, that no
+      // later accept() took, and those queued for later: close their
+      // consumers (the senders see it); handshakes under way end.
+      if (unclaimed && unclaimed->core) close_consumer_core(*unclaimed->core);
+      for (auto& core : c->ready) close_consumer_core(*core);
+      c->ready.clear();
+      c->waiter = nullptr;
+      for (auto& h : c->handshaking)
+        if (h.raw) std::exchange(h.raw, nullptr)->close();
       closed->set({});
     });
     gil_released nogil;
@@ -174,23 +290,7 @@ class listener_handle {
  private:
   void start_accept() {
     auto p = std::make_shared<pending_accept>();
-    p->core = new_consumer_core(core_->ex);
-    asio::co_spawn(
-        core_->ex,
-        [lc = core_, p, opt = settings_.opt]() -> asio::awaitable<void> {
-          auto [ec, t] = co_await lc->l->accept();
-          if (ec) {
-            p->done->set(ec, ec == errc::closed ? "the Listener is closed"
-                                                 : ec.message() + " (" + errc_name(ec) + ")");
-            co_return;
-          }
-          auto [ec2, why] = co_await start_consumer(p->core, std::move(t), opt);
-          // The Listener closed meanwhile: nobody will take this consumer.
-          if (!p->done->set(ec2, std::move(why)) && !ec2) close_consumer_core(*p->core);
-        },
-        [p](std::exception_ptr e) {
-          if (e) p->done->set(make_error_code(errc::closed), "blobpipe's background thread failed");
-        });
+    asio::post(core_->ex, [lc = core_, p, opt = settings_.opt] { want_consumer(lc, p, opt); });
     pending_ = std::move(p);
   }
 
@@ -288,8 +388,9 @@ void init_connect(py::module_& m) {
 
 Consumers it accepts run on the Listener's background thread (one thread
 for the Listener and all of them), and outlive it: close() stops only
-accepting. Connections are queued by the kernel (TCP) or by UCX until
-accept() takes them.)")
+accepting. While an accept() waits, connections are taken at once and
+their handshakes run side by side; otherwise they are queued by the kernel
+(TCP) or by UCX until accept() takes them.)")
       .def_property_readonly("port", [](const py_listener& l) { return l.h->port(); },
                              "The bound port (the one chosen for port 0).")
       .def_property_readonly("url", [](const py_listener& l) { return l.h->url(); },
@@ -297,13 +398,16 @@ accept() takes them.)")
                              "resolved) and the bound port, e.g. tcp://127.0.0.1:40123.")
       .def("accept", [](py_listener& l, py::handle timeout) { return l.h->accept(timeout); },
            py::arg("timeout") = py::none(),
-           R"(Waits for the next connection and its handshake, and returns its Consumer
-(with the options given to listen()). timeout in seconds (None: no limit):
-TimedOutError when none came in time (the next accept() takes the one
-still on its way). Ctrl-C interrupts the wait. Raises ClosedError after
-close(), ProtocolViolationError (a peer that is not a blobpipe sender),
-PeerClosedError/PeerFailedError (the peer went away during the
-handshake).)")
+           R"(Waits for the next connection whose handshake completes, and returns its
+Consumer (with the options given to listen()). Handshakes run concurrently
+on the Listener's thread (up to 64 at once; one more closes the oldest
+still running), so a silent or slow peer never holds up a sender behind
+it; a connection whose handshake fails (not a blobpipe sender, gone,
+past handshake_timeout) is closed and accept() goes on waiting. timeout
+in seconds (None: no limit): TimedOutError when none came in time (the
+next accept() takes the one still on its way). Ctrl-C interrupts the
+wait. Raises ClosedError after close(), and the listener's own errors
+(PeerFailedError: out of descriptors, say).)")
       .def("close", [](py_listener& l) { l.h->close(); },
            "Stops listening (the port is freed). Accepted Consumers go on. Idempotent.")
       .def("__enter__", [](py::object self) { return self; })

@@ -192,7 +192,7 @@ class consumer_handle {
         event ev = std::move(local_.front());
         local_.pop_front();
         if (ev.kind == event_kind::end_of_stream) {
-          end(ev.error, std::move(ev.reason));
+          end(ev.error, escape(ev.reason));  // the peer's words: one line
           return got::end;
         }
         out = to_python(std::move(ev));

@@ -39,6 +39,12 @@ namespace blobpipe::python {
 struct encoded {
   value v;
   pybind11::object keep;  ///< owner of v.data
+  /// For a numpy array: a weak reference to the ndarray that owns v.data
+  /// (its .base chain's owner). numpy's resize() refuses an array that has
+  /// a weak reference, even with refcheck=False (which skips only the
+  /// reference count), so while this is held the bytes cannot be freed
+  /// under a later read. Hold it as long as v.data is read.
+  pybind11::object pin;
   /// For a torch tensor: its storage, which v.data points into; hold it
   /// and check it before reading v.data later (storage_guard.hpp).
   pybind11::object storage;

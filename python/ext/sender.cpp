@@ -197,7 +197,7 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       ec = co_await b->w.emit(std::move(cmd.text), std::move(cmd.v));
       if (!ec) break;
       why = "emit " + quote(key) + ": " +
-            (b->w.last_error().empty() ? ec.message() : b->w.last_error());
+            (b->w.last_error().empty() ? ec.message() : escape(b->w.last_error()));
       {
         std::lock_guard lk(c.mu);
         b->failed = ec;
@@ -425,9 +425,11 @@ class sender_handle {
       if (cmd.v.kind == KIND_PICKLE) cmd.v.nbytes = len;
     } else {
       cmd.v = std::move(e.v);
-      // The storage too, so that set_() on the tensor cannot free it.
-      cmd.keep = py_ref(e.storage ? py::make_tuple(std::move(e.keep), std::move(e.storage))
-                                  : std::move(e.keep));
+      // The storage too, so that set_() on the tensor cannot free it; a
+      // numpy array's pin, so that resize(refcheck=False) cannot.
+      if (e.storage) cmd.keep = py_ref(py::make_tuple(std::move(e.keep), std::move(e.storage)));
+      else if (e.pin) cmd.keep = py_ref(py::make_tuple(std::move(e.keep), std::move(e.pin)));
+      else cmd.keep = py_ref(std::move(e.keep));
     }
     cmd.cost = len + cmd.text.size() + command_overhead_bytes;
     push(std::move(cmd), b.get());

@@ -533,11 +533,59 @@ def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
         assert e.value.category == "timed_out"
 
 
-def test_handshake_timeout_ends_an_accept_of_a_silent_peer():
+def closed_by_peer(sock: socket.socket, seconds: float) -> bool:
+    """True when the other end closes ``sock`` within ``seconds`` (it sends
+    nothing): recv sees the end (or a reset)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_handshake_timeout_closes_a_silent_peer_and_accept_goes_on():
+    # The silent connection is closed at handshake_timeout; it is its
+    # peer's failure, not the Listener's, so accept() keeps waiting and
+    # takes the sender that comes next.
     with bf.listen("tcp://127.0.0.1:0", handshake_timeout=0.2) as listener:
-        with socket.create_connection(("127.0.0.1", listener.port)):
-            with pytest.raises(bf.TimedOutError):
-                listener.accept(timeout=60)
+        acc = Thread(lambda: listener.accept(timeout=60))
+        acc.start()
+        with socket.create_connection(("127.0.0.1", listener.port)) as silent:
+            assert closed_by_peer(silent, 30)
+        with bf.connect(listener.url) as sender:
+            consumer = acc.join_result()
+            with sender.open_blob(tag=b"g") as blob:
+                blob.emit("x", torch.arange(3))
+        events = list(consumer)
+        consumer.close()
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
+
+
+def test_silent_peers_in_front_of_a_sender_do_not_hold_up_accept():
+    # Issue 26: handshakes ran one at a time, so sockets that never say
+    # hello, connected first, made accept() wait handshake_timeout (30 s
+    # here) for each; accept(timeout=20) timed out with the good sender
+    # queued behind them. Now they run side by side, at most 64: the 65th
+    # silent socket closes the oldest (which sees its end well before the
+    # 30 s handshake_timeout could close it), and the sender is accepted.
+    with bf.listen("tcp://127.0.0.1:0", handshake_timeout=30) as listener:
+        acc = Thread(lambda: listener.accept(timeout=20))
+        acc.start()
+        silent = [socket.create_connection(("127.0.0.1", listener.port)) for _ in range(65)]
+        try:
+            assert closed_by_peer(silent[0], 20)
+            with bf.connect(listener.url, handshake_timeout=20) as sender:
+                consumer = acc.join_result()
+                with sender.open_blob(tag=b"g") as blob:
+                    blob.emit("x", torch.arange(3))
+            events = list(consumer)
+            consumer.close()
+        finally:
+            for sock in silent:
+                sock.close()
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
 
 
 EXIT_SCENARIOS = {

@@ -158,3 +158,56 @@ def test_emit_of_a_large_tensor_over_numpy_memory_delivers_its_values():
         print("delivered")
     """)
     assert "delivered" in out
+
+
+# numpy refuses to resize an array others hold only by its reference
+# count, which resize(refcheck=False) skips: the bytes were reallocated
+# under a plan or an emit and write_entry read freed memory (a SIGSEGV,
+# issue 26). blobpipe holds a weak reference to the array that owns the
+# bytes while it may read them, which numpy's resize refuses even with
+# refcheck=False: the caller's resize raises, blobpipe never refuses the
+# array, and the planned values are written.
+@pytest.mark.parametrize("view", [False, True])
+def test_numpy_array_under_a_plan_cannot_be_resized_away(view):
+    out = run_child(f"""
+        a = np.arange({BIG}, dtype=np.float32)
+        want = a.copy()
+        v = a[::-1] if {view} else a     # a view: its owner is held
+        p = bf.plan(["x"], [v])
+        try:
+            a.resize({BIG} * 16, refcheck=False)
+            print("resized")
+        except ValueError as e:
+            assert "referenced" in str(e), str(e)
+        got = written(p)
+        assert np.array_equal(got, want[::-1] if {view} else want), got[:4]
+        del p, got
+        gc.collect()
+        a.resize({BIG} * 16, refcheck=False)   # the plan is gone: held no longer
+        print("written")
+    """)
+    assert "resized" not in out
+    assert "written" in out
+
+
+def test_numpy_array_under_an_emit_cannot_be_resized_away():
+    out = run_child(f"""
+        a = np.arange({BIG}, dtype=np.float32)
+        want = a.copy()
+        sender, consumer = bf.loopback_pair()
+        with sender:
+            blob = sender.open_blob()
+            blob.emit("x", a)
+            try:
+                a.resize({BIG} * 16, refcheck=False)
+                print("resized")
+            except ValueError as e:
+                assert "referenced" in str(e), str(e)
+            blob.finish()
+        got = [ev for ev in consumer if isinstance(ev, bf.EntryReady)]
+        assert len(got) == 1 and np.array_equal(np.asarray(got[0].value), want)
+        consumer.close()
+        print("delivered")
+    """)
+    assert "resized" not in out
+    assert "delivered" in out

@@ -66,9 +66,12 @@ struct server_options {
   /// keeps up, bytes (credit_pool: each one's target is this over the
   /// active ones, at least 64 KiB); 0: up to budget_bytes over them.
   std::uint64_t stream_bytes = credit_pool::default_stream_bytes;
-  /// Connections open at once. One more is accepted and closed at once:
-  /// its sender's handshake fails with peer_closed (a resend session
-  /// retries).
+  /// Connections open at once, handshakes included. When all are taken,
+  /// the oldest connection still in its handshake (a silent or trickling
+  /// peer: an honest hello takes one round trip) is closed to make room
+  /// (counted in handshake_failures). Only when every one has finished
+  /// its handshake is a new one accepted and closed at once: its sender's
+  /// handshake fails with peer_closed (a resend session retries).
   std::size_t max_connections = 1024;
   /// A sender's hello must arrive within this, or the connection is
   /// closed (0: no limit).
@@ -90,7 +93,14 @@ struct server_options {
   /// A group not complete this long after its first member's first event
   /// is aborted with timed_out (0: never).
   std::chrono::milliseconds group_timeout{60'000};
+  /// Groups open at once (a group beyond it is aborted at once with
+  /// too_large).
   std::size_t max_open_groups = 65536;
+  /// Groups open at once that one connection opened (its member's event
+  /// came first), so that one connection cannot take every slot: a group
+  /// it would open beyond this is aborted at once with too_large. The slot
+  /// is charged until the group ends, whoever completes it.
+  std::size_t max_open_groups_per_connection = 4096;
   /// Accept entry timestamps (feature_entry_timestamps) for the latency
   /// histogram; received_entry::sent_ns is then set.
   bool latency = true;

@@ -83,7 +83,11 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 [[nodiscard]] result<file_ptr> open_blob_file(const std::string& path);
 
 /// Reads the blob stored at byte `off` of a file, `nbytes` long: the
-/// footer first, then the index — two reads, never the entry bytes.
+/// footer first, then the index — never the entry bytes. The index is
+/// read in pieces (1 MiB, then doubling), each checked to still begin an
+/// array of six-field rows, so a file that claims a large index it does
+/// not hold (a sparse file's hole reads as zeros) is refused after its
+/// first piece, with memory bounded by the bytes that could be an index.
 /// `nbytes` = 0 means "to the end of the file". Errors: as read_index;
 /// too_small when the file is shorter than off + nbytes; io when the file
 /// cannot be opened (as open_blob_file), seeked or read (the message names

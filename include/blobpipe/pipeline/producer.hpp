@@ -144,6 +144,18 @@ struct sender_options {
   cuda::staging_options staging{};
 };
 
+/// The longest a resend session's connection attempts take before it
+/// gives up (sender::start fails, or a reconnect does), in milliseconds,
+/// when every connect returns at once and every handshake hangs (a
+/// listener that accepts and never answers): max_attempts times the
+/// handshake's bound (handshake_timeout, or stall_timeout when that is set
+/// and shorter), plus the waits between attempts (retry_delay doubling up
+/// to max_retry_delay; max_attempts - 1 of them). 0 when neither timeout
+/// is set: then a hanging handshake has no bound. The connect function's
+/// own time (say, a TCP connect to an address that drops packets) is its
+/// to bound and is not counted. Use it to say how long a sender will try.
+[[nodiscard]] std::chrono::milliseconds resend_give_up_bound(const sender_options& o);
+
 /// Counters for tests and benchmarks.
 struct sender_stats {
   std::uint64_t entries_sent = 0;

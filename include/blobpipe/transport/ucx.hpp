@@ -117,9 +117,12 @@ struct options {
   std::chrono::milliseconds handshake_timeout{10000};
   /// listen: most connections taken from the OS and not yet handed over by
   /// accept() (rendezvous in progress and connections waiting for
-  /// accept()); past it a new connection is closed at once. Bounds what
-  /// silent or slow peers can hold: with the defaults, 64 sockets for at
-  /// most 10 s each.
+  /// accept()). When it is reached, the oldest rendezvous still in
+  /// progress is closed to make room (counters().reclaimed), so silent or
+  /// slow peers lose their slots before an honest one is turned away; only
+  /// when every pending connection has finished its rendezvous is a new
+  /// one closed at once (over_cap). Bounds what silent or slow peers can
+  /// hold: with the defaults, 64 sockets for at most 10 s each.
   std::size_t max_pending = 64;
 };
 
@@ -131,6 +134,9 @@ struct listener_counters {
   std::uint64_t refused = 0;
   std::uint64_t timed_out = 0;   ///< rendezvous past options::handshake_timeout
   std::uint64_t over_cap = 0;    ///< closed at once: options::max_pending reached
+  /// Rendezvous closed unfinished to make room: the listener was at
+  /// options::max_pending and this was the oldest still under way.
+  std::uint64_t reclaimed = 0;
 };
 
 /// A listener that yields UCX transports (blobpipe::listener): a TCP

@@ -108,6 +108,7 @@ struct rv_attempt : std::enable_shared_from_this<rv_attempt> {
   std::uint64_t parked = 0;          ///< listening side, loopback: the key of C's
   bool timed_out = false;
   bool aborted = false;
+  bool reclaimed = false;  ///< listening side: closed to make room (counted out already)
   std::string why;  ///< one line on the failure
 };
 

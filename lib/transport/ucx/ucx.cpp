@@ -211,7 +211,10 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
         co_await pause.async_wait(use_tuple);
         continue;
       }
-      if (l.pending >= l.max_pending) {
+      // Full: the oldest rendezvous still under way (a silent or trickling
+      // peer: an honest one takes a round trip or two) gives way first;
+      // only when every slot holds a finished one is this one refused.
+      if (l.pending >= l.max_pending && !l.reclaim_a_rendezvous()) {
         ++l.counters.over_cap;
         l.last_refusal = "over max_pending (" + std::to_string(l.max_pending) + ")";
         std::error_code ignored;
@@ -221,6 +224,9 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
       ++l.pending;
       auto a = std::make_shared<detail::rv_attempt>(l.acceptor.get_executor());
       a->sock = std::move(sock);
+      if (l.order.size() > 2 * l.max_pending)
+        std::erase_if(l.order, [](const auto& w) { return w.expired(); });
+      l.order.push_back(a);
       asio::co_spawn(l.acceptor.get_executor(), l.serve(self, a), asio::detached);
     }
   }
@@ -237,6 +243,10 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     a->arm(handshake_timeout);
     auto [ec, c] = co_await detail::serve_rendezvous(rt_hold, a);
     attempts.erase(a);
+    if (a->reclaimed) {  // counted out when it was reclaimed
+      if (c) c->close();
+      co_return;
+    }
     if (ec || closed) {
       if (c) c->close();
       --pending;
@@ -250,6 +260,24 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
     backlog.push_back(std::move(c));
     backlog_peers.push_back(std::move(peer));
     ready.notify_all();
+  }
+
+  // Closes the oldest rendezvous still under way and counts it out.
+  // False when none is (every pending one is finished, in `backlog`).
+  bool reclaim_a_rendezvous() {
+    while (!order.empty()) {
+      auto a = order.front().lock();
+      order.pop_front();
+      if (!a || a->reclaimed || !attempts.count(a)) continue;
+      a->reclaimed = true;
+      a->why = "closed to make room: max_pending (" + std::to_string(max_pending) +
+               ") reached and this rendezvous the oldest unfinished";
+      --pending;
+      ++counters.reclaimed;
+      a->abort(false);
+      return true;
+    }
+    return false;
   }
 
   void close() noexcept {
@@ -276,6 +304,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   std::deque<std::shared_ptr<connection>> backlog;
   std::deque<std::string> backlog_peers;  // peer_address of each, in step
   std::set<std::shared_ptr<detail::rv_attempt>> attempts;
+  std::deque<std::weak_ptr<detail::rv_attempt>> order;  // attempts, oldest first
   blobpipe::detail::async_condition ready;
   std::chrono::milliseconds handshake_timeout;
   std::size_t max_pending;

@@ -142,8 +142,10 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 (default 30; None or 0: no limit); then TimedOutError, whose
                 message names the window, the bytes held and held_bytes.
             handshake_timeout: seconds an accepted connection's handshake
-                may take (default 10; None or 0: no limit); past it
-                accept() raises TimedOutError for that connection.
+                may take (default 10; None or 0: no limit); past it the
+                connection is closed and accept() goes on waiting (the
+                handshakes run side by side: one silent peer never holds
+                up the sender behind it).
             max_chunk_bytes, inline_bytes, max_key_bytes, max_meta_bytes,
             max_entry_bytes, max_tail_bytes, max_blob_bytes (bytes),
             max_open_blobs, max_entries_per_blob, payload_window (counts),
