@@ -78,6 +78,13 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
         n(s->frames.limits().window_bytes) + ") and waited " + ms +
         " ms for an entry the sender may have no credit to send (held_timeout): "
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
+  } else if (s->stall_watch.tripped() == watchdog::limit_kind::pressed) {
+    s->timeout_reason = "the sender held " +
+                        std::to_string(s->frames.limits().window_bytes -
+                                       std::min(s->frames.buffered_bytes(),
+                                                s->frames.limits().window_bytes)) +
+                        " bytes of unused credit that other connections wait for and sent "
+                        "nothing for " + ms + " ms (stall_timeout)";
   } else {
     s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
                         s->stall_watch.tripped_name() + "_timeout)";

@@ -41,6 +41,14 @@ asio::awaitable<bool> watchdog::expired() {
       tripped_ = limit_kind::stall;
       co_return true;
     }
+    // Pressed: holding credit others wait for, silent since that began.
+    const bool pressed = stall_.count() > 0 && pressed_ && pressed_();
+    if (pressed && !pressed_on_) pressed_since_ = clock::now();
+    pressed_on_ = pressed;
+    if (pressed && clock::now() - std::max(last_, pressed_since_) >= stall_) {
+      tripped_ = limit_kind::pressed;
+      co_return true;
+    }
     // Held: silent since the application began holding what blocks it.
     if (held_.count() > 0 && held_on_ && clock::now() - std::max(last_, held_since_) >= held_) {
       tripped_ = limit_kind::held;

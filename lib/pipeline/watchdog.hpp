@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -50,6 +51,10 @@ class watchdog {
   /// Whether the application holds what the sender may be waiting for
   /// (the held allowance is full and part of the window is held, and the
   /// application waits); `held` counts from when it became true.
+  /// Credit pressure (credit_pool::pressed): while `f` returns true the
+  /// peer holds credit others need, and `stall` counts from when it became
+  /// true or the last byte, whichever is later. Checked each tick.
+  void pressure(std::function<bool()> f) { pressed_ = std::move(f); }
   void held(bool v) noexcept {
     if (v && !held_on_ && enabled()) held_since_ = clock::now();
     held_on_ = v;
@@ -61,13 +66,14 @@ class watchdog {
   /// Which limit tripped. An enum, not its name: a comparison of name
   /// pointers differs between translation units wherever the compiler
   /// does not merge equal literals (ASan's redzones, for one).
-  enum class limit_kind { stall, idle, held };
+  enum class limit_kind { stall, idle, held, pressed };
   limit_kind tripped() const noexcept { return tripped_; }
   /// Its name, for the error message: "stall", "idle" or "held".
   const char* tripped_name() const noexcept {
     return tripped_ == limit_kind::idle ? "idle" : tripped_ == limit_kind::held ? "held" : "stall";
   }
   ms limit() const noexcept {
+    if (tripped_ == limit_kind::pressed) return stall_;
     return tripped_ == limit_kind::idle ? idle_ : tripped_ == limit_kind::held ? held_ : stall_;
   }
 
@@ -79,6 +85,9 @@ class watchdog {
   ms stall_, idle_, held_, tick_;
   clock::time_point last_{};
   clock::time_point held_since_{};
+  std::function<bool()> pressed_;
+  clock::time_point pressed_since_{};
+  bool pressed_on_ = false;
   bool held_on_ = false;
   std::uint32_t waiting_ = 0;
   bool owes_ = false;

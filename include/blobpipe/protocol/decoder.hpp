@@ -45,6 +45,7 @@
 // "Limits".
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -184,7 +185,11 @@ class decoder {
   void release(std::uint64_t credit) noexcept;
   /// Credit granted to the sender in an ack (feature_credit_grants only):
   /// the window grows by `credit`.
-  void grant(std::uint64_t credit) noexcept { limits_.window_bytes += credit; }
+  /// Saturates at 2^64 - 1 rather than wrap (a window that wrapped would
+  /// refuse every entry, or admit any).
+  void grant(std::uint64_t credit) noexcept {
+    limits_.window_bytes += std::min(credit, ~std::uint64_t{0} - limits_.window_bytes);
+  }
   /// Credit buffered now, bytes.
   std::uint64_t buffered_bytes() const noexcept { return buffered_; }
   /// Credit the decoder released itself since the last call (checked
