@@ -58,9 +58,7 @@ result<void> sender_state::on_ack(std::uint64_t conn, std::uint64_t credit,
     // (docs/wire_features.md "Credit grants").
     const std::uint64_t back = std::min(credit, in_flight);
     in_flight -= back;
-    // Saturating: a consumer's grants summing past 2^64 - 1 must not
-    // wrap the window to nothing.
-    window_bytes += std::min(credit - back, ~std::uint64_t{0} - window_bytes);
+    window_bytes += credit - back;
   } else if (credit > in_flight) {
     return {errc::protocol_violation, "ack returns " + num(credit) + " credit bytes, " +
                                           num(in_flight) + " in flight"};
