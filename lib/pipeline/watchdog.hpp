@@ -29,8 +29,8 @@ class watchdog {
   using clock = std::chrono::steady_clock;
   using ms = std::chrono::milliseconds;
 
-  /// `stall`: longest wait with nothing arriving while the peer owes bytes
-  /// (see owes()); `idle`: longest wait with nothing arriving at all. Zero
+  /// `stall`: longest wait without progress (see progress()) while the
+  /// peer owes bytes (see owes()); `idle`: longest wait with nothing arriving at all. Zero
   /// disables a limit; with both zero expired() just waits for stop().
   /// `held`: longest wait while held() is true with nothing arriving
   /// (consumer_options::held_timeout).
@@ -40,11 +40,25 @@ class watchdog {
     return stall_.count() > 0 || idle_.count() > 0 || held_.count() > 0;
   }
 
-  /// A wait on the peer starts / ends (nests: counted).
+  /// Bytes a receiver must see arrive within `stall` (or an entry or blob
+  /// end) to count as progress: the least rate a peer that owes bytes may
+  /// keep, 1 MiB per stall timeout.
+  static constexpr std::uint64_t progress_bytes = 1u << 20;
+
+  /// A wait on the peer starts / ends (nests: counted). The stall clock
+  /// counts only time spent waiting.
   void begin_wait() noexcept;
-  void end_wait() noexcept { if (waiting_ > 0) --waiting_; }
-  /// Bytes arrived (or a send completed): the silence starts over.
-  void progress() noexcept { if (enabled()) last_ = clock::now(); }
+  void end_wait() noexcept;
+  /// Bytes arrived (or a send completed): the silence starts over, and it
+  /// is progress.
+  void progress() noexcept {
+    if (enabled()) last_ = advanced_ = clock::now();
+  }
+  /// A receiver's progress: `bytes` arrived in all so far, `items` entries
+  /// and blobs ended in all so far. Any byte ends a silence (idle, held);
+  /// only an item ended or progress_bytes more bytes restart the stall
+  /// clock (so a peer trickling a byte at a time stalls).
+  void progress(std::uint64_t bytes, std::uint64_t items) noexcept;
   /// Whether the peer owes bytes now (a frame begun, a blob open); only
   /// then does `stall` apply.
   void owes(bool v) noexcept { owes_ = v; }
@@ -85,6 +99,11 @@ class watchdog {
   ms stall_, idle_, held_, tick_;
   clock::time_point last_{};
   clock::time_point held_since_{};
+  clock::time_point advanced_{};     // the last progress (stall, pressed)
+  clock::time_point wait_ended_{};   // when the last wait ended (none: epoch)
+  std::uint64_t bytes_mark_ = 0;     // bytes in at the last progress
+  std::uint64_t items_mark_ = 0;     // items ended at the last progress
+  bool counted_ = false;             // progress(bytes, items) in use
   std::function<bool()> pressed_;
   clock::time_point pressed_since_{};
   bool pressed_on_ = false;

@@ -115,6 +115,7 @@ decoder::open_blob* decoder::find(std::uint64_t id) noexcept {
 void decoder::end_blob(std::map<std::uint64_t, open_blob>::iterator it) noexcept {
   if (last_ == &it->second) last_ = nullptr;
   if (cur_blob_ == &it->second) cur_blob_ = nullptr;
+  if (it->second.entry_open) --entries_open_;
   blobs_.erase(it);
 }
 
@@ -214,6 +215,7 @@ result<void> decoder::advance_entry(std::size_t n) {
   state_ = state::header;
   if (b.received != b.current.len) return {};
   b.entry_open = false;
+  --entries_open_;
   b.dest = nullptr;
   if (auto r = listener_->on_entry_complete(b.user, b.id); !r) return fail(r.err());
   return {};
@@ -480,6 +482,7 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
     return listener_->on_entry_complete(b.user, b.id);
   }
   b.entry_open = true;
+  ++entries_open_;
   b.received = 0;
   b.dest = dest->empty() ? nullptr : dest->data();
   return {};

@@ -203,6 +203,9 @@ class decoder {
   /// Whether a frame is begun and not yet whole (header or payload).
   bool in_frame() const noexcept { return header_have_ != 0 || state_ == state::payload; }
   std::size_t open_blobs() const noexcept { return blobs_.size(); }
+  /// Entries announced (not inline) and not yet complete: bytes the
+  /// sender owes, their credit taken already.
+  std::size_t entries_open() const noexcept { return entries_open_; }
 
  private:
   enum class state { hello, header, payload, closed, failed };
@@ -274,6 +277,7 @@ class decoder {
   std::uint64_t last_blob_id_ = 0;
   // Window.
   std::uint64_t buffered_ = 0;
+  std::size_t entries_open_ = 0;  // open_blob::entry_open set, over all blobs
   std::uint64_t returned_ = 0;
 };
 
