@@ -317,3 +317,33 @@ BOOST_AUTO_TEST_CASE(a_trickling_connection_that_then_asks_for_the_budget_blocks
   BOOST_TEST((o.hostile_error == errc::timed_out), o.hostile_error.message());
   BOOST_TEST(o.hostile_reason.find("no progress") != std::string::npos, o.hostile_reason);
 }
+
+BOOST_AUTO_TEST_CASE(a_sender_idle_after_its_entries_completed_owes_nothing) {
+  // The stall clock runs for an entry begun and not complete: once every
+  // entry is complete an idle sender owes nothing, however long it idles
+  // (five stall timeouts here; the wait is the case, not a pacing).
+  runner r;
+  server_options opt = hostile_case_options();
+  opt.connection.stall_timeout = std::chrono::milliseconds(200);
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::error_code sent;
+  auto sender_side = [&]() -> asio::awaitable<void> {  // named: it outlives the coroutine
+    auto [sec, s] = co_await start_sender(srv.url());
+    sent = sec;
+    if (sec) co_return;
+    // 128 KiB entries: not inline, so each is announced, then its bytes.
+    stream_plan p{.who = honest_who, .blobs = 1, .entries = 2, .bytes = 128u << 10, .group = {}};
+    if ((sent = co_await stream_blobs(s, p))) co_return;
+    asio::steady_timer idle(co_await asio::this_coro::executor, 5 * opt.connection.stall_timeout);
+    co_await idle.async_wait(asio::use_awaitable);
+    if ((sent = co_await stream_blobs(s, p))) co_return;
+    sent = co_await s.shutdown();
+  };
+  r.spawn(sender_side());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
+  BOOST_TEST(all_bytes_ok(got));
+}
