@@ -203,6 +203,16 @@ class decoder {
   /// Whether a frame is begun and not yet whole (header or payload).
   bool in_frame() const noexcept { return header_have_ != 0 || state_ == state::payload; }
   std::size_t open_blobs() const noexcept { return blobs_.size(); }
+  /// Index rows gathered before one SHA-256 update, bytes.
+  static constexpr std::size_t rows_batch_bytes = 1024;
+  /// The most heap the decoder keeps for one open blob with no entry open
+  /// (its state, its SHA-256 context, rows not yet digested: at most
+  /// 2 * rows_batch_bytes of buffer), bytes. Not counted against the
+  /// window: max_open_blobs of them cost a connection at most
+  /// max_open_blobs * open_blob_bytes (16 MiB at the defaults) beyond it.
+  /// An open entry's key and meta count in its credit; a completed entry's
+  /// row is not kept. docs/wire.md "Limits", decoder_budget_test.
+  static constexpr std::size_t open_blob_bytes = 4096;
   /// Entries announced (not inline) and not yet complete: bytes the
   /// sender owes, their credit taken already.
   std::size_t entries_open() const noexcept { return entries_open_; }
@@ -228,10 +238,11 @@ class decoder {
     void* user = nullptr;
     std::uint64_t entries = 0;          // announced
     digest rows;                        // of the rows announced (append_index_row)
-    std::vector<std::byte> rows_pending;  // rows not yet digested (< 1 KiB)
+    std::vector<std::byte> rows_pending;  // rows not yet digested (< rows_batch_bytes)
     std::uint64_t data_end = 0;         // aligned end of the last entry
     std::uint64_t max_index_bytes = 5;  // no index of these rows encodes longer
-    // The last entry announced, receiving data frames while entry_open.
+    // The entry announced and receiving data frames while entry_open;
+    // empty otherwise.
     Entry current;
     bool entry_open = false;
     std::uint64_t received = 0;
