@@ -14,6 +14,8 @@
 // waits --slow-us microseconds per entry before taking the next.
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,8 @@
 #include <asio/use_awaitable.hpp>
 
 #include "blobpipe/cluster/server.hpp"
+#include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/pipeline/producer.hpp"
 #include "blobpipe/transport/url.hpp"
 
@@ -87,6 +91,69 @@ asio::awaitable<void> send_share(std::string url, const sample_data& s, std::siz
   if (co_await snd.shutdown()) ++failures;
 }
 
+asio::awaitable<std::error_code> write_out(blobpipe::transport& t, const blobpipe::outbox& out) {
+  std::vector<asio::const_buffer> bufs;
+  for (const auto& p : out.pieces()) {
+    const auto b = p.bytes(out);
+    bufs.emplace_back(b.data(), b.size());
+  }
+  co_return co_await t.write(std::span(bufs.data(), bufs.size()));
+}
+
+/// Reads the next frame's header and skips its payload.
+asio::awaitable<std::error_code> next_frame(blobpipe::transport& t, blobpipe::frame_header& h,
+                                            std::vector<std::byte>& payload) {
+  std::array<std::byte, blobpipe::frame_header_size> head;
+  if (auto ec = co_await t.read_exact(head)) co_return ec;
+  auto d = blobpipe::decode_frame_header(head, ~std::uint32_t{0});
+  if (!d) co_return d.code();
+  h = *d;
+  payload.resize(h.length);
+  if (h.length != 0) co_return co_await t.read_exact(payload);
+  co_return std::error_code{};
+}
+
+/// The bad sender (issue 26): asks for 2^64 - 1 bytes of credit, announces
+/// one entry of 64 MiB (or less, what it was granted) and sends its bytes one at a time
+/// every 10 ms until the server ends it or `stop` is set.
+asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
+  using namespace blobpipe;
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await connect(ex, url);
+  if (ec) co_return;
+  outbox out;
+  frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
+  frame_credit_request(out, ~std::uint64_t{0});
+  if (co_await write_out(*t, out)) co_return;
+  frame_header h;
+  std::vector<std::byte> payload;
+  if (co_await next_frame(*t, h, payload)) co_return;
+  auto theirs = decode_hello(payload);
+  if (!theirs) co_return;
+  std::uint64_t granted = theirs->window_bytes;
+  std::vector<std::uint8_t> bytes(64u << 20, 1);
+  while (granted < (64u << 20) + 4096) {
+    if (co_await next_frame(*t, h, payload)) co_return;
+    if (h.type == frame_type::ack) granted += h.arg;
+  }
+  layout_builder lb;
+  const planned_entry* pe = *lb.add("x", value::tensor(bytes));
+  const auto meta = pe->entry.meta();
+  out.clear();
+  frame_blob_begin(out, 1, tag_t{});
+  frame_entry_begin(out, 1, 0, pe->entry, meta);
+  if (co_await write_out(*t, out)) co_return;
+  asio::steady_timer pause(ex);
+  const auto data = std::as_bytes(std::span(bytes));
+  for (std::size_t off = 0; off < data.size() && !stop; ++off) {
+    pause.expires_after(std::chrono::milliseconds(10));
+    co_await pause.async_wait(asio::use_awaitable);
+    out.clear();
+    frame_data(out, 1, pe->entry.off + off, data.subspan(off, 1), theirs->max_chunk_bytes, true);
+    if (co_await write_out(*t, out)) co_return;  // the server ended it
+  }
+}
+
 // CPU seconds (user + system) and minor page faults of this process so
 // far (getrusage).
 struct usage {
@@ -108,10 +175,13 @@ struct phase_result {
   std::uint64_t bytes = 0;
   blobpipe::server_stats stats;
   int failures = 0;
+  std::uint64_t bad_timed_out = 0;  // connections without entries ended by a timeout
 };
 
 // `senders` senders share cfg.samples; the consumer waits `slow_us` per entry.
-phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slow_us) {
+// `bad`: one bad sender beside them (bad_sender), closed when they are done.
+phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slow_us,
+                       bool bad = false) {
   asio::io_context ctx;
   blobpipe::server_options opt;
   opt.budget_bytes = cfg.budget_mb << 20;
@@ -125,13 +195,17 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   phase_result r;
   clock::time_point first{}, last{};
   bool any = false;
+  bool stop = false;
   auto consume = [&]() -> asio::awaitable<void> {
     std::size_t closed = 0;
+    std::vector<std::uint64_t> honest;  // connections that yielded entries
     asio::steady_timer pause(ctx);
     for (;;) {
       auto ev = co_await srv->next();
       if (ev.kind == blobpipe::server_event_kind::end_of_stream) break;
       if (ev.kind == blobpipe::server_event_kind::entry_ready) {
+        if (std::find(honest.begin(), honest.end(), ev.connection->id) == honest.end())
+          honest.push_back(ev.connection->id);
         if (!any) first = clock::now();
         any = true;
         r.bytes += ev.ev.entry->entry.len;
@@ -140,13 +214,26 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
           co_await pause.async_wait(asio::use_awaitable);
         }
       }
-      if (ev.kind == blobpipe::server_event_kind::connection_closed && ++closed == senders)
-        srv->stop_accepting();
-      last = clock::now();
+      if (ev.kind == blobpipe::server_event_kind::connection_closed && !stop &&
+          std::find(honest.begin(), honest.end(), ev.connection->id) == honest.end() &&
+          ev.ev.error == blobpipe::errc::timed_out)
+        ++r.bad_timed_out;
+      if (ev.kind == blobpipe::server_event_kind::connection_closed &&
+          std::find(honest.begin(), honest.end(), ev.connection->id) != honest.end()) {
+        last = clock::now();
+        if (++closed == senders) {
+          stop = true;
+          if (bad) srv->close();  // the bad sender too
+          else srv->stop_accepting();
+        }
+        continue;
+      }
+      if (ev.kind != blobpipe::server_event_kind::connection_closed) last = clock::now();
     }
   };
   asio::co_spawn(ctx, consume(), asio::detached);
   const std::string url = srv->url();
+  if (bad) asio::co_spawn(ctx, bad_sender(url, stop), asio::detached);
   for (std::size_t i = 0; i < senders; ++i) {
     const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
     asio::co_spawn(ctx, send_share(url, s, lo, hi - lo, r.failures), asio::detached);
@@ -207,6 +294,8 @@ int main(int argc, char** argv) {
   const auto one = run_phase(cfg, 1, 0);
   const auto many = run_phase(cfg, cfg.senders, 0);
   const auto slow = run_phase(cfg, cfg.senders, cfg.slow_us);
+  const auto without_bad = run_phase(cfg, cfg.senders, 0);
+  const auto with_bad = run_phase(cfg, cfg.senders, 0, true);
   const auto line = [](const char* name, const phase_result& r) {
     const auto& l = r.stats.total.latency;
     std::printf("%-28s %8.3f GB/s  %7.3f s  cpu/wall %4.2f  p50 %8.3f ms  p99 %8.3f ms  "
@@ -226,5 +315,17 @@ int main(int argc, char** argv) {
   line(name, slow);
   std::printf("fan-in / single connection: %.2fx (target >= 0.9)\n",
               gbps(one) > 0 ? gbps(many) / gbps(one) : 0.0);
-  return one.failures || many.failures || slow.failures ? 1 : 0;
+  std::snprintf(name, sizeof name, "%zu senders, no bad sender", cfg.senders);
+  line(name, without_bad);
+  std::snprintf(name, sizeof name, "%zu senders + 1 bad sender", cfg.senders);
+  line(name, with_bad);
+  std::printf("one bad sender: honest throughput %.2fx of without it; %llu bad connection(s) "
+              "timed out, committed high water %.1f MiB\n",
+              gbps(without_bad) > 0 ? gbps(with_bad) / gbps(without_bad) : 0.0,
+              static_cast<unsigned long long>(with_bad.bad_timed_out),
+              static_cast<double>(with_bad.stats.pool.committed_high_water) / (1 << 20));
+  return one.failures || many.failures || slow.failures || without_bad.failures ||
+                 with_bad.failures
+             ? 1
+             : 0;
 }

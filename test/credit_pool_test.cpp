@@ -26,8 +26,9 @@ struct harness {
   credit_pool pool;
   std::map<int, fake> m;
   explicit harness(std::uint64_t budget, std::uint64_t initial = 1 << 20,
-                   std::uint64_t stream = credit_pool::default_stream_bytes)
-      : pool(budget, initial, stream) {}
+                   std::uint64_t stream = credit_pool::default_stream_bytes,
+                   std::uint64_t max_item = credit_pool::default_max_item_bytes)
+      : pool(budget, initial, stream, max_item) {}
 
   fake& join(int k) {
     fake& f = m[k];
@@ -63,26 +64,46 @@ BOOST_AUTO_TEST_CASE(initial_grants_are_small_and_within_the_budget) {
   BOOST_TEST(tiny.pool.stats().committed_bytes == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(requests_are_granted_whole_and_oldest_first) {
+BOOST_AUTO_TEST_CASE(a_request_that_cannot_be_met_now_does_not_hold_up_the_ones_behind_it) {
   harness h(1000, 16);  // initial grants: 16 each
   auto& a = h.join(1);
   auto& b = h.join(2);
   auto& c = h.join(3);
-  // c takes most of the budget.
-  h.pool.request(c.id, 800);
-  BOOST_TEST(c.allowance() == 800u);
-  h.use(c, 800);
-  // a asks for more than is free (1000 - 816 - 32 = 152), then b for little.
-  h.pool.request(a.id, 400);
+  // c alone is active: its share is the whole budget.
+  h.pool.request(c.id, 900);
+  BOOST_TEST(c.allowance() == 900u);
+  h.use(c, 900);
+  // a asks for more than is free (1000 - 916 - 32 = 52), within its share.
+  h.pool.request(a.id, 200);
   BOOST_TEST(a.granted == 16u);
-  h.pool.request(b.id, 50);
-  BOOST_TEST(b.granted == 16u);  // behind a: not starving the larger request
-  BOOST_TEST(h.pool.stats().requests_waiting == 2u);
-  h.drop(c, 300);  // free: 452 >= a's 384
-  BOOST_TEST(a.allowance() == 400u);
-  BOOST_TEST(b.allowance() == 50u);  // then b's, from what is left
+  h.pool.request(b.id, 40);
+  BOOST_TEST(b.allowance() == 40u);  // not behind a
+  BOOST_TEST(a.granted == 16u);
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+  h.drop(c, 300);  // free: 328 >= a's 184
+  BOOST_TEST(a.allowance() == 200u);
   BOOST_TEST(h.pool.stats().requests_waiting == 0u);
   BOOST_TEST(h.pool.stats().committed_high_water <= 1000u);
+  BOOST_TEST(h.pool.stats().overcommits == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(outstanding_credit_is_capped_by_the_share_of_the_active_members) {
+  harness h(1000, 0);  // no initial grants
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  h.pool.request(b.id, 100);
+  h.use(b, 100);  // b active: shares of 500
+  h.pool.request(a.id, 300);
+  h.use(a, 300);
+  // a asks for 300 more: 600 outstanding would exceed its share (its item
+  // is within the share: its own buffered bytes must go first).
+  h.pool.request(a.id, 300);
+  BOOST_TEST(a.allowance() == 0u);
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+  h.drop(a, 200);  // 100 buffered: 400 fits the share (and what it released comes back up to it)
+  BOOST_TEST(a.allowance() >= 300u);
+  BOOST_TEST(a.granted - a.released == 500u);
+  BOOST_TEST(h.pool.stats().overcommits == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(released_credit_returns_to_its_member_up_to_the_active_share) {
@@ -149,23 +170,61 @@ BOOST_AUTO_TEST_CASE(the_target_never_falls_below_its_floor_nor_exceeds_the_budg
   BOOST_TEST(tight.join(1).granted == 1000u / 16);  // the budget binds first
 }
 
-BOOST_AUTO_TEST_CASE(an_item_no_release_can_make_room_for_is_granted_beyond_the_budget) {
-  harness h(1000, 16);
+BOOST_AUTO_TEST_CASE(an_item_larger_than_a_share_is_granted_beyond_the_budget_one_at_a_time) {
+  constexpr std::uint64_t budget = 1000, max_item = 5000;
+  harness h(budget, 16, credit_pool::default_stream_bytes, max_item);
   auto& a = h.join(1);
   auto& b = h.join(2);
+  auto& c = h.join(3);
   h.pool.request(b.id, 100);
   h.use(b, 100);
-  h.pool.request(a.id, 5000);
-  BOOST_TEST(a.granted == 16u);  // b's bytes may still be released
-  BOOST_TEST(h.pool.stats().overcommits == 0u);
-  h.drop(b, 100);  // nothing buffered anywhere: no release can help
+  h.pool.request(a.id, 5000);  // larger than a's share (500) and the budget
   BOOST_TEST(a.allowance() == 5000u);
   BOOST_TEST(h.pool.stats().overcommits == 1u);
+  BOOST_TEST(h.pool.stats().oversized_bytes == 4984u);
+  h.pool.request(c.id, 600);  // larger than its share: a holds the oversized grant
+  BOOST_TEST(c.granted == 16u);
+  h.pool.request(b.id, 200);  // within b's share: not held up by either
+  BOOST_TEST(b.allowance() == 200u);
+  BOOST_TEST(h.pool.stats().committed_bytes <= budget + max_item);
   h.use(a, 5000);
-  h.pool.request(b.id, 5000);  // a second one waits while the first is buffered
-  BOOST_TEST(h.pool.stats().overcommits == 1u);
-  h.drop(a, 5000);
+  h.drop(a, 5000);  // released: c's turn
+  BOOST_TEST(c.allowance() == 600u);
   BOOST_TEST(h.pool.stats().overcommits == 2u);
+  BOOST_TEST(h.pool.stats().committed_high_water <= budget + max_item);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_for_2_to_the_64_minus_1_gets_at_most_one_item) {
+  constexpr std::uint64_t budget = 1000, max_item = 5000;
+  harness h(budget, 16, credit_pool::default_stream_bytes, max_item);
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  h.pool.request(a.id, ~std::uint64_t{0});
+  BOOST_TEST(a.allowance() == max_item);
+  h.pool.request(a.id, ~std::uint64_t{0});  // again: it has what one item needs
+  BOOST_TEST(a.allowance() == max_item);
+  h.pool.request(b.id, ~std::uint64_t{0} - 7);  // the oversized grant is a's
+  BOOST_TEST(b.granted == 16u);
+  h.pool.request(b.id, 100);  // an honest request replaces it
+  BOOST_TEST(b.allowance() == 100u);
+  BOOST_TEST(h.pool.stats().committed_high_water <= budget + max_item);
+}
+
+BOOST_AUTO_TEST_CASE(a_member_holding_unused_credit_others_wait_for_is_pressed) {
+  harness h(1000, 16, 64);  // stream_bytes 64: an idle member may keep 64
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  h.pool.request(a.id, 900);  // a alone active: its share is the budget
+  BOOST_TEST(a.allowance() == 900u);
+  BOOST_TEST(!h.pool.pressed(a.id));  // nobody waits
+  h.pool.request(b.id, 200);  // within b's share, but not free
+  BOOST_TEST(b.granted == 16u);
+  BOOST_TEST(h.pool.pressed(a.id));
+  BOOST_TEST(!h.pool.pressed(b.id));  // its own request is no pressure
+  h.use(a, 850);  // a uses it: 50 unused, below max(initial, stream)
+  BOOST_TEST(!h.pool.pressed(a.id));
+  h.pool.close(a.id);  // (or its consumer ends it): the unused comes back
+  BOOST_TEST(!h.pool.pressed(a.id));
 }
 
 BOOST_AUTO_TEST_CASE(close_returns_unused_credit_and_forget_drops_the_rest) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "test/heap_counter.hpp"
+#include "test/skip.hpp"
 #include "test/wire_vectors.hpp"
 
 using namespace blobpipe;
@@ -129,4 +131,67 @@ BOOST_AUTO_TEST_CASE(tail_with_more_rows_than_entries_announced_is_refused) {
   BOOST_TEST_REQUIRE(!r);
   BOOST_TEST((r.code() == errc::protocol_violation));
   BOOST_TEST(l.blobs_completed == 0u);
+}
+
+namespace {
+
+/// Releases each entry's credit once it completes (an application that
+/// drops every entry at once), and keeps nothing itself.
+class releasing_listener final : public decoder_listener {
+ public:
+  decoder* dec = nullptr;
+  std::uint64_t credit = 0;  // of the entry announced last
+  result<void> on_hello(const hello&) override { return {}; }
+  result<std::span<std::byte>> on_entry_begin(void*, const entry_announcement& a) override {
+    credit = a.credit;
+    return std::span<std::byte>{};  // bytes dropped
+  }
+  result<void> on_entry_complete(void*, std::uint64_t) override {
+    dec->release(credit);
+    return {};
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_open_blob_holds_a_constant_whatever_its_entries_announced) {
+  // Issue 26 item 4: each open blob kept its last entry, key included,
+  // and the capacity its pending index rows had grown to: 4,000 open
+  // blobs with 64 KiB keys held 526 MB beside a 64 MiB window. Now an open
+  // blob whose entries completed holds at most decoder::open_blob_bytes.
+  if (!blobpipe::testing::detail::heap_counting()) BLOBPIPE_SKIP("this build cannot count the heap");
+  constexpr std::uint64_t blobs = 400;
+  const std::string key(60'000, 'k');
+  const std::vector<std::byte> payload(64, std::byte{7});
+  outbox o;
+  frame_hello(o, sender_hello);
+  for (std::uint64_t id = 1; id <= blobs; ++id) {
+    frame_blob_begin(o, id, tag_of(("open" + std::to_string(id)).c_str()));
+    layout_builder b;
+    // One entry with a long key sent in a data frame (its row kept while
+    // it is open), one empty entry with a long key (complete at once).
+    const planned_entry& pe =
+        *b.add(key + "a", value::ndarray_bytes(payload, "|u1", {64})).value();
+    frame_entry_begin(o, id, 0, pe.entry, pe.entry.meta());
+    frame_data(o, id, pe.entry.off, payload, 1 << 20, /*copy=*/true);
+    const planned_entry& empty = *b.add(key + "b", value::ndarray_bytes({}, "|u1", {0})).value();
+    frame_entry_begin(o, id, 1, empty.entry, empty.entry.meta());
+  }
+  const auto stream = bytes_of(o);
+  releasing_listener l;
+  decoder_limits lim;
+  lim.window_bytes = 1 << 20;  // one entry at a time: each is released at once
+  decoder d(wire_role::sender, lim, l);
+  l.dec = &d;
+  const std::int64_t before = blobpipe::testing::detail::heap_live();
+  auto r = d.consume(stream);
+  BOOST_TEST_REQUIRE(bool(r), r.message());
+  BOOST_TEST(d.open_blobs() == blobs);
+  BOOST_TEST(d.buffered_bytes() == 0u);
+  // The decoder's own frame assembly buffer (one key-sized frame) is not
+  // per blob: allowed once.
+  const std::int64_t held = blobpipe::testing::detail::heap_live() - before - std::int64_t{256 << 10};
+  BOOST_TEST_MESSAGE((blobpipe::testing::detail::heap_live() - before) / std::int64_t{blobs}
+                     << " bytes of heap per open blob");
+  BOOST_TEST(held <= std::int64_t{blobs * decoder::open_blob_bytes});
 }

@@ -358,3 +358,11 @@ BOOST_AUTO_TEST_CASE(with_credit_grants_nothing_is_admitted_beyond_the_credit_gr
     BOOST_TEST((c.feed(stream(2)).code() == errc::protocol_violation));
   }
 }
+
+BOOST_AUTO_TEST_CASE(grants_summing_past_2_to_the_64_saturate_the_window) {
+  consumer_side c(all, 0);
+  BOOST_TEST_REQUIRE(c.feed(hello_offering(feature_credit_grants)).has_value());
+  c.d.grant(~std::uint64_t{0} - 10);
+  c.d.grant(100);  // would wrap to 89
+  BOOST_TEST(c.d.limits().window_bytes == ~std::uint64_t{0});
+}

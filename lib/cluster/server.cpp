@@ -32,6 +32,15 @@ server_event_kind kind_of(event_kind k) {
   return server_event_kind::connection_closed;
 }
 
+/// The most credit one item of a connection can need: its largest entry
+/// with the largest key and meta, or its largest tail (saturating).
+std::uint64_t max_item_credit(const consumer_options& o) noexcept {
+  const std::uint64_t room = std::uint64_t{o.max_key_bytes} + o.max_meta_bytes + entry_overhead_bytes;
+  const std::uint64_t entry =
+      o.max_entry_bytes > ~std::uint64_t{0} - room ? ~std::uint64_t{0} : o.max_entry_bytes + room;
+  return std::max<std::uint64_t>(entry, o.max_tail_bytes);
+}
+
 double seconds_since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();
 }
@@ -181,7 +190,8 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
     : ex(std::move(e)),
       opt(std::move(o)),
       lis(std::move(l)),
-      pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes, opt.stream_bytes)),
+      pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes,
+                                         opt.stream_bytes, max_item_credit(opt.connection))),
       ready(ex),
       groups({.timeout = opt.group_timeout,
               .max_open = opt.max_open_groups,

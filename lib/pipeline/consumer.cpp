@@ -78,6 +78,18 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
         n(s->frames.limits().window_bytes) + ") and waited " + ms +
         " ms for an entry the sender may have no credit to send (held_timeout): "
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
+  } else if (s->stall_watch.tripped() == watchdog::limit_kind::pressed) {
+    s->timeout_reason = "the sender held " +
+                        std::to_string(s->frames.limits().window_bytes -
+                                       std::min(s->frames.buffered_bytes(),
+                                                s->frames.limits().window_bytes)) +
+                        " bytes of unused credit that other connections wait for and sent "
+                        "nothing for " + ms + " ms (stall_timeout)";
+  } else if (s->stall_watch.tripped() == watchdog::limit_kind::stall) {
+    s->timeout_reason = "no progress from the sender for " + ms +
+                        " ms while it owed bytes (stall_timeout: no entry or blob ended and "
+                        "fewer than " + std::to_string(watchdog::progress_bytes) +
+                        " bytes arrived)";
   } else {
     s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
                         s->stall_watch.tripped_name() + "_timeout)";
@@ -118,10 +130,12 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
+    s.bytes_in += target.size();
     r = d.commit_payload(target.size());
   } else {
     auto [ec, got] = co_await s.t->read_some(s.rx);
     if (ec) co_return transport_error(s, ec);
+    s.bytes_in += got.bytes;
     r = d.consume(std::span(s.rx).first(got.bytes));
     if (r && got.bulk_bytes != 0) {
       // A message transport's bulk payload must be exactly the rest of
@@ -209,7 +223,10 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       } else {
         r = co_await land_oldest(*s);
       }
-      s->stall_watch.progress();
+      // Progress is an entry or blob ended, or watchdog::progress_bytes
+      // more bytes: a trickle does not keep a connection that owes bytes.
+      s->stall_watch.progress(s->bytes_in, s->stats.entries_received + s->stats.blobs_completed +
+                                               s->stats.blobs_aborted);
       s->stall_watch.end_wait();
     }
     if (r) continue;

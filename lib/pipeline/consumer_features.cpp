@@ -22,6 +22,12 @@ std::uint64_t consumer_state::negotiate_features(const hello& h, decoder_limits&
         return s ? s->frames.buffered_bytes() : 0;
       });
   pool_member = id;
+  // Credit others wait for and this sender does not use ends it after
+  // stall_timeout (credit_pool::pressed).
+  stall_watch.pressure([w = weak_from_this()] {
+    auto s = w.lock();
+    return s && s->pool_member != 0 && s->opt.pool->pressed(s->pool_member);
+  });
   return l.window_bytes = first;
 }
 

@@ -442,7 +442,9 @@ void consumer_state::update_watch() noexcept {
   const auto& l = frames.limits();
   const std::uint64_t used = frames.buffered_bytes();
   const bool has_credit = used < l.window_bytes && credit_wanted == 0 && held_in_window == 0;
-  stall_watch.owes(frames.in_frame() || !posted.empty() ||
+  // An entry begun and not complete is owed whatever else the sender
+  // waits for: its credit was taken whole when it was announced.
+  stall_watch.owes(frames.in_frame() || !posted.empty() || frames.entries_open() != 0 ||
                    (frames.open_blobs() != 0 && has_credit));
   stall_watch.held(held_in_window != 0 && (!opt.waits_reported || app_waiting));
 }

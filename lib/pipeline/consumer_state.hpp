@@ -174,6 +174,7 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   // Stall detection: the watchdog closes the transport; next() then
   // reports timed_out with this reason.
   watchdog stall_watch;
+  std::uint64_t bytes_in = 0;  // bytes read from the transport in all (stall progress)
   std::string timeout_reason;
   bool ack_stopped = false;
   async_condition ack_cv;

@@ -7,10 +7,11 @@
 namespace blobpipe {
 
 credit_pool::credit_pool(std::uint64_t budget_bytes, std::uint64_t initial_grant_bytes,
-                         std::uint64_t stream_bytes)
+                         std::uint64_t stream_bytes, std::uint64_t max_item_bytes)
     : budget_(std::max<std::uint64_t>(budget_bytes, 1)),
       initial_(initial_grant_bytes),
-      stream_(stream_bytes) {
+      stream_(stream_bytes),
+      max_item_(max_item_bytes) {
   stats_.budget_bytes = budget_;
 }
 
@@ -23,7 +24,27 @@ credit_pool_stats credit_pool::stats() const noexcept {
 }
 
 std::uint64_t credit_pool::free_bytes() const noexcept {
-  return stats_.committed_bytes >= budget_ ? 0 : budget_ - stats_.committed_bytes;
+  // The oversized grant is beyond the budget: it takes nothing from it.
+  const std::uint64_t within = stats_.committed_bytes - stats_.oversized_bytes;
+  return within >= budget_ ? 0 : budget_ - within;
+}
+
+void credit_pool::take_back(std::uint64_t id, member& m, std::uint64_t n) noexcept {
+  m.outstanding -= n;
+  stats_.committed_bytes -= n;
+  if (id != oversized_) return;
+  stats_.oversized_bytes -= std::min(n, stats_.oversized_bytes);
+  if (stats_.oversized_bytes == 0) oversized_ = 0;  // another may have one now
+}
+
+bool credit_pool::pressed(std::uint64_t id) const {
+  auto it = members_.find(id);
+  if (it == members_.end() || !it->second.open) return false;
+  const member& m = it->second;
+  const std::uint64_t unused = m.outstanding - buffered_of(m);
+  if (unused <= std::max(initial_, stream_)) return false;
+  // Another member's request waits (not only this one's own).
+  return unmet_ > (m.want != 0 ? 1u : 0u);
 }
 
 std::uint64_t credit_pool::buffered_of(const member& m) const {
@@ -78,8 +99,7 @@ void credit_pool::released(std::uint64_t id, std::uint64_t bytes) {
   auto it = members_.find(id);
   if (it == members_.end()) return;  // forgotten
   const std::uint64_t n = std::min(bytes, it->second.outstanding);
-  it->second.outstanding -= n;
-  stats_.committed_bytes -= n;
+  take_back(id, it->second, n);
   const bool open = it->second.open;
   drop_if_done(it);
   distribute(open ? id : 0, n);
@@ -103,9 +123,7 @@ void credit_pool::close(std::uint64_t id) {
   m.open = false;
   m.want = 0;
   --open_;
-  const std::uint64_t unused = m.outstanding - buffered_of(m);
-  m.outstanding -= unused;
-  stats_.committed_bytes -= unused;
+  take_back(id, m, m.outstanding - buffered_of(m));
   drop_if_done(it);
   distribute(0, 0);
 }
@@ -114,7 +132,7 @@ void credit_pool::forget(std::uint64_t id) {
   auto it = members_.find(id);
   if (it == members_.end()) return;
   if (it->second.open) --open_;
-  stats_.committed_bytes -= it->second.outstanding;
+  take_back(id, it->second, it->second.outstanding);
   members_.erase(it);
   distribute(0, 0);
 }
@@ -126,28 +144,47 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
     bool& b;
     ~reset() { b = false; }
   } guard{distributing_};
-  // 1. Credit requests, oldest first, each granted whole from the free
-  // budget, whatever the member's target: the application may hold every
-  // byte the member has (a group it waits to complete), and only a grant
-  // lets that member go on. Step 2 brings its window back to its target.
-  const std::uint64_t goal = target(active_members());
+  // 1. Credit requests, oldest first, each granted whole within its
+  // member's share, from the free budget; one that cannot be met now
+  // waits without holding up the others. Step 2 brings a window back to
+  // its target.
+  const std::uint64_t active = active_members();
+  const std::uint64_t goal = target(active);
+  const std::uint64_t share = std::max<std::uint64_t>(budget_ / active, 1);
   waiting_.clear();
   for (auto& [id, m] : members_)
-    if (m.open && m.want != 0) waiting_.push_back(&m);
+    if (m.open && m.want != 0) waiting_.emplace_back(id, &m);
   std::sort(waiting_.begin(), waiting_.end(),
-            [](const member* x, const member* y) { return x->want_seq < y->want_seq; });
-  for (member* mp : waiting_) {
+            [](const auto& x, const auto& y) { return x.second->want_seq < y.second->want_seq; });
+  unmet_ = 0;
+  for (auto& [id, mp] : waiting_) {
     member& m = *mp;
+    // No item needs more than max_item_ (a request for 2^64 - 1 asks for
+    // no more than that).
+    const std::uint64_t want = std::min(m.want, max_item_);
     const std::uint64_t allowance = m.outstanding - buffered_of(m);
-    if (m.want > allowance) {
-      const std::uint64_t deficit = m.want - allowance;
-      if (deficit > free_bytes()) {
-        bool anything_buffered = false;
-        for (const auto& [id, other] : members_) anything_buffered |= buffered_of(other) != 0;
-        if (anything_buffered) return;  // releases will make room; nothing else meanwhile
-        ++stats_.overcommits;  // no release can ever make room: beyond the budget
+    if (want > allowance) {
+      const std::uint64_t deficit = want - allowance;
+      const bool within_share = m.outstanding <= share && deficit <= share - m.outstanding;
+      if (within_share) {
+        if (deficit > free_bytes()) {  // releases will make room: wait
+          ++unmet_;
+          continue;
+        }
+        give(m, deficit);
+      } else if (want > share && oversized_ == 0) {
+        // An item larger than its share: beyond the budget, one at a
+        // time server-wide (deficit <= want <= max_item_).
+        oversized_ = id;
+        stats_.oversized_bytes += deficit;
+        ++stats_.overcommits;
+        give(m, deficit);
+      } else {
+        // Its own buffered bytes must go first (their release, or the held
+        // allowance), or the oversized grant is another's: wait.
+        ++unmet_;
+        continue;
       }
-      give(m, deficit);
     }
     m.want = 0;
     m.want_seq = 0;

@@ -18,8 +18,32 @@ watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held)
 
 void watchdog::begin_wait() noexcept {
   // The silence of a fresh wait counts from its start, not from the last
-  // time bytes arrived (the application may have been busy in between).
-  if (waiting_++ == 0 && enabled()) last_ = clock::now();
+  // time bytes arrived (the application may have been busy in between);
+  // the stall clock, from the last progress, less the time not waiting.
+  if (waiting_++ != 0 || !enabled()) return;
+  const auto now = clock::now();
+  last_ = now;
+  if (!counted_ || wait_ended_ == clock::time_point{}) {
+    advanced_ = now;
+  } else {
+    advanced_ = std::min(now, advanced_ + (now - wait_ended_));
+  }
+}
+
+void watchdog::end_wait() noexcept {
+  if (waiting_ > 0 && --waiting_ == 0 && enabled()) wait_ended_ = clock::now();
+}
+
+void watchdog::progress(std::uint64_t bytes, std::uint64_t items) noexcept {
+  if (!enabled()) return;
+  const auto now = clock::now();
+  last_ = now;
+  counted_ = true;
+  if (items != items_mark_ || bytes - bytes_mark_ >= progress_bytes) {
+    advanced_ = now;
+    items_mark_ = items;
+    bytes_mark_ = bytes;
+  }
 }
 
 asio::awaitable<bool> watchdog::expired() {
@@ -33,12 +57,21 @@ asio::awaitable<bool> watchdog::expired() {
     co_await timer_.async_wait(use_tuple);
     if (stopped_ || waiting_ == 0) continue;
     const auto silent = clock::now() - last_;
+    const auto stuck = clock::now() - advanced_;
     if (idle_.count() > 0 && silent >= idle_) {
       tripped_ = limit_kind::idle;
       co_return true;
     }
-    if (stall_.count() > 0 && owes_ && silent >= stall_) {
+    if (stall_.count() > 0 && owes_ && stuck >= stall_) {
       tripped_ = limit_kind::stall;
+      co_return true;
+    }
+    // Pressed: holding credit others wait for, silent since that began.
+    const bool pressed = stall_.count() > 0 && pressed_ && pressed_();
+    if (pressed && !pressed_on_) pressed_since_ = clock::now();
+    pressed_on_ = pressed;
+    if (pressed && clock::now() - std::max(advanced_, pressed_since_) >= stall_) {
+      tripped_ = limit_kind::pressed;
       co_return true;
     }
     // Held: silent since the application began holding what blocks it.

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -28,8 +29,8 @@ class watchdog {
   using clock = std::chrono::steady_clock;
   using ms = std::chrono::milliseconds;
 
-  /// `stall`: longest wait with nothing arriving while the peer owes bytes
-  /// (see owes()); `idle`: longest wait with nothing arriving at all. Zero
+  /// `stall`: longest wait without progress (see progress()) while the
+  /// peer owes bytes (see owes()); `idle`: longest wait with nothing arriving at all. Zero
   /// disables a limit; with both zero expired() just waits for stop().
   /// `held`: longest wait while held() is true with nothing arriving
   /// (consumer_options::held_timeout).
@@ -39,17 +40,35 @@ class watchdog {
     return stall_.count() > 0 || idle_.count() > 0 || held_.count() > 0;
   }
 
-  /// A wait on the peer starts / ends (nests: counted).
+  /// Bytes a receiver must see arrive within `stall` (or an entry or blob
+  /// end) to count as progress: the least rate a peer that owes bytes may
+  /// keep, 1 MiB per stall timeout.
+  static constexpr std::uint64_t progress_bytes = 1u << 20;
+
+  /// A wait on the peer starts / ends (nests: counted). The stall clock
+  /// counts only time spent waiting.
   void begin_wait() noexcept;
-  void end_wait() noexcept { if (waiting_ > 0) --waiting_; }
-  /// Bytes arrived (or a send completed): the silence starts over.
-  void progress() noexcept { if (enabled()) last_ = clock::now(); }
+  void end_wait() noexcept;
+  /// Bytes arrived (or a send completed): the silence starts over, and it
+  /// is progress.
+  void progress() noexcept {
+    if (enabled()) last_ = advanced_ = clock::now();
+  }
+  /// A receiver's progress: `bytes` arrived in all so far, `items` entries
+  /// and blobs ended in all so far. Any byte ends a silence (idle, held);
+  /// only an item ended or progress_bytes more bytes restart the stall
+  /// clock (so a peer trickling a byte at a time stalls).
+  void progress(std::uint64_t bytes, std::uint64_t items) noexcept;
   /// Whether the peer owes bytes now (a frame begun, a blob open); only
   /// then does `stall` apply.
   void owes(bool v) noexcept { owes_ = v; }
   /// Whether the application holds what the sender may be waiting for
   /// (the held allowance is full and part of the window is held, and the
   /// application waits); `held` counts from when it became true.
+  /// Credit pressure (credit_pool::pressed): while `f` returns true the
+  /// peer holds credit others need, and `stall` counts from when it became
+  /// true or the last byte, whichever is later. Checked each tick.
+  void pressure(std::function<bool()> f) { pressed_ = std::move(f); }
   void held(bool v) noexcept {
     if (v && !held_on_ && enabled()) held_since_ = clock::now();
     held_on_ = v;
@@ -61,13 +80,14 @@ class watchdog {
   /// Which limit tripped. An enum, not its name: a comparison of name
   /// pointers differs between translation units wherever the compiler
   /// does not merge equal literals (ASan's redzones, for one).
-  enum class limit_kind { stall, idle, held };
+  enum class limit_kind { stall, idle, held, pressed };
   limit_kind tripped() const noexcept { return tripped_; }
   /// Its name, for the error message: "stall", "idle" or "held".
   const char* tripped_name() const noexcept {
     return tripped_ == limit_kind::idle ? "idle" : tripped_ == limit_kind::held ? "held" : "stall";
   }
   ms limit() const noexcept {
+    if (tripped_ == limit_kind::pressed) return stall_;
     return tripped_ == limit_kind::idle ? idle_ : tripped_ == limit_kind::held ? held_ : stall_;
   }
 
@@ -79,6 +99,14 @@ class watchdog {
   ms stall_, idle_, held_, tick_;
   clock::time_point last_{};
   clock::time_point held_since_{};
+  clock::time_point advanced_{};     // the last progress (stall, pressed)
+  clock::time_point wait_ended_{};   // when the last wait ended (none: epoch)
+  std::uint64_t bytes_mark_ = 0;     // bytes in at the last progress
+  std::uint64_t items_mark_ = 0;     // items ended at the last progress
+  bool counted_ = false;             // progress(bytes, items) in use
+  std::function<bool()> pressed_;
+  clock::time_point pressed_since_{};
+  bool pressed_on_ = false;
   bool held_on_ = false;
   std::uint32_t waiting_ = 0;
   bool owes_ = false;

@@ -52,6 +52,12 @@ std::uint64_t max_row_bytes(const Entry& e) {
   return 5 + (5 + e.key.size()) + 9 + 9 + (5 + 1) + (5 + dtype) + (5 + 9 * dims);
 }
 
+/// Frees a completed entry's row (its key, dtype and shape): an open blob
+/// keeps no entry it has finished (decoder::open_blob_bytes). Assigning
+/// an empty Entry would not do: a string assigned a short one keeps its
+/// buffer.
+void forget_entry(Entry& e) noexcept { [[maybe_unused]] Entry gone = std::move(e); }
+
 }  // namespace
 
 decoder::digest::digest() : ctx(EVP_MD_CTX_new()) {
@@ -115,6 +121,7 @@ decoder::open_blob* decoder::find(std::uint64_t id) noexcept {
 void decoder::end_blob(std::map<std::uint64_t, open_blob>::iterator it) noexcept {
   if (last_ == &it->second) last_ = nullptr;
   if (cur_blob_ == &it->second) cur_blob_ = nullptr;
+  if (it->second.entry_open) --entries_open_;
   blobs_.erase(it);
 }
 
@@ -203,7 +210,8 @@ result<void> decoder::commit_payload(std::size_t n) {
   if (payload_left_ != 0) return {};
   const std::size_t have = std::exchange(assembly_have_, 0);
   auto r = finish_payload(std::span<const std::byte>(assembly_.data(), have));
-  if (assembly_.capacity() > (1u << 20)) assembly_ = {};  // a large tail: give it back
+  // A large tail: give it back (not `= {}`, which keeps the capacity).
+  if (assembly_.capacity() > (1u << 20)) assembly_ = std::vector<std::byte>();
   return r;
 }
 
@@ -214,7 +222,9 @@ result<void> decoder::advance_entry(std::size_t n) {
   state_ = state::header;
   if (b.received != b.current.len) return {};
   b.entry_open = false;
+  --entries_open_;
   b.dest = nullptr;
+  forget_entry(b.current);
   if (auto r = listener_->on_entry_complete(b.user, b.id); !r) return fail(r.err());
   return {};
 }
@@ -458,11 +468,17 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
   if (auto r = check_window(credit, "entry"); !r) return r;
   buffered_ += credit;
-  // The row is digested in batches: one SHA-256 update per kilobyte.
+  // The row is digested in batches: one SHA-256 update per kilobyte. A
+  // buffer a long row (a long key) grew is given back, so an open blob
+  // holds at most open_blob_bytes whatever rows it announced.
   append_index_row(*e, b.rows_pending);
-  if (b.rows_pending.size() >= 1024) {
+  if (b.rows_pending.size() >= rows_batch_bytes) {
     b.rows.update(b.rows_pending);
-    b.rows_pending.clear();
+    if (b.rows_pending.capacity() > 2 * rows_batch_bytes) {
+      b.rows_pending = std::vector<std::byte>();  // (not `= {}`: that keeps the capacity)
+    } else {
+      b.rows_pending.clear();
+    }
   }
   b.max_index_bytes += max_row_bytes(*e);
   b.data_end = align_up(e->off + e->len);
@@ -477,9 +493,11 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
                           num(row.len));
   if (has_inline || row.len == 0) {
     if (row.len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), row.len);
+    forget_entry(b.current);
     return listener_->on_entry_complete(b.user, b.id);
   }
   b.entry_open = true;
+  ++entries_open_;
   b.received = 0;
   b.dest = dest->empty() ? nullptr : dest->data();
   return {};

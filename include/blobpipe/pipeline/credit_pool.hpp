@@ -16,19 +16,27 @@
 //
 // Policy, in order, each time credit comes back or a sender asks. Each
 // active connection (something buffered, or a request waiting) has a
-// target: stream_bytes over the active connections (at least
-// min_target_bytes, at most the budget over them), so the credit in flight
-// stays about stream_bytes however many senders stream at once. Credit in
+// share, budget_bytes over the active connections: the most credit it may
+// hold outstanding (granted, not released) through requests. It also has
+// a target: stream_bytes over the active connections (at least
+// min_target_bytes, at most its share), so the credit in flight stays
+// about stream_bytes however many senders stream at once. Credit in
 // flight is memory the bytes pass through (socket buffers, send queues,
 // receive buffers): sixteen connections holding 1 MiB each moved 0.23 GB/s
 // where the same sixteen holding 128 KiB each moved 0.46 (docs/cluster.md).
 // 1. Credit requests (a sender waiting for credit says how much its
-//    waiting items need in all), oldest first, each granted whole from the
-//    free budget. While the oldest cannot be met nothing else is granted,
-//    so a large request is not starved by small ones. This holds whatever
-//    the connection's target: the application may hold every byte the
-//    connection has (a group it waits to complete), and only a grant lets
-//    it go on; the budget still bounds it.
+//    waiting items need in all, capped here at max_item_bytes), oldest
+//    first, each granted whole from the free budget when the connection's
+//    outstanding credit stays within its share. One that cannot be met now
+//    waits and does not hold up the requests behind it. A request larger
+//    than the share (an item larger than a share) is granted beyond the
+//    budget, at most max_item_bytes, to one connection at a time
+//    server-wide (the "oversized grant"); others wait for it to be
+//    released. A request within the share that its connection's buffered
+//    bytes keep from fitting waits for their release: entries the
+//    application holds leave the window for the held allowance
+//    (consumer_options::held_bytes), which is what lets a connection whose
+//    group members the application holds go on (docs/cluster.md).
 // 2. Credit a connection released goes back to it (no more than it
 //    released) while it holds less than its target. So a streaming sender
 //    keeps its credit without asking again; as others become busy its
@@ -38,15 +46,15 @@
 // A connection starts with min(initial_grant_bytes, budget / 16, its target
 // among the open connections, the free budget), possibly 0 (it then asks when it has something to
 // send). Grants cannot be taken back, and a sender that goes idle keeps
-// its unused credit until its connection ends: starting small bounds that.
+// its unused credit until its connection ends: starting small bounds that,
+// and a connection holding more unused credit than
+// max(initial_grant_bytes, stream_bytes) while another connection's
+// request waits is pressed() (its consumer ends it after stall_timeout
+// without a byte from it).
 //
-// An item larger than any grant could become: when the oldest request
-// cannot be met and nothing is buffered on any connection (so no release
-// can ever free more), it is granted anyway. The budget is then exceeded by
-// at most that one item's credit until it is released; no second such
-// grant happens while anything is buffered. This is the pool's form of the
-// single-window rule "an entry larger than the whole window is admitted
-// alone", and it keeps any item size from deadlocking.
+// So committed credit stays within budget_bytes + max_item_bytes: every
+// grant but the oversized one comes from the free budget, and there is
+// at most one oversized grant (counted in overcommits) at a time.
 //
 // Threading: a pool and every consumer using it live on one executor
 // (one thread, or a strand). Entries may still be released on any thread
@@ -60,6 +68,8 @@
 #include <utility>
 #include <vector>
 
+#include "blobpipe/protocol/wire.hpp"
+
 namespace blobpipe {
 
 struct credit_pool_stats {
@@ -72,9 +82,12 @@ struct credit_pool_stats {
   std::uint64_t credit_requests = 0;       ///< requests received
   std::uint64_t grants = 0;                ///< grants made (initial ones excluded)
   std::uint64_t granted_bytes = 0;
-  /// Grants beyond the budget for an item no release could make room
-  /// for (see the file comment).
+  /// Oversized grants: beyond the budget, for a request larger than its
+  /// connection's share (see the file comment).
   std::uint64_t overcommits = 0;
+  /// Credit of the oversized grant not yet released (0 or 1 connection's;
+  /// at most max_item_bytes), bytes.
+  std::uint64_t oversized_bytes = 0;
 };
 
 class credit_pool {
@@ -88,16 +101,24 @@ class credit_pool {
   static constexpr std::uint64_t default_stream_bytes = 1u << 20;
   /// No connection's target is below this, bytes (unless the budget is).
   static constexpr std::uint64_t min_target_bytes = 64u << 10;
+  /// Default max_item_bytes: entry_credit(4 GiB, 64 KiB key, 4 KiB meta),
+  /// a consumer's default limits, bytes.
+  static constexpr std::uint64_t default_max_item_bytes =
+      entry_credit(1ull << 32, default_max_key_bytes, default_max_meta_bytes);
 
   /// `budget_bytes`: what all members may buffer at once. `stream_bytes`:
   /// the credit the active members hold together while the application
   /// keeps up (each one's target is stream_bytes / active, at least
   /// min_target_bytes, at most budget_bytes / active); 0: no such target
-  /// (each may hold budget_bytes / active).
+  /// (each may hold budget_bytes / active). `max_item_bytes`: the most
+  /// credit one item can need (entry_credit of the largest entry, key and
+  /// meta the members' decoders admit, or their largest tail): no request
+  /// is granted more, and the one oversized grant is at most this.
   /// REQUIRES: budget_bytes >= 1.
   explicit credit_pool(std::uint64_t budget_bytes,
                        std::uint64_t initial_grant_bytes = default_initial_grant_bytes,
-                       std::uint64_t stream_bytes = default_stream_bytes);
+                       std::uint64_t stream_bytes = default_stream_bytes,
+                       std::uint64_t max_item_bytes = default_max_item_bytes);
   credit_pool(const credit_pool&) = delete;
   credit_pool& operator=(const credit_pool&) = delete;
 
@@ -123,6 +144,11 @@ class credit_pool {
   /// was granted but did not use goes back to the pool. What it buffers
   /// stays counted until released.
   void close(std::uint64_t id);
+  /// Whether member `id` holds more unused credit (granted, not buffered)
+  /// than max(initial_grant_bytes, stream_bytes) while another member's
+  /// request waits: credit the others need and it does not use. Its
+  /// consumer then ends it after stall_timeout with no byte from it.
+  bool pressed(std::uint64_t id) const;
   /// Member `id` is gone with whatever it held (its consumer was
   /// destroyed: its entries can no longer report their release). The
   /// budget may then be exceeded by entries the application still holds.
@@ -144,6 +170,9 @@ class credit_pool {
   std::uint64_t active_members() const;
   /// What each of `members` active members may hold (see the constructor).
   std::uint64_t target(std::uint64_t members) const noexcept;
+  /// Lowers member `id`'s outstanding credit by `n` (<= it): the
+  /// oversized grant first, then the budget's.
+  void take_back(std::uint64_t id, member& m, std::uint64_t n) noexcept;
   void give(member& m, std::uint64_t bytes);
   void drop_if_done(std::map<std::uint64_t, member>::iterator it);
   /// Runs the policy; `returning`: the member whose release of
@@ -153,7 +182,10 @@ class credit_pool {
   std::uint64_t budget_;
   std::uint64_t initial_;
   std::uint64_t stream_;
-  std::vector<member*> waiting_;  // distribute's scratch: requests by age
+  std::uint64_t max_item_;
+  std::uint64_t oversized_ = 0;  // the member holding the oversized grant (0: none)
+  std::uint64_t unmet_ = 0;      // requests left waiting by the last distribute()
+  std::vector<std::pair<std::uint64_t, member*>> waiting_;  // distribute's scratch: requests by age
   std::map<std::uint64_t, member> members_;
   std::uint64_t next_id_ = 0;
   std::uint64_t next_seq_ = 0;

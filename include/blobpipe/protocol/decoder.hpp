@@ -45,6 +45,7 @@
 // "Limits".
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -184,7 +185,11 @@ class decoder {
   void release(std::uint64_t credit) noexcept;
   /// Credit granted to the sender in an ack (feature_credit_grants only):
   /// the window grows by `credit`.
-  void grant(std::uint64_t credit) noexcept { limits_.window_bytes += credit; }
+  /// Saturates at 2^64 - 1 rather than wrap (a window that wrapped would
+  /// refuse every entry, or admit any).
+  void grant(std::uint64_t credit) noexcept {
+    limits_.window_bytes += std::min(credit, ~std::uint64_t{0} - limits_.window_bytes);
+  }
   /// Credit buffered now, bytes.
   std::uint64_t buffered_bytes() const noexcept { return buffered_; }
   /// Credit the decoder released itself since the last call (checked
@@ -198,6 +203,19 @@ class decoder {
   /// Whether a frame is begun and not yet whole (header or payload).
   bool in_frame() const noexcept { return header_have_ != 0 || state_ == state::payload; }
   std::size_t open_blobs() const noexcept { return blobs_.size(); }
+  /// Index rows gathered before one SHA-256 update, bytes.
+  static constexpr std::size_t rows_batch_bytes = 1024;
+  /// The most heap the decoder keeps for one open blob with no entry open
+  /// (its state, its SHA-256 context, rows not yet digested: at most
+  /// 2 * rows_batch_bytes of buffer), bytes. Not counted against the
+  /// window: max_open_blobs of them cost a connection at most
+  /// max_open_blobs * open_blob_bytes (16 MiB at the defaults) beyond it.
+  /// An open entry's key and meta count in its credit; a completed entry's
+  /// row is not kept. docs/wire.md "Limits", decoder_budget_test.
+  static constexpr std::size_t open_blob_bytes = 4096;
+  /// Entries announced (not inline) and not yet complete: bytes the
+  /// sender owes, their credit taken already.
+  std::size_t entries_open() const noexcept { return entries_open_; }
 
  private:
   enum class state { hello, header, payload, closed, failed };
@@ -220,10 +238,11 @@ class decoder {
     void* user = nullptr;
     std::uint64_t entries = 0;          // announced
     digest rows;                        // of the rows announced (append_index_row)
-    std::vector<std::byte> rows_pending;  // rows not yet digested (< 1 KiB)
+    std::vector<std::byte> rows_pending;  // rows not yet digested (< rows_batch_bytes)
     std::uint64_t data_end = 0;         // aligned end of the last entry
     std::uint64_t max_index_bytes = 5;  // no index of these rows encodes longer
-    // The last entry announced, receiving data frames while entry_open.
+    // The entry announced and receiving data frames while entry_open;
+    // empty otherwise.
     Entry current;
     bool entry_open = false;
     std::uint64_t received = 0;
@@ -269,6 +288,7 @@ class decoder {
   std::uint64_t last_blob_id_ = 0;
   // Window.
   std::uint64_t buffered_ = 0;
+  std::size_t entries_open_ = 0;  // open_blob::entry_open set, over all blobs
   std::uint64_t returned_ = 0;
 };
 

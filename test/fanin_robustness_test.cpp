@@ -1,0 +1,349 @@
+// The fan-in server under one hostile connection (issue 26, items 1 and 2;
+// docs/reliability.md "Fan-in under a hostile sender"): each case runs an
+// honest sender in another thread (its own executor, TCP loopback) while a
+// hostile peer, speaking the wire protocol by hand on the server's
+// executor, asks for more credit than it may have or holds what it got.
+// Each case checks that the honest sender completes with its data and that
+// the credit committed stays within budget_bytes + the largest item's
+// credit (credit_pool's stated bound).
+#define BOOST_TEST_MODULE fanin_robustness_test
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include <asio/steady_timer.hpp>
+
+#include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/framer.hpp"
+#include "test/cluster_fixture.hpp"
+#include "test/frame_io.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+constexpr std::uint64_t budget = 4u << 20;
+constexpr std::uint64_t max_entry = 1u << 20;
+constexpr std::uint32_t max_tail = 64u << 10;
+constexpr std::uint32_t honest_who = 1;
+constexpr int honest_blobs = 40;
+
+server_options hostile_case_options() {
+  server_options o;
+  o.budget_bytes = budget;
+  o.connection.max_entry_bytes = max_entry;
+  o.connection.max_tail_bytes = max_tail;
+  o.connection.stall_timeout = std::chrono::milliseconds(300);
+  return o;
+}
+
+/// The most credit one item can need: entry_credit of the largest entry,
+/// key and meta (the tail limit is smaller here).
+std::uint64_t max_item(const server_options& o) {
+  return entry_credit(o.connection.max_entry_bytes, o.connection.max_key_bytes,
+                      o.connection.max_meta_bytes);
+}
+
+/// The server's stated bound: the budget plus one item's credit.
+std::uint64_t bound(const server_options& o) { return o.budget_bytes + max_item(o); }
+
+asio::awaitable<std::error_code> send_out(transport& t, const outbox& out) {
+  std::vector<asio::const_buffer> bufs;
+  for (const auto& p : out.pieces()) {
+    const auto b = p.bytes(out);
+    bufs.emplace_back(b.data(), b.size());
+  }
+  co_return co_await t.write(std::span(bufs.data(), bufs.size()));
+}
+
+/// A hand-driven sender: hello offering credit grants, then frames.
+struct hostile {
+  std::unique_ptr<transport> t;
+  frame_reader reader;
+  std::uint64_t granted = 0;  // initial window + grants
+  std::uint32_t chunk = 0;
+
+  asio::awaitable<void> start(std::string url) {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, tr] = co_await blobpipe::connect(ex, url);
+    BOOST_TEST_REQUIRE(!ec);
+    t = std::move(tr);
+    outbox out;
+    frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
+    BOOST_TEST_REQUIRE(!(co_await send_out(*t, out)));
+    auto [hec, f] = co_await reader.next(*t);
+    BOOST_TEST_REQUIRE(!hec);
+    auto h = decode_hello(f.payload);
+    BOOST_TEST_REQUIRE(h.has_value());
+    BOOST_TEST_REQUIRE((h->features & feature_credit_grants) != 0u);
+    granted = h->window_bytes;
+    chunk = h->max_chunk_bytes;
+  }
+  asio::awaitable<std::error_code> request(std::uint64_t credit) {
+    outbox out;
+    frame_credit_request(out, credit);
+    co_return co_await send_out(*t, out);
+  }
+  /// Reads grants until `at_least` credit in all; false if the
+  /// connection ended first.
+  asio::awaitable<bool> await_credit(std::uint64_t at_least) {
+    while (granted < at_least) {
+      auto [ec, f] = co_await reader.next(*t);
+      if (ec) co_return false;
+      if (f.header.type == frame_type::ack) granted += f.header.arg;
+    }
+    co_return true;
+  }
+  /// Reads (grants) until the server ends the connection.
+  asio::awaitable<void> until_closed() {
+    for (;;) {
+      auto [ec, f] = co_await reader.next(*t);
+      if (ec) co_return;
+      if (f.header.type == frame_type::ack) granted += f.header.arg;
+    }
+  }
+};
+
+/// An entry of `len` bytes, key "x", as a sender announces it.
+struct big_entry {
+  std::vector<std::uint8_t> bytes;
+  layout_builder lb;
+  const planned_entry* pe = nullptr;
+  std::vector<std::byte> meta;
+  explicit big_entry(std::size_t len) : bytes(len, 0x5a) {
+    pe = *lb.add("x", value::tensor(bytes));
+    meta = pe->entry.meta();
+  }
+  std::uint64_t credit() const { return entry_credit(pe->entry.len, 1, meta.size()); }
+  std::span<const std::byte> data() const { return std::as_bytes(std::span(bytes)); }
+};
+
+/// The honest sender: its own thread and executor, TCP.
+class honest_thread {
+ public:
+  void start(std::string url) {
+    th_ = std::thread([this, url] {
+      asio::io_context ctx;
+      asio::co_spawn(ctx,
+                     send_to(url, {.who = honest_who, .blobs = honest_blobs, .entries = 3,
+                                   .bytes = 32u << 10, .group = {}}),
+                     [this](std::exception_ptr e, std::error_code ec) {
+                       result_ = e ? make_error_code(errc::aborted) : ec;
+                     });
+      ctx.run();
+    });
+  }
+  std::error_code join() {
+    if (th_.joinable()) th_.join();
+    return result_;
+  }
+  ~honest_thread() { join(); }
+
+ private:
+  std::thread th_;
+  std::error_code result_ = make_error_code(errc::aborted);  // until it reports
+};
+
+/// What the application saw, per connection.
+struct outcome {
+  std::vector<seen> events;
+  std::uint64_t worst_committed = 0;
+  std::uint64_t honest_conn = 0;
+  std::size_t honest_blobs_complete = 0;
+  std::error_code hostile_error;
+  std::string hostile_reason;
+};
+
+/// Takes the server's events, dropping each entry at once, until the honest
+/// sender's connection closes (and with `hostile_ends`, the hostile one
+/// too: the server is to end it); then closes the server (ending the
+/// hostile one) and drains it.
+asio::awaitable<void> application(server& srv, outcome& o, bool hostile_ends) {
+  bool closing = false;
+  bool honest_closed = false;
+  for (;;) {
+    auto ev = co_await srv.next();
+    o.worst_committed = std::max(o.worst_committed, srv.stats().pool.committed_bytes);
+    if (ev.kind == server_event_kind::end_of_stream) break;
+    auto s = record(ev);
+    if (ev.kind == server_event_kind::blob_complete && tag_sender(s.tag) == honest_who) {
+      o.honest_conn = s.conn;
+      ++o.honest_blobs_complete;
+    }
+    if (ev.kind == server_event_kind::connection_closed) {
+      if (s.conn == o.honest_conn) {
+        honest_closed = true;
+      } else if (!o.hostile_error && !closing) {
+        o.hostile_error = ev.ev.error;
+        o.hostile_reason = ev.ev.reason;
+      }
+      if (honest_closed && (!hostile_ends || o.hostile_error) && !closing) {
+        closing = true;
+        srv.close();
+      }
+    }
+    o.events.push_back(std::move(s));
+  }
+}
+
+/// Runs `attack` (which starts `honest` when it is in place) against a
+/// server with `opt`; returns what the application saw.
+template <class Attack>
+outcome run_case(server_options opt, Attack attack, const char* name, bool hostile_ends = false) {
+  BOOST_TEST_MESSAGE("case: " << name);
+  runner r;
+  honest_thread honest;  // joined after the server is gone (it then fails, not hangs)
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  outcome o;
+  r.spawn(application(srv, o, hostile_ends));
+  r.spawn(attack(srv.url(), honest));
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)), name << ": hung");
+  const std::error_code sent = honest.join();
+  BOOST_TEST(!sent, name << ": the honest sender failed: " << sent.message());
+  BOOST_TEST(o.honest_blobs_complete == std::size_t(honest_blobs), name);
+  BOOST_TEST(all_bytes_ok(o.events), name << ": an entry's bytes or key were not its own");
+  const auto st = srv.stats();
+  BOOST_TEST(st.pool.committed_high_water <= bound(opt), name);
+  BOOST_TEST(o.worst_committed <= bound(opt), name);
+  return o;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_request_for_2_to_the_64_minus_1_gets_one_item_and_the_honest_sender_completes) {
+  const auto opt = hostile_case_options();
+  run_case(
+      opt,
+      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        BOOST_TEST(!(co_await h.request(~std::uint64_t{0})));
+        // Granted: at most one item beyond the budget.
+        BOOST_TEST(co_await h.await_credit(max_entry));
+        BOOST_TEST(h.granted <= bound(opt));
+        honest.start(url);
+        co_await h.until_closed();
+        BOOST_TEST(h.granted <= bound(opt));
+      },
+      "2^64-1");
+}
+
+BOOST_AUTO_TEST_CASE(entries_held_open_on_a_huge_request_stay_within_the_bound) {
+  // The issue's 1 GiB request, its credit then spent on entries sent all
+  // but 64 bytes and held open.
+  const auto opt = hostile_case_options();
+  run_case(
+      opt,
+      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        BOOST_TEST(!(co_await h.request(256 * budget)));
+        BOOST_TEST(co_await h.await_credit(max_entry));
+        big_entry e(max_entry / 2);
+        std::uint64_t used = 0;
+        outbox out;
+        for (std::uint64_t blob = 1; used + e.credit() <= h.granted; ++blob) {
+          frame_blob_begin(out, blob, numbered_tag(9, static_cast<std::uint32_t>(blob)));
+          frame_entry_begin(out, blob, 0, e.pe->entry, e.meta);
+          frame_data(out, blob, e.pe->entry.off, e.data().first(e.data().size() - 64), h.chunk, true);
+          used += e.credit();
+        }
+        BOOST_TEST(used > 0u);
+        BOOST_TEST(!(co_await send_out(*h.t, out)));
+        honest.start(url);
+        co_await h.until_closed();
+      },
+      "huge request, entries held open");
+}
+
+BOOST_AUTO_TEST_CASE(a_connection_holding_the_whole_budget_idle_is_ended_and_the_honest_one_completes) {
+  auto opt = hostile_case_options();
+  // Entries as large as the budget may be sent: a request for the whole
+  // budget is one item's.
+  opt.connection.max_entry_bytes = budget;
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        // Alone, its share is the whole budget: granted, and never used.
+        BOOST_TEST(!(co_await h.request(budget)));
+        BOOST_TEST(co_await h.await_credit(budget));
+        honest.start(url);
+        co_await h.until_closed();
+      },
+      "hold the budget", true);
+  BOOST_TEST((o.hostile_error == errc::timed_out), o.hostile_error.message());
+  BOOST_TEST(o.hostile_reason.find("unused credit") != std::string::npos, o.hostile_reason);
+}
+
+BOOST_AUTO_TEST_CASE(a_trickling_connection_that_then_asks_for_the_budget_blocks_no_one_and_is_ended) {
+  // The issue's stalled connection: asks for half the budget, announces an
+  // entry, sends half of it, then one byte at a time, then asks for the
+  // whole budget.
+  const auto opt = hostile_case_options();
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        BOOST_TEST(!(co_await h.request(budget / 2)));
+        BOOST_TEST(co_await h.await_credit(std::min(budget / 2, max_item(opt))));
+        big_entry e(max_entry - 8192);
+        const auto d = e.data();
+        outbox out;
+        frame_blob_begin(out, 1, numbered_tag(9, 1));
+        frame_entry_begin(out, 1, 0, e.pe->entry, e.meta);
+        std::size_t off = d.size() / 2;
+        frame_data(out, 1, e.pe->entry.off, d.first(off), h.chunk, true);
+        frame_credit_request(out, budget);
+        BOOST_TEST(!(co_await send_out(*h.t, out)));
+        honest.start(url);
+        // The trickle: one byte every 50 ms (its pacing is the attack).
+        asio::steady_timer pause(co_await asio::this_coro::executor);
+        while (off < d.size() - 1) {
+          pause.expires_after(std::chrono::milliseconds(50));
+          co_await pause.async_wait(asio::use_awaitable);
+          outbox one;
+          frame_data(one, 1, e.pe->entry.off + off, d.subspan(off, 1), h.chunk, true);
+          if (co_await send_out(*h.t, one)) break;  // the server ended it
+          ++off;
+        }
+      },
+      "trickle, then ask for the budget", true);
+  // A byte at a time is no progress: the trickle is ended (stall_timeout).
+  BOOST_TEST((o.hostile_error == errc::timed_out), o.hostile_error.message());
+  BOOST_TEST(o.hostile_reason.find("no progress") != std::string::npos, o.hostile_reason);
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_idle_after_its_entries_completed_owes_nothing) {
+  // The stall clock runs for an entry begun and not complete: once every
+  // entry is complete an idle sender owes nothing, however long it idles
+  // (five stall timeouts here; the wait is the case, not a pacing).
+  runner r;
+  server_options opt = hostile_case_options();
+  opt.connection.stall_timeout = std::chrono::milliseconds(200);
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  std::vector<seen> got;
+  r.spawn(collect_into(srv, 1, got));
+  std::error_code sent;
+  auto sender_side = [&]() -> asio::awaitable<void> {  // named: it outlives the coroutine
+    auto [sec, s] = co_await start_sender(srv.url());
+    sent = sec;
+    if (sec) co_return;
+    // 128 KiB entries: not inline, so each is announced, then its bytes.
+    stream_plan p{.who = honest_who, .blobs = 1, .entries = 2, .bytes = 128u << 10, .group = {}};
+    if ((sent = co_await stream_blobs(s, p))) co_return;
+    asio::steady_timer idle(co_await asio::this_coro::executor, 5 * opt.connection.stall_timeout);
+    co_await idle.async_wait(asio::use_awaitable);
+    if ((sent = co_await stream_blobs(s, p))) co_return;
+    sent = co_await s.shutdown();
+  };
+  r.spawn(sender_side());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  BOOST_TEST(!sent, sent.message());
+  BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
+  BOOST_TEST(all_bytes_ok(got));
+}
