@@ -130,8 +130,8 @@ BOOST_AUTO_TEST_CASE(round_robin_skips_a_destination_gone_and_refuses_when_none_
   std::error_code none_left_code;
   auto produce = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    auto [ec, rt] = co_await router::start(
-        ex, {srv[0].url(), "inproc://router-rr-gone-nobody"}, {.policy = route_policy::round_robin});
+    std::vector<std::string> dests = {srv[0].url(), "inproc://router-rr-gone-nobody"};
+    auto [ec, rt] = co_await router::start(ex, dests, {.policy = route_policy::round_robin});
     BOOST_TEST_REQUIRE(!ec, ec.message());
     BOOST_TEST(bool(rt.error(1)), "destination 1 was never reached");
     for (std::uint32_t k = 0; k < 4; ++k) {
