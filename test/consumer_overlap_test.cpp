@@ -22,7 +22,9 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -307,6 +309,25 @@ BOOST_AUTO_TEST_CASE(later_entries_fetch_while_earlier_land_and_yield_oldest_fir
   h.poll();
   BOOST_TEST(h.ended);
   BOOST_TEST(h.events.size() == 8u);  // + blob 1 aborted (left open) + end_of_stream
+}
+
+// payload_window 0 would never fetch a payload: consumer::start refuses it
+// (consumer.hpp: invalid_argument, options out of range) before it reads
+// a byte.
+BOOST_AUTO_TEST_CASE(payload_window_zero_is_refused_at_start) {
+  asio::io_context ctx;
+  consumer_options opt;
+  opt.payload_window = 0;
+  auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+  push_start(*owned);  // a valid hello waiting: only the option can refuse
+  std::optional<std::error_code> got;
+  asio::co_spawn(ctx, consumer::start(std::move(owned), opt),
+                 [&](std::exception_ptr, std::tuple<std::error_code, consumer> r) {
+                   got = std::get<0>(r);
+                 });
+  ctx.poll();
+  BOOST_TEST_REQUIRE(got.has_value(), "start did not refuse payload_window 0 at once");
+  BOOST_TEST((*got == errc::invalid_argument), got->message());
 }
 
 // payload_window 1: each fetch lands before the next frame is read.

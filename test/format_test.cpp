@@ -342,6 +342,8 @@ BOOST_AUTO_TEST_CASE(shape_product_overflow_is_refused_whatever_the_itemsize) {
   constexpr std::int64_t big = (std::int64_t{1} << 62) - 1;
   const bp::Entry e{"v", 0, 0, 'n', std::string("|V0"), bp::shape_t{3, big, big}};
   BOOST_TEST((bp::validate_entry(e, 64).code() == bp::errc::shape_mismatch));
+  BOOST_TEST(bp::validate_entry(e, 64).message().find("overflows 64 bits") != std::string::npos,
+             bp::validate_entry(e, 64).message());
   // Through the index, as a hostile file would carry it.
   auto b = blob_with_index(
       {0x91, 0x96, 0xa1, 'v', 0, 0, 0xa1, 'n', 0xa3, '|', 'V', '0', 0x93, 3, 0xcf, 0x3f, 0xff,

@@ -102,8 +102,10 @@ BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
     BOOST_TEST_REQUIRE(!ec);
     auto b = rt.open_blob({});
     BOOST_TEST((b.code() == errc::invalid_argument));
+    BOOST_TEST(b.message().find("by_rank needs a rank") != std::string::npos, b.message());
     auto g = rt.open_blob({.group = blob_group{.id = 1, .size = 0}, .rank = 0});
     BOOST_TEST((g.code() == errc::invalid_argument));
+    BOOST_TEST(g.message().find("a group of size 0") != std::string::npos, g.message());
     BOOST_TEST(rt.stats().refused == 2u);
     rt.close();
     srv[0].close();
@@ -114,6 +116,44 @@ BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
   BOOST_TEST((ec == errc::invalid_argument));
   auto [bad, none2] = r.await(router::start(r.ex(), {"tcp://host"}));
   BOOST_TEST((bad == errc::invalid_argument));
+}
+
+// docs/cluster.md "Fan-out": round-robin skips a destination that is gone
+// (here: unreachable at start), and open_blob fails only when none is left.
+BOOST_AUTO_TEST_CASE(round_robin_skips_a_destination_gone_and_refuses_when_none_is_left) {
+  runner r;
+  auto srv = servers(r, "router-rr-gone", 1);
+  std::vector<seen> got0;
+  r.spawn(collect_into(srv[0], 1, got0));
+  std::vector<std::size_t> dest;
+  std::string none_left;
+  std::error_code none_left_code;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    std::vector<std::string> dests = {srv[0].url(), "inproc://router-rr-gone-nobody"};
+    auto [ec, rt] = co_await router::start(ex, dests, {.policy = route_policy::round_robin});
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    BOOST_TEST(bool(rt.error(1)), "destination 1 was never reached");
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      auto b = rt.open_blob({.tag = numbered_tag(0, k), .group = {}, .rank = {}});
+      BOOST_TEST_REQUIRE(b.has_value(), b.message());
+      dest.push_back(b->destination);
+      BLOBPIPE_CO_CHECK(one_blob(b->blob, 0, k));
+    }
+    BLOBPIPE_CO_CHECK(rt.at(0).flush());
+    srv[0].close();
+    BOOST_TEST(co_await until([&] { return bool(rt.error(0)); }));
+    auto none = rt.open_blob({.tag = numbered_tag(0, 9), .group = {}, .rank = {}});
+    none_left_code = none.code();
+    none_left = none.message();
+    BOOST_TEST(rt.stats().refused == 1u);
+    rt.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(dest == (std::vector<std::size_t>{0, 0, 0, 0}));
+  BOOST_TEST(bool(none_left_code), "open_blob with every destination gone succeeded");
+  BOOST_TEST(none_left.find("every destination is gone") != std::string::npos, none_left);
 }
 
 BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
@@ -163,9 +203,12 @@ BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
 
 BOOST_AUTO_TEST_CASE(a_group_goes_to_one_destination_and_completes_there) {
   runner r;
-  auto srv = servers(r, "router-groups", 2);
-  std::vector<std::vector<seen>> got(2);
-  for (int i = 0; i < 2; ++i) r.spawn(collect_into(srv[i], 1, got[i]));
+  // Four groups over three destinations: round-robin alone would split
+  // every group (its members' turns fall on different destinations), so
+  // only the router's memory of each group keeps it whole.
+  auto srv = servers(r, "router-groups", 3);
+  std::vector<std::vector<seen>> got(3);
+  for (int i = 0; i < 3; ++i) r.spawn(collect_into(srv[i], 1, got[i]));
   std::map<std::uint64_t, std::set<std::size_t>> where;  // group -> destinations
   auto produce = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
@@ -185,11 +228,12 @@ BOOST_AUTO_TEST_CASE(a_group_goes_to_one_destination_and_completes_there) {
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run());
-  BOOST_TEST(all_bytes_ok(got[1]), "an entry's bytes or key were not its own");
-  BOOST_TEST(all_bytes_ok(got[0]), "an entry's bytes or key were not its own");
+  for (int i = 0; i < 3; ++i) BOOST_TEST(all_bytes_ok(got[i]), "an entry's bytes or key were not its own");
   for (const auto& [g, d] : where) BOOST_TEST(d.size() == 1u, "group " << g << " was split");
   std::set<std::uint64_t> complete;
-  for (int i = 0; i < 2; ++i) {
+  std::map<std::size_t, std::size_t> groups_at;  // destination -> groups routed there
+  for (const auto& [g, d] : where) ++groups_at[*d.begin()];
+  for (int i = 0; i < 3; ++i) {
     std::map<std::uint64_t, int> members_done;
     for (const auto& s : got[i]) {
       if (s.kind == server_event_kind::blob_complete) {
@@ -202,7 +246,7 @@ BOOST_AUTO_TEST_CASE(a_group_goes_to_one_destination_and_completes_there) {
         complete.insert(s.group->id);
       }
     }
-    BOOST_TEST(count(got[i], server_event_kind::group_complete) == 2u);
+    BOOST_TEST(count(got[i], server_event_kind::group_complete) == groups_at[std::size_t(i)]);
     BOOST_TEST(count(got[i], server_event_kind::group_aborted) == 0u);
   }
   BOOST_TEST(complete.size() == 4u);

@@ -382,6 +382,12 @@ BOOST_AUTO_TEST_CASE(a_silent_connection_is_closed_at_the_handshake_timeout) {
   runner r;
   server_options opt;
   opt.handshake_timeout = std::chrono::milliseconds(20);
+  // The consumer's own bounds off: only the server's handshake_timeout
+  // closes the connection (with the consumer's 10 s handshake bound, or the
+  // server's 60 s stall clock, the test passed without it).
+  opt.connection.handshake_timeout = std::chrono::milliseconds(0);
+  opt.connection.stall_timeout = std::chrono::milliseconds(0);
+  opt.connection.idle_timeout = std::chrono::milliseconds(0);
   auto srv = server::listen(r.ex(), "inproc://server-test-silent", opt).value();
   auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
   BOOST_TEST_REQUIRE(!ec);

@@ -11,18 +11,15 @@ export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 # Under --config=asan (.ci/run's asan phase) the extension links ASan and
 # UBSan and Debian's python3 does not: their runtimes are preloaded, as they
 # must come first in the process, and leak checking is off (CPython keeps
-# objects alive until exit by design). alloc_dealloc_mismatch is off too:
-# Asio's recycled handler memory, allocated with operator new on a Python
-# thread and freed with free() on the extension's I/O thread, is reported
-# in every streaming test (docs/reliability.md "Sanitizers" has the
-# trace; open finding). Any other ASan or UBSan report still aborts the
-# test (abort_on_error, -fno-sanitize-recover). Child processes (the C++
+# objects alive until exit by design). Any ASan or UBSan report aborts the
+# test (abort_on_error, -fno-sanitize-recover), alloc-dealloc mismatches
+# included (docs/reliability.md "Sanitizers"). Child processes (the C++
 # example, a second python3) inherit all of it.
 ext=$root/python/blobpipe/_blobpipe.so
 runtimes=$(ldd "$ext" 2>/dev/null | awk '$1 ~ /^lib(asan|ubsan)\.so/ {print $3}' | tr '\n' ' ')
 if [[ -n ${runtimes// /} ]]; then
   export LD_PRELOAD="${runtimes% }${LD_PRELOAD:+ $LD_PRELOAD}"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:alloc_dealloc_mismatch=0"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
   echo "run_pytest: sanitizer build, preloading $LD_PRELOAD (ASAN_OPTIONS=$ASAN_OPTIONS)"
 fi
 # Nothing written beside the sources: no __pycache__, no .pytest_cache.

@@ -164,9 +164,21 @@ def test_entries_queued_ahead_of_python_stay_in_the_window(transport):
 
         t = Thread(produce)
         t.start()
-        wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+        # Three entries fill the window (each costs its 16 KiB plus key,
+        # meta and 256 bytes of credit; four do not fit 64 KiB). Wait until
+        # the binding has queued three that are still in the window
+        # (held_in_window_bytes counts entries yielded to the reader and not
+        # moved out). A binding that moved queued entries into the allowance
+        # gets there only after the allowance is full (three more entries in
+        # it, six received), so the checks below see that state, not a
+        # moment before the reader ran: waiting for emit() to block was such
+        # a moment (the Python queue fills before the consumer has read
+        # anything), and the mutant held.reader-queue-ahead passed.
+        wait_until(lambda: consumer.stats()["held_in_window_bytes"] >= 3 * entry,
+                   "the binding to queue a window's worth of entries ahead of Python")
         st = consumer.stats()
         assert st["held_bytes"] == 0, st
+        assert st["held_high_water"] == 0, st
         assert st["entries_received"] * entry <= window, st
         assert sum(isinstance(ev, bf.EntryReady) for ev in consumer) == 32
         t.join_result()

@@ -175,7 +175,9 @@ def main():
     repo = os.path.abspath(os.path.join(here, "..", ".."))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--catalogue", default=os.path.join(here, "catalogue.txt"))
+    default_catalogue = os.path.join(here, "catalogue.txt")
+    ap.add_argument("--catalogue", default=default_catalogue,
+                    help="default: tools/mutate/catalogue.txt, as committed (HEAD's) for a run")
     ap.add_argument("--only", help="run the mutants whose names match this regex")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--check", action="store_true",
@@ -220,6 +222,14 @@ def main():
     if git("status", "--porcelain", "--untracked-files=no", cwd=repo).strip():
         print("mutate: the working tree has uncommitted changes; the run mutates HEAD only")
     head = prepare_scratch(repo, scratch)
+    if args.catalogue == default_catalogue:
+        # The mutants of the commit being run, not of the working tree: a
+        # block added but not committed may name a target HEAD lacks.
+        mutants = parse_catalogue(os.path.join(scratch, os.path.relpath(default_catalogue, repo)))
+        if args.only:
+            mutants = [m for m in mutants if rx.search(m.name)]
+        if not mutants:
+            sys.exit("mutate: no mutant selected in HEAD's catalogue")
     env = dict(os.environ)
     golden = os.path.join(repo, "..", "shared", "golden")
     if "BLOBPIPE_GOLDEN_DIR" not in env and os.path.isdir(golden):
