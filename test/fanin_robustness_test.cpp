@@ -347,3 +347,50 @@ BOOST_AUTO_TEST_CASE(a_sender_idle_after_its_entries_completed_owes_nothing) {
   BOOST_TEST(count(got, server_event_kind::blob_complete) == 2u);
   BOOST_TEST(all_bytes_ok(got));
 }
+
+namespace {
+
+/// A sender whose hello offers no features: records whether the server
+/// answered it and reads until the connection ends, then closes the server.
+asio::awaitable<void> featureless_sender(server& srv, bool& answered, bool& ended) {
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
+  BOOST_TEST_REQUIRE(!ec, ec.message());
+  outbox out;
+  frame_hello(out, hello{.role = wire_role::sender, .features = 0});
+  BOOST_TEST_REQUIRE(!(co_await send_out(*t, out)));
+  frame_reader reader;
+  for (;;) {
+    auto [rec, f] = co_await reader.next(*t);
+    if (rec) break;
+    if (f.header.type == frame_type::hello) answered = true;
+  }
+  ended = true;
+  srv.close();
+}
+
+asio::awaitable<void> drain_events(server& srv) {
+  for (;;) {
+    auto ev = co_await srv.next();
+    if (ev.kind == server_event_kind::end_of_stream) break;
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_sender_offering_no_credit_grants_is_refused_at_its_hello) {
+  // The review's finding: a hello with features 0 got connection.window_bytes
+  // of its own (64 MiB), outside the budget; 16 such connections each
+  // holding a 60 MiB entry open took a 256 MiB-budget rank to 1 GB.
+  runner r;
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", hostile_case_options()).value();
+  bool answered = false;
+  bool ended = false;
+  r.spawn(featureless_sender(srv, answered, ended));
+  r.spawn(drain_events(srv));
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)), "hung");
+  BOOST_TEST(ended);
+  BOOST_TEST(!answered, "the server answered a hello that offers no credit grants");
+  BOOST_TEST(srv.stats().handshake_failures == 1u);
+  BOOST_TEST(srv.stats().pool.committed_high_water == 0u);
+}

@@ -160,6 +160,14 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
 
 status consumer_state::on_hello(const hello& h) {
   if (peer) return violation("a second hello");
+  // Checked before `peer` is set, so the handshake fails. A shared budget
+  // (consumer_options::pool: a fan-in server) bounds only senders that
+  // take their credit from it: one offering no credit grants would get a
+  // window of its own, outside the budget (docs/cluster.md).
+  if (opt.pool && !(h.features & feature_credit_grants))
+    return violation(
+        "hello: the sender does not offer credit grants (feature_credit_grants), which a "
+        "consumer sharing a receive budget (a fan-in server) requires");
   peer = h;
   // Negotiated: the smaller chunk and copy threshold; no optional feature
   // is known to this release (decode_hello checked the rest).

@@ -241,8 +241,9 @@ struct consumer_options {
   /// A receive budget shared with other consumers (credit_pool.hpp; a
   /// fan-in server sets it). Null: this consumer's own window_bytes. Set:
   /// a sender offering credit grants (every blobpipe sender does) gets its
-  /// credit from the pool and window_bytes is not used; an older sender
-  /// gets window_bytes as before, outside the pool. The pool and this
+  /// credit from the pool and window_bytes is not used; a sender that
+  /// does not offer them (an older release) is refused at its hello
+  /// (protocol_violation), as its window would be outside the pool. The pool and this
   /// consumer must live on one executor. Keep the consumer until its
   /// entries are released (stats().buffered_bytes == 0): destroyed
   /// earlier, the pool forgets what they hold.
