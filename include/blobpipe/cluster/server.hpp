@@ -87,8 +87,9 @@ struct server_options {
   /// most budget_bytes + connections * held_bytes of credit
   /// (docs/cluster.md "Held entries"); held_timeout counts while next()
   /// waits. `pool` and `waits_reported` are the server's; `window_bytes`
-  /// serves only senders that do not offer credit grants (older ones),
-  /// each outside the budget.
+  /// is not used: a sender that does not offer credit grants (an older
+  /// release) is refused at its hello, as its window would be outside the
+  /// budget.
   consumer_options connection{.stall_timeout = std::chrono::seconds(60)};
   /// A group not complete this long after its first member's first event
   /// is aborted with timed_out (0: never).
