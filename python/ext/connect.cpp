@@ -403,7 +403,10 @@ Consumer (with the options given to listen()). Handshakes run concurrently
 on the Listener's thread (up to 64 at once; one more closes the oldest
 still running), so a silent or slow peer never holds up a sender behind
 it; a connection whose handshake fails (not a blobpipe sender, gone,
-past handshake_timeout) is closed and accept() goes on waiting. timeout
+past handshake_timeout) is closed and accept() goes on waiting. Handshakes
+under way when a connection is handed over still complete and wait,
+answered, for the next accept() calls; close() closes those still
+waiting, and what their senders sent is lost. timeout
 in seconds (None: no limit): TimedOutError when none came in time (the
 next accept() takes the one still on its way). Ctrl-C interrupts the
 wait. Raises ClosedError after close(), and the listener's own errors
