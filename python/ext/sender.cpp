@@ -859,7 +859,26 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
   auto body = [core, t = std::move(t), connect = std::move(connect), resend,
                 opt = std::move(opt), done]() mutable -> asio::awaitable<void> {
     if (!t && !resend) {
-      auto [ec, tr] = co_await connect();
+      // The TCP connect is bounded by handshake_timeout too: a listener
+      // whose backlog is full leaves it waiting for the kernel's SYN
+      // retries (over two minutes).
+      using namespace asio::experimental::awaitable_operators;
+      asio::steady_timer limit(co_await asio::this_coro::executor);
+      if (opt.handshake_timeout.count() > 0) {
+        limit.expires_after(opt.handshake_timeout);
+      } else {
+        limit.expires_at(asio::steady_timer::time_point::max());
+      }
+      auto raced = co_await (connect() ||
+                             limit.async_wait(asio::experimental::as_tuple(asio::use_awaitable)));
+      if (raced.index() == 1) {
+        done->set(make_error_code(errc::timed_out),
+                  "cannot connect: no connection within handshake_timeout (" +
+                      std::to_string(opt.handshake_timeout.count()) +
+                      " ms); is the listener's backlog full?");
+        co_return;
+      }
+      auto [ec, tr] = std::get<0>(std::move(raced));
       if (ec) {
         // The URL was checked and its host resolved (check_connect_url):
         // peer_failed is a refused or unreachable address.

@@ -545,6 +545,32 @@ def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
         assert e.value.category == "timed_out"
 
 
+def test_handshake_timeout_bounds_the_tcp_connect_itself():
+    """A listener whose backlog is full never completes the TCP connect (the
+    kernel drops the SYN and retries for minutes): handshake_timeout ends
+    it, naming the cause (review finding: 134.8 s before)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(0)
+        port = srv.getsockname()[1]
+        fill = []
+        try:
+            for _ in range(3):  # more than the backlog holds: never accepted
+                s = socket.socket()
+                s.setblocking(False)
+                try:
+                    s.connect(("127.0.0.1", port))
+                except BlockingIOError:
+                    pass
+                fill.append(s)
+            with pytest.raises(bf.TimedOutError) as e:
+                bf.connect(f"tcp://127.0.0.1:{port}", handshake_timeout=0.5)
+            assert "handshake_timeout" in str(e.value)
+        finally:
+            for s in fill:
+                s.close()
+
+
 def closed_by_peer(sock: socket.socket, seconds: float) -> bool:
     """True when the other end closes ``sock`` within ``seconds`` (it sends
     nothing): recv sees the end (or a reset)."""
