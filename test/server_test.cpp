@@ -155,9 +155,11 @@ BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
     auto ex = co_await asio::this_coro::executor;
     auto [ec, t] = co_await blobpipe::connect(ex, srv.url());
     BOOST_TEST_REQUIRE(!ec);
-    // A hello, then a data frame for a blob that never began.
-    BLOBPIPE_CO_CHECK(
-        send_frame(*t, {.type = frame_type::hello}, encode_hello({.role = wire_role::sender})));
+    // A hello (offering credit grants, as a fan-in server requires), then
+    // a data frame for a blob that never began.
+    BLOBPIPE_CO_CHECK(send_frame(
+        *t, {.type = frame_type::hello},
+        encode_hello({.role = wire_role::sender, .features = feature_credit_grants})));
     frame_reader reader;
     auto [hec, their_hello] = co_await reader.next(*t);
     BOOST_TEST(!hec);

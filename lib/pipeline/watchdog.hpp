@@ -60,8 +60,12 @@ class watchdog {
   /// clock (so a peer trickling a byte at a time stalls).
   void progress(std::uint64_t bytes, std::uint64_t items) noexcept;
   /// Whether the peer owes bytes now (a frame begun, a blob open); only
-  /// then does `stall` apply.
-  void owes(bool v) noexcept { owes_ = v; }
+  /// then does `stall` apply, counted from when it began to owe (time it
+  /// spent waiting for credit the application held is not its).
+  void owes(bool v) noexcept {
+    if (v && !owes_ && enabled()) advanced_ = clock::now();
+    owes_ = v;
+  }
   /// Whether the application holds what the sender may be waiting for
   /// (the held allowance is full and part of the window is held, and the
   /// application waits); `held` counts from when it became true.
