@@ -375,8 +375,9 @@ const Entry& entry_arg(PyObject* e, const char* fn) {
     throw py::type_error(std::string(fn) + ": e must be a blobpipe.Entry, not " +
                          Py_TYPE(e)->tp_name);
   // An Entry made with fields no index holds (blobpipe._LooseEntry keeps
-  // them in _fields, its native part a placeholder).
-  if (PyObject_HasAttrString(e, "_fields"))
+  // them in _fields, its native part a placeholder), unless they read as
+  // one (numpy integers, a list shape: _index_row, its native part).
+  if (PyObject_HasAttrString(e, "_fields") && !PyObject_HasAttrString(e, "_index_row"))
     raise(errc::invalid_argument, std::string(fn) + ": no blob index holds the row " +
                                       std::string(py::repr(e)).substr(0, 200));
   return py::handle(e).cast<const Entry&>();

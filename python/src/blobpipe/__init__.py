@@ -55,6 +55,7 @@ Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
 # shows nothing else but dunders and the underscored modules).
 from typing import Any as _Any, Optional as _Optional, Sequence as _Sequence
 
+import operator as _operator
 import numpy as _np
 
 # The extension module loads these two, so they come first.
@@ -112,7 +113,7 @@ def _entry_as_dataclass() -> None:
     # pickles and answers to the dataclasses module as the reference's
     # dataclass would with the same fields. decode_entry and meta_msgpack
     # refuse it (FormatError: no index holds such a row).
-    global _native_new
+    global _native_new, _fits
     native_new = _native_new = native.__new__
 
     def fits(key, off, len_, kind, dtype, shape) -> bool:
@@ -122,6 +123,8 @@ def _entry_as_dataclass() -> None:
                 and (dtype is None or type(dtype) is str)
                 and (shape is None or (type(shape) is tuple and all(
                     type(d) is int and -(1 << 63) <= d < 1 << 63 for d in shape))))
+
+    _fits = fits
 
     def __new__(cls, *args, **kwargs):
         # (No arguments: unpickling an Entry pickled by blobpipe 0.1.0,
@@ -146,6 +149,24 @@ def _entry_as_dataclass() -> None:
 
 
 _native_new = None  # pybind11's __new__ of the native Entry
+_fits = None  # whether fields are a row a blob index holds (_entry_as_dataclass)
+
+
+def _index_row(fields):
+    """The row a blob index would hold for ``fields`` whose integers are not
+    ``int`` (numpy integers, say) or whose shape is a list, as the
+    reference's decode_entry reads them; None when there is none."""
+    key, off, len_, kind, dtype, shape = fields
+    try:
+        off, len_ = _operator.index(off), _operator.index(len_)
+        if shape is not None:
+            if not isinstance(shape, (tuple, list)):
+                return None
+            shape = tuple(_operator.index(d) for d in shape)
+    except TypeError:
+        return None
+    row = (key, off, len_, kind, dtype, shape)
+    return row if _fits(*row) else None
 
 
 def _entry_fields(key, off, len, kind, dtype, shape):  # noqa: A002 - the field's name
@@ -163,7 +184,12 @@ class _LooseEntry(Entry):
     @classmethod
     def _make(cls, fields):
         self = _native_new(cls)
-        _blobpipe.Entry.__init__(self, "", (1 << 64) - 1, 0, "p", None, None)  # never decoded
+        row = _index_row(fields)
+        if row is None:
+            _blobpipe.Entry.__init__(self, "", (1 << 64) - 1, 0, "p", None, None)  # never decoded
+        else:  # decoded as that row (numpy integers, a list shape)
+            _blobpipe.Entry.__init__(self, *row)
+            object.__setattr__(self, "_index_row", True)
         object.__setattr__(self, "_fields", tuple(fields))
         return self
 
