@@ -354,7 +354,7 @@ def test_decode_entry_reads_numpy_integers_and_a_list_shape_as_the_reference():
               dataclasses.replace(row, shape=[np.int32(4)])):
         assert type(e) is not bf.Entry  # kept as given, as the dataclass does
         np.testing.assert_array_equal(bf.decode_entry(raw, e), want)
-    assert bf.decode_entry(raw, bf.Entry("k", np.int64(0), 8, "n", "<f4", [2])).tolist() == [0.0, 1.0]
+    assert bf.decode_entry(raw[:8], bf.Entry("k", np.int64(0), 8, "n", "<f4", [2])).tolist() == [0.0, 1.0]
 
 
 def test_entry_with_any_field_values_replaced_into_index_values_is_native_again():
