@@ -1,8 +1,10 @@
-// The sender and its blob writers (docs/wire.md "Sender", "Flow control").
-// Each entry is planned with layout_builder and framed at once: small ones
-// copied inline into their entry_begin, larger ones as data frames
-// pointing at the value's own memory; the tail goes last. One writer per
-// connection (lib/pipeline/send_queue.hpp) writes whatever is queued.
+// The sender and its blob writers (docs/wire.md "Sender", "Flow control"):
+// loops that plan each entry with layout_builder, ask the sans-IO
+// sender_session whether it may go (its checks, its credit), wait for
+// credit when it says no, and write what it framed: small entries copied
+// inline into their entry_begin, larger ones as data frames pointing at
+// the value's own memory; the tail goes last. One writer per connection
+// (lib/pipeline/send_queue.hpp) writes whatever is queued.
 #include "blobpipe/pipeline/producer.hpp"
 
 #include <algorithm>
@@ -42,25 +44,6 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
   }
 }
 
-/// Frames blob_begin before the blob's first other frame. Ids are given
-/// here, so they rise in the order blobs begin on the wire (docs/wire.md
-/// "Sender"), whatever order producers opened them in.
-void ensure_begun(blob_state& b, send_queue& q) {
-  if (b.begun) return;
-  b.id = b.sender->next_blob_id++;
-  frame_blob_begin(q.frames(), b.id, b.tag, b.group);
-  q.kick();
-  b.begun = true;
-}
-
-/// A blob naming a group needs a consumer that accepts groups
-/// (blob_options::group).
-std::error_code check_group(const blob_state& b) {
-  if (b.group && !(b.sender->features & feature_blob_groups))
-    return make_error_code(errc::invalid_argument);
-  return {};
-}
-
 /// Takes the blob's lock: at once when it is free, else in call order.
 asio::awaitable<std::error_code> lock_blob(blob_state& b) {
   if (b.lock.try_lock()) co_return std::error_code{};
@@ -69,25 +52,26 @@ asio::awaitable<std::error_code> lock_blob(blob_state& b) {
 
 }  // namespace
 
+blob_state::blob_state(std::shared_ptr<sender_state> s, const blob_options& o)
+    : sender(std::move(s)), own(o.tag, o.group), lock(sender->ex) {
+  if (sender->resend) kept = std::make_shared<kept_blob>(sender->ex, o.tag, o.group);
+}
+
 blob_state::~blob_state() {
   if (kept) {
     kept_dropped(sender, std::move(kept));
     return;
   }
-  if (begun && !ended && !sender->error) {
-    frame_abort(*sender->queue, id, "blob_writer dropped");
-    ++sender->stats.blobs_aborted;
-  }
+  // The session frames blob_abort only for a blob the consumer heard of.
+  if (sender->session.abort(own, "blob_writer dropped")) sender->queue->kick();
 }
 
 }  // namespace detail
 
 // ---- blob_writer ----
 
-const tag_t& blob_writer::tag() const noexcept { return state_->tag; }
-std::uint64_t blob_writer::id() const noexcept {
-  return state_->kept ? state_->kept->wire_id : state_->id;
-}
+const tag_t& blob_writer::tag() const noexcept { return state_->wire().tag(); }
+std::uint64_t blob_writer::id() const noexcept { return state_->wire().id(); }
 std::size_t blob_writer::entry_count() const noexcept { return state_->builder.size(); }
 const std::string& blob_writer::last_error() const noexcept { return state_->last_error; }
 
@@ -98,10 +82,9 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   auto s = b->sender;
   if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
   detail::unlock_guard guard(b->lock);
-  if (b->ended || b->broken) co_return make_error_code(errc::closed);
-  if (s->error) co_return s->error;
-  if (key.size() > s->max_key_bytes) co_return make_error_code(errc::invalid_argument);
-  if (auto ec = detail::check_group(*b)) co_return ec;
+  auto& session = s->session;
+  sender_blob& w = b->wire();
+  if (auto ok = session.check_emit(w, key.size()); !ok) co_return ok.code();
   // Device memory? Asked before planning: a failure (no device) leaves the
   // blob usable. docs/cuda.md
   b->last_error.clear();
@@ -111,44 +94,36 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
     co_return where.code();
   }
   v.memory = where->kind;
-  if (b->kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v));
+  if (b->kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
 
   auto added = b->builder.add(std::move(key), std::move(v));
   if (!added) co_return added.code();  // nothing sent: the blob stays usable
   const planned_entry& planned = **added;
-  const std::uint64_t index = b->builder.size() - 1;
-  // From here an early return leaves the consumer without this entry.
-  b->broken = true;
   // Encoded into the blob's own buffer (blob calls are serialised by its
   // lock): no allocation per entry once warm.
   auto& meta = b->meta;
   meta.clear();
   planned.entry.append_meta(meta);
-  if (meta.size() > s->max_meta_bytes) {
-    b->last_error = detail::meta_too_long(meta.size(), s->max_meta_bytes);
-    co_return make_error_code(errc::invalid_argument);
+  // From here until entry_sent() an early return leaves the consumer
+  // without this entry: the session holds the blob broken.
+  auto credit = session.plan_entry(w, planned.entry, meta);
+  if (!credit) {
+    b->last_error = credit.message();
+    co_return credit.code();
   }
   auto q = s->queue;
-  const std::uint64_t credit =
-      entry_credit(planned.entry.len, planned.entry.key.size(), meta.size());
-  if (!detail::take_credit(*s, credit)) {
-    if (auto ec = co_await detail::acquire_credit(s, q, credit)) co_return ec;
+  if (!session.take_credit(*credit)) {
+    if (auto ec = co_await detail::acquire_credit(s, q, *credit)) co_return ec;
   }
-  detail::ensure_begun(*b, *q);
   // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
   std::error_code ec;
   if (planned.source.memory == memory_kind::cuda_device) {
-    ec = co_await detail::send_device_value(s, q, *b, index, planned, meta, where->device);
+    ec = co_await detail::send_device_value(s, q, *b, planned, meta, where->device, emitted);
   } else {
-    // Counted here, not in send_entry: a resend session counts its
-    // entries once, when emitted (resend.cpp), and sends them again after
-    // a reconnect through send_entry.
-    s->stats.bytes_sent += planned.entry.len;
-    ++s->stats.entries_sent;
-    ec = co_await detail::send_entry(s, q, b->id, index, planned, meta, emitted);
+    ec = co_await detail::send_entry(s, q, w, planned, meta, emitted);
   }
   if (ec) co_return ec;
-  b->broken = false;
+  session.entry_sent(w);
   // Copied entries return at once; past max_queued_bytes they wait here
   // for the writer (backpressure without a full window's worth queued).
   if (q->full()) {
@@ -163,28 +138,23 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   auto s = b->sender;
   if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
   detail::unlock_guard guard(b->lock);
-  if (auto ec = detail::check_group(*b)) co_return ec;
+  auto& session = s->session;
+  sender_blob& w = b->wire();
+  if (auto ok = session.check_finish(w); !ok) co_return ok.code();
   if (b->kept) co_return co_await detail::kept_finish(b);
-  if (b->ended || b->broken) co_return make_error_code(errc::closed);
-  if (s->error) co_return s->error;
   auto q = s->queue;
-  auto plan = b->builder.finish(b->tag);
+  auto plan = b->builder.finish(w.tag());
   if (!plan) {
-    b->ended = true;
-    if (b->begun) detail::frame_abort(*q, b->id, plan.message());
+    if (session.abort(w, plan.message())) q->kick();
     co_return plan.code();
   }
   std::vector<std::byte> tail(tail_size(*plan));
   if (auto r = write_tail(*plan, tail); !r) co_return r.code();
-  if (!detail::take_credit(*s, tail.size())) {
+  if (!session.take_credit(tail.size())) {
     if (auto ec = co_await detail::acquire_credit(s, q, tail.size())) co_return ec;
   }
-  detail::ensure_begun(*b, *q);
-  frame_tail(q->frames(), b->id, tail);
+  if (auto r = session.finish(w, tail); !r) co_return r.code();
   q->kick();
-  b->ended = true;
-  s->stats.bytes_sent += tail.size();
-  ++s->stats.blobs_sent;
   co_return std::error_code{};
 }
 
@@ -195,16 +165,29 @@ asio::awaitable<std::error_code> blob_writer::abort(std::string reason) {
   if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
   detail::unlock_guard guard(b->lock);
   if (b->kept) co_return co_await detail::kept_abort(b, std::move(reason));
-  if (b->ended) co_return std::error_code{};
-  b->ended = true;
-  if (!b->begun) co_return std::error_code{};  // the consumer never heard of it
-  if (s->error) co_return s->error;
-  detail::frame_abort(*s->queue, b->id, reason);
-  ++s->stats.blobs_aborted;
-  co_return std::error_code{};
+  sender_blob& w = b->own;
+  if (w.ended()) co_return std::error_code{};
+  if (s->session.abort(w, reason)) {
+    s->queue->kick();
+    co_return std::error_code{};
+  }
+  // Not framed: the consumer never heard of it, or the sender ended.
+  co_return w.id() != 0 ? s->error : std::error_code{};
 }
 
 // ---- sender ----
+
+namespace {
+
+/// The session's limits (with grants, window_bytes is what was granted
+/// so far); all zero for a sender that was never started.
+sender_limits limits_of(const std::shared_ptr<detail::sender_state>& s) noexcept {
+  if (s) return s->session.limits();
+  return sender_limits{.chunk_bytes = 0, .inline_bytes = 0, .window_bytes = 0, .features = 0,
+                       .max_key_bytes = 0, .max_meta_bytes = 0, .dedup_window = 0};
+}
+
+}  // namespace
 
 sender& sender::operator=(sender&& o) noexcept {
   if (this != &o) {
@@ -249,7 +232,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
       opt.resend.unacked_bytes == 0 || opt.resend.max_attempts == 0)
     co_return ret{make_error_code(errc::invalid_argument), sender{}};
   auto ex = co_await asio::this_coro::executor;
-  auto s = std::make_shared<detail::sender_state>(ex, std::move(opt));
+  auto s = std::make_shared<detail::sender_state>(ex, std::move(opt), /*resend=*/true);
   s->resend = std::make_unique<detail::resend_state>(ex, std::move(connect));
   if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
   if (auto ec = co_await detail::resend_start(s)) {
@@ -263,13 +246,8 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
 blob_writer sender::open_blob(const tag_t& tag) { return open_blob(blob_options{.tag = tag, .group = {}}); }
 
 blob_writer sender::open_blob(const blob_options& opt) {
-  auto b = std::make_shared<detail::blob_state>(state_, 0, opt.tag);  // ids: at blob_begin
-  b->group = opt.group;
-  if (state_->resend) {
-    b->kept = std::make_shared<detail::kept_blob>(state_->ex, opt.tag);
-    b->kept->group = opt.group;
-  }
-  return blob_writer(std::move(b));
+  // Ids are given when blob_begin is framed, not here.
+  return blob_writer(std::make_shared<detail::blob_state>(state_, opt));
 }
 
 asio::awaitable<std::error_code> sender::flush() {
@@ -316,15 +294,18 @@ void sender::close() noexcept {
 }
 
 std::error_code sender::error() const noexcept { return state_ ? state_->error : std::error_code{}; }
-std::uint32_t sender::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
-std::uint32_t sender::inline_bytes() const noexcept { return state_ ? state_->inline_bytes : 0; }
-std::uint64_t sender::window_bytes() const noexcept { return state_ ? state_->window_bytes : 0; }
-std::uint32_t sender::max_key_bytes() const noexcept { return state_ ? state_->max_key_bytes : 0; }
-std::uint32_t sender::max_meta_bytes() const noexcept { return state_ ? state_->max_meta_bytes : 0; }
-std::uint64_t sender::in_flight_bytes() const noexcept { return state_ ? state_->in_flight : 0; }
-std::uint64_t sender::unacked_bytes() const noexcept {
-  return state_ && state_->resend ? state_->resend->kept_bytes : 0;
+// The negotiated limits and the credit are the session's.
+std::uint32_t sender::chunk_bytes() const noexcept { return limits_of(state_).chunk_bytes; }
+std::uint32_t sender::inline_bytes() const noexcept { return limits_of(state_).inline_bytes; }
+std::uint64_t sender::window_bytes() const noexcept { return limits_of(state_).window_bytes; }
+std::uint32_t sender::max_key_bytes() const noexcept { return limits_of(state_).max_key_bytes; }
+std::uint32_t sender::max_meta_bytes() const noexcept { return limits_of(state_).max_meta_bytes; }
+std::uint64_t sender::in_flight_bytes() const noexcept {
+  return state_ ? state_->session.in_flight() : 0;
 }
-sender_stats sender::stats() const noexcept { return state_ ? state_->stats : sender_stats{}; }
+std::uint64_t sender::unacked_bytes() const noexcept {
+  return state_ && state_->resend ? state_->session.kept_bytes() : 0;
+}
+sender_stats sender::stats() const noexcept { return state_ ? state_->stats() : sender_stats{}; }
 
 }  // namespace blobpipe

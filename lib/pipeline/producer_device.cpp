@@ -21,37 +21,35 @@ result<cuda::location> locate_value(const sender_state& s, const value& v) {
 
 asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state> s,
                                                    std::shared_ptr<send_queue> q, blob_state& b,
-                                                   std::uint64_t index, const planned_entry& pe,
-                                                   std::span<const std::byte> meta, int device) {
-  const std::uint64_t id = b.id;
-  frame_entry_begin(q->frames(), id, index, pe.entry, meta);
+                                                   const planned_entry& pe,
+                                                   std::span<const std::byte> meta, int device,
+                                                   std::uint64_t emitted_ns) {
+  sender_blob& w = b.wire();
+  // Device bytes are never copied inline: they go in data frames.
+  (void)s->session.add_entry(w, pe.entry, meta, emitted_ns, entry_route::chunks);
   q->kick();
-  // The device bytes reach the one chunk loop, host or device memory.
-  send_range_fn send = [s, q, id](std::uint64_t off, std::span<const std::byte> bytes,
+  // The device bytes reach the one chunk loop, host or device memory, in
+  // order (the session keeps the entry's offset).
+  send_range_fn send = [s, q, &w](std::uint64_t, std::span<const std::byte> bytes,
                                   int dev) -> asio::awaitable<std::error_code> {
-    co_return co_await send_chunks(s, q, id, off, bytes, dev);
+    co_return co_await send_chunks(s, q, w, bytes, dev);
   };
   device_send_report rep;
   auto r = co_await send_device_entry(s->ex, cuda::staging_pool::process_default(),
-                                              s->opt.staging, q->link().accepts_device_memory(),
-                                              pe, device, send, rep);
-  ++s->stats.device_entries;
-  s->stats.device_chunks += rep.chunks;
-  if (rep.direct) ++s->stats.device_direct_entries;
-  if (rep.gathered) ++s->stats.gathered_entries;
-  s->stats.device_prefetch_high_water =
-      std::max(s->stats.device_prefetch_high_water, rep.prefetch_high_water);
-  if (r) {
-    s->stats.bytes_sent += pe.entry.len;
-    ++s->stats.entries_sent;
-    co_return std::error_code{};
-  }
+                                      s->opt.staging, q->link().accepts_device_memory(), pe,
+                                      device, send, rep);
+  ++s->extra.device_entries;
+  s->extra.device_chunks += rep.chunks;
+  if (rep.direct) ++s->extra.device_direct_entries;
+  if (rep.gathered) ++s->extra.gathered_entries;
+  s->extra.device_prefetch_high_water =
+      std::max(s->extra.device_prefetch_high_water, rep.prefetch_high_water);
+  if (r) co_return std::error_code{};
   if (s->error || q->error()) co_return s->error ? s->error : q->error();  // not CUDA
   // The consumer has part of this entry: the blob cannot go on, but the
   // connection can. Tell the consumer why.
   b.last_error = r.message();
-  b.ended = true;
-  frame_abort(*q, id, "entry " + quote(pe.entry.key) + ": " + r.message());
+  if (s->session.abort(w, "entry " + quote(pe.entry.key) + ": " + r.message())) q->kick();
   co_return r.code();
 }
 

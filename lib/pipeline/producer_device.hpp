@@ -22,17 +22,20 @@ namespace blobpipe::detail {
 /// CUDA reports declared device memory as host memory).
 [[nodiscard]] result<cuda::location> locate_value(const sender_state& s, const value& v);
 
-/// Frames entry `pe` (entry `index` of blob `b`) whose bytes are in device
-/// memory on `device`: entry_begin, then its bytes through the one chunk
-/// loop (send_chunks), staged through a pinned ring, given to a transport
-/// that takes device memory, or gathered (strided). Counts sender_stats.
-/// On a CUDA failure the blob is aborted (blob_abort with the CUDA message;
-/// b.ended) and b.last_error says why; the connection stays up.
+/// Sends entry `pe` of blob `b` whose bytes are in device memory on
+/// `device`, through the same session call as a host entry
+/// (sender_session::add_entry, stamped with `emitted_ns` like host
+/// entries, always in data frames) and the one chunk loop (send_chunks):
+/// staged through a pinned ring, given to a transport that takes device
+/// memory, or gathered (strided). Counts the device statistics.
+/// On a CUDA failure the blob is aborted (blob_abort with the CUDA
+/// message) and b.last_error says why; the connection stays up.
 /// Errors: cuda_failure, invalid_argument (strided extent overflows), the
 /// connection's errors.
 asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state> s,
                                                    std::shared_ptr<send_queue> q, blob_state& b,
-                                                   std::uint64_t index, const planned_entry& pe,
-                                                   std::span<const std::byte> meta, int device);
+                                                   const planned_entry& pe,
+                                                   std::span<const std::byte> meta, int device,
+                                                   std::uint64_t emitted_ns);
 
 }  // namespace blobpipe::detail

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <random>
 #include <variant>
 
@@ -37,7 +38,7 @@ asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s);
 void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t connection,
                      std::error_code ec) {
   auto& rs = *s->resend;
-  if (s->error || s->connection != connection || !rs.connected) return;
+  if (s->error || s->session.connection() != connection || !rs.connected) return;
   rs.connected = rs.live = false;
   rs.last_error = ec;
   s->queue->fail(ec);
@@ -58,78 +59,64 @@ namespace {
 
 /// Whether connection number `c` is still the sender's and healthy.
 bool current(const sender_state& s, std::uint64_t c) {
-  return !s.error && s.connection == c && s.resend->connected;
+  return !s.error && s.session.connection() == c && s.resend->connected;
 }
 
-/// Sends what the current connection has not seen of `kb`. With
-/// `resyncing`, runs before the connection is live (the reconnector);
-/// otherwise only when it is (producers), so resent blobs begin before new
-/// ones. Entries go through the one entry path (send_entry).
+/// Sends what the current connection has not seen of `kb`, as the session
+/// says step by step. With `resyncing`, runs before the connection is live
+/// (the reconnector); otherwise only when it is (producers), so resent
+/// blobs begin before new ones. Entries go through the one chunk loop.
 asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept_blob> kb,
                            bool resyncing) {
   auto& rs = *s->resend;
   auto usable = [&] {
-    return !s->error && rs.connected && (rs.live || resyncing) && !kb->delivered;
+    return !s->error && rs.connected && (rs.live || resyncing) && !kb->delivered();
   };
   if (!usable()) co_return;
   const std::error_code locked = co_await kb->send_lock.lock();
   if (locked) co_return;  // closed
   unlock_guard guard(kb->send_lock);
   if (!usable()) co_return;
-  const std::uint64_t conn = s->connection;
+  auto& ss = s->session;
+  const std::uint64_t conn = ss.connection();
   auto q = s->queue;
-  if (kb->connection != conn) {
-    kb->connection = conn;
-    kb->wire_id = s->next_blob_id++;
-    kb->begun = kb->end_sent = false;
-    kb->entries_sent = 0;
-    if (kb->attempts++ > 0) ++s->stats.blobs_resent;
-    rs.on_wire[kb->wire_id] = kb;
-  }
-  const std::uint64_t id = kb->wire_id;
-  kb->sending = true;  // forget() leaves the bytes to us until we are done
+  ss.begin_sync(*kb);  // a delivery meanwhile leaves the bytes to us until we are done
   struct done_sending {
-    kept_blob* kb;
-    ~done_sending() {
-      kb->sending = false;
-      if (kb->delivered) kb->release();
-    }
-  } done{kb.get()};
-  if (!kb->begun) {
-    frame_blob_begin(q->frames(), id, kb->tag,
-                     s->features & feature_blob_groups ? kb->group : std::nullopt);
+    sender_session& ss;
+    kept_blob& kb;
+    ~done_sending() { ss.end_sync(kb); }
+  } done{ss, *kb};
+  for (;;) {
+    const sync_step step = ss.next_step(*kb);  // frames blob_begin on a new connection
     q->kick();
-    kb->begun = true;
-  }
-  // Delivered while we send (the consumer had it already): stop, and end
-  // the blob on this connection so it does not stay open there.
-  while (kb->end != kept_blob::end_kind::abort && !kb->delivered &&
-         kb->entries_sent < kb->entries.size()) {
-    const std::size_t i = kb->entries_sent;
-    const kept_entry& e = kb->entries[i];  // deque: stable while others are added
+    if (step == sync_step::none) break;
+    if (step == sync_step::abort) {
+      ss.send_kept_end(*kb, step);
+      q->kick();
+      break;
+    }
     const std::uint64_t credit =
-        entry_credit(e.planned.entry.len, e.planned.entry.key.size(), e.meta.size());
-    if (!take_credit(*s, credit)) {
+        step == sync_step::entry ? ss.kept_credit(*kb) : ss.tail_bytes(*kb);
+    if (!ss.take_credit(credit)) {
       const std::error_code ec = co_await acquire_credit(s, q, credit);
       if (ec) co_return;
     }
-    const std::error_code sent =
-        co_await send_entry(s, q, id, i, e.planned, e.meta, e.emitted_ns);
-    if (sent || !current(*s, conn)) co_return;
-    ++kb->entries_sent;
-  }
-  if (kb->end_sent) co_return;
-  if (kb->end == kept_blob::end_kind::tail && !kb->delivered) {
-    if (!take_credit(*s, kb->tail.size())) {
-      const std::error_code ec = co_await acquire_credit(s, q, kb->tail.size());
-      if (ec) co_return;
+    if (step == sync_step::tail) {
+      ss.send_kept_end(*kb, step);
+      q->kick();
+      break;
     }
-    frame_tail(q->frames(), id, kb->tail);
+    const kept_entry& e = kb->kept()[kb->entries()];  // deque: stable while others are added
+    auto room = ss.send_kept_entry(*kb);
     q->kick();
-    kb->end_sent = true;
-  } else if (kb->end == kept_blob::end_kind::abort || kb->delivered) {
-    frame_abort(*q, id, kb->delivered ? std::string_view("delivered already") : kb->abort_reason);
-    kb->end_sent = true;
+    if (!room.empty()) {
+      std::memcpy(room.data(), e.bytes.data(), e.bytes.size());
+    } else if (!e.bytes.empty()) {
+      const std::error_code sent = co_await send_chunks(s, q, *kb, e.bytes);
+      if (sent) co_return;
+    }
+    if (!current(*s, conn)) co_return;
+    ss.entry_sent(*kb);
   }
   if (q->full()) (void)co_await q->room();
 }
@@ -149,26 +136,14 @@ asio::awaitable<void> resync(std::shared_ptr<sender_state> s, std::uint64_t conn
   auto& rs = *s->resend;
   for (;;) {
     if (!current(*s, conn)) co_return;
-    std::vector<std::shared_ptr<kept_blob>> todo;
-    for (auto& kb : rs.kept)
-      if (!kb->delivered && !kb->synced(conn)) todo.push_back(kb);
+    auto todo = s->session.to_resync();
     if (todo.empty()) break;
     for (auto& kb : todo) {
-      co_await sync(s, kb, true);
+      co_await sync(s, std::static_pointer_cast<kept_blob>(kb), true);
       if (!current(*s, conn)) co_return;
     }
   }
   rs.live = true;
-  rs.kept_cv.notify_all();
-}
-
-/// Lets a blob go: delivered, or never sent anywhere.
-void forget(resend_state& rs, const std::shared_ptr<kept_blob>& kb) {
-  auto it = std::find(rs.kept.begin(), rs.kept.end(), kb);
-  if (it != rs.kept.end()) rs.kept.erase(it);
-  rs.kept_bytes -= kb->bytes;
-  kb->bytes = 0;
-  if (!kb->sending) kb->release();  // else sync() releases them when it is done
   rs.kept_cv.notify_all();
 }
 
@@ -212,8 +187,6 @@ asio::awaitable<attempt_result> bounded_attempt(std::shared_ptr<sender_state> s)
 /// begun afresh here.
 void resend_install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader) {
   auto& rs = *s->resend;
-  rs.max_kept_blobs = reader->peer->dedup_window;
-  rs.on_wire.clear();
   rs.connected = true;
   rs.live = false;
   install(s, std::move(reader));
@@ -253,8 +226,8 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
 asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s) {
   const std::error_code ec = co_await connect_loop(s);
   if (ec) co_return;
-  ++s->stats.reconnects;
-  co_await resync(s, s->connection);
+  ++s->extra.reconnects;
+  co_await resync(s, s->session.connection());
 }
 
 /// Waits for kept_cv; true when the waiting coroutine was cancelled.
@@ -266,29 +239,21 @@ asio::awaitable<bool> wait_kept(std::shared_ptr<sender_state> s) {
 }
 
 /// Admits `n` more kept bytes for `kb` (listing it first, within the
-/// consumer's de-duplication window).
+/// consumer's de-duplication window), waiting for deliveries while the
+/// session says no.
 asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
                                        std::shared_ptr<kept_blob> kb, std::uint64_t n) {
-  auto& rs = *s->resend;
-  while (!kb->listed) {
+  auto& ss = s->session;
+  for (;;) {
     if (s->error) co_return s->error;
-    if (rs.kept.empty() || rs.kept.size() < rs.max_kept_blobs) {
-      kb->listed = true;
-      rs.kept.push_back(kb);
-      break;
-    }
+    if (ss.list(kb)) break;
     const bool cancelled = co_await wait_kept(s);
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
   bool counted = false;
   while (!s->error) {
-    // The oldest blob always proceeds: its delivery frees the rest.
-    if (rs.kept.front() == kb || rs.kept_bytes + n <= s->opt.resend.unacked_bytes) {
-      rs.kept_bytes += n;
-      kb->bytes += n;
-      co_return std::error_code{};
-    }
-    if (!counted) ++s->stats.budget_waits, counted = true;
+    if (ss.admit(*kb, n)) co_return std::error_code{};
+    if (!counted) ss.note_budget_wait(), counted = true;
     const bool cancelled = co_await wait_kept(s);
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
@@ -297,41 +262,27 @@ asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
 
 }  // namespace
 
-result<void> resend_acked(sender_state& s, std::uint64_t blob_id) {
+void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered) {
   auto& rs = *s.resend;
   rs.failures = 0;  // the connection works: later retries start over
-  if (blob_id == 0) return {};
-  auto it = rs.on_wire.find(blob_id);
-  if (it == rs.on_wire.end())
-    return {errc::protocol_violation,
-            "ack for blob " + std::to_string(blob_id) + ", not awaiting delivery"};
-  auto kb = std::move(it->second);
-  rs.on_wire.erase(it);
-  kb->delivered = true;
-  ++s.stats.blobs_delivered;
-  forget(rs, kb);
-  return {};
+  if (delivered) rs.kept_cv.notify_all();
 }
 
 asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
-                                           value v) {
+                                           value v, std::uint64_t emitted_ns) {
   auto s = b->sender;
   auto kb = b->kept;
-  if (b->ended || b->broken) co_return make_error_code(errc::closed);
-  if (s->error) co_return s->error;
-  // Tags identify blobs across reconnects.
-  if (kb->tag == NO_TAG || key.size() > s->max_key_bytes)
-    co_return make_error_code(errc::invalid_argument);
+  auto& ss = s->session;
   auto added = b->builder.add(std::move(key), std::move(v));
   if (!added) co_return added.code();  // nothing kept: the blob stays usable
   const planned_entry& planned = **added;
-  b->broken = true;  // planned but not kept: only abort() is left
   kept_entry e;
-  e.emitted_ns = steady_ns();
+  e.emitted_ns = emitted_ns;
   e.meta = planned.entry.meta();
-  if (e.meta.size() > s->max_meta_bytes) {
-    b->last_error = meta_too_long(e.meta.size(), s->max_meta_bytes);
-    co_return make_error_code(errc::invalid_argument);
+  // Planned but not kept: only abort() is left until keep_entry.
+  if (auto credit = ss.plan_entry(*kb, planned.entry, e.meta); !credit) {
+    b->last_error = credit.message();
+    co_return credit.code();
   }
   const std::uint64_t n = planned.entry.len + planned.entry.key.size() + e.meta.size();
   if (auto ec = co_await admit(s, kb, n)) co_return ec;
@@ -342,24 +293,17 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
                     ? read_device_entry(planned, e.bytes)
                     : write_entry(planned, e.bytes);
   if (!copied) {
-    s->resend->kept_bytes -= n;
-    kb->bytes -= n;
+    ss.refund(*kb, n);
     b->last_error = copied.message();
     co_return copied.code();
   }
   if (planned.source.memory == memory_kind::cuda_device) {
-    ++s->stats.device_entries;
+    ++s->extra.device_entries;
   } else if (!planned.contiguous) {
-    ++s->stats.gathered_entries;
+    ++s->extra.gathered_entries;
   }
-  s->stats.bytes_sent += planned.entry.len;
-  ++s->stats.entries_sent;
-  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = e.emitted_ns;
-  e.planned.entry = planned.entry;
-  e.planned.itemsize = planned.itemsize;
-  e.planned.source.data = e.bytes.data();
-  kb->entries.push_back(std::move(e));
-  b->broken = false;
+  e.entry = planned.entry;
+  ss.keep_entry(*kb, std::move(e));
   co_await sync_shielded(s, kb);
   co_return s->error;
 }
@@ -367,10 +311,7 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
 asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b) {
   auto s = b->sender;
   auto kb = b->kept;
-  if (b->ended || b->broken) co_return make_error_code(errc::closed);
-  if (s->error) co_return s->error;
-  if (kb->tag == NO_TAG) co_return make_error_code(errc::invalid_argument);
-  auto plan = b->builder.finish(kb->tag);
+  auto plan = b->builder.finish(kb->tag());
   if (!plan) {
     co_await kept_abort(b, plan.message());
     co_return plan.code();
@@ -378,11 +319,7 @@ asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b) {
   std::vector<std::byte> tail(tail_size(*plan));
   if (auto r = write_tail(*plan, tail); !r) co_return r.code();
   if (auto ec = co_await admit(s, kb, tail.size())) co_return ec;
-  s->stats.bytes_sent += tail.size();
-  kb->tail = std::move(tail);
-  kb->end = kept_blob::end_kind::tail;
-  b->ended = true;
-  ++s->stats.blobs_sent;
+  s->session.keep_tail(*kb, std::move(tail));
   co_await sync_shielded(s, kb);
   co_return s->error;
 }
@@ -390,33 +327,24 @@ asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b) {
 asio::awaitable<std::error_code> kept_abort(std::shared_ptr<blob_state> b, std::string reason) {
   auto s = b->sender;
   auto kb = b->kept;
-  if (b->ended) co_return std::error_code{};
-  b->ended = true;
-  if (!kb->listed || kb->end != kept_blob::end_kind::open) co_return std::error_code{};
+  if (kb->ended()) co_return std::error_code{};
   if (s->error) co_return s->error;
-  if (reason.size() > max_reason_bytes) reason.resize(max_reason_bytes);
-  kb->abort_reason = std::move(reason);
-  kb->end = kept_blob::end_kind::abort;
-  ++s->stats.blobs_aborted;
-  if (kb->attempts == 0) {  // never on any wire: nobody to tell
-    forget(*s->resend, kb);
-    co_return std::error_code{};
-  }
+  const bool tell = s->session.keep_abort(*kb, reason);
+  s->resend->kept_cv.notify_all();  // forgotten, or an end to deliver
+  if (!tell) co_return std::error_code{};  // never on any wire: nobody to tell
   co_await sync_shielded(s, kb);
   co_return s->error;
 }
 
 void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_blob> kb) {
-  if (!kb->listed || kb->end != kept_blob::end_kind::open || s->error) return;
-  kb->abort_reason = "blob_writer dropped";
-  kb->end = kept_blob::end_kind::abort;
-  ++s->stats.blobs_aborted;
-  if (kb->attempts == 0) return forget(*s->resend, kb);
-  asio::co_spawn(s->ex, sync(s, std::move(kb), false), asio::detached);
+  if (s->error) return;
+  const bool tell = s->session.keep_abort(*kb, "blob_writer dropped");
+  s->resend->kept_cv.notify_all();
+  if (tell) asio::co_spawn(s->ex, sync(s, std::move(kb), false), asio::detached);
 }
 
 void resend_stalled(const std::shared_ptr<sender_state>& s) {
-  connection_lost(s, s->connection, make_error_code(errc::timed_out));
+  connection_lost(s, s->session.connection(), make_error_code(errc::timed_out));
 }
 
 asio::awaitable<std::error_code> resend_start(std::shared_ptr<sender_state> s) {
@@ -429,9 +357,7 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
   // Every ended blob delivered first; open ones are abandoned.
   for (;;) {
     if (s->error) co_return s->error;
-    const bool pending = std::any_of(rs.kept.begin(), rs.kept.end(), [](auto& kb) {
-      return kb->end != kept_blob::end_kind::open;
-    });
+    const bool pending = s->session.ended_pending();
     if (!pending && !rs.connected) {  // all delivered, no connection to close
       s->fail(make_error_code(errc::closed));
       co_return std::error_code{};
@@ -444,14 +370,14 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
     }
   }
   s->closing = true;
-  const std::uint64_t conn = s->connection;
+  const std::uint64_t conn = s->session.connection();
   auto q = s->queue;
   frame_close(q->frames(), {});
   q->kick();
   const std::error_code close_ec = co_await q->wait_written(q->ticket());
   if (!close_ec) {
     // The consumer answers our close by closing its end.
-    while (!s->error && s->connection == conn && !s->reader_done) {
+    while (!s->error && s->session.connection() == conn && !s->reader_done) {
       s->stall_watch.begin_wait();
       const bool cancelled = co_await s->reader_cv.wait();
       s->stall_watch.end_wait();

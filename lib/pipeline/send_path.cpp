@@ -1,6 +1,7 @@
-// The steps every sender shares (lib/pipeline/sender_state.hpp): the
-// handshake, the ack reader, window credit, and the entry path with its
-// one chunk loop. docs/wire.md "Sender", "Flow control".
+// The loops every sender shares (lib/pipeline/sender_state.hpp): the
+// handshake, the ack reader, the wait for window credit, and the entry
+// path with its one chunk loop, each around the sans-IO sender_session
+// (which decides and frames). docs/wire.md "Sender", "Flow control".
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -28,8 +29,13 @@ constexpr std::size_t chunks_ahead = 4;
 
 // ---- state ------------------------------------------------------------------
 
-sender_state::sender_state(asio::any_io_executor e, sender_options o)
-    : ex(std::move(e)), opt(std::move(o)), credit_cv(ex), reader_cv(ex),
+sender_state::sender_state(asio::any_io_executor e, sender_options o, bool resend_session)
+    : ex(std::move(e)),
+      opt(std::move(o)),
+      session(sender_session_options{.resend = resend_session,
+                                     .unacked_bytes = opt.resend.unacked_bytes}),
+      credit_cv(ex),
+      reader_cv(ex),
       stall_watch(ex, opt.stall_timeout, {}) {
   stall_watch.owes(true);  // whenever the sender waits on the consumer, it is owed
 }
@@ -38,6 +44,7 @@ sender_state::~sender_state() = default;
 
 void sender_state::fail(std::error_code ec) noexcept {
   if (!error) error = ec;
+  session.fail(error);
   if (queue) queue->fail(ec);
   credit_cv.notify_all();
   reader_cv.notify_all();
@@ -52,26 +59,30 @@ void sender_state::violation(std::string what) {
 
 result<void> sender_state::on_ack(std::uint64_t conn, std::uint64_t credit,
                                   std::uint64_t blob_id) {
-  if (conn != connection) return {};  // a replaced connection's last words
-  if (features & feature_credit_grants) {
-    // A grant: what we hold comes back first, the rest widens the window
-    // (docs/wire_features.md "Credit grants").
-    const std::uint64_t back = std::min(credit, in_flight);
-    in_flight -= back;
-    window_bytes += credit - back;
-  } else if (credit > in_flight) {
-    return {errc::protocol_violation, "ack returns " + num(credit) + " credit bytes, " +
-                                          num(in_flight) + " in flight"};
-  } else {
-    in_flight -= credit;
-  }
+  if (conn != session.connection()) return {};  // a replaced connection's last words
+  auto delivered = session.on_ack(credit, blob_id);
+  if (!delivered) return delivered.err();
   credit_cv.notify_all();
   stall_watch.progress();
-  if (resend) return resend_acked(*this, blob_id);
-  if (blob_id != 0)
-    return {errc::protocol_violation,
-            "ack delivers blob " + num(blob_id) + " to a sender without a resend session"};
+  if (resend) resend_acked(*this, *delivered);
   return {};
+}
+
+sender_stats sender_state::stats() const noexcept {
+  sender_stats st = extra;
+  const sender_counts& c = session.counts();
+  st.entries_sent = c.entries_sent;
+  st.data_frames_sent = c.data_frames_sent;
+  st.bytes_sent = c.bytes_sent;
+  st.credit_waits = c.credit_waits;
+  st.credit_requests = c.credit_requests;
+  st.blobs_sent = c.blobs_sent;
+  st.blobs_aborted = c.blobs_aborted;
+  st.first_entry_ns = c.first_entry_ns;
+  st.blobs_resent = c.blobs_resent;
+  st.blobs_delivered = c.blobs_delivered;
+  st.budget_waits = c.budget_waits;
+  return st;
 }
 
 // ---- the consumer's frames --------------------------------------------------
@@ -117,7 +128,7 @@ namespace {
 asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr<ack_reader> r) {
   for (;;) {
     std::error_code ec = co_await r->read_more();
-    if (s->error || s->connection != r->connection) break;
+    if (s->error || s->session.connection() != r->connection) break;
     if (!ec && r->peer_closed) ec = make_error_code(errc::peer_closed);
     if (ec == errc::protocol_violation) {
       s->violation(r->message);
@@ -134,7 +145,7 @@ asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr
     }
     s->stall_watch.progress();
   }
-  if (s->connection == r->connection) {
+  if (s->session.connection() == r->connection) {
     s->reader_done = true;
     s->reader_cv.notify_all();
   }
@@ -199,11 +210,11 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
     if (s->queue) s->queue->fail(make_error_code(errc::closed));
     s->queue = std::make_shared<send_queue>(reader->link, s->opt.max_queued_bytes);
   }
-  ++s->connection;
+  s->session.connect(sender_limits::from_hello(peer), &s->queue->frames());
   // A failed write ends the connection as a failed read does (read_acks).
-  s->queue->start([weak = std::weak_ptr<sender_state>(s), conn = s->connection](std::error_code ec) {
+  s->queue->start([weak = std::weak_ptr<sender_state>(s), conn = s->session.connection()](std::error_code ec) {
     auto st = weak.lock();
-    if (!st || st->error || st->connection != conn) return;
+    if (!st || st->error || st->session.connection() != conn) return;
     if (st->resend) {
       connection_lost(st, conn, ec);
     } else {
@@ -211,16 +222,7 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
     }
   });
   reader->sender = s.get();  // read_acks holds `s` for as long as `reader` lives
-  reader->connection = s->connection;
-  s->chunk_bytes = peer.max_chunk_bytes;
-  s->inline_bytes = peer.inline_bytes;
-  s->window_bytes = peer.window_bytes;
-  s->features = peer.features;
-  s->credit_wanted = 0;
-  s->max_key_bytes = peer.max_key_bytes;
-  s->max_meta_bytes = peer.max_meta_bytes;
-  s->in_flight = 0;
-  s->next_blob_id = 1;
+  reader->connection = s->session.connection();
   s->reader_done = false;
   s->stall_watch.progress();
   asio::co_spawn(s->ex, read_acks(s, std::move(reader)), asio::detached);
@@ -235,26 +237,26 @@ std::uint64_t offered_features(const sender_options& opt) noexcept {
 
 namespace {
 
-/// A producer's part of sender_state::credit_wanted while it waits on a
-/// connection with credit grants: asked for in a credit request, and
-/// withdrawn when the wait ends (unless the connection was replaced,
-/// which starts the sum over).
+/// A producer's wait for credit on one connection: counted once, and with
+/// credit grants asked of the consumer (added to what the others wait for)
+/// and withdrawn when the wait ends.
 class credit_wish {
  public:
   credit_wish(sender_state& s, const std::shared_ptr<send_queue>& q)
-      : s_(s), q_(q), conn_(s.connection) {}
+      : s_(s), q_(q), conn_(s.session.connection()) {}
   credit_wish(const credit_wish&) = delete;
   credit_wish& operator=(const credit_wish&) = delete;
   ~credit_wish() {
-    if (n_ != 0 && s_.connection == conn_) s_.credit_wanted -= std::min(n_, s_.credit_wanted);
+    if (n_ != 0) s_.session.withdraw_credit(n_, conn_);
   }
   void ask(std::uint64_t n) {
-    if (!(s_.features & feature_credit_grants) || q_->error()) return;
+    if (q_->error()) {
+      ++s_.session.counts().credit_waits;
+      return;
+    }
     n_ = n;
-    s_.credit_wanted += n;
-    frame_credit_request(q_->frames(), s_.credit_wanted);
+    s_.session.ask_credit(n);
     q_->kick();
-    ++s_.stats.credit_requests;
   }
 
  private:
@@ -266,28 +268,16 @@ class credit_wish {
 
 }  // namespace
 
-bool take_credit(sender_state& s, std::uint64_t n) noexcept {
-  const bool fits = s.in_flight <= s.window_bytes && n <= s.window_bytes - s.in_flight;
-  // With credit grants nothing goes beyond the credit granted: the pool
-  // grants an oversized item its credit instead.
-  if (n != 0 && !fits && (s.in_flight != 0 || (s.features & feature_credit_grants)))
-    return false;
-  s.in_flight += n;
-  return true;
-}
-
 asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n) {
-  bool counted = false;
-  // Credit grants: what this producer waits for is asked of the pool
-  // (added to what the others wait for), and taken back once it is in.
+  bool asked = false;
   credit_wish wish(*s, q);
   for (;;) {
     if (s->error) co_return s->error;
     if (q != s->queue) co_return make_error_code(errc::closed);
-    if (take_credit(*s, n)) co_return std::error_code{};
-    if (!counted) {
-      ++s->stats.credit_waits, counted = true;
+    if (s->session.take_credit(n)) co_return std::error_code{};
+    if (!asked) {
+      asked = true;
       wish.ask(n);
     }
     s->stall_watch.begin_wait();
@@ -299,25 +289,16 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
 
 // ---- entries ----------------------------------------------------------------
 
-void frame_abort(send_queue& q, std::uint64_t blob_id, std::string_view reason) {
-  frame_blob_abort(q.frames(), blob_id, reason);
-  q.kick();
-}
-
 asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
-                                            std::shared_ptr<send_queue> q, std::uint64_t blob_id,
-                                            std::uint64_t index, const planned_entry& pe,
+                                            std::shared_ptr<send_queue> q, sender_blob& b,
+                                            const planned_entry& pe,
                                             std::span<const std::byte> meta,
                                             std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
-  if (!pe.contiguous && e.len != 0) ++s->stats.gathered_entries;
-  // The clock is read only when something needs it (not per entry).
-  if (s->stats.first_entry_ns == 0) s->stats.first_entry_ns = emitted_ns ? emitted_ns : steady_ns();
-  std::optional<std::uint64_t> stamp;
-  if (s->features & feature_entry_timestamps) stamp = emitted_ns ? emitted_ns : steady_ns();
-  if (e.len != 0 && e.len <= s->inline_bytes) {
+  if (!pe.contiguous && e.len != 0) ++s->extra.gathered_entries;
+  auto room = s->session.add_entry(b, e, meta, emitted_ns, entry_route::automatic);
+  if (!room.empty()) {
     // Small: copied into the frame, so the producer may go on at once.
-    auto room = frame_entry_begin_inline(q->frames(), blob_id, index, e, meta, stamp);
     if (pe.contiguous) {
       std::memcpy(room.data(), pe.source.data, e.len);
     } else {
@@ -327,11 +308,10 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
     q->kick();
     co_return std::error_code{};
   }
-  frame_entry_begin(q->frames(), blob_id, index, e, meta, stamp);
   q->kick();
   if (e.len == 0) co_return std::error_code{};
   if (pe.contiguous)
-    co_return co_await send_chunks(s, q, blob_id, e.off, std::span(pe.source.data, e.len));
+    co_return co_await send_chunks(s, q, b, std::span(pe.source.data, e.len));
   // A strided value: gathered once into a temporary that lives until its
   // chunks are written (the documented exception to zero copy).
   std::vector<std::byte> gathered(e.len);
@@ -340,7 +320,7 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
     q->fail(r.code());
     co_return r.code();
   }
-  co_return co_await send_chunks(s, q, blob_id, e.off, gathered);
+  co_return co_await send_chunks(s, q, b, gathered);
 }
 
 namespace {
@@ -365,20 +345,19 @@ asio::awaitable<std::error_code> wait_chunks(std::shared_ptr<sender_state> s,
 }  // namespace
 
 asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
-                                             std::shared_ptr<send_queue> q, std::uint64_t blob_id,
-                                             std::uint64_t off, std::span<const std::byte> bytes,
-                                             int device) {
+                                             std::shared_ptr<send_queue> q, sender_blob& b,
+                                             std::span<const std::byte> bytes, int device) {
   const bool bulk = q->link().sends_bulk();
   std::array<std::uint64_t, chunks_ahead> ahead{};  // chunk k's ticket at k % chunks_ahead
   std::size_t k = 0;
   std::uint64_t last = q->ticket();
   for (std::size_t pos = 0; pos < bytes.size(); ++k) {
     if (q->error()) co_return q->error();
-    const auto n = std::min<std::size_t>(s->chunk_bytes, bytes.size() - pos);
-    frame_data(q->frames(), blob_id, off + pos, bytes.subspan(pos, n), s->chunk_bytes,
-               /*copy=*/false, bulk, device);
+    // The connection was replaced while we waited: these frames are not its.
+    if (q != s->queue) co_return make_error_code(errc::closed);
+    const std::size_t n = s->session.add_chunk(b, bytes.subspan(pos), bulk, device);
+    if (n == 0) co_return make_error_code(errc::closed);  // the entry needs no more
     q->kick();
-    ++s->stats.data_frames_sent;
     pos += n;
     if (k >= chunks_ahead) {
       const std::error_code ec = co_await wait_chunks(s, q, ahead[k % chunks_ahead]);

@@ -1,7 +1,10 @@
-// Shared state of a sender and its blobs (internal), and the steps every
-// kind of sender shares: plain and resend sessions, host and device values
-// all go through one credit wait, one entry path (send_entry: inline below
-// the threshold, else one chunk loop), one abort and one ack reader.
+// Shared state of a sender and its blobs (internal), and the loops every
+// kind of sender shares. What is decided (blob ids and states, entry
+// indices, credit, counters, what a resend session keeps) is the sans-IO
+// sender_session's (blobpipe/protocol/sender_session.hpp); what is here
+// waits and writes: one credit wait, one entry path (send_entry: inline
+// below the threshold, else one chunk loop) and one ack reader, for plain
+// and resend sessions, host and device values alike.
 // Coroutines hold the state by shared_ptr, never by raw `this`.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/pipeline/producer.hpp"
 #include "blobpipe/protocol/decoder.hpp"
+#include "blobpipe/protocol/sender_session.hpp"
 #include "blobpipe/transport/transport.hpp"
 #include "lib/pipeline/send_queue.hpp"
 #include "lib/pipeline/watchdog.hpp"
@@ -29,10 +33,19 @@
 namespace blobpipe::detail {
 
 struct resend_state;  // lib/pipeline/resend.hpp
-struct kept_blob;
+
+/// A blob of a resend session: the session's state of it (kept until
+/// delivered, possibly after its writer went away) and the lock that lets
+/// one coroutine at a time frame it.
+struct kept_blob : sender_blob {
+  kept_blob(const asio::any_io_executor& ex, const tag_t& t, std::optional<blob_group> g)
+      : sender_blob(t, g), send_lock(ex) {}
+  async_mutex send_lock;  // one sync() of this blob at a time
+};
 
 struct sender_state : std::enable_shared_from_this<sender_state> {
-  sender_state(asio::any_io_executor e, sender_options o);
+  /// `resend`: a resend session (sender::start with a connect function).
+  sender_state(asio::any_io_executor e, sender_options o, bool resend = false);
   ~sender_state();
 
   /// Ends the sender with `ec` (the first error wins) and wakes every waiter.
@@ -42,50 +55,44 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   /// Takes the consumer's acknowledgement on connection `connection`:
   /// `credit` returned, `blob_id` delivered (0: none; resend sessions only).
   result<void> on_ack(std::uint64_t connection, std::uint64_t credit, std::uint64_t blob_id);
+  /// The counters: the session's and the byte sources' (extra).
+  sender_stats stats() const noexcept;
 
   asio::any_io_executor ex;
   sender_options opt;
   // The current connection's queue. A resend session replaces it after a
   // failure (a coroutine still using the old one holds its own shared_ptr).
   std::shared_ptr<send_queue> queue;
-  std::uint64_t connection = 0;      // connections made so far (its number)
-  // What the consumer's hello set (per connection).
-  std::uint32_t chunk_bytes = 0;     // negotiated
-  std::uint32_t inline_bytes = 0;    // negotiated: entries up to this go inline
-  std::uint64_t window_bytes = 0;
-  std::uint64_t features = 0;        // accepted by the consumer (feature_* bits)
-  std::uint64_t credit_wanted = 0;   // credit grants: what waiting producers asked for
-  std::uint32_t max_key_bytes = 0;
-  std::uint32_t max_meta_bytes = 0;
-  std::uint64_t in_flight = 0;       // credit taken, not yet acknowledged
-  std::uint64_t next_blob_id = 1;
+  // Blob ids and states, credit, what a resend session keeps, the
+  // counters; frames into queue->frames(). Its connection() is the
+  // current connection's number.
+  sender_session session;
   std::error_code error;             // set once; every later call returns it
   std::string message;               // what broke, for protocol violations
   bool closing = false;              // shutdown() sent `close`
   bool reader_done = false;          // the ack reader has ended
   async_condition credit_cv;         // in_flight fell, or the connection ended
   async_condition reader_cv;         // reader_done became true
-  sender_stats stats;
+  // What the session does not count: where entries' bytes came from
+  // (gathered, device_*) and reconnects.
+  sender_stats extra;
   watchdog stall_watch;              // opt.stall_timeout
   std::string timeout_reason;        // set when the watchdog fired
   std::unique_ptr<resend_state> resend;  // resend sessions only
 };
 
 struct blob_state {
-  blob_state(std::shared_ptr<sender_state> s, std::uint64_t blob_id, const tag_t& t)
-      : sender(std::move(s)), id(blob_id), tag(t), lock(sender->ex) {}
+  blob_state(std::shared_ptr<sender_state> s, const blob_options& o);
   ~blob_state();  // aborts a begun, unfinished blob
 
+  /// The session's state of the blob.
+  sender_blob& wire() noexcept { return kept ? *kept : own; }
+
   std::shared_ptr<sender_state> sender;
-  std::uint64_t id;
-  tag_t tag;
-  std::optional<blob_group> group;  // blob_options::group
+  sender_blob own;                  // plain senders
+  std::shared_ptr<kept_blob> kept;  // resend sessions (outlives the writer until delivered)
   layout_builder builder;
   async_mutex lock;      // one emit/finish/abort at a time, in call order
-  bool begun = false;    // blob_begin framed
-  bool ended = false;    // tail or abort framed
-  bool broken = false;   // an entry went out incompletely; only abort() is left
-  std::shared_ptr<kept_blob> kept;  // resend session: the bytes kept for resending
   std::vector<std::byte> meta;     // the entry being emitted: its Entry::meta()
   std::string last_error;  // why the last emit failed (blob_writer::last_error)
 };
@@ -127,14 +134,6 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
 /// The features a sender with `opt` offers in its hello.
 std::uint64_t offered_features(const sender_options& opt) noexcept;
 
-/// last_error() of an entry whose meta the consumer's max_meta_bytes
-/// refuses (invalid_argument).
-inline std::string meta_too_long(std::size_t meta_bytes, std::uint32_t max_meta_bytes) {
-  return "the entry's meta (its index row) is " + std::to_string(meta_bytes) +
-         " bytes, longer than the consumer's max_meta_bytes (" + std::to_string(max_meta_bytes) +
-         " bytes)";
-}
-
 /// The steady clock in nanoseconds (the entry timestamps' clock).
 inline std::uint64_t steady_ns() noexcept {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -142,45 +141,36 @@ inline std::uint64_t steady_ns() noexcept {
                                         .count());
 }
 
-/// Takes `n` bytes of window credit if they fit now (or nothing is
-/// outstanding: one entry larger than the window goes alone; not with
-/// credit grants, where the sender asks instead).
-bool take_credit(sender_state& s, std::uint64_t n) noexcept;
-/// Waits until `n` bytes of credit fit on connection `q`, then takes them.
+/// Waits until `n` bytes of credit fit on connection `q`, then takes them
+/// (the session's take_credit; with credit grants it asks the consumer).
 /// Errors: the sender's error, operation_aborted (cancelled), closed (`q`
 /// is no longer the connection: a resend session reconnected).
 asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n);
 
-/// Frames one entry of blob `blob_id` on `q`: entry_begin, with the bytes
-/// inline when 0 < len <= the negotiated inline size, else followed by
-/// data frames (send_chunks). `bytes`: the entry's len contiguous host
-/// bytes; for a strided host value (pe.contiguous false) they are gathered
-/// with write_entry instead. Credit must be taken already. `emitted_ns`:
-/// when the producer emitted it (steady_ns(); 0: now), stamped into
-/// entry_begin when the consumer accepted feature_entry_timestamps.
-/// Errors: the connection's; invalid_argument (a strided value whose
-/// gather failed).
+/// Frames host entry `pe` of blob `b` on `q` through the session
+/// (sender_session::add_entry): its bytes inline when the session says so,
+/// else in data frames (send_chunks). For a strided value (pe.contiguous
+/// false) they are gathered with write_entry. Credit must be taken
+/// already, and `q` must be the session's connection. `emitted_ns`: when
+/// the producer emitted it (steady_ns()). Errors: the connection's;
+/// invalid_argument (a strided value whose gather failed).
 asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
-                                            std::shared_ptr<send_queue> q, std::uint64_t blob_id,
-                                            std::uint64_t index, const planned_entry& pe,
+                                            std::shared_ptr<send_queue> q, sender_blob& b,
+                                            const planned_entry& pe,
                                             std::span<const std::byte> meta,
-                                            std::uint64_t emitted_ns = 0);
+                                            std::uint64_t emitted_ns);
 
-/// The one chunk loop: data frames covering blob offsets [off, off +
-/// bytes.size()) of blob `blob_id`, pointing at `bytes` (zero copy; on CUDA
-/// device `device` when >= 0, for a transport that accepts it). Completes
-/// once the transport has taken every byte, so `bytes` may be reused. A
-/// few chunks are queued ahead, so producers' chunks interleave. If the
-/// awaiting coroutine is cancelled with bytes still queued, the connection
-/// is closed (a frame cannot be taken back and the memory may go).
-/// Errors: the connection's, closed.
+/// The one chunk loop: the data frames of b's current entry from `bytes`
+/// (the next bytes it needs, in order), pointing at them (zero copy; on
+/// CUDA device `device` when >= 0, for a transport that accepts it).
+/// Completes once the transport has taken every byte, so `bytes` may be
+/// reused. A few chunks are queued ahead, so producers' chunks
+/// interleave. If the awaiting coroutine is cancelled with bytes still
+/// queued, the connection is closed (a frame cannot be taken back and the
+/// memory may go). Errors: the connection's, closed.
 asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
-                                             std::shared_ptr<send_queue> q, std::uint64_t blob_id,
-                                             std::uint64_t off, std::span<const std::byte> bytes,
-                                             int device = -1);
-
-/// Frames blob_abort for `blob_id` (reason cut to max_reason_bytes).
-void frame_abort(send_queue& q, std::uint64_t blob_id, std::string_view reason);
+                                             std::shared_ptr<send_queue> q, sender_blob& b,
+                                             std::span<const std::byte> bytes, int device = -1);
 
 }  // namespace blobpipe::detail

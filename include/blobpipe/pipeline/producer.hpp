@@ -117,7 +117,7 @@ struct sender_options {
   /// Offer feature_entry_timestamps (docs/wire_features.md): when the
   /// consumer accepts it, each entry_begin carries the steady clock at
   /// emit() (8 bytes; one clock read per entry), for its emit ->
-  /// entry_ready latency. Device values are not stamped.
+  /// entry_ready latency. Device values are stamped alike.
   bool entry_timestamps = true;
   /// Longest the sender waits on the consumer with nothing arriving from it
   /// and no send completing (0: no limit): a send the consumer does not
