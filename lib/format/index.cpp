@@ -195,7 +195,7 @@ result<std::vector<Entry>> read_known_rows(std::span<const std::byte> index, std
     }
     return entries;
   } catch (const std::bad_alloc&) {
-    return allocation_error("out of memory for the entries of an index", index.size());
+    return allocation_error("out of memory for the known rows of an index", index.size());
   }
 }
 
@@ -349,8 +349,10 @@ entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_byt
     return v;
   }
   v.type = *lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
-  v.shape = e.shape ? *e.shape
-                    : shape_t{static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0)};
+  // Copied straight into the view (a `?:` of the row's shape and a new one
+  // made a temporary copy first: two allocations per entry).
+  if (e.shape) v.shape = *e.shape;
+  else v.shape.assign(1, static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0));
   return v;
 }
 
