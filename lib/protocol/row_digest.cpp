@@ -4,6 +4,8 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -31,11 +33,19 @@ inline void sip_round(std::uint64_t& v0, std::uint64_t& v1, std::uint64_t& v2,
   v2 = rotl(v2, 32);
 }
 
-std::uint64_t load_le64(const std::byte* p) noexcept {
+/// `n` (<= 8) bytes at `p` as the low bytes of a little-endian word.
+std::uint64_t load_le(const std::byte* p, std::size_t n) noexcept {
   std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  if (n == 0) return v;  // (p may be null)
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, n);
+  } else {
+    for (std::size_t i = n; i-- > 0;) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  }
   return v;
 }
+
+std::uint64_t load_le64(const std::byte* p) noexcept { return load_le(p, 8); }
 
 row_digest::key draw_key() {
   unsigned char raw[16];
@@ -76,20 +86,21 @@ void row_digest::compress(std::uint64_t m) noexcept {
 void row_digest::update(std::span<const std::byte> bytes) noexcept {
   const std::byte* p = bytes.data();
   std::size_t n = bytes.size();
-  unsigned have = static_cast<unsigned>(length_ & 7);
+  const unsigned have = static_cast<unsigned>(length_ & 7);
   length_ += n;
-  // Top up the partial word first.
-  while (have != 0 && n != 0) {
-    pending_ |= std::to_integer<std::uint64_t>(*p++) << (8 * have);
-    --n;
-    if (++have == 8) {
-      compress(pending_);
-      pending_ = 0;
-      have = 0;
-    }
+  if (have != 0) {
+    // Top up the partial word first (rows arrive one at a time, about
+    // 25 bytes each: most updates start inside a word).
+    const std::size_t take = std::min<std::size_t>(8 - have, n);
+    pending_ |= load_le(p, take) << (8 * have);
+    p += take;
+    n -= take;
+    if (have + take < 8) return;
+    compress(pending_);
+    pending_ = 0;
   }
   for (; n >= 8; n -= 8, p += 8) compress(load_le64(p));
-  for (unsigned i = 0; i < n; ++i) pending_ |= std::to_integer<std::uint64_t>(p[i]) << (8 * i);
+  pending_ = load_le(p, n);
 }
 
 row_digest::value row_digest::finish() noexcept {
