@@ -195,3 +195,32 @@ BOOST_AUTO_TEST_CASE(an_open_blob_holds_a_constant_whatever_its_entries_announce
                      << " bytes of heap per open blob");
   BOOST_TEST(held <= std::int64_t{blobs * decoder::open_blob_bytes});
 }
+
+BOOST_AUTO_TEST_CASE(a_tail_whose_known_rows_cannot_be_allocated_is_refused_not_thrown) {
+  // A canonical tail is read with read_known_rows (docs/wire.md "Consumer"):
+  // its rows failing to allocate end decoding with an error naming it, as
+  // parse_index's do; std::bad_alloc never escapes consume().
+  if (!blobpipe::testing::heap_limits())
+    BLOBPIPE_SKIP("the sanitizer's allocator cannot be made to fail");
+  outbox o;
+  frame_hello(o, sender_hello);
+  const tag_t tag = tag_of("rows");
+  frame_blob_begin(o, 1, tag);
+  layout_builder b;
+  const std::vector<std::byte> payload(8, std::byte{3});
+  for (int i = 0; i < 2000; ++i) entry(o, b, 1, "k", value::ndarray_bytes(payload, "|u1", {8}), 64, 1 << 20);
+  const auto prefix = bytes_of(o);
+  outbox t;
+  tail(t, b, 1, tag);
+  const auto tail_bytes = bytes_of(t);
+  releasing_listener l;
+  decoder d(wire_role::sender, {}, l);
+  l.dec = &d;
+  auto r = d.consume(prefix);
+  BOOST_TEST_REQUIRE(bool(r), r.message());
+  // 2,000 rows take far more than 16 KiB; the refusal's own words fit.
+  blobpipe::testing::with_heap_limit(16 << 10, [&] { r = d.consume(tail_bytes); });
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST(r.message().find("out of memory for the known rows of an index") != std::string::npos,
+             r.message());
+}

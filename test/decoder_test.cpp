@@ -57,6 +57,7 @@ class recorder final : public decoder_listener {
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> landed;
   std::map<std::pair<std::uint64_t, std::uint64_t>, int> completions;
   std::vector<std::string> wrong;  // listener contract broken by the decoder
+  std::map<std::uint64_t, std::vector<Entry>> rows;  // blob_complete's index rows
 
   result<void> on_hello(const hello& h) override {
     lines.push_back("hello role=" + std::to_string(static_cast<int>(h.role)));
@@ -90,6 +91,7 @@ class recorder final : public decoder_listener {
     lines.push_back("blob_complete " + std::to_string(id) + " rows=" +
                     std::to_string(index.entries.size()) + " nbytes=" +
                     std::to_string(index.nbytes) + " tail=" + std::to_string(tail.size()));
+    rows[id] = std::move(index.entries);
     return {};
   }
   result<void> on_blob_abort(void* blob, std::uint64_t id, std::string_view reason) override {
@@ -133,6 +135,7 @@ struct decoded {
   std::uint64_t buffered = 0;
   bool closed = false;
   std::size_t open_blobs = 0;
+  std::map<std::uint64_t, std::vector<Entry>> rows;
 };
 
 std::string name_of(feeding f, unsigned seed) {
@@ -180,7 +183,8 @@ decoded decode(std::span<const std::byte> s, decoder_limits lim, feeding f, unsi
     r = d.consume(s.subspan(at, n));
     at += n;
   }
-  decoded out{l.lines, r, l.landed, l.wrong, d.buffered_bytes(), d.closed(), d.open_blobs()};
+  decoded out{l.lines,          r,          l.landed,        l.wrong,
+              d.buffered_bytes(), d.closed(), d.open_blobs(), l.rows};
   if (!r) {
     // After a failure every call returns the same error, and nothing more is asked for.
     const std::byte one{0};
@@ -546,6 +550,63 @@ BOOST_AUTO_TEST_CASE(tail_that_disagrees_with_the_blob_is_refused_naming_the_fie
     BOOST_TEST_REQUIRE(read_footer(t).value().version == VERSION_V2);
     expect_refused(sent_then(t), "tail: footer version 2, expected 3");
   }
+}
+
+BOOST_AUTO_TEST_CASE(tail_rows_reach_the_listener_whether_the_index_is_canonical_or_not) {
+  // docs/wire.md "Consumer": a canonical index (the array header, then
+  // exactly the rows announced) is read once, without a second check; an
+  // index encoded otherwise (here a 3-byte array header for 2 rows) is
+  // parsed, checked and digested row by row. Both complete the blob with
+  // the rows the tail holds.
+  const tag_t tag = tag_of("rows");
+  outbox o = begun(1, tag);
+  layout_builder b;
+  entry(o, b, 1, "a", bytes_value(pattern(16, 1)), 64, 128);           // inline
+  const std::vector<float> x = {1, 2, 3};
+  entry(o, b, 1, "bb", value::tensor(x), 0, 128);  // data frames
+  const auto prefix = bytes_of(o);
+  const auto canonical = tail_of(b, tag);
+  auto with = [&](const std::vector<std::byte>& t) {
+    outbox x;
+    frame_tail(x, 1, t);
+    auto s = prefix;
+    const auto more = bytes_of(x);
+    s.insert(s.end(), more.begin(), more.end());
+    return s;
+  };
+  // The rows as planned: what the index holds.
+  const auto f = read_footer(canonical).value();
+  const auto planned =
+      parse_index(std::span(canonical).first(f.index_len), f.index_off).value();
+  BOOST_TEST_REQUIRE(planned.size() == 2u);
+  BOOST_TEST_REQUIRE(std::to_integer<int>(canonical[0]) == 0x92);
+  const auto fast = decode_every_way(with(canonical));
+  BOOST_TEST_REQUIRE(fast.r.has_value(), fast.r.message());
+  BOOST_TEST((fast.rows.at(1) == planned));
+  // The same rows under a 16-bit array header: not canonical.
+  std::vector<std::byte> wide = {std::byte{0xdc}, std::byte{0}, std::byte{2}};
+  wide.insert(wide.end(), canonical.begin() + 1, canonical.end());
+  auto wf = f;
+  wf.index_len += 2;
+  encode_footer(wf, std::span(wide).last(FOOTER_SIZE));
+  const auto slow = decode_every_way(with(wide));
+  BOOST_TEST_REQUIRE(slow.r.has_value(), slow.r.message());
+  BOOST_TEST((slow.rows.at(1) == planned));
+}
+
+BOOST_AUTO_TEST_CASE(tail_whose_header_claims_other_rows_than_the_announced_ones_is_refused) {
+  // The rows after the header digest to the announced ones, but the header
+  // declares three: the known rows are read only under their own count.
+  const tag_t tag = tag_of("count");
+  outbox o = begun(1, tag);
+  layout_builder b;
+  entry(o, b, 1, "a", bytes_value(pattern(16, 1)), 64, 128);
+  entry(o, b, 1, "b", bytes_value(pattern(8, 2)), 64, 128);
+  auto t = tail_of(b, tag);
+  BOOST_TEST_REQUIRE(std::to_integer<int>(t[0]) == 0x92);
+  t[0] = std::byte{0x93};
+  frame_tail(o, 1, t);
+  expect_refused(bytes_of(o), "tail: index is not an array of the 2 rows expected");
 }
 
 // ---- every other refusal -----------------------------------------------------------

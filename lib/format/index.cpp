@@ -14,6 +14,7 @@
 
 #include "checked.hpp"
 #include "entry_codec.hpp"
+#include "lib/format/index_rows.hpp"
 #include "lib/format/le.hpp"
 #include "msgpack_bounded.hpp"
 #include "msgpack_reader.hpp"
@@ -176,6 +177,30 @@ result<std::vector<Entry>> parse_index(std::span<const std::byte> index, std::ui
   }
 }
 
+namespace detail {
+
+result<std::vector<Entry>> read_known_rows(std::span<const std::byte> index, std::size_t rows) {
+  try {
+    msgpack_reader r(index);
+    const auto n = r.array_header();
+    if (!n || *n != rows)
+      return make_error(errc::malformed_index,
+                        "index is not an array of the " + std::to_string(rows) + " rows expected");
+    std::vector<Entry> entries;
+    entries.reserve(std::min(rows, index.size() / 7));
+    for (std::size_t i = 0; i < rows; ++i) {
+      if (auto ok = read_row_header(r, i); !ok) return ok.err();
+      Entry& e = entries.emplace_back();
+      if (auto ok = read_row_fields(r, i, e); !ok) return ok.err();
+    }
+    return entries;
+  } catch (const std::bad_alloc&) {
+    return allocation_error("out of memory for the known rows of an index", index.size());
+  }
+}
+
+}  // namespace detail
+
 result<blob_index> read_index(std::span<const std::byte> blob) {
   auto f = read_footer(blob);
   if (!f) return f.err();
@@ -324,8 +349,10 @@ entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_byt
     return v;
   }
   v.type = *lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
-  v.shape = e.shape ? *e.shape
-                    : shape_t{static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0)};
+  // Copied straight into the view (a `?:` of the row's shape and a new one
+  // made a temporary copy first: two allocations per entry).
+  if (e.shape) v.shape = *e.shape;
+  else v.shape.assign(1, static_cast<std::int64_t>(v.type.itemsize ? e.len / v.type.itemsize : 0));
   return v;
 }
 

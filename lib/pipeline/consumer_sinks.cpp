@@ -260,13 +260,16 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   cur.blob_id = b.id;
   cur.tag = b.tag;
   cur.index = a.index;
-  cur.entry = e;
+  const std::uint64_t len = e.len;
+  // An inline entry's row is the decoder's to give: taken, not copied.
+  if (a.take) cur.entry = std::move(*a.take);
+  else cur.entry = e;
   cur.sent_ns = a.sent_ns;
   // The decoder validated the row: the view needs no second check.
-  cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? e.len : 0));
+  cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? len : 0));
   cur.storage = std::move(owned_lease);
   b.cur = std::move(owned);
-  return std::span<std::byte>(dest, dest ? e.len : 0);
+  return std::span<std::byte>(dest, dest ? len : 0);
 }
 
 status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
@@ -486,7 +489,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
       ended_here = true;
       --stats.blobs_completed;
     }
-    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    pending.erase(i);
   }
   if (auto it = blobs.find(blob_id); it != blobs.end()) {
     abort_blob(*this, it->second, ec, reason);
@@ -498,7 +501,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
     r.ev.reason = reason_for(ec, reason);
     r.ev.group = group;
     r.after_read = after_read;
-    pending.insert(pending.begin() + static_cast<std::ptrdiff_t>(*first), std::move(r));
+    pending.insert(*first, std::move(r));
     ++stats.blobs_aborted;
   }
 }

@@ -67,6 +67,50 @@ struct ready_event {
   std::shared_ptr<cuda::device_buffer> device;
 };
 
+/// Events decided and not yet yielded, oldest first: a vector read from
+/// its head, whose storage is reused once the queue drains (next() drains
+/// it after each read). A std::deque of these events (about 200 bytes
+/// each) allocated a node every two events. Holds at most what one read
+/// decodes plus what waits for posted reads; storage past
+/// max_kept_events is given back when the queue drains.
+class event_queue {
+ public:
+  static constexpr std::size_t max_kept_events = 4096;
+
+  bool empty() const noexcept { return head_ == q_.size(); }
+  std::size_t size() const noexcept { return q_.size() - head_; }
+  ready_event& front() noexcept { return q_[head_]; }
+  ready_event& back() noexcept { return q_.back(); }
+  ready_event& operator[](std::size_t i) noexcept { return q_[head_ + i]; }
+  void push_back(ready_event r) {
+    // A long-lived queue that never drains (reads fenced behind a posted
+    // one) moves its live events down instead of growing forever.
+    if (head_ >= 64 && 2 * head_ >= q_.size()) {
+      q_.erase(q_.begin(), q_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+    q_.push_back(std::move(r));
+  }
+  /// Drops the oldest event (whatever it still holds goes with it).
+  void pop_front() noexcept {
+    q_[head_++] = ready_event{};
+    if (head_ != q_.size()) return;
+    head_ = 0;
+    if (q_.capacity() > max_kept_events) q_ = std::vector<ready_event>();
+    else q_.clear();
+  }
+  /// Removes event `i` (0: the oldest).
+  void erase(std::size_t i) { q_.erase(q_.begin() + static_cast<std::ptrdiff_t>(head_ + i)); }
+  /// Puts `r` before event `i`.
+  void insert(std::size_t i, ready_event r) {
+    q_.insert(q_.begin() + static_cast<std::ptrdiff_t>(head_ + i), std::move(r));
+  }
+
+ private:
+  std::vector<ready_event> q_;
+  std::size_t head_ = 0;
+};
+
 /// A read posted (transport::post_read), not yet waited for.
 struct posted_read {
   std::uint64_t number = 0;
@@ -151,7 +195,7 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   std::optional<hello> peer;      // the sender's hello, once read
   std::uint32_t chunk_bytes = 0;  // negotiated
   std::map<std::uint64_t, sink_blob> blobs;
-  std::deque<ready_event> pending;  // events decided, not yet yielded
+  event_queue pending;  // events decided, not yet yielded
   bool ended = false;
   event final_event;              // end_of_stream, repeated forever
   std::optional<std::string> close_reason;  // the sender's close frame, once decoded

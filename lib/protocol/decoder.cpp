@@ -7,9 +7,8 @@
 #include <cstring>
 #include <new>
 
-#include <openssl/evp.h>
-
 #include "blobpipe/format/layout.hpp"
+#include "lib/format/index_rows.hpp"
 
 namespace blobpipe {
 
@@ -59,25 +58,6 @@ std::uint64_t max_row_bytes(const Entry& e) {
 void forget_entry(Entry& e) noexcept { [[maybe_unused]] Entry gone = std::move(e); }
 
 }  // namespace
-
-decoder::digest::digest() : ctx(EVP_MD_CTX_new()) {
-  if (!ctx || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx), EVP_sha256(), nullptr) != 1)
-    throw std::bad_alloc();
-}
-
-decoder::digest::~digest() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx)); }
-
-void decoder::digest::update(std::span<const std::byte> bytes) noexcept {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx), bytes.data(), bytes.size());
-}
-
-std::array<std::byte, 32> decoder::digest::finish() noexcept {
-  std::array<std::byte, 32> out{};
-  unsigned n = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx), reinterpret_cast<unsigned char*>(out.data()),
-                     &n);
-  return out;
-}
 
 decoder::decoder(wire_role from, decoder_limits limits, decoder_listener& listener)
     : from_(from), limits_(limits), listener_(&listener) {}
@@ -468,31 +448,30 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
   if (auto r = check_window(credit, "entry"); !r) return r;
   buffered_ += credit;
-  // The row is digested in batches: one SHA-256 update per kilobyte. A
-  // buffer a long row (a long key) grew is given back, so an open blob
-  // holds at most open_blob_bytes whatever rows it announced.
-  append_index_row(*e, b.rows_pending);
-  if (b.rows_pending.size() >= rows_batch_bytes) {
-    b.rows.update(b.rows_pending);
-    if (b.rows_pending.capacity() > 2 * rows_batch_bytes) {
-      b.rows_pending = std::vector<std::byte>();  // (not `= {}`: that keeps the capacity)
-    } else {
-      b.rows_pending.clear();
-    }
-  }
+  // The row goes into the blob's keyed digest now, in canonical form, and
+  // nothing of it stays with the blob (open_blob_bytes). row_ is the
+  // decoder's one scratch buffer, at most one row (max_key_bytes plus
+  // max_meta_bytes bound it).
+  row_.clear();
+  append_index_row(*e, row_);
+  b.rows.update(row_);
   b.max_index_bytes += max_row_bytes(*e);
   b.data_end = align_up(e->off + e->len);
   b.current = std::move(*e);
-  const Entry& row = b.current;
-  entry_announcement a{b.id, b.entries++, &row, credit, sent_ns};
+  const std::uint64_t len = b.current.len;
+  const bool whole = has_inline || len == 0;  // complete once announced
+  entry_announcement a{b.id, b.entries++, &b.current, credit, sent_ns};
+  // A complete entry's row is not needed here after the call: the
+  // listener may take it instead of copying it.
+  if (whole) a.take = &b.current;
   auto dest = listener_->on_entry_begin(b.user, a);
   if (!dest) return dest.err();
-  if (!dest->empty() && dest->size() != row.len)
+  if (!dest->empty() && dest->size() != len)
     return make_error(errc::invalid_argument,
                       "on_entry_begin: destination of " + num(dest->size()) + " bytes for " +
-                          num(row.len));
-  if (has_inline || row.len == 0) {
-    if (row.len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), row.len);
+                          num(len));
+  if (whole) {
+    if (len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), len);
     forget_entry(b.current);
     return listener_->on_entry_complete(b.user, b.id);
   }
@@ -523,24 +502,28 @@ result<void> decoder::on_tail(std::span<const std::byte> tail) {
   const auto index = tail.first(f->index_len);
   // The rows were not kept: the index must digest, row by row in
   // canonical form, to what the entries announced did. Its length was
-  // bounded by the rows announced when the tail was admitted, and an index
-  // declaring more rows than were announced is refused before a row is
-  // read.
-  b.rows.update(b.rows_pending);
+  // bounded by the rows announced when the tail was admitted.
   const auto announced = b.rows.finish();
-  auto rows = parse_index(index, b.data_end, b.entries);
+  // Canonical encoders (the reference's, ours) write an array header of
+  // the rows announced, then exactly those rows. When the bytes after the
+  // header digest to the rows announced, they are the rows checked at
+  // entry_begin: read once, without a second scan or check
+  // (read_known_rows, which also holds the header to that count). Any
+  // other index is parsed in full (declaring more rows than were
+  // announced is refused before a row is read), checked, and re-encoded
+  // row by row for the digest.
+  const std::size_t header = b.entries < 16 ? 1 : b.entries < 65536 ? 3 : 5;
+  row_digest as_sent(row_digest::process_key());
+  as_sent.update(index.subspan(std::min(header, index.size())));
+  const bool as_announced = as_sent.finish() == announced;
+  auto rows = as_announced ? detail::read_known_rows(index, b.entries)
+                           : parse_index(index, b.data_end, b.entries);
   if (!rows) return violation("tail: " + rows.message());
   if (rows->size() != b.entries)
     return violation("tail: index has " + num(rows->size()) + " rows, " + num(b.entries) +
                      " entries were sent");
-  // Canonical encoders (the reference's, ours) write exactly the rows
-  // announced after the array's header: digest those bytes as they are;
-  // only an index encoded otherwise is re-encoded row by row.
-  const std::size_t header = b.entries < 16 ? 1 : b.entries < 65536 ? 3 : 5;
-  digest as_sent;
-  as_sent.update(index.subspan(std::min(header, index.size())));
-  if (as_sent.finish() != announced) {
-    digest seen;
+  if (!as_announced) {
+    row_digest seen(row_digest::process_key());
     for (const Entry& row : *rows) {
       row_.clear();
       append_index_row(row, row_);

@@ -33,9 +33,9 @@
 // (docs/wire_features.md "Credit grants").
 //
 // Memory: per open blob the decoder keeps a constant (the row being
-// received, a SHA-256 digest of the rows announced, against which the
-// tail's index is checked, and under 1 KiB of rows not yet digested),
-// never the rows themselves; per frame, a
+// received, and a keyed digest of the rows announced, row_digest.hpp,
+// against which the tail's index is checked), never the rows themselves;
+// per frame, a
 // control payload split across consume() calls (at most the frame's
 // checked length) and a data payload's scratch when its entry is dropped
 // (at most the chunk size).
@@ -61,6 +61,7 @@
 #include "blobpipe/format/entry.hpp"
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/index.hpp"
+#include "blobpipe/protocol/row_digest.hpp"
 #include "blobpipe/protocol/wire.hpp"
 
 namespace blobpipe {
@@ -94,6 +95,11 @@ struct entry_announcement {
   /// The sender's monotonic clock when it emitted the entry, nanoseconds
   /// (frame_flag_timestamp); empty when not stamped.
   std::optional<std::uint64_t> sent_ns;
+  /// Set (to the same row as `entry`) when the entry is complete once
+  /// announced (inline, or empty) and the decoder keeps nothing of its row
+  /// after on_entry_begin returns: the listener may move the row out of
+  /// *take instead of copying it. Null otherwise.
+  Entry* take = nullptr;
 };
 
 /// Receives a decoder's events, in frame order. Every callback may refuse
@@ -203,11 +209,9 @@ class decoder {
   /// Whether a frame is begun and not yet whole (header or payload).
   bool in_frame() const noexcept { return header_have_ != 0 || state_ == state::payload; }
   std::size_t open_blobs() const noexcept { return blobs_.size(); }
-  /// Index rows gathered before one SHA-256 update, bytes.
-  static constexpr std::size_t rows_batch_bytes = 1024;
   /// The most heap the decoder keeps for one open blob with no entry open
-  /// (its state, its SHA-256 context, rows not yet digested: at most
-  /// 2 * rows_batch_bytes of buffer), bytes. Not counted against the
+  /// (its state, the keyed digest of its rows inside it), bytes. Not
+  /// counted against the
   /// window: max_open_blobs of them cost a connection at most
   /// max_open_blobs * open_blob_bytes (16 MiB at the defaults) beyond it.
   /// An open entry's key and meta count in its credit; a completed entry's
@@ -221,24 +225,13 @@ class decoder {
   enum class state { hello, header, payload, closed, failed };
   enum class sink { assemble, entry };
 
-  /// A SHA-256 in progress (OpenSSL EVP), freed with its blob.
-  struct digest {
-    digest();
-    ~digest();
-    digest(digest&& o) noexcept : ctx(std::exchange(o.ctx, nullptr)) {}
-    digest& operator=(digest&&) = delete;
-    void update(std::span<const std::byte> bytes) noexcept;
-    std::array<std::byte, 32> finish() noexcept;
-    void* ctx = nullptr;  // EVP_MD_CTX
-  };
-
   struct open_blob {
     std::uint64_t id = 0;
     tag_t tag = NO_TAG;
     void* user = nullptr;
     std::uint64_t entries = 0;          // announced
-    digest rows;                        // of the rows announced (append_index_row)
-    std::vector<std::byte> rows_pending;  // rows not yet digested (< rows_batch_bytes)
+    // Of the rows announced, each in canonical form (append_index_row).
+    row_digest rows{row_digest::process_key()};
     std::uint64_t data_end = 0;         // aligned end of the last entry
     std::uint64_t max_index_bytes = 5;  // no index of these rows encodes longer
     // The entry announced and receiving data frames while entry_open;
@@ -280,7 +273,7 @@ class decoder {
   std::vector<std::byte> assembly_;  // control payloads split across calls
   std::size_t assembly_have_ = 0;
   std::vector<std::byte> scratch_;   // data of a dropped entry
-  std::vector<std::byte> row_;       // rows re-encoded from a tail, for the digest
+  std::vector<std::byte> row_;       // a row in canonical form, for the digest
   open_blob* cur_blob_ = nullptr;    // data frames: the blob they fill
   // Blobs.
   std::map<std::uint64_t, open_blob> blobs_;

@@ -1,0 +1,29 @@
+// Reading an index whose rows the caller has checked already (internal;
+// lib/protocol's push decoder). Defined in index.cpp beside parse_index.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "blobpipe/errors.hpp"
+#include "blobpipe/format/entry.hpp"
+
+namespace blobpipe::detail {
+
+/// The rows of an index (the msgpack bytes alone) known to be exactly
+/// `rows` rows that passed validate_entry against the caller's data end:
+/// the push decoder's tail, whose keyed digest matched the rows it had
+/// announced and checked one by one. Reads them without parse_index's
+/// first pass (the bounded scan of the whole index) and without
+/// validating each row again. Safe on any bytes all the same: every read
+/// is bounds-checked, and at most min(rows, index.size() / 7) rows (7
+/// bytes: the smallest row) are reserved.
+/// Bytes after the last row are not read (the caller has matched them).
+/// Errors: malformed_index (not an array header of `rows`, or a row not of
+/// six fields of the right types), too_large (the entries cannot be
+/// allocated).
+[[nodiscard]] result<std::vector<Entry>> read_known_rows(std::span<const std::byte> index,
+                                                         std::size_t rows);
+
+}  // namespace blobpipe::detail
