@@ -170,6 +170,16 @@ BOOST_AUTO_TEST_CASE(the_target_never_falls_below_its_floor_nor_exceeds_the_budg
   BOOST_TEST(tight.join(1).granted == 1000u / 16);  // the budget binds first
 }
 
+BOOST_AUTO_TEST_CASE(stream_bytes_zero_lets_a_member_hold_its_budget_share) {
+  harness h(1ull << 30, 1 << 20, 0);  // no stream target
+  auto& a = h.join(1);
+  BOOST_TEST(a.granted == std::uint64_t{1} << 20);  // initial_grant_bytes, not a 64 KiB target
+  h.pool.request(a.id, 300 << 20);
+  h.use(a, 300 << 20);
+  h.drop(a, 300 << 20);  // the only member: its share, the whole budget, comes back
+  BOOST_TEST(a.allowance() == std::uint64_t{300} << 20);
+}
+
 BOOST_AUTO_TEST_CASE(an_item_larger_than_a_share_is_granted_beyond_the_budget_one_at_a_time) {
   constexpr std::uint64_t budget = 1000, max_item = 5000;
   harness h(budget, 16, credit_pool::default_stream_bytes, max_item);

@@ -365,3 +365,49 @@ BOOST_AUTO_TEST_CASE(resend_destinations_deliver_exactly_once_across_reconnects)
   for (const auto& [tag, n] : complete) BOOST_TEST(n == 1, "a blob delivered " << n << " times");
   BOOST_TEST(srv[0].stats().total.reconnects == 2u);
 }
+
+// router_options::group_scope (issue 26 item 4): two jobs sharing a server
+// both number their groups from 7; scoped, they are two groups that
+// complete apart, under the ids scoped_group_id gives (unscoped, the four
+// members made one group of 2 and two late members).
+BOOST_AUTO_TEST_CASE(group_scope_keeps_two_jobs_alike_ids_apart) {
+  runner r;
+  auto srv = servers(r, "router-scope", 1);
+  std::vector<seen> got;
+  r.spawn(collect_into(srv[0], 2, got));
+  auto job = [&](std::string scope, std::uint32_t who) -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    router_options opt;
+    opt.group_scope = std::move(scope);
+    auto [ec, rt] = co_await router::start(ex, urls(srv), opt);
+    BOOST_TEST_REQUIRE(!ec);
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      auto b = rt.open_blob({.tag = numbered_tag(who, k), .group = blob_group{7, 2}, .rank = {}});
+      BOOST_TEST_REQUIRE(b.has_value());
+      BLOBPIPE_CO_CHECK(one_blob(b->blob, who, k));
+    }
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+  };
+  r.spawn(job("job-a", 1));
+  r.spawn(job("job-b", 2));
+  BOOST_TEST_REQUIRE(r.run());
+  std::set<std::uint64_t> complete;
+  for (const auto& s : got)
+    if (s.kind == server_event_kind::group_complete) complete.insert(s.group->id);
+  const std::set<std::uint64_t> want{scoped_group_id("job-a", 7), scoped_group_id("job-b", 7)};
+  BOOST_TEST((complete == want));
+  BOOST_TEST(count(got, server_event_kind::group_aborted) == 0u);
+  BOOST_TEST(srv[0].stats().late_members == 0u);
+  BOOST_TEST(all_bytes_ok(got));
+}
+
+BOOST_AUTO_TEST_CASE(scoped_group_ids_stay_distinct_within_a_scope_and_differ_across_scopes) {
+  std::set<std::uint64_t> a;
+  for (std::uint64_t id = 0; id < 10000; ++id) a.insert(scoped_group_id("step-1", id));
+  BOOST_TEST(a.size() == 10000u);
+  std::size_t shared = 0;
+  for (std::uint64_t id = 0; id < 10000; ++id) shared += a.count(scoped_group_id("step-2", id));
+  BOOST_TEST(shared == 0u);
+  BOOST_TEST(scoped_group_id("step-1", 5) == scoped_group_id("step-1", 5));  // pure
+  BOOST_TEST(scoped_group_id("", 5) != 5u);  // the function itself always mixes
+}

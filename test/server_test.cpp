@@ -393,15 +393,51 @@ BOOST_AUTO_TEST_CASE(a_silent_connection_is_closed_at_the_handshake_timeout) {
   auto srv = server::listen(r.ex(), "inproc://server-test-silent", opt).value();
   auto [ec, t] = r.await(blobpipe::connect(r.ex(), srv.url()));
   BOOST_TEST_REQUIRE(!ec);
-  std::array<std::byte, 1> b{};
-  const auto rec = r.await(t->read_exact(b));  // ends when the server closes it
-  BOOST_TEST((rec == errc::peer_closed), rec.message());
+  // Ends when the server closes it; a hang guard 500 times the limit
+  // closes it from this side instead (`closed`, not `peer_closed`), so a
+  // server that never closes it fails here, not at Bazel's timeout.
+  auto read_or_give_up = [&]() -> asio::awaitable<std::error_code> {
+    asio::steady_timer guard(co_await asio::this_coro::executor, std::chrono::seconds(10));
+    guard.async_wait([&t = *t](std::error_code e) {
+      if (!e) t.close();
+    });
+    std::array<std::byte, 1> b{};
+    const auto rec = co_await t->read_exact(b);
+    guard.cancel();
+    co_return rec;
+  };
+  const auto rec = r.await(read_or_give_up());
+  BOOST_TEST((rec == errc::peer_closed),
+             "not closed by the server within 10 s (handshake_timeout 20 ms): " << rec.message());
   auto st = srv.stats();
   BOOST_TEST(st.handshake_failures == 1u);
   BOOST_TEST(st.open == 0u);
   srv.stop_accepting();
   auto end = r.await(srv.next());
   BOOST_TEST(end.kind == server_event_kind::end_of_stream);  // it never opened: no events
+}
+
+// server_options::initial_grant_bytes and stream_bytes reach the pool: a
+// new connection starts with min(initial_grant_bytes, budget / 16, its
+// stream target among the open connections) of credit (credit_pool.hpp),
+// committed once its handshake is done. The defaults (1 MiB each) would
+// give 1 MiB in both cases.
+BOOST_AUTO_TEST_CASE(a_new_connection_starts_with_initial_grant_bytes_within_its_stream_target) {
+  runner r;
+  auto first_grant = [&](server_options opt, const char* url) {
+    auto srv = server::listen(r.ex(), url, opt).value();
+    auto [ec, s] = r.await(start_sender(srv.url()));
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    const auto committed = srv.stats().pool.committed_bytes;
+    srv.close();
+    return committed;
+  };
+  server_options small_grant;
+  small_grant.initial_grant_bytes = 4096;
+  BOOST_TEST(first_grant(small_grant, "inproc://server-test-initial") == 4096u);
+  server_options small_stream;
+  small_stream.stream_bytes = 256 << 10;  // one connection's target: all of it
+  BOOST_TEST(first_grant(small_stream, "inproc://server-test-stream") == 256u << 10);
 }
 
 BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {

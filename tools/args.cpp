@@ -66,7 +66,9 @@ options:
               dtype, shape[, sha256]}], findings: [{kind, category, count,
               message}]}; dtype and shape are null where the index has nil;
               ASCII only (other characters as \u escapes)
-  --digest    inspect: add the SHA-256 (hex) of each entry's bytes
+  --digest    inspect: add the SHA-256 (hex) of each entry's bytes; a blob
+              whose entries overlap is refused (exit 2, entry_out_of_range),
+              so the bytes read stay within the blob's size
   --help      print this text
 
 exit status:
@@ -74,7 +76,8 @@ exit status:
   1  usage error (unknown command or flag, missing FILE, N not an
      unsigned decimal integer or above 18446744073709551615)
   2  FILE holds no valid blob at the given range, or verify found a
-     layout the reference never writes, or the blob needs more memory
+     layout the reference never writes (inspect --digest: entries that
+     overlap), or the blob needs more memory
      than the process may allocate (too_large); stderr has exactly one
      line `blobpipe: CATEGORY: message`, CATEGORY one of too_small,
      bad_footer, index_out_of_range, malformed_index, entry_out_of_range,

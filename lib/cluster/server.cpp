@@ -6,6 +6,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -70,6 +71,11 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     server_state& s;
     server_conn& cn;
     ~leave() {
+      if (cn.reclaimed) {  // counted out when reclaimed; its events are in
+        cn.reclaimed = false;
+        --s.closing;
+        s.ready.notify_all();
+      }
       if (cn.ended) return;
       cn.ended = true;
       --s.live;
@@ -104,14 +110,17 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   cn->info->session = cn->c->session();
   note_session(*s, *cn);
   if (s->closed) cn->c->close();
+  cn->useful = clock::now();
   s->push({server_event_kind::connection_opened, cn->info, {}});
   s->drain_one(*cn);
   for (;;) {
     event ev = co_await cn->c->next();
     if (ev.kind == event_kind::end_of_stream) {
+      if (!cn->closed_why.empty()) ev.reason = cn->closed_why;
       s->push({server_event_kind::connection_closed, cn->info, std::move(ev)});
       break;
     }
+    cn->useful = clock::now();
     auto outcomes = s->groups.observe(ev, clock::now(), cn->info->id);
     s->push({kind_of(ev.kind), cn->info, std::move(ev)});
     s->push_groups(outcomes);
@@ -139,14 +148,62 @@ bool reclaim_a_handshake(server_state& s) {
   return false;
 }
 
+/// Frees the slot of the connection that has sent nothing useful for
+/// longest (no event: entry, blob end), when that is at least
+/// idle_reclaim_after, and it has no blob open and nothing buffered or
+/// held (no entry the application holds, no tail being checked): closes it with a reason and counts
+/// it out at once (serve() pushes its connection_closed). False when none
+/// qualifies.
+bool reclaim_an_idle_connection(server_state& s) {
+  if (s.opt.idle_reclaim_after.count() <= 0) return false;
+  const auto now = clock::now();
+  server_conn* idlest = nullptr;
+  for (auto& [id, cp] : s.conns) {
+    server_conn& cn = *cp;
+    if (cn.ended || !cn.c || cn.c->open_blobs() != 0) continue;
+    // Entries the application holds: in the window, or in the held allowance.
+    const consumer_stats st = cn.c->stats();
+    if (st.buffered_bytes != 0 || st.held_bytes != 0) continue;
+    if (now - cn.useful < s.opt.idle_reclaim_after) continue;
+    if (idlest == nullptr || cn.useful < idlest->useful) idlest = &cn;
+  }
+  if (idlest == nullptr) return false;
+  idlest->ended = true;  // serve()'s exit then leaves the count alone
+  idlest->reclaimed = true;
+  --s.live;
+  ++s.closing;  // next() ends only after its connection_closed
+  idlest->closed_why =
+      "reclaimed: idle " +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - idlest->useful).count()) +
+      " ms with no blob open and nothing held while every slot was taken "
+      "(server_options::max_connections, idle_reclaim_after)";
+  idlest->c->close();  // its next() ends: connection_closed, with the reason
+  return true;
+}
+
+/// Whether an accept failed for want of a descriptor (the process's or the
+/// system's table full; tcp::listener passes these on as is).
+bool out_of_descriptors(std::error_code ec) noexcept {
+  return ec == std::errc::too_many_files_open || ec == std::errc::too_many_files_open_in_system;
+}
+
 asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
   while (s->accepting) {
     auto [ec, t] = co_await s->lis->accept();
     if (!s->accepting) break;
     if (ec) {
       if (ec == errc::closed || ec == asio::error::operation_aborted) break;
-      // Transient (out of descriptors, a connection reset in the backlog):
-      // try again shortly rather than spin.
+      // Out of descriptors before max_connections: the oldest connection
+      // still in its handshake gives its descriptor to the one waiting in
+      // the backlog (each reclaim lets one accept through, so this is no
+      // spin: yield, then accept again).
+      if (out_of_descriptors(ec) && reclaim_a_handshake(*s)) {
+        co_await asio::post(s->ex, asio::use_awaitable);
+        continue;
+      }
+      // Transient (out of descriptors with no handshake to reclaim, a
+      // connection reset in the backlog): try again shortly rather than spin.
       asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
       co_await pause.async_wait(use_tuple);
       continue;
@@ -154,8 +211,11 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     // Full: a connection still in its handshake gives way first; only
     // when every slot holds a finished handshake is the new one refused.
     if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
-      ++s->counts.refused;
-      continue;  // dropping the transport closes it
+      // Then one that has sent nothing useful for long.
+      if (!reclaim_an_idle_connection(*s)) {
+        ++s->counts.refused;
+        continue;  // dropping the transport closes it
+      }
     }
     ++s->counts.accepted;
     auto cn = std::make_shared<server_conn>();

@@ -26,6 +26,11 @@ struct server_conn {
   bool ended = false;          // its end_of_stream came
   endpoint_metrics metrics;    // as yielded by next()
   std::chrono::steady_clock::time_point accepted{};
+  // Its last event (opened, an entry, a blob's end): what makes it useful
+  // when slots run out (server_options::idle_reclaim_after).
+  std::chrono::steady_clock::time_point useful{};
+  std::string closed_why;      // set when the server reclaimed its slot
+  bool reclaimed = false;      // counted out early; its events still coming
 };
 
 struct server_state : std::enable_shared_from_this<server_state> {
@@ -42,7 +47,7 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// Forgets ended connections whose bytes were all released.
   void sweep();
   /// True once nothing more can come: no listener, no connection.
-  bool finished() const noexcept { return accept_done && live == 0; }
+  bool finished() const noexcept { return accept_done && live == 0 && closing == 0; }
   /// Closes `c` if the server drains and no blob is open on it.
   void drain_one(server_conn& c) noexcept;
   void close_listener() noexcept;
@@ -55,6 +60,7 @@ struct server_state : std::enable_shared_from_this<server_state> {
   std::map<std::uint64_t, std::shared_ptr<server_conn>> conns;
   std::uint64_t next_id = 0;
   std::uint64_t live = 0;  // connections not ended (handshakes included)
+  std::uint64_t closing = 0;  // reclaimed idle connections whose events are still coming
   std::deque<server_event> queue;
   async_condition ready;
   bool accepting = true;

@@ -7,8 +7,8 @@
 
 namespace blobpipe::detail {
 
-watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held)
-    : timer_(std::move(ex)), stall_(stall), idle_(idle), held_(held) {
+watchdog::watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held, now_fn now)
+    : timer_(std::move(ex)), stall_(stall), idle_(idle), held_(held), now_(now) {
   ms shortest = ms::max();
   if (stall_.count() > 0) shortest = std::min(shortest, stall_);
   if (idle_.count() > 0) shortest = std::min(shortest, idle_);
@@ -21,7 +21,7 @@ void watchdog::begin_wait() noexcept {
   // time bytes arrived (the application may have been busy in between);
   // the stall clock, from the last progress, less the time not waiting.
   if (waiting_++ != 0 || !enabled()) return;
-  const auto now = clock::now();
+  const auto now = now_();
   last_ = now;
   if (!counted_ || wait_ended_ == clock::time_point{}) {
     advanced_ = now;
@@ -31,12 +31,12 @@ void watchdog::begin_wait() noexcept {
 }
 
 void watchdog::end_wait() noexcept {
-  if (waiting_ > 0 && --waiting_ == 0 && enabled()) wait_ended_ = clock::now();
+  if (waiting_ > 0 && --waiting_ == 0 && enabled()) wait_ended_ = now_();
 }
 
 void watchdog::progress(std::uint64_t bytes, std::uint64_t items) noexcept {
   if (!enabled()) return;
-  const auto now = clock::now();
+  const auto now = now_();
   last_ = now;
   counted_ = true;
   if (items != items_mark_ || bytes - bytes_mark_ >= progress_bytes) {
@@ -55,32 +55,37 @@ asio::awaitable<bool> watchdog::expired() {
       timer_.expires_at(asio::steady_timer::time_point::max());
     }
     co_await timer_.async_wait(use_tuple);
-    if (stopped_ || waiting_ == 0) continue;
-    const auto silent = clock::now() - last_;
-    const auto stuck = clock::now() - advanced_;
-    if (idle_.count() > 0 && silent >= idle_) {
-      tripped_ = limit_kind::idle;
-      co_return true;
-    }
-    if (stall_.count() > 0 && owes_ && stuck >= stall_) {
-      tripped_ = limit_kind::stall;
-      co_return true;
-    }
-    // Pressed: holding credit others wait for, silent since that began.
-    const bool pressed = stall_.count() > 0 && pressed_ && pressed_();
-    if (pressed && !pressed_on_) pressed_since_ = clock::now();
-    pressed_on_ = pressed;
-    if (pressed && clock::now() - std::max(advanced_, pressed_since_) >= stall_) {
-      tripped_ = limit_kind::pressed;
-      co_return true;
-    }
-    // Held: silent since the application began holding what blocks it.
-    if (held_.count() > 0 && held_on_ && clock::now() - std::max(last_, held_since_) >= held_) {
-      tripped_ = limit_kind::held;
-      co_return true;
-    }
+    if (check(now_())) co_return true;
   }
   co_return false;
+}
+
+std::optional<watchdog::limit_kind> watchdog::check(clock::time_point now) {
+  if (stopped_ || waiting_ == 0) return std::nullopt;
+  const auto silent = now - last_;
+  const auto stuck = now - advanced_;
+  if (idle_.count() > 0 && silent >= idle_) {
+    tripped_ = limit_kind::idle;
+    return tripped_;
+  }
+  if (stall_.count() > 0 && owes_ && stuck >= stall_) {
+    tripped_ = limit_kind::stall;
+    return tripped_;
+  }
+  // Pressed: holding credit others wait for, silent since that began.
+  const bool pressed = stall_.count() > 0 && pressed_ && pressed_();
+  if (pressed && !pressed_on_) pressed_since_ = now;
+  pressed_on_ = pressed;
+  if (pressed && now - std::max(advanced_, pressed_since_) >= stall_) {
+    tripped_ = limit_kind::pressed;
+    return tripped_;
+  }
+  // Held: silent since the application began holding what blocks it.
+  if (held_.count() > 0 && held_on_ && now - std::max(last_, held_since_) >= held_) {
+    tripped_ = limit_kind::held;
+    return tripped_;
+  }
+  return std::nullopt;
 }
 
 void watchdog::stop() noexcept {

@@ -12,11 +12,17 @@
 // It checks every `tick` (a quarter of the shortest limit), so a stall is
 // reported between `limit` and `limit + tick` after the last progress. No
 // timer is touched per frame: marking costs a clock read.
+//
+// The decision is check(now), one tick's worth, and the clock is a
+// function given at construction (steady_clock by default), so a test
+// drives every limit with a clock of its own (test/watchdog_test.cpp;
+// target //lib/pipeline:watchdog).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -28,17 +34,24 @@ class watchdog {
  public:
   using clock = std::chrono::steady_clock;
   using ms = std::chrono::milliseconds;
+  /// Where the watchdog reads the time (no state: a plain function).
+  using now_fn = clock::time_point (*)() noexcept;
+  static clock::time_point steady_now() noexcept { return clock::now(); }
 
   /// `stall`: longest wait without progress (see progress()) while the
   /// peer owes bytes (see owes()); `idle`: longest wait with nothing arriving at all. Zero
   /// disables a limit; with both zero expired() just waits for stop().
   /// `held`: longest wait while held() is true with nothing arriving
-  /// (consumer_options::held_timeout).
-  watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held = ms(0));
+  /// (consumer_options::held_timeout). `now`: the clock every mark and
+  /// check reads (the timer still sleeps `tick` of real time).
+  watchdog(asio::any_io_executor ex, ms stall, ms idle, ms held = ms(0),
+           now_fn now = &steady_now);
 
   bool enabled() const noexcept {
     return stall_.count() > 0 || idle_.count() > 0 || held_.count() > 0;
   }
+  /// How often expired() checks: a quarter of the shortest limit, at least 1 ms.
+  ms tick() const noexcept { return tick_; }
 
   /// Bytes a receiver must see arrive within `stall` (or an entry or blob
   /// end) to count as progress: the least rate a peer that owes bytes may
@@ -52,7 +65,7 @@ class watchdog {
   /// Bytes arrived (or a send completed): the silence starts over, and it
   /// is progress.
   void progress() noexcept {
-    if (enabled()) last_ = advanced_ = clock::now();
+    if (enabled()) last_ = advanced_ = now_();
   }
   /// A receiver's progress: `bytes` arrived in all so far, `items` entries
   /// and blobs ended in all so far. Any byte ends a silence (idle, held);
@@ -63,7 +76,7 @@ class watchdog {
   /// then does `stall` apply, counted from when it began to owe (time it
   /// spent waiting for credit the application held is not its).
   void owes(bool v) noexcept {
-    if (v && !owes_ && enabled()) advanced_ = clock::now();
+    if (v && !owes_ && enabled()) advanced_ = now_();
     owes_ = v;
   }
   /// Whether the application holds what the sender may be waiting for
@@ -74,17 +87,25 @@ class watchdog {
   /// true or the last byte, whichever is later. Checked each tick.
   void pressure(std::function<bool()> f) { pressed_ = std::move(f); }
   void held(bool v) noexcept {
-    if (v && !held_on_ && enabled()) held_since_ = clock::now();
+    if (v && !held_on_ && enabled()) held_since_ = now_();
     held_on_ = v;
   }
 
   /// Completes with true once a limit is exceeded while waiting, or false
-  /// after stop(). One caller at a time.
+  /// after stop(): sleeps `tick`, then check(now), until one trips. One
+  /// caller at a time.
   asio::awaitable<bool> expired();
   /// Which limit tripped. An enum, not its name: a comparison of name
   /// pointers differs between translation units wherever the compiler
   /// does not merge equal literals (ASan's redzones, for one).
   enum class limit_kind { stall, idle, held, pressed };
+  /// One tick's decision at time `now`: the limit exceeded (also kept for
+  /// tripped()), or none. Nothing is exceeded while no wait is open
+  /// (begin_wait), nor after stop(). In this order: idle (silent for
+  /// `idle`), stall (owed, no progress for `stall`), pressed (pressure()
+  /// true since this check first saw it, and no progress since, for
+  /// `stall`), held (held() true and silent for `held`).
+  std::optional<limit_kind> check(clock::time_point now);
   limit_kind tripped() const noexcept { return tripped_; }
   /// Its name, for the error message: "stall", "idle" or "held".
   const char* tripped_name() const noexcept {
@@ -101,6 +122,7 @@ class watchdog {
  private:
   asio::steady_timer timer_;
   ms stall_, idle_, held_, tick_;
+  now_fn now_;
   clock::time_point last_{};
   clock::time_point held_since_{};
   clock::time_point advanced_{};     // the last progress (stall, pressed)

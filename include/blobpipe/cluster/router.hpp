@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <vector>
@@ -57,7 +58,23 @@ struct router_options {
   /// Each destination a resend session (sender::start with a connect
   /// function): exactly once per destination across reconnects.
   bool resend = false;
+  /// A namespace for group ids (a job's or a step's name, say): when not
+  /// empty, every route::group id goes on the wire as
+  /// scoped_group_id(group_scope, id), so two jobs or steps sharing a
+  /// server cannot collide on ids they chose alike (0, 1, 2 ...). The
+  /// receiving application recognises its groups by the same function.
+  /// Empty: ids go as given. A convention against accidents, not a
+  /// defence: any sender can still name any id (docs/cluster.md
+  /// "Trust model for group ids").
+  std::string group_scope;
 };
+
+/// The group id that `id` in namespace `scope` becomes on the wire
+/// (router_options::group_scope): distinct ids of one scope stay distinct
+/// (a bijection of the 64-bit ids), and ids of two scopes coincide only by
+/// chance (a 64-bit hash of the scope, FNV-1a, mixed with the id by
+/// SplitMix64's finaliser). Pure; any thread.
+std::uint64_t scoped_group_id(std::string_view scope, std::uint64_t id) noexcept;
 
 /// Where one blob goes (router::open_blob).
 struct route {

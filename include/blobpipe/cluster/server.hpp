@@ -69,10 +69,23 @@ struct server_options {
   /// Connections open at once, handshakes included. When all are taken,
   /// the oldest connection still in its handshake (a silent or trickling
   /// peer: an honest hello takes one round trip) is closed to make room
-  /// (counted in handshake_failures). Only when every one has finished
-  /// its handshake is a new one accepted and closed at once: its sender's
-  /// handshake fails with peer_closed (a resend session retries).
+  /// (counted in handshake_failures); failing that, the connection idle
+  /// longest as idle_reclaim_after says. Only when none qualifies is a new
+  /// one accepted and closed at once: its sender's
+  /// handshake fails with peer_closed (a resend session retries). The same
+  /// when the process runs out of descriptors first (accept fails with
+  /// EMFILE or ENFILE, say under `ulimit -n 1024`): the oldest connection
+  /// still in its handshake is closed, and the one waiting is accepted.
   std::size_t max_connections = 1024;
+  /// When every slot holds a finished handshake, a connection that sends
+  /// nothing useful gives way to a new one: of those with no blob open
+  /// and nothing buffered (no entry held by the application, no tail
+  /// being checked) that have had no event (connection_opened, an entry,
+  /// a blob's end) for at least this long, the one idle longest is closed.
+  /// Its connection_closed comes with error closed and a reason starting
+  /// "reclaimed: idle"; its sender sees peer_closed (a resend session
+  /// reconnects). 0: never (the new connection is refused instead).
+  std::chrono::milliseconds idle_reclaim_after{10'000};
   /// A sender's hello must arrive within this, or the connection is
   /// closed (0: no limit).
   std::chrono::milliseconds handshake_timeout{10'000};

@@ -37,7 +37,10 @@ class listener final : public blobpipe::listener {
 
   std::uint16_t port() const noexcept override;
   /// The transport has TCP_NODELAY set.
-  /// Errors: closed (close() called), peer_failed (accept failed).
+  /// Errors: closed (close() called); the system's EMFILE or ENFILE as is
+  /// (compare with std::errc::too_many_files_open, _in_system): out of
+  /// descriptors, the connection stays in the backlog until one is freed;
+  /// peer_failed (accept failed otherwise).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
       transport_options opt = {}) override;
   void close() noexcept override;

@@ -4,6 +4,7 @@
 #include "blobpipe/transport/tcp.hpp"
 
 #include <array>
+#include <cerrno>
 #include <vector>
 
 #include <asio/connect.hpp>
@@ -138,9 +139,16 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listene
   if (!impl_ || impl_->closed)
     co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
   auto [ec, sock] = co_await impl_->acceptor.async_accept(use_tuple);
-  if (ec)
-    co_return std::tuple{detail::map_io_error(ec, !impl_ || impl_->closed),
+  const bool closed = !impl_ || impl_->closed;
+  // Out of descriptors: the caller can free one (a fan-in server closes a
+  // connection still in its handshake), so it is told which, as a generic
+  // code (Asio's category maps EMFILE to one, but not ENFILE).
+  if (ec && !closed && (ec.value() == EMFILE || ec.value() == ENFILE))
+    co_return std::tuple{std::make_error_code(ec.value() == EMFILE
+                                                  ? std::errc::too_many_files_open
+                                                  : std::errc::too_many_files_open_in_system),
                          std::unique_ptr<transport>{}};
+  if (ec) co_return std::tuple{detail::map_io_error(ec, closed), std::unique_ptr<transport>{}};
   co_return std::tuple{std::error_code{}, wrap(std::move(sock))};
 }
 

@@ -1,0 +1,286 @@
+// blobpipe/cluster/server.hpp max_connections, issue 26 item 2: slots and
+// descriptors taken by peers that never finish their handshake go to
+// honest senders. Here the process runs out of descriptors first: a
+// forked child serves with RLIMIT_NOFILE lowered (its own process, so the
+// limit touches no other test), silent sockets from this process fill its
+// table, and an honest sender from this process must still get in and
+// complete.
+//
+// fork() happens before the case creates any Asio object; the child
+// passes its port back through a pipe and reports by its exit status.
+#define BOOST_TEST_MODULE server_slots_test
+#include <boost/test/unit_test.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "test/cluster_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+/// Descriptors the child may open beyond those it has once serving.
+constexpr int spare_descriptors = 16;
+/// Silent sockets: more than the child can accept.
+constexpr int silent_count = 3 * spare_descriptors;
+
+/// The highest descriptor this process has open, plus one.
+int descriptor_end() {
+  int end = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    end = std::max(end, std::stoi(e.path().filename().string()) + 1);
+  return end;
+}
+
+/// The child: serves on 127.0.0.1 with no timeout that could free a slot
+/// (only running out of descriptors can), lowers its descriptor limit,
+/// sends its port, and waits for one complete blob with its bytes.
+/// 0: the blob came and handshakes were reclaimed; else which check failed.
+int child_main(int port_fd) {
+  runner r;
+  server_options opt;
+  opt.handshake_timeout = std::chrono::milliseconds(0);
+  opt.connection.handshake_timeout = std::chrono::milliseconds(0);
+  opt.connection.stall_timeout = std::chrono::milliseconds(0);
+  opt.connection.idle_timeout = std::chrono::milliseconds(0);
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt);
+  if (!srv) return 10;
+  const rlimit lim{static_cast<rlim_t>(descriptor_end() + spare_descriptors),
+                   static_cast<rlim_t>(descriptor_end() + spare_descriptors)};
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 11;
+  const std::uint16_t port = srv->port();
+  if (::write(port_fd, &port, sizeof port) != sizeof port) return 12;
+  ::close(port_fd);
+  int rc = 13;  // no blob
+  std::uint64_t honest = 0;  // the connection that completed a blob
+  auto serve = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await srv->next();
+      if (ev.kind == server_event_kind::blob_complete) {
+        if (rc == 13) rc = 0;
+        honest = ev.connection->id;
+      }
+      // Its sender shut down in order: done (the silent ones are closed).
+      if (ev.kind == server_event_kind::connection_closed && ev.connection->id == honest)
+        srv->close();
+      if (ev.kind == server_event_kind::entry_ready && !record(ev).bytes_ok) rc = 14;
+      if (ev.kind == server_event_kind::end_of_stream) co_return;
+    }
+  };
+  r.spawn(serve());
+  if (!r.run()) return 15;
+  const auto st = srv->stats();
+  std::cerr << "child: " << srv->stats_json() << "\n";
+  if (rc == 0 && st.handshake_failures == 0) rc = 16;  // nothing was reclaimed: no test
+  return rc;
+}
+
+/// A TCP connection to 127.0.0.1:`port` that sends nothing (-1: failed).
+int silent_socket(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+// Was: with `ulimit -n 1024` and 1,100 silent sockets the honest worker got
+// in only after 7.2 s (the handshake timeout); with no timeout, never.
+BOOST_AUTO_TEST_CASE(out_of_descriptors_the_oldest_handshake_gives_way_to_an_honest_sender) {
+  int fds[2];
+  BOOST_TEST_REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  BOOST_TEST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::_exit(child_main(fds[1]));  // no Boost.Test teardown in the child
+  }
+  ::close(fds[1]);
+  std::uint16_t port = 0;
+  const bool got_port = ::read(fds[0], &port, sizeof port) == sizeof port;
+  ::close(fds[0]);
+  std::vector<int> silent;
+  std::error_code sent = make_error_code(errc::closed);
+  if (got_port) {
+    // The silent ones first: the child accepts what its table allows, and
+    // the rest wait in the backlog ahead of the honest sender.
+    for (int i = 0; i < silent_count; ++i) {
+      const int fd = silent_socket(port);
+      BOOST_TEST(fd >= 0, "connect " << i << ": " << std::strerror(errno));
+      if (fd >= 0) silent.push_back(fd);
+    }
+    runner r;
+    sender_options sopt;
+    sopt.handshake_timeout = std::chrono::seconds(20);  // the bound on this wait
+    sent = r.await(send_to("tcp://127.0.0.1:" + std::to_string(port),
+                           {.who = 1, .blobs = 1, .entries = 2, .bytes = 4096, .group = {}}, sopt));
+    BOOST_TEST(!sent, "the honest sender: " << sent.message());
+  }
+  if (!got_port || sent) ::kill(pid, SIGKILL);  // it waits for a blob that will not come
+  int status = 0;
+  BOOST_TEST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+  for (int fd : silent) ::close(fd);
+  BOOST_TEST_REQUIRE(got_port, "the child sent no port");
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, "the child's check " << WEXITSTATUS(status) << " failed");
+}
+
+namespace {
+
+/// Wakes the coroutines waiting in wait() (a timer cancelled).
+class wakeup {
+ public:
+  explicit wakeup(asio::any_io_executor ex) : t_(ex, asio::steady_timer::time_point::max()) {}
+  asio::awaitable<void> wait() {
+    co_await t_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+  void notify_all() { t_.cancel(); }
+
+ private:
+  asio::steady_timer t_;
+};
+
+/// What the idle-reclaim case's application saw.
+struct slots_record {
+  std::vector<seen> events;
+  std::vector<std::shared_ptr<const received_entry>> held;  // connection 2's entries
+  bool hold = true;
+  std::uint64_t reclaimed = 0;  // the connection closed with "reclaimed: idle"
+  std::string reclaimed_reason;
+};
+
+/// The application: records every event, holds connection 2's entries
+/// while `rec.hold`, and opens `wake` on each event.
+asio::awaitable<void> application(server& srv, slots_record& rec, wakeup& wake) {
+  for (;;) {
+    auto ev = co_await srv.next();
+    rec.events.push_back(record(ev));
+    if (ev.kind == server_event_kind::entry_ready && ev.connection->id == 2 && rec.hold)
+      rec.held.push_back(ev.ev.entry);
+    if (ev.kind == server_event_kind::connection_closed &&
+        ev.ev.reason.starts_with("reclaimed: idle")) {
+      rec.reclaimed = ev.connection->id;
+      rec.reclaimed_reason = ev.ev.reason;
+    }
+    wake.notify_all();
+    if (ev.kind == server_event_kind::end_of_stream) co_return;
+  }
+}
+
+bool saw(const slots_record& rec, server_event_kind k, std::uint64_t conn) {
+  for (const auto& e : rec.events)
+    if (e.kind == k && e.conn == conn) return true;
+  return false;
+}
+
+}  // namespace
+
+// Slots full of finished handshakes: the connection idle longest with no
+// blob open and nothing held gives way (connection 3 here, not 4, idle
+// for less), not one with an open blob (1, idle longer) nor one whose
+// entries the application holds (2); the newcomer (5) completes, and so
+// do 1 and 2. Was: 1,030
+// connections that said hello and went silent locked a rank out.
+BOOST_AUTO_TEST_CASE(with_every_slot_taken_the_idlest_connection_holding_nothing_gives_way) {
+  runner r;
+  server_options opt;
+  opt.max_connections = 4;
+  opt.idle_reclaim_after = std::chrono::milliseconds(50);
+  auto srv = server::listen(r.ex(), "inproc://server-slots-idle", opt).value();
+  slots_record rec;
+  wakeup wake(r.ex());
+  r.spawn(application(srv, rec, wake));
+  auto until = [&](auto pred) -> asio::awaitable<void> {
+    while (!pred()) co_await wake.wait();
+  };
+  std::error_code a_ec, b_ec, d_ec;
+  auto scenario = [&]() -> asio::awaitable<void> {
+    // 1: a blob open, one entry sent.
+    auto [e1, a] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e1, e1.message());
+    auto blob = a.open_blob(blob_options{.tag = numbered_tag(0, 0), .group = {}});
+    a_ec = co_await blob.emit("e0", value::tensor(fixture_bytes(0, 0, 0, 256)));
+    co_await until([&] { return saw(rec, server_event_kind::entry_ready, 1); });
+    // 2: a blob complete, its entries held by the application.
+    auto [e2, b] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e2, e2.message());
+    b_ec = co_await stream_blobs(b, {.who = 1, .blobs = 1, .entries = 2, .bytes = 256, .group = {}});
+    co_await until([&] { return saw(rec, server_event_kind::blob_complete, 2); });
+    // 3, then 4: a hello, then nothing (3 idle longer).
+    auto [e3, c] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e3, e3.message());
+    co_await until([&] { return saw(rec, server_event_kind::connection_opened, 3); });
+    auto [e3b, c2] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e3b, e3b.message());
+    co_await until([&] { return saw(rec, server_event_kind::connection_opened, 4); });
+    // Idle past idle_reclaim_after (the rule's precondition, not a timed
+    // assertion: idle time only grows on a slow machine).
+    asio::steady_timer idle(co_await asio::this_coro::executor, 4 * opt.idle_reclaim_after);
+    co_await idle.async_wait(asio::use_awaitable);
+    // 5: gets a slot, and streams.
+    auto [e4, d] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e4, "the newcomer: " << e4.message());
+    d_ec = co_await stream_blobs(d, {.who = 3, .blobs = 1, .entries = 2, .bytes = 256, .group = {}});
+    if (!d_ec) d_ec = co_await d.shutdown();
+    co_await until([&] { return rec.reclaimed != 0; });
+    // 1 and 2 go on.
+    if (!a_ec) a_ec = co_await blob.emit("e1", value::tensor(fixture_bytes(0, 0, 1, 256)));
+    if (!a_ec) a_ec = co_await blob.finish();
+    if (!a_ec) a_ec = co_await a.shutdown();
+    rec.hold = false;
+    rec.held.clear();
+    if (!b_ec) b_ec = co_await b.shutdown();
+    (void)co_await c.shutdown();  // its connection is gone
+    (void)co_await c2.shutdown();
+    srv.stop_accepting();
+  };
+  r.spawn(scenario());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!a_ec, "1 (a blob open): " << a_ec.message());
+  BOOST_TEST(!b_ec, "2 (entries held): " << b_ec.message());
+  BOOST_TEST(!d_ec, "5 (the newcomer): " << d_ec.message());
+  BOOST_TEST(rec.reclaimed == 3u, "reclaimed: connection " << rec.reclaimed);
+  BOOST_TEST(rec.reclaimed_reason.find("max_connections") != std::string::npos,
+             rec.reclaimed_reason);
+  for (std::uint64_t conn : {1u, 2u, 5u})
+    BOOST_TEST(saw(rec, server_event_kind::blob_complete, conn), "connection " << conn);
+  BOOST_TEST(count(rec.events, server_event_kind::blob_aborted) == 0u);
+  BOOST_TEST(all_bytes_ok(rec.events));
+  BOOST_TEST(srv.stats().refused == 0u);
+}
+
+// Idle for less than idle_reclaim_after: nobody gives way, the newcomer is
+// refused (as with idle_reclaim_after 0).
+BOOST_AUTO_TEST_CASE(a_connection_idle_for_less_than_idle_reclaim_after_keeps_its_slot) {
+  runner r;
+  server_options opt;
+  opt.max_connections = 1;
+  opt.idle_reclaim_after = std::chrono::hours(1);
+  auto srv = server::listen(r.ex(), "inproc://server-slots-keep", opt).value();
+  auto [e1, a] = r.await(start_sender(srv.url()));
+  BOOST_TEST_REQUIRE(!e1, e1.message());
+  auto [e2, b] = r.await(start_sender(srv.url()));
+  BOOST_TEST((e2 == errc::peer_closed || e2 == errc::peer_failed), e2.message());
+  BOOST_TEST(srv.stats().refused == 1u);
+  BOOST_TEST(srv.stats().open == 1u);
+  srv.close();
+}
