@@ -36,8 +36,8 @@ class listener final : public blobpipe::listener {
   ~listener() override;
 
   std::uint16_t port() const noexcept override;
-  /// The transport has TCP_NODELAY set.
-  /// Errors: closed (close() called), peer_failed (accept failed).
+  /// The transport has TCP_NODELAY set and lives on opt.executor when
+  /// given (else on the listener's). Errors: closed (close() called), peer_failed (accept failed).
   asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> accept(
       transport_options opt = {}) override;
   void close() noexcept override;
