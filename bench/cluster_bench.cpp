@@ -5,14 +5,27 @@
 //
 //   bazel/bazelw run -c opt //bench:cluster_bench -- [--senders 16]
 //       [--samples 8192] [--seq-len 4096] [--slow-us 200] [--budget-mb 256]
-//       [--stream-kb 4096]
+//       [--stream-kb 4096] [--threads 1] [--process-runs R]
+//
+// --threads N: the server's receive threads (server_options::threads) in
+// every phase. --process-runs R: instead, the server alone in this process
+// and its senders in other processes (this binary run again with --send),
+// R interleaved rounds of three phases: 1 sender on 1 connection (1
+// receive thread), --senders senders (1 receive thread), and --senders
+// senders on --threads receive threads (2 when --threads is 1). Each phase
+// prints bytes/s (first to last entry) and the server's CPU per byte
+// (getrusage of this process: the server only); the medians over the
+// rounds end the output (bench/cluster_bench.sh runs 5 rounds).
 //
 // A sample is five entries as RL sends them: int64 token ids [T], float32
 // logprobs [T], bool mask [T], a float32 reward and 256 bytes of pickled
 // meta (T = --seq-len). Every phase sends --samples samples in all; the
 // consumer drops each entry at once, except in the slow phase, where it
 // waits --slow-us microseconds per entry before taking the next.
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -46,6 +59,8 @@ struct config {
   std::uint64_t slow_us = 200;
   std::uint64_t budget_mb = 256;
   std::uint64_t stream_kb = blobpipe::credit_pool::default_stream_bytes >> 10;
+  std::size_t threads = 1;        // the server's receive threads
+  std::size_t process_runs = 0;   // > 0: senders in other processes, this many rounds
 };
 
 struct sample_data {
@@ -186,6 +201,7 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   blobpipe::server_options opt;
   opt.budget_bytes = cfg.budget_mb << 20;
   opt.stream_bytes = cfg.stream_kb << 10;
+  opt.threads = cfg.threads;
   auto srv = blobpipe::server::listen(ctx.get_executor(), "tcp://127.0.0.1:0", opt);
   if (!srv) {
     std::fprintf(stderr, "cluster_bench: listen: %s\n", srv.message().c_str());
@@ -250,6 +266,153 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   return r;
 }
 
+// ---- senders in other processes (--process-runs) -------------------------
+
+/// The child: `--send URL FIRST COUNT SEQ_LEN` streams its share and exits 0.
+int run_sender(const char* url, std::size_t first, std::size_t count, std::size_t seq_len) {
+  asio::io_context ctx;
+  const sample_data s(seq_len);
+  int failures = 0;
+  asio::co_spawn(ctx, send_share(url, s, first, count, failures), asio::detached);
+  ctx.run();
+  return failures ? 1 : 0;
+}
+
+/// Starts this binary as a sender of samples [first, first + count).
+pid_t spawn_sender(const std::string& url, std::size_t first, std::size_t count,
+                   std::size_t seq_len) {
+  const std::string f = std::to_string(first), c = std::to_string(count),
+                    t = std::to_string(seq_len);
+  const char* argv[] = {"cluster_bench", "--send", url.c_str(), f.c_str(), c.c_str(), t.c_str(),
+                        nullptr};
+  pid_t pid = 0;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, const_cast<char* const*>(argv),
+                    environ) != 0) {
+    std::fprintf(stderr, "cluster_bench: cannot start a sender process\n");
+    std::exit(1);
+  }
+  return pid;
+}
+
+struct process_phase {
+  double seconds = 0;  // first to last entry
+  double cpu = 0;      // this process (the server), user + system, over the phase
+  std::uint64_t bytes = 0;
+  int failures = 0;    // sender processes that did not exit 0
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+  double cpu_ns_per_byte() const { return bytes ? cpu * 1e9 / bytes : 0; }
+};
+
+/// The server here on `threads` receive threads, `senders` sender processes.
+process_phase run_process_phase(const config& cfg, std::size_t senders, std::size_t threads) {
+  asio::io_context ctx;
+  blobpipe::server_options opt;
+  opt.budget_bytes = cfg.budget_mb << 20;
+  opt.stream_bytes = cfg.stream_kb << 10;
+  opt.threads = threads;
+  auto srv = blobpipe::server::listen(ctx.get_executor(), "tcp://127.0.0.1:0", opt);
+  if (!srv) {
+    std::fprintf(stderr, "cluster_bench: listen: %s\n", srv.message().c_str());
+    std::exit(1);
+  }
+  process_phase r;
+  clock::time_point first{}, last{};
+  bool any = false;
+  auto consume = [&]() -> asio::awaitable<void> {
+    std::size_t closed = 0;
+    for (;;) {
+      auto ev = co_await srv->next();
+      if (ev.kind == blobpipe::server_event_kind::end_of_stream) break;
+      if (ev.kind == blobpipe::server_event_kind::entry_ready) {
+        if (!any) first = clock::now();
+        any = true;
+        last = clock::now();
+        r.bytes += ev.ev.entry->entry.len;
+      }
+      if (ev.kind == blobpipe::server_event_kind::connection_closed && ++closed == senders)
+        srv->stop_accepting();
+    }
+  };
+  asio::co_spawn(ctx, consume(), asio::detached);
+  const usage u0 = usage_now();
+  std::vector<pid_t> pids;
+  for (std::size_t i = 0; i < senders; ++i) {
+    const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
+    pids.push_back(spawn_sender(srv->url(), lo, hi - lo, cfg.seq_len));
+  }
+  ctx.run();
+  *srv = blobpipe::server{};  // joins the receive threads: their CPU is in
+  r.cpu = usage_now().cpu - u0.cpu;
+  r.seconds = std::chrono::duration<double>(last - first).count();
+  for (pid_t p : pids) {
+    int status = 0;
+    if (::waitpid(p, &status, 0) != p || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++r.failures;
+  }
+  return r;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// --process-runs: interleaved rounds of the three phases, then medians.
+int process_runs(const config& cfg) {
+  const std::size_t many_threads = cfg.threads > 1 ? cfg.threads : 2;
+  std::printf("senders in other processes; %zu interleaved rounds; server CPU from getrusage "
+              "(this process only)\n", cfg.process_runs);
+  std::vector<double> one_gbps, many_gbps, thr_gbps, one_cpu, many_cpu, thr_cpu;
+  int failures = 0;
+  const auto line = [](const char* name, std::size_t round, const process_phase& p) {
+    std::printf("round %zu  %-34s %7.3f GB/s  server cpu %6.3f s  %7.3f ns/byte%s\n", round, name,
+                p.gbps(), p.cpu, p.cpu_ns_per_byte(), p.failures ? "  (FAILURES)" : "");
+  };
+  char many_name[64], thr_name[64];
+  std::snprintf(many_name, sizeof many_name, "%zu senders, 1 receive thread", cfg.senders);
+  std::snprintf(thr_name, sizeof thr_name, "%zu senders, %zu receive threads", cfg.senders,
+                many_threads);
+  for (std::size_t k = 1; k <= cfg.process_runs; ++k) {
+    const auto one = run_process_phase(cfg, 1, 1);
+    line("1 sender, 1 connection", k, one);
+    const auto many = run_process_phase(cfg, cfg.senders, 1);
+    line(many_name, k, many);
+    const auto thr = run_process_phase(cfg, cfg.senders, many_threads);
+    line(thr_name, k, thr);
+    std::fflush(stdout);
+    failures += one.failures + many.failures + thr.failures;
+    one_gbps.push_back(one.gbps());
+    many_gbps.push_back(many.gbps());
+    thr_gbps.push_back(thr.gbps());
+    one_cpu.push_back(one.cpu_ns_per_byte());
+    many_cpu.push_back(many.cpu_ns_per_byte());
+    thr_cpu.push_back(thr.cpu_ns_per_byte());
+  }
+  const auto ratios = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> r;  // per round: a / b (same round, so the same machine state)
+    for (std::size_t i = 0; i < a.size(); ++i) r.push_back(b[i] > 0 ? a[i] / b[i] : 0);
+    return r;
+  };
+  std::printf("medians over %zu rounds:\n", cfg.process_runs);
+  std::printf("  1 sender, 1 connection              %7.3f GB/s  %7.3f ns/byte\n",
+              median(one_gbps), median(one_cpu));
+  std::printf("  %-35s %7.3f GB/s  %7.3f ns/byte\n", many_name, median(many_gbps),
+              median(many_cpu));
+  std::printf("  %-35s %7.3f GB/s  %7.3f ns/byte\n", thr_name, median(thr_gbps),
+              median(thr_cpu));
+  std::printf("  fan-in bytes/s over one connection's: %.2fx (1 thread), %.2fx (%zu threads)\n",
+              median(ratios(many_gbps, one_gbps)), median(ratios(thr_gbps, one_gbps)),
+              many_threads);
+  std::printf("  server CPU per byte over one connection's: %.2fx (1 thread; target <= 1.1), "
+              "%.2fx (%zu threads)\n",
+              median(ratios(many_cpu, one_cpu)), median(ratios(thr_cpu, one_cpu)), many_threads);
+  std::printf("  %zu receive threads over 1: %.2fx bytes/s, %.2fx CPU per byte\n", many_threads,
+              median(ratios(thr_gbps, many_gbps)), median(ratios(thr_cpu, many_cpu)));
+  return failures ? 1 : 0;
+}
+
 double gbps(const phase_result& r) { return r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0; }
 double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
@@ -264,13 +427,19 @@ bool number(std::string_view v, std::uint64_t& out) {
 
 int main(int argc, char** argv) {
   config cfg;
+  if (argc == 6 && std::string_view(argv[1]) == "--send") {
+    std::uint64_t first = 0, count = 0, seq_len = 0;
+    if (!number(argv[3], first) || !number(argv[4], count) || !number(argv[5], seq_len)) return 2;
+    return run_sender(argv[2], first, count, seq_len);
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     std::uint64_t v = 0;
     if (i + 1 >= argc || !number(argv[i + 1], v) || v == 0) {
       std::fprintf(stderr,
                    "usage: cluster_bench [--senders N] [--samples N] [--seq-len T] [--slow-us U] "
-                   "[--budget-mb M] [--stream-kb K] (positive numbers)\n");
+                   "[--budget-mb M] [--stream-kb K] [--threads N] [--process-runs R] "
+                   "(positive numbers)\n");
       return 2;
     }
     ++i;
@@ -280,6 +449,8 @@ int main(int argc, char** argv) {
     else if (a == "--slow-us") cfg.slow_us = v;
     else if (a == "--budget-mb") cfg.budget_mb = v;
     else if (a == "--stream-kb") cfg.stream_kb = v;
+    else if (a == "--threads") cfg.threads = v;
+    else if (a == "--process-runs") cfg.process_runs = v;
     else {
       std::fprintf(stderr, "cluster_bench: unknown option %s\n", argv[i - 1]);
       return 2;
@@ -291,6 +462,8 @@ int main(int argc, char** argv) {
               cfg.samples, static_cast<unsigned long long>(probe.bytes()), cfg.seq_len,
               static_cast<unsigned long long>(cfg.budget_mb),
               static_cast<unsigned long long>(cfg.stream_kb));
+  if (cfg.process_runs > 0) return process_runs(cfg);
+  std::printf("server receive threads: %zu\n", cfg.threads);
   const auto one = run_phase(cfg, 1, 0);
   const auto many = run_phase(cfg, cfg.senders, 0);
   const auto slow = run_phase(cfg, cfg.senders, cfg.slow_us);

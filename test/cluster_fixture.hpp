@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -101,6 +102,7 @@ struct seen {
   std::optional<blob_group> group;
   std::error_code error;
   bool resend = false;
+  std::thread::id on = std::this_thread::get_id();  // the thread next() resumed on
 };
 
 inline seen record(const server_event& ev) {

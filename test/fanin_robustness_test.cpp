@@ -5,11 +5,15 @@
 // executor, asks for more credit than it may have or holds what it got.
 // Each case checks that the honest sender completes with its data and that
 // the credit committed stays within budget_bytes + the largest item's
-// credit (credit_pool's stated bound).
+// credit (credit_pool's stated bound). //test:fanin_robustness_threads_test
+// runs every case again with the server's connections on two receive
+// threads (BLOBPIPE_SERVER_THREADS=2: server_options::threads), the
+// hostile and the honest connection on different threads.
 #define BOOST_TEST_MODULE fanin_robustness_test
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include <asio/steady_timer.hpp>
@@ -30,8 +34,16 @@ constexpr std::uint32_t max_tail = 64u << 10;
 constexpr std::uint32_t honest_who = 1;
 constexpr int honest_blobs = 40;
 
+/// The server's receive threads: BLOBPIPE_SERVER_THREADS, else 1.
+std::size_t server_threads() {
+  const char* v = std::getenv("BLOBPIPE_SERVER_THREADS");
+  const long n = v ? std::strtol(v, nullptr, 10) : 1;
+  return n >= 1 ? static_cast<std::size_t>(n) : 1;
+}
+
 server_options hostile_case_options() {
   server_options o;
+  o.threads = server_threads();
   o.budget_bytes = budget;
   o.connection.max_entry_bytes = max_entry;
   o.connection.max_tail_bytes = max_tail;

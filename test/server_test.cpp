@@ -4,8 +4,10 @@
 // connection cap, the handshake timeout, drain and close.
 #define BOOST_TEST_MODULE server_test
 #include <boost/test/unit_test.hpp>
+#include <cstring>
 #include <deque>
 #include <set>
+#include <thread>
 
 #include "test/cluster_fixture.hpp"
 #include "test/heap_counter.hpp"
@@ -48,13 +50,40 @@ void check_attribution(const std::vector<seen>& v) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) {
-  for (const char* url : {"inproc://server-test-merge", "tcp://127.0.0.1:0"}) {
-    BOOST_TEST_CONTEXT(url) {
+  // Over TCP also with two receive threads (server_options::threads): the
+  // connections decode there, and every event still reaches the
+  // application on its own thread, in each connection's order.
+  struct config {
+    const char* url;
+    std::size_t threads;
+  };
+  for (const auto [url, threads] : {config{"inproc://server-test-merge", 1},
+                                    config{"tcp://127.0.0.1:0", 1},
+                                    config{"tcp://127.0.0.1:0", 2}}) {
+    BOOST_TEST_CONTEXT(url << ", threads " << threads) {
       runner r;
-      auto srv = server::listen(r.ex(), url).value();
+      server_options opt;
+      opt.threads = threads;
+      opt.budget_bytes = 64u << 10;  // small: credit moves between the threads
+      opt.initial_grant_bytes = 4u << 10;
+      auto srv = server::listen(r.ex(), url, opt).value();
       constexpr int senders = 8;
       std::vector<seen> got;
-      r.spawn(collect_into(srv, senders, got));
+      std::set<std::size_t> threads_used;  // connection_stats::thread of each, when opened
+      auto application = [&]() -> asio::awaitable<void> {
+        std::size_t closed = 0;
+        for (;;) {
+          auto ev = co_await srv.next();
+          got.push_back(record(ev));
+          if (ev.kind == server_event_kind::connection_opened)
+            for (const auto& c : srv.stats().connections)
+              if (c.info->id == ev.connection->id) threads_used.insert(c.thread);
+          if (ev.kind == server_event_kind::connection_closed && ++closed == senders)
+            srv.stop_accepting();
+          if (ev.kind == server_event_kind::end_of_stream) break;
+        }
+      };
+      r.spawn(application());
       std::vector<std::error_code> sent(senders);
       for (int w = 0; w < senders; ++w) {
         r.spawn(send_into(
@@ -78,6 +107,20 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
         if (s.kind == server_event_kind::connection_closed) BOOST_TEST(!s.error, s.error.message());
       }
       check_attribution(got);
+      // Spread over the receive threads in turn (0: on the server's executor).
+      const bool moves = threads > 1 && std::string_view(url).starts_with("tcp");
+      if (moves) BOOST_TEST((threads_used == std::set<std::size_t>{1, 2}));
+      else BOOST_TEST((threads_used == std::set<std::size_t>{0}));
+      const auto app = std::this_thread::get_id();
+      for (const auto& s : got) BOOST_TEST((s.on == app), "an event resumed next() elsewhere");
+      // Each connection's blobs in its sender's order.
+      std::map<std::uint64_t, std::uint32_t> next_blob;
+      for (const auto& s : got) {
+        if (s.kind != server_event_kind::blob_complete) continue;
+        std::uint32_t k;
+        std::memcpy(&k, s.tag.data() + 4, 4);
+        BOOST_TEST(k == next_blob[s.conn]++, "connection " << s.conn << ": blobs out of order");
+      }
       // Counted as yielded.
       const auto st = srv.stats();
       BOOST_TEST(st.accepted == std::uint64_t(senders));
@@ -87,6 +130,7 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
       BOOST_TEST(st.total.aborts == 0u);
       BOOST_TEST(st.open == 0u);
       BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
+      BOOST_TEST(st.pool.overcommits == 0u);
     }
   }
 }
@@ -180,12 +224,17 @@ BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
   BOOST_TEST(violations == 1u);
 }
 
-BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_exceeded) {
+namespace {
+
+/// A slow application holding its last six entries (released on its own
+/// thread, the connections' possibly elsewhere) while four senders stream.
+void slow_application_case(const char* url, std::size_t threads) {
   runner r;
   server_options opt;
   opt.budget_bytes = 48 << 10;
   opt.initial_grant_bytes = 4 << 10;
-  auto srv = server::listen(r.ex(), "inproc://server-test-slow", opt).value();
+  opt.threads = threads;
+  auto srv = server::listen(r.ex(), url, opt).value();
   constexpr int senders = 4;
   std::uint64_t worst = 0;  // most credit committed at any yield
   std::size_t entries = 0;
@@ -227,7 +276,25 @@ BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_ex
   BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);
   BOOST_TEST(st.pool.overcommits == 0u);
   BOOST_TEST(st.total.credit_waits > 0u);
-  BOOST_TEST(st.pool.committed_bytes == 0u);  // everything released and the connections gone
+  if (threads == 1) {
+    BOOST_TEST(st.pool.committed_bytes == 0u);  // everything released and the connections gone
+    return;
+  }
+  // The last releases travel to the receive threads, which return them
+  // to the pool: wait for that (bounded; the threads run on their own).
+  for (int i = 0; i < 10'000 && srv.stats().pool.committed_bytes != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  BOOST_TEST(srv.stats().pool.committed_bytes == 0u, "released credit never came back");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_slow_application_holding_entries_never_sees_the_budget_exceeded) {
+  slow_application_case("inproc://server-test-slow", 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_application_on_two_receive_threads_never_sees_the_budget_exceeded) {
+  slow_application_case("tcp://127.0.0.1:0", 2);
 }
 
 BOOST_AUTO_TEST_CASE(an_entry_larger_than_the_budget_is_granted_when_nothing_else_is_buffered) {
@@ -486,9 +553,13 @@ BOOST_AUTO_TEST_CASE(drain_lets_an_open_blob_finish_then_closes) {
   BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
 }
 
-BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
+namespace {
+
+void close_case(const char* url, std::size_t threads) {
   runner r;
-  auto srv = server::listen(r.ex(), "inproc://server-test-close").value();
+  server_options opt;
+  opt.threads = threads;
+  auto srv = server::listen(r.ex(), url, opt).value();
   gate begun(r.ex());
   std::vector<seen> got;
   auto application = [&]() -> asio::awaitable<void> {
@@ -522,6 +593,16 @@ BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
   // And it stays ended.
   auto again = r.await(srv.next());
   BOOST_TEST(again.kind == server_event_kind::end_of_stream);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(close_wakes_a_pending_next_with_the_open_blobs_aborted) {
+  close_case("inproc://server-test-close", 1);
+}
+
+BOOST_AUTO_TEST_CASE(close_reaches_connections_on_receive_threads) {
+  close_case("tcp://127.0.0.1:0", 2);
 }
 
 BOOST_AUTO_TEST_CASE(stats_json_is_one_line_with_the_counts) {

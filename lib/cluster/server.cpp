@@ -1,7 +1,10 @@
 // The fan-in server (blobpipe/cluster/server.hpp): an accept loop, one
 // pump per connection from its consumer into the merged queue, and next()
-// taking events out of it. docs/cluster.md "Fan-in".
+// taking events out of it; with server_options::threads, the pumps on
+// receive threads (server_state.hpp). docs/cluster.md "Fan-in".
 #include "blobpipe/cluster/server.hpp"
+
+#include <algorithm>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -62,30 +65,55 @@ void note_session(server_state& s, server_conn& cn) {
   }
 }
 
-/// One connection: the handshake (bounded by handshake_timeout), then its
-/// consumer's events into the server's queue until its end of stream.
+/// Home: connection `cn`'s stream ended (its pump is done): it leaves the
+/// count; kept (for its buffered bytes and counters) only if it opened.
+void leave(server_state& s, server_conn& cn) {
+  if (cn.idle_closing) {  // counted out when reclaimed idle; its events are in
+    cn.idle_closing = false;
+    --s.closing;
+    s.ready.notify_all();
+  }
+  if (cn.ended) return;  // reclaimed: counted out then
+  cn.ended = true;
+  --s.live;
+  if (!cn.opened) s.conns.erase(cn.info->id);  // never opened: nothing to keep
+  s.ready.notify_all();
+}
+
+/// Home: connection `cn`'s consumer yielded `ev`.
+void arrived(server_state& s, server_conn& cn, event ev) {
+  if (cn.gone) return;  // its slot was reclaimed as its handshake finished
+  ++cn.queued;
+  if (ev.kind != event_kind::end_of_stream) cn.useful = clock::now();
+  if (ev.kind == event_kind::end_of_stream) {
+    s.push({server_event_kind::connection_closed, cn.info, std::move(ev)});
+    return;
+  }
+  auto outcomes = s.groups.observe(ev, clock::now(), cn.info->id);
+  s.push({kind_of(ev.kind), cn.info, std::move(ev)});
+  s.push_groups(outcomes);
+  s.watch_groups();
+}
+
+/// One connection, on its executor (cx): the handshake (bounded by
+/// handshake_timeout), then its consumer's events handed home until its
+/// end of stream.
 asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<server_conn> cn,
                             std::unique_ptr<transport> t) {
   // However this ends (an exception too), the connection leaves the count.
-  struct leave {
-    server_state& s;
-    server_conn& cn;
-    ~leave() {
-      if (cn.reclaimed) {  // counted out when reclaimed; its events are in
-        cn.reclaimed = false;
-        --s.closing;
-        s.ready.notify_all();
+  struct on_exit {
+    std::shared_ptr<server_state> s;
+    std::shared_ptr<server_conn> cn;
+    ~on_exit() {
+      try {
+        s->at_home(*cn, [s = s, cn = cn] { leave(*s, *cn); });
+      } catch (...) {  // no memory to post it: the count stays high
       }
-      if (cn.ended) return;
-      cn.ended = true;
-      --s.live;
-      if (!cn.c) s.conns.erase(cn.info->id);  // never opened: nothing to keep
-      s.ready.notify_all();
     }
-  } on_exit{*s, *cn};
+  } bye{s, cn};
+  if (cn->reclaimed) co_return;  // its slot went before it started
   cn->raw = t.get();
-  cn->info->peer = t->peer_address();
-  asio::steady_timer deadline(s->ex);
+  asio::steady_timer deadline(cn->cx);
   if (s->opt.handshake_timeout.count() > 0) {
     deadline.expires_after(s->opt.handshake_timeout);
     deadline.async_wait([w = std::weak_ptr<server_conn>(cn)](std::error_code ec) {
@@ -101,85 +129,112 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
   deadline.cancel();
   cn->raw = nullptr;
-  if (!ec && cn->ended) ec = make_error_code(errc::closed);  // reclaimed as it finished
+  if (!ec && cn->reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
-    ++s->counts.handshake_failures;
+    s->at_home(*cn, [s, cn] {
+      if (!cn->gone) ++s->counts.handshake_failures;  // a reclaimed one was counted then
+    });
     co_return;
   }
   cn->c.emplace(std::move(c));
-  cn->info->session = cn->c->session();
-  note_session(*s, *cn);
+  const session_id session = cn->c->session();
+  const std::uint64_t member = cn->c->stats().pool_member;
   if (s->closed) cn->c->close();
-  cn->useful = clock::now();
-  s->push({server_event_kind::connection_opened, cn->info, {}});
+  s->at_home(*cn, [s, cn, session, member] {
+    if (cn->gone) return;
+    cn->opened = true;
+    cn->useful = clock::now();
+    cn->pool_member = member;
+    cn->info->session = session;
+    note_session(*s, *cn);
+    ++cn->queued;
+    s->push({server_event_kind::connection_opened, cn->info, {}});
+  });
   s->drain_one(*cn);
   for (;;) {
     event ev = co_await cn->c->next();
-    if (ev.kind == event_kind::end_of_stream) {
-      if (!cn->closed_why.empty()) ev.reason = cn->closed_why;
-      s->push({server_event_kind::connection_closed, cn->info, std::move(ev)});
-      break;
-    }
-    cn->useful = clock::now();
-    auto outcomes = s->groups.observe(ev, clock::now(), cn->info->id);
-    s->push({kind_of(ev.kind), cn->info, std::move(ev)});
-    s->push_groups(outcomes);
-    s->watch_groups();
+    cn->credit_requests.store(cn->c->stats().credit_requests, std::memory_order_relaxed);
+    const bool end = ev.kind == event_kind::end_of_stream;
+    if (end && !cn->closed_why.empty()) ev.reason = cn->closed_why;
+    s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, *cn, std::move(ev)); });
+    if (end) break;
     s->drain_one(*cn);
   }
 }
 
 /// Frees the slot of the oldest connection still in its handshake: closes
-/// it and counts it out at once (its serve() ends on its own; the failure
-/// is counted there). An honest hello takes one round trip, so the oldest
-/// unfinished handshake is the likeliest to be a silent or trickling peer.
-/// False when every open connection has finished its handshake.
+/// it and counts it out at once (its serve() ends on its own). An honest
+/// hello takes one round trip, so the oldest unfinished handshake is the
+/// likeliest to be a silent or trickling peer. False when every open
+/// connection has finished its handshake.
 bool reclaim_a_handshake(server_state& s) {
   for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
-    server_conn& cn = *it->second;
-    if (cn.ended || cn.c || cn.raw == nullptr) continue;
-    cn.ended = true;  // serve()'s exit then leaves the count alone
+    std::shared_ptr<server_conn> cn = it->second;
+    if (cn->ended || cn->opened) continue;
+    cn->ended = true;  // serve()'s exit then leaves the count alone
+    cn->gone = true;   // and its events, should its handshake finish now, are dropped
     --s.live;
-    transport* raw = std::exchange(cn.raw, nullptr);
+    ++s.counts.handshake_failures;
     s.conns.erase(it);
-    raw->close();  // consumer::start fails with closed, serve() ends
+    // consumer::start fails with closed, or, had it finished, the consumer
+    // is closed: serve() ends either way.
+    server_state::on_conn(*cn, [cn] {
+      cn->reclaimed = true;
+      if (auto* raw = std::exchange(cn->raw, nullptr)) raw->close();
+      if (cn->c) cn->c->close();
+    });
     return true;
   }
   return false;
 }
 
-/// Frees the slot of the connection that has sent nothing useful for
-/// longest (no event: entry, blob end), when that is at least
-/// idle_reclaim_after, and it has no blob open and nothing buffered or
-/// held (no entry the application holds, no tail being checked): closes it with a reason and counts
-/// it out at once (serve() pushes its connection_closed). False when none
-/// qualifies.
-bool reclaim_an_idle_connection(server_state& s) {
-  if (s.opt.idle_reclaim_after.count() <= 0) return false;
+/// On connection `cn`'s executor: closes its consumer, saying `why` in its
+/// connection_closed, if it still has no blob open and nothing buffered or
+/// held (no entry the application holds, no tail being checked). Whether
+/// it did.
+asio::awaitable<bool> close_if_idle(std::shared_ptr<server_conn> cn, std::string why) {
+  if (!cn->c || cn->reclaimed || cn->c->open_blobs() != 0) co_return false;
+  // Entries the application holds: in the window, or in the held allowance.
+  const consumer_stats st = cn->c->stats();
+  if (st.buffered_bytes != 0 || st.held_bytes != 0) co_return false;
+  cn->closed_why = std::move(why);
+  cn->c->close();  // its next() ends: connection_closed, with the reason
+  co_return true;
+}
+
+/// Frees the slot of a connection that has sent nothing useful (no event:
+/// entry, blob end) for at least idle_reclaim_after, the idlest first, and
+/// has no blob open and nothing buffered or held (checked on its own
+/// executor): closes it with a reason and counts it out (serve() pushes its
+/// connection_closed). False when none qualifies.
+asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s) {
+  if (s->opt.idle_reclaim_after.count() <= 0) co_return false;
   const auto now = clock::now();
-  server_conn* idlest = nullptr;
-  for (auto& [id, cp] : s.conns) {
-    server_conn& cn = *cp;
-    if (cn.ended || !cn.c || cn.c->open_blobs() != 0) continue;
-    // Entries the application holds: in the window, or in the held allowance.
-    const consumer_stats st = cn.c->stats();
-    if (st.buffered_bytes != 0 || st.held_bytes != 0) continue;
-    if (now - cn.useful < s.opt.idle_reclaim_after) continue;
-    if (idlest == nullptr || cn.useful < idlest->useful) idlest = &cn;
+  std::vector<std::shared_ptr<server_conn>> idle;
+  for (auto& [id, cn] : s->conns)
+    if (cn->opened && !cn->ended && now - cn->useful >= s->opt.idle_reclaim_after)
+      idle.push_back(cn);
+  std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a->useful < b->useful; });
+  // Each try is a round trip to the connection's thread: a bounded few.
+  constexpr std::size_t tries = 16;
+  if (idle.size() > tries) idle.resize(tries);
+  for (auto& cn : idle) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - cn->useful).count();
+    std::string why = "reclaimed: idle " + std::to_string(ms) +
+                      " ms with no blob open and nothing held while every slot was taken "
+                      "(server_options::max_connections, idle_reclaim_after)";
+    if (!co_await asio::co_spawn(cn->cx, close_if_idle(cn, std::move(why)), asio::use_awaitable))
+      continue;
+    if (!cn->ended) {  // its pump has not ended yet: count it out now
+      cn->ended = true;  // serve()'s exit then leaves the count alone
+      cn->idle_closing = true;
+      --s->live;
+      ++s->closing;  // next() ends only after its connection_closed
+    }
+    co_return true;
   }
-  if (idlest == nullptr) return false;
-  idlest->ended = true;  // serve()'s exit then leaves the count alone
-  idlest->reclaimed = true;
-  --s.live;
-  ++s.closing;  // next() ends only after its connection_closed
-  idlest->closed_why =
-      "reclaimed: idle " +
-      std::to_string(
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - idlest->useful).count()) +
-      " ms with no blob open and nothing held while every slot was taken "
-      "(server_options::max_connections, idle_reclaim_after)";
-  idlest->c->close();  // its next() ends: connection_closed, with the reason
-  return true;
+  co_return false;
 }
 
 /// Whether an accept failed for want of a descriptor (the process's or the
@@ -190,7 +245,12 @@ bool out_of_descriptors(std::error_code ec) noexcept {
 
 asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
   while (s->accepting) {
-    auto [ec, t] = co_await s->lis->accept();
+    // With receive threads, each connection is made on the next one's
+    // executor (a listener that cannot keeps it on its own: home).
+    transport_options topt;
+    const std::size_t turn = s->rx ? s->rx->next() : 0;
+    if (s->rx) topt.executor = s->rx->ctx[turn]->get_executor();
+    auto [ec, t] = co_await s->lis->accept(topt);
     if (!s->accepting) break;
     if (ec) {
       if (ec == errc::closed || ec == asio::error::operation_aborted) break;
@@ -212,7 +272,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     // when every slot holds a finished handshake is the new one refused.
     if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       // Then one that has sent nothing useful for long.
-      if (!reclaim_an_idle_connection(*s)) {
+      if (!co_await reclaim_an_idle_connection(s)) {
         ++s->counts.refused;
         continue;  // dropping the transport closes it
       }
@@ -222,13 +282,21 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     cn->info = std::make_shared<connection_info>();
     cn->info->id = ++s->next_id;
     cn->accepted = clock::now();
+    cn->info->peer = t->peer_address();  // here: home reads it (stats) as it starts
+    cn->cx = s->ex;
+    if (s->rx && t->get_executor() != s->ex) {
+      cn->cx = t->get_executor();
+      cn->at_home = false;
+      cn->thread = turn + 1;
+    }
     if (!s->any_connection) {
       s->any_connection = true;
       s->started = cn->accepted;
     }
     s->conns[cn->info->id] = cn;
     ++s->live;
-    asio::co_spawn(s->ex, serve(s, cn, std::move(t)), asio::detached);
+    auto cx = cn->cx;
+    asio::co_spawn(cx, serve(s, cn, std::move(t)), asio::detached);
   }
   s->accept_done = true;
   s->ready.notify_all();
@@ -246,8 +314,48 @@ asio::awaitable<void> run_group_timer(std::shared_ptr<server_state> s) {
 
 }  // namespace
 
+receive_threads::receive_threads(std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    ctx.push_back(std::make_unique<asio::io_context>(1));
+    work.push_back(asio::make_work_guard(*ctx.back()));
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    threads.emplace_back([this, c = ctx[i].get()] {
+      for (;;) {
+        try {
+          c->run();
+          break;
+        } catch (...) {  // a handler threw: its connection is lost, the others go on
+        }
+      }
+      {
+        std::lock_guard lock(m);
+        ++done;
+      }
+      done_cv.notify_all();
+    });
+}
+
+receive_threads::~receive_threads() { finish(); }
+
+std::size_t receive_threads::next() noexcept { return turn++ % ctx.size(); }
+
+void receive_threads::finish() noexcept {
+  work.clear();
+  {
+    std::unique_lock lock(m);
+    // Closed connections end within a few handler runs; one that does not
+    // (a bug) must not hang the application's exit.
+    if (!done_cv.wait_for(lock, finish_limit, [&] { return done == threads.size(); }))
+      for (auto& c : ctx) c->stop();
+  }
+  for (auto& t : threads)
+    if (t.joinable()) t.join();
+}
+
 server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l, server_options o)
-    : ex(std::move(e)),
+    : rx(o.threads > 1 ? std::make_shared<receive_threads>(o.threads) : nullptr),
+      ex(std::move(e)),
       opt(std::move(o)),
       lis(std::move(l)),
       pool(std::make_shared<credit_pool>(opt.budget_bytes, opt.initial_grant_bytes,
@@ -295,6 +403,7 @@ void server_state::account(const server_event& ev) {
   auto it = conns.find(ev.connection->id);
   if (it == conns.end()) return;
   server_conn& cn = *it->second;
+  if (cn.queued > 0) --cn.queued;
   endpoint_metrics& m = cn.metrics;
   switch (ev.kind) {
     case server_event_kind::entry_ready: {
@@ -321,11 +430,18 @@ void server_state::account(const server_event& ev) {
 
 void server_state::sweep() {
   for (auto it = conns.begin(); it != conns.end();) {
-    server_conn& cn = *it->second;
-    if (cn.ended && (!cn.c || cn.c->stats().buffered_bytes == 0)) {
-      if (cn.c) cn.metrics.credit_waits = cn.c->stats().credit_requests;
-      retired.merge(cn.metrics);
+    std::shared_ptr<server_conn> cn = it->second;
+    // Its events all yielded (counted), and its buffered bytes all
+    // released: the pool let go of its member. (With receive threads an
+    // entry's credit may leave the pool, into the held allowance, before
+    // the events queued behind it are yielded.)
+    if (cn->ended && cn->queued == 0 &&
+        (cn->pool_member == 0 || !pool->holds(cn->pool_member))) {
+      cn->metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
+      retired.merge(cn->metrics);
       it = conns.erase(it);
+      // Its consumer goes on its own executor, as it lived.
+      on_conn(*cn, [cn] { cn->c.reset(); });
     } else {
       ++it;
     }
@@ -333,7 +449,8 @@ void server_state::sweep() {
 }
 
 void server_state::drain_one(server_conn& cn) noexcept {
-  if (draining && cn.c && !cn.ended && cn.c->open_blobs() == 0) cn.c->close();
+  // On cn's executor.
+  if (draining && cn.c && cn.c->open_blobs() == 0) cn.c->close();
 }
 
 void server_state::close_listener() noexcept {
@@ -346,20 +463,32 @@ void server_state::close_listener() noexcept {
 
 // ---- server ----------------------------------------------------------------
 
+namespace {
+
+/// close(), then lets the receive threads wind the connections down and
+/// joins them (their io_contexts live on with the state, idle).
+void close_and_join(server& srv, const std::shared_ptr<detail::server_state>& s) noexcept {
+  srv.close();
+  if (s && s->rx) s->rx->finish();
+}
+
+}  // namespace
+
 server& server::operator=(server&& o) noexcept {
   if (this != &o) {
-    close();
+    close_and_join(*this, state_);
     state_ = std::move(o.state_);
   }
   return *this;
 }
 
-server::~server() { close(); }
+server::~server() { close_and_join(*this, state_); }
 
 result<server> server::start(asio::any_io_executor ex, std::unique_ptr<listener> l,
                              server_options opt) {
-  if (!l || opt.budget_bytes == 0 || opt.max_connections == 0)
-    return {errc::invalid_argument, "server: no listener, budget_bytes 0 or max_connections 0"};
+  if (!l || opt.budget_bytes == 0 || opt.max_connections == 0 || opt.threads == 0)
+    return {errc::invalid_argument,
+            "server: no listener, budget_bytes 0, max_connections 0 or threads 0"};
   auto s = std::make_shared<detail::server_state>(ex, std::move(l), std::move(opt));
   if (auto* u = dynamic_cast<url_listener*>(s->lis.get())) s->url = u->url();
   asio::co_spawn(s->ex, detail::accept_loop(s), asio::detached);
@@ -417,7 +546,10 @@ asio::awaitable<server_event> server::next() {
     // The application waits: each connection's held_timeout may count
     // (consumer_options::waits_reported).
     for (auto& [id, cn] : s->conns)
-      if (cn->c && !cn->ended) cn->c->application_waits();
+      if (cn->opened && !cn->ended)
+        detail::server_state::on_conn(*cn, [cn = cn] {
+          if (cn->c) cn->c->application_waits();
+        });
     const bool cancelled = co_await s->ready.wait();
     if (cancelled) {
       out.ev.error = std::error_code(asio::error::operation_aborted);
@@ -432,20 +564,41 @@ void server::stop_accepting() noexcept {
   if (state_) state_->close_listener();
 }
 
+namespace {
+
+/// On `cn`'s executor: closes its consumer, or its transport during the
+/// handshake.
+void close_conn(const std::shared_ptr<detail::server_conn>& cn) noexcept {
+  try {
+    detail::server_state::on_conn(*cn, [cn] {
+      if (cn->c) cn->c->close();
+      else if (cn->raw) cn->raw->close();
+    });
+  } catch (...) {  // no memory to post it: it ends with its sender
+  }
+}
+
+}  // namespace
+
 void server::drain() noexcept {
   if (!state_) return;
-  auto& s = *state_;
-  s.close_listener();
-  s.draining = true;
-  for (auto& [id, cn] : s.conns) s.drain_one(*cn);
+  auto s = state_;
+  s->close_listener();
+  s->draining = true;
+  for (auto& [id, cn] : s->conns) {
+    if (cn->ended) continue;
+    try {
+      detail::server_state::on_conn(*cn, [s, cn = cn] { s->drain_one(*cn); });
+    } catch (...) {  // no memory to post it: it is drained after its next event
+    }
+  }
 }
 
 void server::disconnect(std::uint64_t id) noexcept {
   if (!state_) return;
   auto it = state_->conns.find(id);
   if (it == state_->conns.end() || it->second->ended) return;
-  if (it->second->c) it->second->c->close();
-  else if (it->second->raw) it->second->raw->close();
+  close_conn(it->second);
 }
 
 void server::close() noexcept {
@@ -453,10 +606,7 @@ void server::close() noexcept {
   auto& s = *state_;
   s.closed = true;
   s.close_listener();
-  for (auto& [id, cn] : s.conns) {
-    if (cn->c) cn->c->close();
-    else if (cn->raw) cn->raw->close();
-  }
+  for (auto& [id, cn] : s.conns) close_conn(cn);
   s.group_timer.cancel();
 }
 
@@ -471,8 +621,9 @@ server_stats server::stats() const {
     connection_stats c;
     c.info = cn->info;
     c.open = !cn->ended;
+    c.thread = cn->thread;
     c.metrics = cn->metrics;
-    if (cn->c) c.metrics.credit_waits = cn->c->stats().credit_requests;
+    if (cn->opened) c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
     st.total.merge(c.metrics);
     st.connections.push_back(std::move(c));
   }

@@ -1,16 +1,31 @@
 // The fan-in server's state (internal): its connections, the merged event
 // queue, the credit pool, the group tracker and the counters. One
 // coroutine accepts, one per connection pumps its consumer's events into
-// the queue, and next() takes them out; all on one executor, holding the
-// state by shared_ptr.
+// the queue, and next() takes them out; all hold the state by shared_ptr.
+//
+// Threads (server_options::threads): the state's home is `ex`, the
+// application's executor. Everything here is touched on it only, except
+// what a member says is its connection's (`cx`: a receive thread's
+// io_context, or `ex` itself) and the atomics. A connection's pump runs on
+// its cx and hands each event home (at_home); home reaches a connection's
+// consumer through on_conn. With one thread both are plain calls, so the
+// single-threaded server runs exactly as before.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "blobpipe/cluster/server.hpp"
@@ -19,18 +34,57 @@
 
 namespace blobpipe::detail {
 
+/// The server's receive threads (server_options::threads >= 2): one
+/// io_context each, run by its own thread until finish().
+struct receive_threads {
+  explicit receive_threads(std::size_t n);
+  /// finish().
+  ~receive_threads();
+  /// The next thread (an index into ctx), in turn.
+  std::size_t next() noexcept;
+  /// Lets each thread's run() end once its work is done (its connections
+  /// closed) and joins them; past finish_limit, stops what is left.
+  /// REQUIRES: not called on one of these threads.
+  void finish() noexcept;
+
+  /// How long finish() lets closed connections wind down.
+  static constexpr std::chrono::seconds finish_limit{10};
+
+  std::vector<std::unique_ptr<asio::io_context>> ctx;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  std::size_t turn = 0;
+  std::mutex m;
+  std::condition_variable done_cv;
+  std::size_t done = 0;  // threads whose run() returned (under m)
+};
+
 struct server_conn {
   std::shared_ptr<connection_info> info;
+  // Where its transport and consumer live: a receive thread, or home.
+  asio::any_io_executor cx;
+  bool at_home = true;  // cx is home: calls between the two are plain calls
+  std::size_t thread = 0;  // connection_stats::thread
+  // Its cx's only.
   std::optional<consumer> c;   // once its handshake finished
   transport* raw = nullptr;    // during the handshake (to close it)
-  bool ended = false;          // its end_of_stream came
+  bool reclaimed = false;      // home gave its slot away: end it
+  // Home's only.
+  bool opened = false;         // its handshake finished (connection_opened)
+  bool ended = false;          // its end_of_stream came, or its slot was reclaimed
+  bool gone = false;           // its slot was reclaimed: its events are dropped
+  std::uint64_t pool_member = 0;  // its consumer's credit_pool id
+  std::size_t queued = 0;      // its events in the queue, not yet yielded
   endpoint_metrics metrics;    // as yielded by next()
   std::chrono::steady_clock::time_point accepted{};
-  // Its last event (opened, an entry, a blob's end): what makes it useful
-  // when slots run out (server_options::idle_reclaim_after).
+  // Published by its cx for stats() (consumer_stats::credit_requests).
+  std::atomic<std::uint64_t> credit_requests{0};
+  // Home's: its last event (opened, an entry, a blob's end), what makes it
+  // useful when slots run out (server_options::idle_reclaim_after).
   std::chrono::steady_clock::time_point useful{};
-  std::string closed_why;      // set when the server reclaimed its slot
-  bool reclaimed = false;      // counted out early; its events still coming
+  bool idle_closing = false;   // counted out as idle; its events still coming
+  // Its cx's: set when the server reclaimed its slot as idle.
+  std::string closed_why;
 };
 
 struct server_state : std::enable_shared_from_this<server_state> {
@@ -52,6 +106,23 @@ struct server_state : std::enable_shared_from_this<server_state> {
   void drain_one(server_conn& c) noexcept;
   void close_listener() noexcept;
 
+  /// Runs `f` on home: a plain call for a connection at home, else
+  /// dispatched to `ex` (from a receive thread: posted, in order).
+  template <class F>
+  void at_home(const server_conn& cn, F&& f) {
+    if (cn.at_home) f();
+    else asio::dispatch(ex, std::forward<F>(f));
+  }
+  /// Runs `f` on connection `cn`'s executor (a plain call at home).
+  template <class F>
+  static void on_conn(const server_conn& cn, F&& f) {
+    if (cn.at_home) f();
+    else asio::dispatch(cn.cx, std::forward<F>(f));
+  }
+
+  // Declared first, destroyed last: the connections' transports and
+  // consumers (in conns) go before the io_contexts they live on.
+  std::shared_ptr<receive_threads> rx;  // null: every connection at home
   asio::any_io_executor ex;
   server_options opt;
   std::unique_ptr<listener> lis;
@@ -65,8 +136,9 @@ struct server_state : std::enable_shared_from_this<server_state> {
   async_condition ready;
   bool accepting = true;
   bool accept_done = false;  // the accept loop has ended
-  bool draining = false;
-  bool closed = false;
+  // Set at home, read by the connections' pumps too.
+  std::atomic<bool> draining{false};
+  std::atomic<bool> closed{false};
   group_tracker groups;
   asio::steady_timer group_timer;
   bool group_timer_running = false;

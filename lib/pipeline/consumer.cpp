@@ -148,6 +148,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     }
   }
   s.collect_returned_credit();
+  if (s.pool_member != 0) s.publish_buffered();  // for the pool's other threads
   if (r && s.close_reason && !s.ended) {
     // An orderly close: what was posted before it lands, then the end.
     while (r && !s.posted.empty()) r = co_await land_oldest(s);
@@ -377,6 +378,7 @@ consumer_stats consumer::stats() const noexcept {
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
   st.held_bytes = state_->held_credit;
   st.held_in_window_bytes = state_->held_in_window;
+  st.pool_member = state_->pool_member;
   return st;
 }
 

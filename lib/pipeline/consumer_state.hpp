@@ -7,6 +7,7 @@
 // after the consumer is gone is harmless.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -152,6 +153,9 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   void grant(std::uint64_t credit) noexcept;
   /// Hands `credit` released here to the pool; false when not pooled.
   bool pool_released(std::uint64_t credit) noexcept;
+  /// Publishes the decoder's buffered bytes for the pool's calls from
+  /// other threads (credit_pool.hpp "Threading").
+  void publish_buffered() noexcept;
 
   /// consumer_options::landing: copies `r`'s entry to its device buffer
   /// and makes it a device entry. Errors: cuda_failure.
@@ -209,6 +213,11 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   std::uint64_t features = 0;       // negotiated (our hello's answer)
   std::uint64_t window_offer = 0;   // our hello's window_bytes
   std::uint64_t pool_member = 0;    // opt.pool's id for us (0: not pooled)
+  // frames.buffered_bytes() as of our last read or pool call, for the
+  // pool's calls from other threads (shared: the pool may read it after
+  // we are gone).
+  std::shared_ptr<std::atomic<std::uint64_t>> buffered_published =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
   std::uint64_t pending_ack = 0;
   std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
   bool ack_due = false;                     // ack_cv notified, ack not yet sent

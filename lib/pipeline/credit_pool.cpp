@@ -16,6 +16,7 @@ credit_pool::credit_pool(std::uint64_t budget_bytes, std::uint64_t initial_grant
 }
 
 credit_pool_stats credit_pool::stats() const noexcept {
+  std::lock_guard lock(mu_);
   credit_pool_stats s = stats_;
   s.connections = members_.size();
   s.requests_waiting = 0;
@@ -38,6 +39,7 @@ void credit_pool::take_back(std::uint64_t id, member& m, std::uint64_t n) noexce
 }
 
 bool credit_pool::pressed(std::uint64_t id) const {
+  std::lock_guard lock(mu_);
   auto it = members_.find(id);
   if (it == members_.end() || !it->second.open) return false;
   const member& m = it->second;
@@ -45,6 +47,11 @@ bool credit_pool::pressed(std::uint64_t id) const {
   if (unused <= std::max(initial_, stream_)) return false;
   // Another member's request waits (not only this one's own).
   return unmet_ > (m.want != 0 ? 1u : 0u);
+}
+
+bool credit_pool::holds(std::uint64_t id) const {
+  std::lock_guard lock(mu_);
+  return members_.count(id) != 0;
 }
 
 std::uint64_t credit_pool::buffered_of(const member& m) const {
@@ -65,14 +72,19 @@ std::uint64_t credit_pool::target(std::uint64_t members) const noexcept {
   return std::min(share, std::max(stream_ / n, min_target_bytes));
 }
 
-void credit_pool::give(member& m, std::uint64_t bytes) {
+void credit_pool::make(due_grants& due) {
+  for (auto& [fn, bytes] : due)
+    if (*fn) (*fn)(bytes);
+}
+
+void credit_pool::give(member& m, std::uint64_t bytes, due_grants& due) {
   if (bytes == 0) return;
   m.outstanding += bytes;
   stats_.committed_bytes += bytes;
   stats_.committed_high_water = std::max(stats_.committed_high_water, stats_.committed_bytes);
   ++stats_.grants;
   stats_.granted_bytes += bytes;
-  m.grant(bytes);
+  due.emplace_back(m.grant, bytes);
 }
 
 void credit_pool::drop_if_done(std::map<std::uint64_t, member>::iterator it) {
@@ -80,9 +92,10 @@ void credit_pool::drop_if_done(std::map<std::uint64_t, member>::iterator it) {
 }
 
 std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant, buffered_fn buffered) {
+  std::lock_guard lock(mu_);
   const std::uint64_t id = ++next_id_;
   member& m = members_[id];
-  m.grant = std::move(grant);
+  m.grant = std::make_shared<const grant_fn>(std::move(grant));
   m.buffered = std::move(buffered);
   ++open_;
   // Small: a grant cannot be taken back, and an idle sender keeps what it
@@ -96,54 +109,69 @@ std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant, buffer
 }
 
 void credit_pool::released(std::uint64_t id, std::uint64_t bytes) {
-  auto it = members_.find(id);
-  if (it == members_.end()) return;  // forgotten
-  const std::uint64_t n = std::min(bytes, it->second.outstanding);
-  take_back(id, it->second, n);
-  const bool open = it->second.open;
-  drop_if_done(it);
-  distribute(open ? id : 0, n);
+  due_grants due;
+  {
+    std::lock_guard lock(mu_);
+    auto it = members_.find(id);
+    if (it == members_.end()) return;  // forgotten
+    const std::uint64_t n = std::min(bytes, it->second.outstanding);
+    take_back(id, it->second, n);
+    const bool open = it->second.open;
+    drop_if_done(it);
+    distribute(open ? id : 0, n, due);
+  }
+  make(due);
 }
 
 void credit_pool::request(std::uint64_t id, std::uint64_t bytes) {
-  auto it = members_.find(id);
-  if (it == members_.end() || !it->second.open) return;
-  ++stats_.credit_requests;
-  member& m = it->second;
-  if (m.want == 0) m.want_seq = ++next_seq_;
-  m.want = bytes;
-  if (bytes == 0) m.want_seq = 0;
-  distribute(0, 0);
+  due_grants due;
+  {
+    std::lock_guard lock(mu_);
+    auto it = members_.find(id);
+    if (it == members_.end() || !it->second.open) return;
+    ++stats_.credit_requests;
+    member& m = it->second;
+    if (m.want == 0) m.want_seq = ++next_seq_;
+    m.want = bytes;
+    if (bytes == 0) m.want_seq = 0;
+    distribute(0, 0, due);
+  }
+  make(due);
 }
 
 void credit_pool::close(std::uint64_t id) {
-  auto it = members_.find(id);
-  if (it == members_.end() || !it->second.open) return;
-  member& m = it->second;
-  m.open = false;
-  m.want = 0;
-  --open_;
-  take_back(id, m, m.outstanding - buffered_of(m));
-  drop_if_done(it);
-  distribute(0, 0);
+  due_grants due;
+  {
+    std::lock_guard lock(mu_);
+    auto it = members_.find(id);
+    if (it == members_.end() || !it->second.open) return;
+    member& m = it->second;
+    m.open = false;
+    m.want = 0;
+    --open_;
+    take_back(id, m, m.outstanding - buffered_of(m));
+    drop_if_done(it);
+    distribute(0, 0, due);
+  }
+  make(due);
 }
 
 void credit_pool::forget(std::uint64_t id) {
-  auto it = members_.find(id);
-  if (it == members_.end()) return;
-  if (it->second.open) --open_;
-  take_back(id, it->second, it->second.outstanding);
-  members_.erase(it);
-  distribute(0, 0);
+  due_grants due;
+  {
+    std::lock_guard lock(mu_);
+    auto it = members_.find(id);
+    if (it == members_.end()) return;
+    if (it->second.open) --open_;
+    take_back(id, it->second, it->second.outstanding);
+    members_.erase(it);
+    distribute(0, 0, due);
+  }
+  make(due);
 }
 
-void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
-  if (distributing_) return;
-  distributing_ = true;
-  struct reset {
-    bool& b;
-    ~reset() { b = false; }
-  } guard{distributing_};
+// REQUIRES: mu_ held. Grants go into `due`, made once it is let go.
+void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned, due_grants& due) {
   // 1. Credit requests, oldest first, each granted whole within its
   // member's share, from the free budget; one that cannot be met now
   // waits without holding up the others. Step 2 brings a window back to
@@ -171,14 +199,14 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
           ++unmet_;
           continue;
         }
-        give(m, deficit);
+        give(m, deficit, due);
       } else if (want > share && oversized_ == 0) {
         // An item larger than its share: beyond the budget, one at a
         // time server-wide (deficit <= want <= max_item_).
         oversized_ = id;
         stats_.oversized_bytes += deficit;
         ++stats_.overcommits;
-        give(m, deficit);
+        give(m, deficit, due);
       } else {
         // Its own buffered bytes must go first (their release, or the held
         // allowance), or the oversized grant is another's: wait.
@@ -195,7 +223,8 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned) {
   auto it = members_.find(returning);
   if (it == members_.end() || !it->second.open) return;
   member& m = it->second;
-  if (m.outstanding < goal) give(m, std::min({returned, goal - m.outstanding, free_bytes()}));
+  if (m.outstanding < goal)
+    give(m, std::min({returned, goal - m.outstanding, free_bytes()}), due);
 }
 
 }  // namespace blobpipe

@@ -26,10 +26,17 @@
 // listener is closed and no connection is left (after close(): with
 // `closed`), and repeats it.
 //
-// Threading: the server, its connections and its credit pool live on one
-// executor (the `ex` given to start or listen); call next() from a
-// coroutine there, one at a time. Entries may be held and dropped on any
-// thread (as a consumer's).
+// Threading: the server's state (its event queue, groups, counters) lives
+// on one executor, the `ex` given to start or listen: call next(),
+// stats(), stop_accepting(), drain(), disconnect() and close() from there
+// (next() from a coroutine, one at a time), and next() resumes there, so
+// the application's awaits and everything it does with an event run on
+// `ex`. Connections run on `ex` too (server_options::threads 1, the
+// default), or on the server's own receive threads (threads >= 2: the
+// decoding and the sockets' I/O of each connection on one of them), and
+// hand their events to `ex` in order. The credit pool is shared by all
+// (thread-safe). Entries may be held and dropped on any thread (as a
+// consumer's: the release goes back to the entry's connection).
 // Source: docs/cluster.md "Fan-in".
 #pragma once
 
@@ -118,6 +125,17 @@ struct server_options {
   /// Accept entry timestamps (feature_entry_timestamps) for the latency
   /// histogram; received_entry::sent_ns is then set.
   bool latency = true;
+  /// Receive threads the server starts and owns: 1 (the default): none,
+  /// every connection runs on `ex` with the application. N >= 2: N
+  /// threads, each running its own io_context; accepted TCP connections
+  /// are spread over them in turn (transport_options::executor), so N
+  /// cores decode. UCX and inproc connections stay on `ex` (their
+  /// listeners make the transport on their own executor). Events still
+  /// reach the application on `ex`, and every credit rule holds across
+  /// threads (one thread-safe credit_pool; docs/cluster.md "Threads").
+  /// Destroying the server joins the threads (REQUIRES: not on one of
+  /// them), after letting its closed connections end (at most 10 s).
+  std::size_t threads = 1;
 };
 
 enum class server_event_kind {
@@ -151,6 +169,9 @@ struct server_event {
 struct connection_stats {
   std::shared_ptr<const connection_info> info;
   bool open = false;        ///< its stream has not ended
+  /// The receive thread it runs on, 1..server_options::threads; 0: on the
+  /// server's executor (threads 1, or a UCX or inproc connection).
+  std::size_t thread = 0;
   endpoint_metrics metrics; ///< as yielded by next(); credit_waits: its requests
 };
 
@@ -175,12 +196,13 @@ class server {
   server() = default;
   server(server&&) noexcept = default;
   server& operator=(server&&) noexcept;
-  /// close().
+  /// close(), then joins the receive threads (server_options::threads).
   ~server();
 
-  /// Serves connections from `l` on `ex`. Errors: invalid_argument (no
-  /// listener, budget_bytes 0, max_connections 0, or connection options a
-  /// consumer refuses: see consumer::start).
+  /// Serves connections from `l` on `ex` (and its receive threads).
+  /// Errors: invalid_argument (no listener, budget_bytes 0, max_connections
+  /// 0, threads 0, or connection options a consumer refuses: see
+  /// consumer::start).
   [[nodiscard]] static result<server> start(asio::any_io_executor ex,
                                             std::unique_ptr<listener> l,
                                             server_options opt = {});

@@ -344,6 +344,9 @@ struct consumer_stats {
   /// Credit of entries the application holds inside the window now (the
   /// held allowance was full), bytes.
   std::uint64_t held_in_window_bytes = 0;
+  /// Its member id in consumer_options::pool (credit_pool::holds); 0: not
+  /// pooled.
+  std::uint64_t pool_member = 0;
 };
 
 /// consumer_options::waits_reported: the reader handed `e` to the

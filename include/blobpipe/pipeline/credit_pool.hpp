@@ -56,15 +56,24 @@
 // grant but the oversized one comes from the free budget, and there is
 // at most one oversized grant (counted in overcommits) at a time.
 //
-// Threading: a pool and every consumer using it live on one executor
-// (one thread, or a strand). Entries may still be released on any thread
-// (they post back to their consumer's executor).
+// Threading: a pool is thread-safe, so its members may run on different
+// threads (a fan-in server with server_options::threads): every call takes
+// one mutex, and every budget update happens under it. Grants are counted
+// under the mutex and their grant_fn is called after it is unlocked, on
+// the calling thread; a consumer's grant_fn dispatches to its own executor
+// (consumer_options::pool). A buffered_fn is called under the mutex, so it
+// must not call the pool; a consumer's reads its decoder when called on
+// its own thread and otherwise the count it published after its last read
+// or release (so a member's own calls see its exact buffered bytes, and
+// other members' decisions use what it had at its last read).
 // Source: docs/cluster.md "Fan-in", docs/wire_features.md "Credit grants".
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -149,6 +158,10 @@ class credit_pool {
   /// request waits: credit the others need and it does not use. Its
   /// consumer then ends it after stall_timeout with no byte from it.
   bool pressed(std::uint64_t id) const;
+  /// Whether member `id` is still counted: open, or closed with credit
+  /// not yet released (what it buffered). A fan-in server keeps an ended
+  /// connection until this is false.
+  bool holds(std::uint64_t id) const;
   /// Member `id` is gone with whatever it held (its consumer was
   /// destroyed: its entries can no longer report their release). The
   /// budget may then be exceeded by entries the application still holds.
@@ -156,13 +169,17 @@ class credit_pool {
 
  private:
   struct member {
-    grant_fn grant;
+    std::shared_ptr<const grant_fn> grant;  // shared: called after the mutex is let go
     buffered_fn buffered;
     std::uint64_t outstanding = 0;  // granted, not yet released
     std::uint64_t want = 0;         // a credit request not yet met (0: none)
     std::uint64_t want_seq = 0;     // its age, for first-come order
     bool open = true;
   };
+
+  /// Grants decided under the mutex, made (grant_fn called) after it.
+  using due_grants = std::vector<std::pair<std::shared_ptr<const grant_fn>, std::uint64_t>>;
+  static void make(due_grants& due);
 
   std::uint64_t free_bytes() const noexcept;
   std::uint64_t buffered_of(const member& m) const;
@@ -173,11 +190,11 @@ class credit_pool {
   /// Lowers member `id`'s outstanding credit by `n` (<= it): the
   /// oversized grant first, then the budget's.
   void take_back(std::uint64_t id, member& m, std::uint64_t n) noexcept;
-  void give(member& m, std::uint64_t bytes);
+  void give(member& m, std::uint64_t bytes, due_grants& due);
   void drop_if_done(std::map<std::uint64_t, member>::iterator it);
   /// Runs the policy; `returning`: the member whose release of
   /// `returned` bytes triggered it (0: none).
-  void distribute(std::uint64_t returning, std::uint64_t returned);
+  void distribute(std::uint64_t returning, std::uint64_t returned, due_grants& due);
 
   std::uint64_t budget_;
   std::uint64_t initial_;
@@ -190,8 +207,9 @@ class credit_pool {
   std::uint64_t next_id_ = 0;
   std::uint64_t next_seq_ = 0;
   std::uint64_t open_ = 0;
-  bool distributing_ = false;  // a grant callback may re-enter: run the policy once
   credit_pool_stats stats_;
+  // Guards everything above: members may call from different threads.
+  mutable std::mutex mu_;
 };
 
 }  // namespace blobpipe

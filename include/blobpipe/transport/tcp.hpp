@@ -36,7 +36,8 @@ class listener final : public blobpipe::listener {
   ~listener() override;
 
   std::uint16_t port() const noexcept override;
-  /// The transport has TCP_NODELAY set.
+  /// The transport has TCP_NODELAY set and lives on opt.executor when
+  /// given (else on the listener's).
   /// Errors: closed (close() called); the system's EMFILE or ENFILE as is
   /// (compare with std::errc::too_many_files_open, _in_system): out of
   /// descriptors, the connection stays in the backlog until one is freed;

@@ -47,12 +47,18 @@
 
 namespace blobpipe {
 
-/// Limits a transport applies (reserved: none is needed for bytes; kept so
-/// listeners and connect functions keep one options type).
+/// Limits a transport applies, and where an accepted one lives (one
+/// options type for listeners and connect functions).
 struct transport_options {
   /// Largest bulk message (write_bulk) payload accepted, bytes; a larger
   /// one is a protocol_violation. Byte streams ignore it.
   std::uint32_t max_bulk_bytes = 1u << 30;
+  /// listener::accept: the executor the accepted transport lives on (a
+  /// fan-in server's receive thread, server_options::threads). Empty: the
+  /// listener's own. TCP honours it; UCX (one worker per io_context) and
+  /// inproc (the pair is made at connect) ignore it, so check the
+  /// transport's get_executor(). connect functions ignore it.
+  asio::any_io_executor executor;
 };
 
 /// A read started by transport::post_read and not yet waited for.

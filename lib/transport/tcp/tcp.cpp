@@ -135,10 +135,13 @@ std::uint16_t listener::port() const noexcept {
 }
 
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listener::accept(
-    transport_options) {
+    transport_options opt) {
   if (!impl_ || impl_->closed)
     co_return std::tuple{make_error_code(errc::closed), std::unique_ptr<transport>{}};
-  auto [ec, sock] = co_await impl_->acceptor.async_accept(use_tuple);
+  // The socket is made on opt.executor (a receive thread's io_context)
+  // while this coroutine stays on the acceptor's.
+  auto ex = opt.executor ? opt.executor : impl_->acceptor.get_executor();
+  auto [ec, sock] = co_await impl_->acceptor.async_accept(ex, use_tuple);
   const bool closed = !impl_ || impl_->closed;
   // Out of descriptors: the caller can free one (a fan-in server closes a
   // connection still in its handshake), so it is told which, as a generic
