@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(group_scope_keeps_two_jobs_alike_ids_apart) {
   auto job = [&](std::string scope, std::uint32_t who) -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     router_options opt;
-    opt.group_scope = std::move(scope);
+    opt.group_scope = group_scope_of(scope);
     auto [ec, rt] = co_await router::start(ex, urls(srv), opt);
     BOOST_TEST_REQUIRE(!ec);
     for (std::uint32_t k = 0; k < 2; ++k) {
@@ -394,7 +394,7 @@ BOOST_AUTO_TEST_CASE(group_scope_keeps_two_jobs_alike_ids_apart) {
   std::set<std::uint64_t> complete;
   for (const auto& s : got)
     if (s.kind == server_event_kind::group_complete) complete.insert(s.group->id);
-  const std::set<std::uint64_t> want{scoped_group_id("job-a", 7), scoped_group_id("job-b", 7)};
+  const std::set<std::uint64_t> want{scoped_group_id(group_scope_of("job-a"), 7), scoped_group_id(group_scope_of("job-b"), 7)};
   BOOST_TEST((complete == want));
   BOOST_TEST(count(got, server_event_kind::group_aborted) == 0u);
   BOOST_TEST(srv[0].stats().late_members == 0u);
@@ -403,11 +403,12 @@ BOOST_AUTO_TEST_CASE(group_scope_keeps_two_jobs_alike_ids_apart) {
 
 BOOST_AUTO_TEST_CASE(scoped_group_ids_stay_distinct_within_a_scope_and_differ_across_scopes) {
   std::set<std::uint64_t> a;
-  for (std::uint64_t id = 0; id < 10000; ++id) a.insert(scoped_group_id("step-1", id));
+  for (std::uint64_t id = 0; id < 10000; ++id) a.insert(scoped_group_id(group_scope_of("step-1"), id));
   BOOST_TEST(a.size() == 10000u);
   std::size_t shared = 0;
-  for (std::uint64_t id = 0; id < 10000; ++id) shared += a.count(scoped_group_id("step-2", id));
+  for (std::uint64_t id = 0; id < 10000; ++id) shared += a.count(scoped_group_id(group_scope_of("step-2"), id));
   BOOST_TEST(shared == 0u);
-  BOOST_TEST(scoped_group_id("step-1", 5) == scoped_group_id("step-1", 5));  // pure
-  BOOST_TEST(scoped_group_id("", 5) != 5u);  // the function itself always mixes
+  BOOST_TEST(scoped_group_id(group_scope_of("step-1"), 5) == scoped_group_id(group_scope_of("step-1"), 5));  // pure
+  BOOST_TEST(scoped_group_id(group_scope_of(""), 5) != 5u);  // the function itself always mixes
+  BOOST_TEST(group_scope_of("") != 0u);  // 0 would mean no scope
 }

@@ -201,24 +201,28 @@ result<routed_blob> router::open_blob(const route& r) {
   if (g != s.groups.end() && ++g->second.second >= r.group->size) s.groups.erase(g);
   ++s.routed;
   auto wire_group = r.group;  // the router keeps the application's ids; the wire, the scoped ones
-  if (wire_group && !s.opt.group_scope.empty())
+  if (wire_group && s.opt.group_scope != 0)
     wire_group->id = scoped_group_id(s.opt.group_scope, wire_group->id);
   return routed_blob{d, s.dests[d].s.open_blob(blob_options{.tag = r.tag, .group = wire_group})};
 }
 
-std::uint64_t scoped_group_id(std::string_view scope, std::uint64_t id) noexcept {
+std::uint64_t group_scope_of(std::string_view name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (const char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;  // 0 means no scope
+}
+
+std::uint64_t scoped_group_id(std::uint64_t scope, std::uint64_t id) noexcept {
   // SplitMix64's finaliser: a bijection of the 64-bit values.
   const auto mix = [](std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   };
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (const char c : scope) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return mix(h ^ mix(id));
+  return mix(scope ^ mix(id));
 }
 
 asio::awaitable<std::error_code> router::shutdown() {

@@ -58,23 +58,30 @@ struct router_options {
   /// Each destination a resend session (sender::start with a connect
   /// function): exactly once per destination across reconnects.
   bool resend = false;
-  /// A namespace for group ids (a job's or a step's name, say): when not
-  /// empty, every route::group id goes on the wire as
+  /// A namespace for group ids (group_scope_of a job's or a step's name,
+  /// say): when not 0, every route::group id goes on the wire as
   /// scoped_group_id(group_scope, id), so two jobs or steps sharing a
   /// server cannot collide on ids they chose alike (0, 1, 2 ...). The
   /// receiving application recognises its groups by the same function.
-  /// Empty: ids go as given. A convention against accidents, not a
-  /// defence: any sender can still name any id (docs/cluster.md
-  /// "Trust model for group ids").
-  std::string group_scope;
+  /// 0: ids go as given. A convention against accidents, not a defence:
+  /// any sender can still name any id (docs/cluster.md "Trust model for
+  /// group ids"). A number, not a string, so the options stay a plain
+  /// value: a std::string here, passed to router::start as a braced
+  /// temporary, was freed from the caller's coroutine frame under GCC 12
+  /// (ASan, router_test).
+  std::uint64_t group_scope = 0;
 };
+
+/// The group_scope of a name (a job's or a step's): a 64-bit FNV-1a hash,
+/// never 0. Pure; any thread.
+std::uint64_t group_scope_of(std::string_view name) noexcept;
 
 /// The group id that `id` in namespace `scope` becomes on the wire
 /// (router_options::group_scope): distinct ids of one scope stay distinct
 /// (a bijection of the 64-bit ids), and ids of two scopes coincide only by
-/// chance (a 64-bit hash of the scope, FNV-1a, mixed with the id by
-/// SplitMix64's finaliser). Pure; any thread.
-std::uint64_t scoped_group_id(std::string_view scope, std::uint64_t id) noexcept;
+/// chance (the scope mixed with the id by SplitMix64's finaliser). Pure;
+/// any thread.
+std::uint64_t scoped_group_id(std::uint64_t scope, std::uint64_t id) noexcept;
 
 /// Where one blob goes (router::open_blob).
 struct route {
