@@ -5,8 +5,8 @@
 # (find_package(blobpipe), blobpipe::blobpipe). The program uses the codec,
 # the pickle writer and URL parsing, and streams a blob through a sender and
 # a consumer over loopback, TCP and UCX (so the pipeline, protocol and
-# transport libraries must be in libblobpipe.a, and the link flags for UCX
-# and OpenSSL must be right); it exits 0 only when all of that works. UCX
+# transport libraries must be in libblobpipe.a, and the link flags for UCX,
+# OpenSSL and libsodium must be right); it exits 0 only when all of that works. UCX
 # that cannot start on this machine is a SKIPPED line, not a failure. Without g++, pkg-config or
 # cmake the part that needs it prints `SKIPPED: <target> <part>: <reason>`.
 set -uo pipefail

@@ -1,17 +1,20 @@
 // blobpipe/protocol/row_digest.hpp: the keyed digest of announced index
-// rows is SipHash-2-4 with a 128-bit output, the same function as
-// OpenSSL's SIPHASH MAC with size 16, fed in any chunking, under a
+// rows is keyed BLAKE2b with a 128-bit output: libsodium's one-shot
+// crypto_generichash with the same key over the same bytes, however the
+// bytes were fed (whole, byte by byte, random chunkings), under a
 // per-process random key.
 #define BOOST_TEST_MODULE row_digest_test
 #include <boost/test/unit_test.hpp>
 
-#include <openssl/core_names.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
+#include <sodium.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <random>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "blobpipe/protocol/row_digest.hpp"
@@ -20,95 +23,147 @@ using blobpipe::row_digest;
 
 namespace {
 
-std::array<unsigned char, 16> key_bytes(const row_digest::key& k) {
-  std::array<unsigned char, 16> out{};
-  for (int h = 0; h < 2; ++h)
-    for (int i = 0; i < 8; ++i) out[8 * h + i] = static_cast<unsigned char>(k[h] >> (8 * i));
+row_digest::key random_key(std::mt19937_64& rng) {
+  row_digest::key k;
+  for (auto& b : k) b = std::byte(rng());
+  return k;
+}
+
+/// libsodium's one-shot keyed BLAKE2b with a 16-byte output over `msg`.
+row_digest::value sodium_digest(const row_digest::key& k, const std::vector<std::byte>& msg) {
+  row_digest::value out{};
+  BOOST_TEST_REQUIRE(crypto_generichash(reinterpret_cast<unsigned char*>(out.data()), out.size(),
+                                        reinterpret_cast<const unsigned char*>(msg.data()),
+                                        msg.size(),
+                                        reinterpret_cast<const unsigned char*>(k.data()),
+                                        k.size()) == 0);
   return out;
 }
 
-std::array<unsigned char, 16> value_bytes(const row_digest::value& v) {
-  return key_bytes(v);  // the same layout: two little-endian words, low first
+row_digest::value digest_of(const row_digest::key& k, const std::vector<std::byte>& msg) {
+  row_digest d(k);
+  d.update(msg);
+  return d.finish();
 }
 
-/// OpenSSL's SipHash-2-4 with a 16-byte output over `msg`.
-std::array<unsigned char, 16> openssl_siphash128(const row_digest::key& k,
-                                                 const std::vector<std::byte>& msg) {
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "SIPHASH", nullptr);
-  BOOST_TEST_REQUIRE(mac != nullptr);
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
-  BOOST_TEST_REQUIRE(ctx != nullptr);
-  std::size_t size = 16;
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t(OSSL_MAC_PARAM_SIZE, &size),
-                               OSSL_PARAM_construct_end()};
-  const auto kb = key_bytes(k);
-  BOOST_TEST_REQUIRE(EVP_MAC_init(ctx, kb.data(), kb.size(), params) == 1);
-  BOOST_TEST_REQUIRE(
-      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(msg.data()), msg.size()) == 1);
-  std::array<unsigned char, 16> out{};
-  std::size_t n = 0;
-  BOOST_TEST_REQUIRE(EVP_MAC_final(ctx, out.data(), &n, out.size()) == 1);
-  BOOST_TEST_REQUIRE(n == 16u);
-  EVP_MAC_CTX_free(ctx);
-  EVP_MAC_free(mac);
-  return out;
-}
+struct sodium_initialized {
+  sodium_initialized() { BOOST_TEST_REQUIRE(sodium_init() >= 0); }
+};
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(digest_of_the_reference_vector) {
-  // The first 128-bit vector of SipHash's reference code: key 00..0f,
-  // empty message.
-  const row_digest::key k{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
-  row_digest d(k);
-  const std::array<unsigned char, 16> want{0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6,
-                                           0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02, 0x93};
-  BOOST_TEST((value_bytes(d.finish()) == want));
+BOOST_TEST_GLOBAL_FIXTURE(sodium_initialized);
+
+BOOST_AUTO_TEST_CASE(digest_of_nothing_is_sodiums) {
+  // Key 00..1f, empty message, with and without an empty update.
+  row_digest::key k;
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::byte(i);
+  const auto want = sodium_digest(k, {});
+  row_digest plain(k);
+  BOOST_TEST((plain.finish() == want));
+  row_digest empty_update(k);
+  empty_update.update({});
+  BOOST_TEST((empty_update.finish() == want));
 }
 
-BOOST_AUTO_TEST_CASE(digest_is_openssls_siphash128_in_any_chunking) {
+BOOST_AUTO_TEST_CASE(digest_is_sodiums_generichash_in_any_chunking) {
   std::mt19937_64 rng(27);
-  for (std::size_t len = 0; len <= 300; len += (len < 40 ? 1 : 13)) {
-    const row_digest::key k{rng(), rng()};
+  // Lengths around BLAKE2b's 128-byte block, and several blocks.
+  for (std::size_t len = 0; len <= 600; len += (len < 140 ? 1 : 37)) {
+    const auto k = random_key(rng);
     std::vector<std::byte> msg(len);
     for (auto& b : msg) b = std::byte(rng());
-    const auto want = openssl_siphash128(k, msg);
+    const auto want = sodium_digest(k, msg);
     BOOST_TEST_CONTEXT("length " << len) {
-      row_digest whole(k);
-      whole.update(msg);
-      BOOST_TEST((value_bytes(whole.finish()) == want));
-      // Pieces of 0 to 11 bytes: partial words carried across updates.
-      row_digest pieces(k);
-      for (std::size_t at = 0; at < len;) {
-        const std::size_t n = std::min<std::size_t>(rng() % 12, len - at);
-        pieces.update(std::span(msg).subspan(at, n));
-        at += n;
+      BOOST_TEST((digest_of(k, msg) == want));
+      row_digest bytes(k);
+      for (std::size_t at = 0; at < len; ++at) bytes.update(std::span(msg).subspan(at, 1));
+      BOOST_TEST((bytes.finish() == want));
+      // Pieces of 0 to 150 bytes (empty updates included); a copy taken
+      // midway, fed the rest, finishes to the same digest.
+      for (int round = 0; round < 3; ++round) {
+        row_digest pieces(k);
+        std::optional<row_digest> copy;
+        std::size_t copied_at = 0;
+        for (std::size_t at = 0; at < len;) {
+          const std::size_t n = std::min<std::size_t>(rng() % 151, len - at);
+          pieces.update(std::span(msg).subspan(at, n));
+          at += n;
+          if (!copy && at >= len / 2) {
+            copy.emplace(pieces);
+            copied_at = at;
+          }
+        }
+        BOOST_TEST((pieces.finish() == want));
+        if (copy) {
+          copy->update(std::span(msg).subspan(copied_at));
+          BOOST_TEST((copy->finish() == want));
+        }
       }
-      BOOST_TEST((value_bytes(pieces.finish()) == want));
     }
   }
 }
 
-BOOST_AUTO_TEST_CASE(digest_depends_on_the_key_and_on_every_byte) {
-  const row_digest::key k{1, 2};
+BOOST_AUTO_TEST_CASE(different_rows_digest_apart) {
+  // Rows that differ in one byte, by a trailing zero byte or by a byte
+  // less, and a thousand random rows: all digest apart.
+  const row_digest::key k{};
   std::vector<std::byte> msg(37, std::byte{5});
-  row_digest a(k);
-  a.update(msg);
-  const auto base = a.finish();
-  row_digest other_key({1, 3});
-  other_key.update(msg);
-  BOOST_TEST((other_key.finish() != base));
-  msg[36] = std::byte{6};
-  row_digest other_byte(k);
-  other_byte.update(msg);
-  BOOST_TEST((other_byte.finish() != base));
+  const auto base = digest_of(k, msg);
+  std::set<row_digest::value> seen{base};
+  for (std::size_t i = 0; i < msg.size(); ++i) {
+    auto other = msg;
+    other[i] ^= std::byte{1};
+    BOOST_TEST(seen.insert(digest_of(k, other)).second, "byte " << i);
+  }
+  auto longer = msg;
+  longer.push_back(std::byte{0});
+  BOOST_TEST(seen.insert(digest_of(k, longer)).second);
+  auto shorter = msg;
+  shorter.pop_back();
+  BOOST_TEST(seen.insert(digest_of(k, shorter)).second);
+  BOOST_TEST(seen.insert(digest_of(k, {})).second);
+  // Many random rows of a decoder's size (about 25 bytes): all apart.
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<std::byte> row(20 + rng() % 12);
+    for (auto& b : row) b = std::byte(rng());
+    seen.insert(digest_of(k, row));
+  }
+  BOOST_TEST(seen.size() == msg.size() + 4 + 1000);
+}
+
+BOOST_AUTO_TEST_CASE(different_keys_digest_apart) {
+  std::vector<std::byte> msg(37, std::byte{5});
+  row_digest::key k{};
+  std::set<row_digest::value> seen{digest_of(k, msg)};
+  // Every bit of the key counts (a key cut to its first 16 bytes, say,
+  // would digest alike for flips in the rest).
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto other = k;
+      other[i] ^= std::byte(1u << bit);
+      BOOST_TEST(seen.insert(digest_of(other, msg)).second, "byte " << i << " bit " << bit);
+    }
+  }
+  // The empty row too.
+  BOOST_TEST((digest_of(k, {}) != digest_of(row_digest::key{std::byte{1}}, {})));
 }
 
 BOOST_AUTO_TEST_CASE(process_key_is_drawn_once_and_is_not_a_constant) {
   const auto& k = row_digest::process_key();
   BOOST_TEST(&row_digest::process_key() == &k);
-  // 128 random bits are never all zero, nor the halves equal, in practice
-  // (2^-64): a key left at a constant would be.
-  BOOST_TEST((k != row_digest::key{0, 0}));
-  BOOST_TEST(k[0] != k[1]);
+  const row_digest::key first = k;
+  BOOST_TEST((row_digest::process_key() == first));
+  // 256 random bits are never all zero, nor their halves equal, in
+  // practice (2^-128): a key left at a constant would be.
+  BOOST_TEST((k != row_digest::key{}));
+  BOOST_TEST(!std::equal(k.begin(), k.begin() + 16, k.begin() + 16));
+  const auto zero = [](std::byte b) { return b == std::byte{0}; };
+  BOOST_TEST(!std::all_of(k.begin(), k.begin() + 16, zero));
+  BOOST_TEST(!std::all_of(k.begin() + 16, k.end(), zero));
+  // Digests under it are stable within the process and are libsodium's.
+  std::vector<std::byte> msg(25, std::byte{7});
+  BOOST_TEST((digest_of(row_digest::process_key(), msg) == digest_of(k, msg)));
+  BOOST_TEST((digest_of(k, msg) == sodium_digest(k, msg)));
 }

@@ -11,8 +11,8 @@
 #
 # A relative PREFIX is relative to where you typed the command. Both
 # config files find the tree relative to themselves, so it can be moved.
-# Users need Debian's libasio-dev, libmsgpack-cxx-dev, libucx-dev and
-# libssl-dev (headers and link libraries); //test:install_test compiles
+# Users need Debian's libasio-dev, libmsgpack-cxx-dev, libucx-dev,
+# libssl-dev and libsodium-dev (headers and link libraries); //test:install_test compiles
 # and links a program against an installed tree both ways.
 set -euo pipefail
 
