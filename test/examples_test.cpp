@@ -312,7 +312,14 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_trainer_with_fewer_workers_says_so) {
   // few missing samples.
   auto [t, w] = run_two_processes({"--workers", "2", "--batch", "32", "--timeout", "30"},
                                   {"--workers", "4", "--batch", "32"});
-  BOOST_TEST(w.exit_code == 1, REPORT(w));  // two of its workers found no trainer
+  // Two of its workers found no trainer (exit 1): they were still in their
+  // handshake when the trainer took its second worker, or not yet
+  // accepted. Under load a third handshake can end in the same turn; the
+  // trainer then closes that connection at once, and a plain sender cannot
+  // tell that close from an orderly end (the consumer sends no close frame
+  // of its own: docs/wire.md "Closing"), so that worker exits 0. The
+  // trainer's verdict below is the same either way.
+  BOOST_TEST((w.exit_code == 1 || w.exit_code == 0), REPORT(w));
   BOOST_TEST(t.exit_code == 1, REPORT(t));
   BOOST_TEST(contains(t.out, "trainer: 16/32 samples complete"), REPORT(t));
   BOOST_TEST(contains(t.out, "FAIL: the batch is incomplete or differs"), REPORT(t));

@@ -218,11 +218,12 @@ class cluster_job {
     } else if (auto status = check_hosts()) {
       return *status;
     }
-    print_banner();
+    // Signals first: a caller may signal as soon as it reads the banner.
     add_stop_signals(signals_);
     signals_.async_wait([this](std::error_code ec, int signo) {
       if (!ec) interrupt(signo);
     });
+    print_banner();
     start_ranks();
     start_workers();
     ctx_.run();
