@@ -925,3 +925,19 @@ BOOST_AUTO_TEST_CASE(an_application_holding_more_than_the_budget_completes_withi
   const auto st = srv.stats();
   BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);  // the budget held
 }
+
+// server::start refuses options it cannot run with (server.hpp): no
+// budget, no connection slot, no receive thread; each names them.
+BOOST_AUTO_TEST_CASE(options_a_server_cannot_run_with_are_refused) {
+  runner r;
+  for (int which = 0; which < 3; ++which) {
+    server_options opt;
+    if (which == 0) opt.budget_bytes = 0;
+    if (which == 1) opt.max_connections = 0;
+    if (which == 2) opt.threads = 0;
+    auto srv = server::listen(r.ex(), "inproc://server-test-bad-options-" + std::to_string(which), opt);
+    BOOST_TEST_REQUIRE(!srv.has_value(), "option set " << which << " was accepted");
+    BOOST_TEST((srv.code() == errc::invalid_argument), srv.message());
+    BOOST_TEST(srv.message().find("threads 0") != std::string::npos, srv.message());
+  }
+}
