@@ -28,8 +28,17 @@ awk -F, -v dir="$work" '
   }' "$csv"
 for f in "$work"/*.dat; do sort -n -o "$f" "$f"; done
 plots=()
+# The usual columns first, in this order; then any other column (a CSV
+# that joins two builds' runs may name them "blobpipe tcp before" ...).
 for c in blobpipe_tcp blobpipe_in-process zeromq_defaults zeromq_tuned raw_socket; do
   [[ -f $work/$c.dat ]] && plots+=("'$work/$c.dat' using 1:2 with linespoints lw 2 title '${c//_/ }'")
+done
+for f in "$work"/*.dat; do
+  c=$(basename "$f" .dat)
+  case " blobpipe_tcp blobpipe_in-process zeromq_defaults zeromq_tuned raw_socket " in
+    *" $c "*) ;;
+    *) plots+=("'$f' using 1:2 with linespoints lw 2 title '${c//_/ }'") ;;
+  esac
 done
 (IFS=,; gnuplot <<GP
 set terminal svg size 760,460 dynamic font 'sans,12'
