@@ -40,6 +40,7 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include "test/listening_ports.hpp"
 #include "test/ucx_frame_fixture.hpp"
 
 extern char** environ;
@@ -211,43 +212,6 @@ bool ping(std::uint16_t port, const ucx::options& opt, std::string& why) {
 const std::vector<ucx_link>& aborting_links() {
   static const std::vector<ucx_link> links = {ucx_links()[0], ucx_links()[4]};
   return links;
-}
-
-/// The TCP ports process `pid` listens on, with their addresses: from
-/// /proc/<pid>/net/tcp (LISTEN rows), those whose socket inode is one of
-/// the process's open files.
-std::vector<std::pair<std::string, std::uint16_t>> listening_ports(pid_t pid) {
-  std::set<std::string> inodes;
-  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
-  if (DIR* d = ::opendir(fd_dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      char target[256];
-      const std::string link = fd_dir + "/" + e->d_name;
-      const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
-      if (n <= 0) continue;
-      const std::string t(target, static_cast<std::size_t>(n));
-      if (t.starts_with("socket:[")) inodes.insert(t.substr(8, t.size() - 9));
-    }
-    ::closedir(d);
-  }
-  std::vector<std::pair<std::string, std::uint16_t>> out;
-  std::ifstream tcp("/proc/" + std::to_string(pid) + "/net/tcp");
-  std::string line;
-  std::getline(tcp, line);  // header
-  while (std::getline(tcp, line)) {
-    std::istringstream f(line);
-    std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-    f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-    if (state != "0A" || !inodes.count(inode)) continue;
-    // local: 8 hex digits of the IPv4 address (host byte order), ':', port.
-    const std::uint32_t a = std::stoul(local.substr(0, 8), nullptr, 16);
-    const auto port = static_cast<std::uint16_t>(std::stoul(local.substr(9), nullptr, 16));
-    const std::string host = std::to_string(a & 0xff) + "." + std::to_string((a >> 8) & 0xff) +
-                             "." + std::to_string((a >> 16) & 0xff) + "." +
-                             std::to_string(a >> 24);
-    out.emplace_back(host, port);
-  }
-  return out;
 }
 
 /// Whether a real connection to `lis` gets through (connect and accept).

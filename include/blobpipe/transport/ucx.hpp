@@ -33,8 +33,10 @@
 // memory ones on one host (UCX_TLS=sm alone works there), RDMA ones.
 // Because every endpoint runs in peer error mode, blobpipe turns on what
 // UCX 1.13 requires of the shared memory transports in that mode
-// (MM_ERROR_HANDLING, MEMORY_INVALIDATE), unless told otherwise.
-// docs/ucx.md has the details.
+// (MM_ERROR_HANDLING, MEMORY_INVALIDATE), unless told otherwise. A
+// listen() on one address confines UCX's own tcp transport (its listening
+// ports) to that address's interface, unless UCX_NET_DEVICES is set
+// (options::tcp_on_listen_interface_only). docs/ucx.md has the details.
 //
 // Connecting: listen() opens a TCP socket of blobpipe's own, not UCX's
 // sockaddr listener (ucp_listener_create), whose connection manager UCX
@@ -107,6 +109,22 @@ struct options {
   /// Like `config`, fixed when the io_context's UCX context is created.
   std::chrono::microseconds busy_poll{200};
 
+  /// When a listen() on one interface's IPv4 address (not 0.0.0.0)
+  /// creates the io_context's UCX context: confine UCX's own tcp transport,
+  /// whose listening ports forged bytes can abort the process with
+  /// (docs/ucx.md "Foreign bytes", issue 26 item 5), to that interface.
+  /// blobpipe sets UCX_NET_DEVICES to that interface plus every network
+  /// device of UCX's other transports (RDMA ones stay), found through UCT
+  /// (uct_md_query_tl_resources). Never when UCX_NET_DEVICES is in the
+  /// environment or `config` names NET_DEVICES: the user's choice stands.
+  /// Nothing changes when UCX's tcp does not use that interface. Later
+  /// listen() calls on the same io_context must then use that interface
+  /// too (invalid_argument otherwise: UCX's tcp could not reach them).
+  /// false: UCX's tcp listens on every interface it finds, as UCX does by
+  /// itself. Like `config`, fixed when the io_context's UCX context is
+  /// created.
+  bool tcp_on_listen_interface_only = true;
+
   // The two below apply to each listen/connect call that passes them (not
   // fixed with the io_context's UCX context).
 
@@ -176,11 +194,15 @@ class listener final : public blobpipe::listener {
 /// connections sit in TIME_WAIT binds). IPv6 is refused: UCX 1.13's tcp
 /// transport cannot connect over it (docs/ucx.md). Creates the
 /// io_context's UCX context and worker on the first call (ucp_init,
-/// ucp_worker_create).
+/// ucp_worker_create); on one address other than 0.0.0.0, with UCX's tcp
+/// transport confined to that address's interface
+/// (options::tcp_on_listen_interface_only).
 /// Errors: invalid_argument (address does not parse or is IPv6; config
 /// differing from the io_context's live UCX context; an unknown UCX config
-/// name; max_pending 0), peer_failed (UCX could not be initialised, or the
-/// socket could not listen, e.g. the port is in use; the message says so).
+/// name; max_pending 0; an address on another interface than the one the
+/// io_context's UCX tcp is confined to, or 0.0.0.0 then), peer_failed (UCX
+/// could not be initialised, or the socket could not listen, e.g. the port
+/// is in use; the message says so).
 [[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
                                       const std::string& address = "127.0.0.1",
                                       const options& opt = {});

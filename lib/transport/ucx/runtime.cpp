@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 
 #include <asio/execution_context.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "lib/transport/ucx/connection.hpp"
+#include "lib/transport/ucx/devices.hpp"
 #include "lib/transport/ucx/status.hpp"
 
 namespace blobpipe::ucx::detail {
@@ -35,16 +37,50 @@ ucs_status_t am_callback(void* arg, const void* header, std::size_t header_lengt
 
 }  // namespace
 
-result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, const options& opt) {
+result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, const options& opt,
+                                             std::optional<asio::ip::address_v4> listening_on) {
   const config_list& config = opt.config;
   auto& reg = asio::use_service<registry>(asio::query(ex, asio::execution::context));
   if (auto rt = reg.current.lock()) {
     if (!config.empty() && config != rt->config_)
       return {errc::invalid_argument,
               "ucx: this io_context's UCX context was created with other config overrides"};
+    if (listening_on && !rt->tcp_interface_.empty()) {
+      // UCX's tcp listens on that interface only: a peer that reached this
+      // listener through another could not reach UCX's tcp.
+      const std::string iface =
+          listening_on->is_unspecified() ? std::string() : interface_of(*listening_on);
+      if (iface != rt->tcp_interface_)
+        return {errc::invalid_argument,
+                "ucx listen on " + listening_on->to_string() +
+                    (iface.empty() ? std::string() : " (" + iface + ")") +
+                    ": this io_context's UCX tcp transport is confined to " +
+                    rt->tcp_interface_ +
+                    ", where its first listen was (options::tcp_on_listen_interface_only); "
+                    "listen on another io_context, or create this one's UCX context with "
+                    "that option false or with UCX_NET_DEVICES set"};
+    }
     return rt;
   }
-  auto ctx = context::create(config);
+  // Confine UCX's tcp transport (its own listening ports: docs/ucx.md
+  // "Foreign bytes") to the listener's interface, unless the user chose
+  // the devices (environment or config) or opted out.
+  config_list create_config = config;
+  std::string tcp_interface;
+  const bool user_chose_devices =
+      std::getenv("UCX_NET_DEVICES") != nullptr ||
+      std::any_of(config.begin(), config.end(),
+                  [](const auto& c) { return c.first == "NET_DEVICES"; });
+  if (listening_on && !listening_on->is_unspecified() && opt.tcp_on_listen_interface_only &&
+      !user_chose_devices) {
+    if (std::string iface = interface_of(*listening_on); !iface.empty()) {
+      if (std::string value = net_devices_confining_tcp(tl_devices(), iface); !value.empty()) {
+        create_config.emplace_back("NET_DEVICES", std::move(value));
+        tcp_interface = std::move(iface);
+      }
+    }
+  }
+  auto ctx = context::create(create_config);
   if (!ctx) return ctx.err();
   auto w = worker::create(*ctx);
   if (!w) return w.err();
@@ -56,7 +92,7 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   int copy = ::dup(*fd);
   if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
   auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config,
-                                      opt.busy_poll, std::move(*address));
+                                      opt.busy_poll, std::move(*address), std::move(tcp_interface));
   for (unsigned id : {am_message, am_goodbye, am_goodbye_ack, am_verify}) {
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
@@ -68,12 +104,13 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
 
 runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w,
                  int efd_copy, config_list config, std::chrono::microseconds busy_poll,
-                 std::vector<std::byte> address)
+                 std::vector<std::byte> address, std::string tcp_interface)
     : ex_(std::move(ex)),
       context_(std::move(ctx)),
       worker_(std::move(w)),
       efd_(ex_, efd_copy),
       config_(std::move(config)),
+      tcp_interface_(std::move(tcp_interface)),
       address_(std::move(address)),
       pairs_(worker_.get(), address_),
       pairing_lock_(ex_),

@@ -33,6 +33,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -41,6 +42,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/ip/address_v4.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <ucp/api/ucp.h>
@@ -84,19 +86,31 @@ class runtime : public std::enable_shared_from_this<runtime> {
  public:
   /// The runtime of `ex`'s execution context, created (ucp_init,
   /// ucp_worker_create, AM handlers, event fd) with `opt` if none lives.
+  /// `listening_on`: the address of the listen() asking (none: connect).
+  /// Created for a listen() on one interface's address, its tcp transport
+  /// is confined to that interface (options::tcp_on_listen_interface_only;
+  /// devices.hpp), and every later listen() must be on that interface.
   /// Errors: invalid_argument (`opt.config` differs from the live
-  /// runtime's, or UCX rejects a name), peer_failed (UCX could not be
-  /// initialised).
-  static result<std::shared_ptr<runtime>> of(const asio::any_io_executor& ex, const options& opt);
+  /// runtime's, or UCX rejects a name; a listen on another interface, or
+  /// on 0.0.0.0, than the one the live runtime's tcp is confined to),
+  /// peer_failed (UCX could not be initialised).
+  static result<std::shared_ptr<runtime>> of(
+      const asio::any_io_executor& ex, const options& opt,
+      std::optional<asio::ip::address_v4> listening_on = std::nullopt);
 
   runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w, int efd_copy,
-          config_list config, std::chrono::microseconds busy_poll, std::vector<std::byte> address);
+          config_list config, std::chrono::microseconds busy_poll, std::vector<std::byte> address,
+          std::string tcp_interface);
   ~runtime();
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
 
   const asio::any_io_executor& executor() const noexcept { return ex_; }
   ucp_worker_h worker() const noexcept { return worker_.get(); }
+  /// The one interface UCX's tcp transport was confined to when this
+  /// runtime was created (UCX_NET_DEVICES set by blobpipe); empty when it
+  /// was not (it uses every interface UCX finds, or the user's setting).
+  const std::string& tcp_interface() const noexcept { return tcp_interface_; }
   /// Whether this UCX can move CUDA device memory itself (a CUDA module,
   /// cuda_copy or cuda_ipc, is loaded: ucp_context_query memory_types).
   bool cuda_memory() const noexcept;
@@ -177,7 +191,8 @@ class runtime : public std::enable_shared_from_this<runtime> {
   detail::context context_;
   detail::worker worker_;
   asio::posix::stream_descriptor efd_;  // a dup of the worker's event fd
-  config_list config_;
+  config_list config_;  // the caller's overrides, as options::config gave them
+  std::string tcp_interface_;
   std::unordered_map<ucp_ep_h, connection*> eps_;
   std::unordered_map<const connection*, std::shared_ptr<connection>> closing_;
   std::vector<std::byte> address_;

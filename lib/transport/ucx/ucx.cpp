@@ -359,7 +359,7 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
   if (ec) return {errc::invalid_argument, "ucx listen: bad address '" + address + "'"};
   if (auto why = ipv4_only(addr); !why.empty()) return {errc::invalid_argument, "ucx listen: " + why};
   if (opt.max_pending == 0) return {errc::invalid_argument, "ucx listen: max_pending is 0"};
-  auto rt = runtime::of(ex, opt);
+  auto rt = runtime::of(ex, opt, addr.to_v4());
   if (!rt) return rt.err();
 
   auto p = std::make_shared<listener::impl>(*rt, opt);
