@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <asio/co_spawn.hpp>
@@ -169,6 +170,32 @@ asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
   }
 }
 
+/// The begin+abort flood (issue 26: it cut an honest run from 165 to 48
+/// MB/s): on its own thread and io_context, as another process would be,
+/// a hello, then begin+abort pairs of empty blobs, 4,096 to a write
+/// (256 KiB), until the server ends the connection. Counts the pairs.
+asio::awaitable<void> flood_sender(std::string url, std::uint64_t& pairs) {
+  using namespace blobpipe;
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await connect(ex, url);
+  if (ec) co_return;
+  outbox out;
+  frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
+  if (co_await write_out(*t, out)) co_return;
+  frame_header h;
+  std::vector<std::byte> payload;
+  if (co_await next_frame(*t, h, payload)) co_return;  // the server's hello
+  for (;;) {
+    out.clear();
+    for (int i = 0; i < 4096; ++i) {
+      ++pairs;
+      frame_blob_begin(out, pairs, tag_t{});
+      frame_blob_abort(out, pairs, "");
+    }
+    if (co_await write_out(*t, out)) co_return;  // the server closed it
+  }
+}
+
 // CPU seconds (user + system) and minor page faults of this process so
 // far (getrusage).
 struct usage {
@@ -191,12 +218,19 @@ struct phase_result {
   blobpipe::server_stats stats;
   int failures = 0;
   std::uint64_t bad_timed_out = 0;  // connections without entries ended by a timeout
+  std::uint64_t bad_aborts = 0;     // blobs aborted on connections without entries (the flood's)
+  std::uint64_t flood_pairs = 0;    // begin+abort pairs the flood wrote
 };
 
+/// The one bad sender beside the honest ones: none, the stalling one
+/// (bad_sender) or the begin+abort flood (flood_sender).
+enum class bad_kind { none, stall, flood };
+
 // `senders` senders share cfg.samples; the consumer waits `slow_us` per entry.
-// `bad`: one bad sender beside them (bad_sender), closed when they are done.
+// `bad_mode`: one bad sender beside them, closed when they are done.
 phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slow_us,
-                       bool bad = false) {
+                       bad_kind bad_mode = bad_kind::none) {
+  const bool bad = bad_mode != bad_kind::none;
   asio::io_context ctx;
   blobpipe::server_options opt;
   opt.budget_bytes = cfg.budget_mb << 20;
@@ -230,6 +264,9 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
           co_await pause.async_wait(asio::use_awaitable);
         }
       }
+      if (ev.kind == blobpipe::server_event_kind::blob_aborted &&
+          std::find(honest.begin(), honest.end(), ev.connection->id) == honest.end())
+        ++r.bad_aborts;
       if (ev.kind == blobpipe::server_event_kind::connection_closed && !stop &&
           std::find(honest.begin(), honest.end(), ev.connection->id) == honest.end() &&
           ev.ev.error == blobpipe::errc::timed_out)
@@ -249,7 +286,14 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   };
   asio::co_spawn(ctx, consume(), asio::detached);
   const std::string url = srv->url();
-  if (bad) asio::co_spawn(ctx, bad_sender(url, stop), asio::detached);
+  if (bad_mode == bad_kind::stall) asio::co_spawn(ctx, bad_sender(url, stop), asio::detached);
+  std::thread flood;
+  if (bad_mode == bad_kind::flood)
+    flood = std::thread([url, &r] {
+      asio::io_context fctx;
+      asio::co_spawn(fctx, flood_sender(url, r.flood_pairs), asio::detached);
+      fctx.run();
+    });
   for (std::size_t i = 0; i < senders; ++i) {
     const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
     asio::co_spawn(ctx, send_share(url, s, lo, hi - lo, r.failures), asio::detached);
@@ -257,6 +301,7 @@ phase_result run_phase(const config& cfg, std::size_t senders, std::uint64_t slo
   const usage u0 = usage_now();
   const auto wall0 = clock::now();
   ctx.run();
+  if (flood.joinable()) flood.join();  // its connection was closed: its write failed
   const usage u1 = usage_now();
   r.cpu = u1.cpu - u0.cpu;
   r.faults = u1.faults - u0.faults;
@@ -468,7 +513,8 @@ int main(int argc, char** argv) {
   const auto many = run_phase(cfg, cfg.senders, 0);
   const auto slow = run_phase(cfg, cfg.senders, cfg.slow_us);
   const auto without_bad = run_phase(cfg, cfg.senders, 0);
-  const auto with_bad = run_phase(cfg, cfg.senders, 0, true);
+  const auto with_bad = run_phase(cfg, cfg.senders, 0, bad_kind::stall);
+  const auto with_flood = run_phase(cfg, cfg.senders, 0, bad_kind::flood);
   const auto line = [](const char* name, const phase_result& r) {
     const auto& l = r.stats.total.latency;
     std::printf("%-28s %8.3f GB/s  %7.3f s  cpu/wall %4.2f  p50 %8.3f ms  p99 %8.3f ms  "
@@ -497,8 +543,15 @@ int main(int argc, char** argv) {
               gbps(without_bad) > 0 ? gbps(with_bad) / gbps(without_bad) : 0.0,
               static_cast<unsigned long long>(with_bad.bad_timed_out),
               static_cast<double>(with_bad.stats.pool.committed_high_water) / (1 << 20));
+  std::snprintf(name, sizeof name, "%zu senders + 1 flood", cfg.senders);
+  line(name, with_flood);
+  std::printf("begin+abort flood: honest throughput %.2fx of without it; the flood wrote %llu "
+              "pairs, %llu of its aborts yielded\n",
+              gbps(without_bad) > 0 ? gbps(with_flood) / gbps(without_bad) : 0.0,
+              static_cast<unsigned long long>(with_flood.flood_pairs),
+              static_cast<unsigned long long>(with_flood.bad_aborts));
   return one.failures || many.failures || slow.failures || without_bad.failures ||
-                 with_bad.failures
+                 with_bad.failures || with_flood.failures
              ? 1
              : 0;
 }

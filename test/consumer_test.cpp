@@ -226,12 +226,20 @@ BOOST_AUTO_TEST_CASE(single_chunk_entries_of_many_producers_arrive_in_order) {
 namespace {
 
 // Sends one blob whose entry i ("e<i>") is a view of *sources[i], then
-// shuts the sender down.
-asio::awaitable<void> send_blob_of(sender& s, const std::vector<const std::vector<float>*>& sources) {
+// shuts the sender down. With `taken`, entry i+1 is sent only once
+// *taken exceeds i (the consumer's application has had entry i), so which
+// entries are released before the next one arrives does not depend on
+// how reads and turns happen to interleave.
+asio::awaitable<void> send_blob_of(sender& s, const std::vector<const std::vector<float>*>& sources,
+                                   const int* taken = nullptr) {
+  auto ex = co_await asio::this_coro::executor;
   auto blob = s.open_blob();
   for (std::size_t i = 0; i < sources.size(); ++i) {
     auto v = value::tensor(*sources[i]);
     BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+    if (!taken) continue;
+    BLOBPIPE_CO_CHECK(s.flush());
+    while (*taken <= static_cast<int>(i)) co_await asio::post(ex, asio::use_awaitable);
   }
   BLOBPIPE_CO_CHECK(blob.finish());
   BLOBPIPE_CO_CHECK(s.shutdown());
@@ -254,8 +262,9 @@ asio::awaitable<event> for_each_entry(
 // Released entry buffers are reused by later entries of the same size
 // (consumer_options::recycle_bytes), never while an entry still holds one,
 // and a reused buffer holds exactly the new entry's bytes: entry 0 is held
-// for the whole run, entries 1..5 are dropped as soon as they arrive, so
-// entries 2..5 land in entry 1's buffer and entry 0's bytes stay intact.
+// for the whole run, entries 1..5 are dropped as soon as they arrive (each
+// sent once the one before it was), so entries 2..5 land in entry 1's
+// buffer and entry 0's bytes stay intact.
 BOOST_AUTO_TEST_CASE(released_entry_buffers_are_reused_held_ones_never) {
   for (link_kind l : both) {
     BOOST_TEST_CONTEXT(link_name(l)) {
@@ -277,7 +286,7 @@ BOOST_AUTO_TEST_CASE(released_entry_buffers_are_reused_held_ones_never) {
           ++shared_with_held;
       };
       auto consume = [&]() -> asio::awaitable<void> { end = co_await for_each_entry(ep.c, on_entry); };
-      r.spawn(send_blob_of(ep.s, sources));
+      r.spawn(send_blob_of(ep.s, sources, &entries));
       r.spawn(consume());
       BOOST_TEST_REQUIRE(r.run());
       BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);

@@ -125,7 +125,10 @@ class recorder final : public decoder_listener {
 };
 
 /// How a stream reaches the decoder.
-enum class feeding { whole, bytewise, random, landed };
+/// `turns`: consume_some() with a budget of 1 to 3 frames' work
+/// (decoder::frame_work_floor_bytes) per call, the work reset each time, as
+/// the consumer's turns feed it (docs/cluster.md "Fair turns").
+enum class feeding { whole, bytewise, random, landed, turns };
 
 struct decoded {
   std::vector<std::string> lines;
@@ -144,6 +147,7 @@ std::string name_of(feeding f, unsigned seed) {
     case feeding::bytewise: return "one byte at a time";
     case feeding::random: return "random chunks, seed " + std::to_string(seed);
     case feeding::landed: return "payloads landed with payload_target/commit_payload";
+    case feeding::turns: return "turns of " + std::to_string(seed) + " frames' work";
   }
   return "?";
 }
@@ -179,6 +183,17 @@ decoded decode(std::span<const std::byte> s, decoder_limits lim, feeding f, unsi
         }
         n = std::min(std::max<std::size_t>(d.next_required_size(), 1), left);
         break;
+      case feeding::turns: {
+        d.reset_work();
+        auto took = d.consume_some(s.subspan(at), decoder::frame_work_floor_bytes * seed);
+        if (!took) {
+          r = took.err();
+          continue;
+        }
+        BOOST_TEST_REQUIRE(*took > 0u, "a turn took no byte");
+        at += *took;
+        continue;
+      }
     }
     r = d.consume(s.subspan(at, n));
     at += n;
@@ -201,6 +216,7 @@ std::vector<std::pair<feeding, unsigned>> feedings() {
   std::vector<std::pair<feeding, unsigned>> v = {
       {feeding::whole, 0}, {feeding::bytewise, 0}, {feeding::landed, 0}};
   for (unsigned seed = 1; seed <= 6; ++seed) v.emplace_back(feeding::random, seed);
+  for (unsigned frames = 1; frames <= 3; ++frames) v.emplace_back(feeding::turns, frames);
   return v;
 }
 
@@ -903,4 +919,102 @@ BOOST_AUTO_TEST_CASE(grouped_blobs_and_credit_requests_pass_when_negotiated) {
   BOOST_TEST_REQUIRE(d.r.has_value(), d.r.message());
   BOOST_TEST((std::find(d.lines.begin(), d.lines.end(), "blob_group 1 group=5/2") != d.lines.end()));
   BOOST_TEST((std::find(d.lines.begin(), d.lines.end(), "credit_request 4096") != d.lines.end()));
+}
+
+// ---- turns of work (consume_some): docs/cluster.md "Fair turns" --------------
+
+BOOST_AUTO_TEST_CASE(a_turn_of_work_completes_64_begin_abort_frames_not_a_buffer_of_them) {
+  // Issue 26: a begin+abort flood. 4,096 pairs of 40- and 24-byte frames
+  // fill a 256 KiB receive buffer; consume() decodes them all at once. A
+  // turn of 256 KiB of work counts each frame as at least 4 KiB, so it
+  // completes 64 frames (32 pairs) and leaves the rest for later turns,
+  // which report the same events as consume() does.
+  constexpr std::uint64_t pairs = 4096;
+  constexpr std::uint64_t turn = 256u << 10;
+  static_assert(turn / decoder::frame_work_floor_bytes == 64);
+  outbox h;
+  frame_hello(h, sender_hello);
+  const std::size_t hello_bytes = h.size();
+  outbox o;
+  frame_hello(o, sender_hello);
+  for (std::uint64_t id = 1; id <= pairs; ++id) {
+    frame_blob_begin(o, id, tag_of("flood"));
+    frame_blob_abort(o, id, "");
+  }
+  const auto s = bytes_of(o);
+  constexpr std::size_t pair_bytes = 2 * frame_header_size + TAG_SIZE;
+  BOOST_TEST_REQUIRE(s.size() == hello_bytes + pairs * pair_bytes);
+
+  const decoded whole = decode(s, {}, feeding::whole);
+  BOOST_TEST_REQUIRE(whole.r.has_value(), whole.r.message());
+  BOOST_TEST_REQUIRE(whole.lines.size() == 1 + 2 * pairs);
+
+  recorder l;
+  decoder d(wire_role::sender, {}, l);
+  l.dec = &d;
+  BOOST_TEST_REQUIRE(d.consume(std::span(s).first(hello_bytes)).has_value());
+  std::size_t at = hello_bytes;
+  std::size_t turns = 0;
+  while (at < s.size()) {
+    d.reset_work();
+    const std::size_t before = l.lines.size();
+    auto took = d.consume_some(std::span(s).subspan(at), turn);
+    BOOST_TEST_REQUIRE(took.has_value(), took.message());
+    // Exactly 64 frames: their bytes, each charged up to 4 KiB.
+    BOOST_TEST_REQUIRE(*took == 32 * pair_bytes);
+    BOOST_TEST_REQUIRE(l.lines.size() - before == 64u);
+    BOOST_TEST(d.work() == turn);
+    at += *took;
+    ++turns;
+  }
+  BOOST_TEST(turns == std::size_t(pairs / 32));
+  BOOST_TEST(l.lines == whole.lines, boost::test_tools::per_element());
+  BOOST_TEST(d.open_blobs() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_turn_counts_large_frames_by_their_bytes) {
+  // Frames longer than the floor cost their bytes: a turn of 256 KiB
+  // takes hello, blob_begin and entry_begin (4 KiB of work each) and four
+  // 64 KiB data frames, which spend it; the fifth waits for the next turn.
+  decoder_limits lim;
+  lim.max_chunk_bytes = 64u << 10;
+  const std::vector<std::byte> chunk(64u << 10, std::byte{1});
+  outbox o;
+  frame_hello(o, sender_hello);
+  frame_blob_begin(o, 1, tag_of("big"));
+  const Entry e = f32_entry("x", 0, 5 * 16 * 1024);  // five chunks
+  begin_entry(o, 1, 0, e);
+  for (std::uint64_t k = 0; k < 5; ++k)
+    raw(o, {.type = frame_type::data, .blob_id = 1, .arg = k * chunk.size()}, chunk);
+  const auto s = bytes_of(o);
+  const std::size_t last = frame_header_size + chunk.size();
+  recorder l;
+  decoder d(wire_role::sender, lim, l);
+  l.dec = &d;
+  auto took = d.consume_some(s, 256u << 10);
+  BOOST_TEST_REQUIRE(took.has_value(), took.message());
+  BOOST_TEST(*took == s.size() - last);
+  BOOST_TEST(d.work() == 3 * decoder::frame_work_floor_bytes + 4 * last);
+  BOOST_TEST((std::find(l.lines.begin(), l.lines.end(), "entry_complete 1/0") == l.lines.end()));
+  d.reset_work();
+  auto rest = d.consume_some(std::span(s).subspan(*took), 256u << 10);
+  BOOST_TEST_REQUIRE(rest.has_value(), rest.message());
+  BOOST_TEST(*rest == last);
+  BOOST_TEST((std::find(l.lines.begin(), l.lines.end(), "entry_complete 1/0") != l.lines.end()));
+}
+
+BOOST_AUTO_TEST_CASE(bytes_after_a_close_frame_are_refused_whatever_the_turn_left) {
+  outbox o;
+  frame_hello(o, sender_hello);
+  frame_close(o, "bye");
+  auto s = bytes_of(o);
+  s.push_back(std::byte{0});
+  recorder l;
+  decoder d(wire_role::sender, {}, l);
+  l.dec = &d;
+  // A budget spent by the close frame itself.
+  auto took = d.consume_some(s, 2 * decoder::frame_work_floor_bytes);
+  BOOST_TEST_REQUIRE(!took);
+  BOOST_TEST(took.message().find("bytes after the peer's close frame") != std::string::npos,
+             took.message());
 }

@@ -12,7 +12,9 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 #include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/framer.hpp"
@@ -101,12 +103,53 @@ result<void> transport_error(consumer_state& s, std::error_code ec) {
   return error{ec, s.t->last_error().empty() ? ec.message() : s.t->last_error()};
 }
 
+/// Decodes the receive buffer's undecoded bytes, at most a turn's work
+/// (all of them before the sender's hello: at most hello_receive_bytes, so
+/// a stream pipelined behind the hello is decoded with it).
+result<void> decode_received(consumer_state& s) {
+  auto& d = s.frames;
+  const std::uint64_t budget = s.peer ? turn_work_bytes : ~std::uint64_t{0};
+  auto took = d.consume_some(std::span(s.rx).subspan(s.rx_at, s.rx_end - s.rx_at), budget);
+  if (!took) return took.err();
+  s.rx_at += *took;
+  if (s.rx_at != s.rx_end || s.bulk_announced == 0) return {};
+  // A message transport's bulk payload must be exactly the rest of the
+  // frame whose header ended the bytes read with it.
+  const std::size_t bulk = std::exchange(s.bulk_announced, 0);
+  if (!d.in_payload() || d.payload_remaining() != bulk)
+    return result<void>(errc::protocol_violation, "a bulk payload of " + std::to_string(bulk) +
+                                                       " bytes apart from its frame");
+  s.bulk_pending = bulk;
+  return {};
+}
+
 }  // namespace
 
 asio::awaitable<result<void>> read_input(consumer_state& s) {
   auto& d = s.frames;
+  // Fair turns: a turn's work spent, every other handler ready on this
+  // executor (the other connections' turns) runs before this one decodes
+  // more (turn_work_bytes).
+  if (d.work() >= turn_work_bytes) {
+    d.reset_work();
+    ++s.stats.turns_yielded;
+    co_await asio::post(s.ex, asio::use_awaitable);
+  }
   result<void> r;
-  if (d.in_payload() && (s.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
+  const bool buffered = s.rx_at != s.rx_end;
+  if (buffered && (s.ack_stopped || !s.timeout_reason.empty())) {
+    // Closed on this side (close(), the watchdog) while bytes read waited
+    // for their turn: they are dropped like bytes never read, and the
+    // stream ends as a read would end it now. Decoded after close(), a
+    // resend session's blob would complete without being recorded as
+    // delivered (acks have stopped), and come again on its next connection.
+    s.rx_at = s.rx_end;
+    co_return transport_error(s, make_error_code(errc::closed));
+  }
+  if (buffered) {
+    r = decode_received(s);
+  } else if (d.in_payload() &&
+             (s.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
     // A payload with nothing of it buffered: straight into its place.
     const auto target = d.payload_target();
     if (s.bulk_pending != 0 && s.bulk_pending != target.size())
@@ -136,16 +179,10 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     auto [ec, got] = co_await s.t->read_some(s.rx);
     if (ec) co_return transport_error(s, ec);
     s.bytes_in += got.bytes;
-    r = d.consume(std::span(s.rx).first(got.bytes));
-    if (r && got.bulk_bytes != 0) {
-      // A message transport's bulk payload must be exactly the rest of
-      // the frame whose header ended the bytes just read.
-      if (!d.in_payload() || d.payload_remaining() != got.bulk_bytes)
-        co_return result<void>(errc::protocol_violation,
-                               "a bulk payload of " + std::to_string(got.bulk_bytes) +
-                                   " bytes apart from its frame");
-      s.bulk_pending = got.bulk_bytes;
-    }
+    s.rx_at = 0;
+    s.rx_end = got.bytes;
+    s.bulk_announced = got.bulk_bytes;
+    r = decode_received(s);
   }
   s.collect_returned_credit();
   if (s.pool_member != 0) s.publish_buffered();  // for the pool's other threads
@@ -215,7 +252,8 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       const bool landed = !s->posted.empty() && s->posted.front().receipt.ready();
       const bool read_on = !fenced || (!s->ended && !landed &&
                                        s->posted.size() < s->read_window &&
-                                       (s->bulk_pending != 0 || s->t->readable()));
+                                       (s->bulk_pending != 0 || s->rx_at != s->rx_end ||
+                                        s->t->readable()));
       s->update_watch();
       s->stall_watch.begin_wait();
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
@@ -294,9 +332,10 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
     after_hello = r;
   }
   s->stall_watch.end_wait();
-  // The hello came: the full receive buffer now (the decoder keeps nothing
-  // in rx between reads).
+  // The hello came: the full receive buffer now (the hello's read was
+  // decoded whole: nothing is left in rx). Turns count from here.
   s->rx.resize(detail::receive_buffer_bytes);
+  s->frames.reset_work();
   // What the decoder negotiated in on_hello, for the sender; file sinks and
   // device landing read whole entries before yielding them (no posting).
   const auto& limits = s->frames.limits();

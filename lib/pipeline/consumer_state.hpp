@@ -38,6 +38,16 @@ inline constexpr std::size_t hello_receive_bytes = frame_header_size + max_hello
 /// A payload with at least this many bytes still to come, and nothing of
 /// it buffered, is read straight into its destination (read_exact).
 inline constexpr std::uint64_t direct_read_bytes = 64u << 10;
+/// A connection's turn on its thread, in bytes of decoder work
+/// (decoder::work(): bytes decoded, every frame counted as at least
+/// decoder::frame_work_floor_bytes): one receive buffer's worth, so at most
+/// 64 frames. Once a turn is spent the consumer yields its executor
+/// (asio::post) before decoding more, and what it read and has not decoded
+/// waits in the receive buffer: every other connection on the thread gets
+/// its turn first, so a peer flooding tiny frames (begin+abort pairs) gets
+/// no more of the thread than one sending large ones (issue 26;
+/// docs/cluster.md "Fair turns").
+inline constexpr std::uint64_t turn_work_bytes = receive_buffer_bytes;
 
 /// A blob between blob_begin and its end, as the consumer's sinks see it
 /// (the decoder keeps the protocol's view of it).
@@ -195,6 +205,12 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   consumer_options opt;
   decoder frames;
   std::vector<std::byte> rx;      // the receive buffer
+  // rx[rx_at, rx_end): read, not yet decoded (a turn ran out first).
+  std::size_t rx_at = 0;
+  std::size_t rx_end = 0;
+  // A message transport's bulk payload announced with the bytes in rx,
+  // checked once they are all decoded (then bulk_pending).
+  std::size_t bulk_announced = 0;
   std::size_t bulk_pending = 0;   // a bulk payload read_some announced, bytes
   std::optional<hello> peer;      // the sender's hello, once read
   std::uint32_t chunk_bytes = 0;  // negotiated
@@ -249,9 +265,11 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
 /// consumer::next() with the caller's cancellation turned into errors.
 asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);
 
-/// One step of input: reads what the transport has (or a payload straight
-/// into its destination, or posts its read) and decodes it. An error ends
-/// the stream.
+/// One step of input: decodes what the receive buffer still holds, else
+/// reads what the transport has (or a payload straight into its
+/// destination, or posts its read) and decodes it, at most a turn's work
+/// (turn_work_bytes); a turn spent yields the executor first. An error
+/// ends the stream.
 asio::awaitable<result<void>> read_input(consumer_state& s);
 
 /// Waits for the oldest posted read. If it failed, its buffer is retired

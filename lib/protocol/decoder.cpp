@@ -119,52 +119,69 @@ result<void> decoder::check_window(std::uint64_t n, const char* what) const {
 // ---- bytes in ---------------------------------------------------------------
 
 result<void> decoder::consume(std::span<const std::byte> in) {
+  auto r = consume_some(in, ~std::uint64_t{0});
+  if (!r) return r.err();
+  return {};
+}
+
+result<std::size_t> decoder::consume_some(std::span<const std::byte> in, std::uint64_t budget) {
   if (failure_) return *failure_;
-  while (!in.empty()) {
-    switch (state_) {
-      case state::hello:
-      case state::header: {
-        if (header_have_ == 0 && in.size() >= frame_header_size) {
-          auto r = on_header(in.first(frame_header_size));
-          in = in.subspan(frame_header_size);
-          if (!r) return r;
-          break;
-        }
-        const std::size_t n = std::min(frame_header_size - header_have_, in.size());
-        std::memcpy(header_buf_.data() + header_have_, in.data(), n);
-        header_have_ += n;
-        in = in.subspan(n);
-        if (header_have_ < frame_header_size) {
-          // A stray client (an HTTP request, a port scanner) is refused on
-          // its first bytes, not after it has sent a whole header.
-          if (state_ == state::hello) return check_hello_prefix();
-          return {};
-        }
-        header_have_ = 0;
-        if (auto r = on_header(header_buf_); !r) return r;
-        break;
+  const std::size_t total = in.size();
+  // Past a close frame every byte is a violation, budget or not.
+  while (!in.empty() && (work_ < budget || state_ == state::closed)) {
+    const std::size_t before = in.size();
+    auto r = step(in);
+    work_ += before - in.size();
+    if (!r) return r.err();
+  }
+  return total - in.size();
+}
+
+void decoder::frame_done() noexcept {
+  const std::uint64_t size = frame_header_size + std::uint64_t{cur_.length};
+  if (size < frame_work_floor_bytes) work_ += frame_work_floor_bytes - size;
+}
+
+result<void> decoder::step(std::span<const std::byte>& in) {
+  switch (state_) {
+    case state::hello:
+    case state::header: {
+      if (header_have_ == 0 && in.size() >= frame_header_size) {
+        auto r = on_header(in.first(frame_header_size));
+        in = in.subspan(frame_header_size);
+        return r;
       }
-      case state::payload: {
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, in.size()));
-        if (sink_ == sink::assemble && assembly_have_ == 0 && n == payload_left_) {
-          // Whole payload present: decoded in place, no copy.
-          auto whole = in.first(n);
-          in = in.subspan(n);
-          payload_left_ = 0;
-          if (auto r = finish_payload(whole); !r) return r;
-          break;
-        }
-        std::memcpy(payload_target().data(), in.data(), n);
-        in = in.subspan(n);
-        if (auto r = commit_payload(n); !r) return r;
-        break;
+      const std::size_t n = std::min(frame_header_size - header_have_, in.size());
+      std::memcpy(header_buf_.data() + header_have_, in.data(), n);
+      header_have_ += n;
+      in = in.subspan(n);
+      if (header_have_ < frame_header_size) {
+        // A stray client (an HTTP request, a port scanner) is refused on
+        // its first bytes, not after it has sent a whole header.
+        if (state_ == state::hello) return check_hello_prefix();
+        return {};
       }
-      case state::closed:
-        return fail(violation("bytes after the peer's close frame"));
-      case state::failed:
-        return *failure_;
+      header_have_ = 0;
+      return on_header(header_buf_);
     }
+    case state::payload: {
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, in.size()));
+      if (sink_ == sink::assemble && assembly_have_ == 0 && n == payload_left_) {
+        // Whole payload present: decoded in place, no copy.
+        auto whole = in.first(n);
+        in = in.subspan(n);
+        payload_left_ = 0;
+        return finish_payload(whole);
+      }
+      std::memcpy(payload_target().data(), in.data(), n);
+      in = in.subspan(n);
+      return commit(n);
+    }
+    case state::closed:
+      return fail(violation("bytes after the peer's close frame"));
+    case state::failed:
+      return *failure_;
   }
   return {};
 }
@@ -181,6 +198,12 @@ std::span<std::byte> decoder::payload_target() {
 }
 
 result<void> decoder::commit_payload(std::size_t n) {
+  if (failure_) return *failure_;
+  work_ += n;
+  return commit(n);
+}
+
+result<void> decoder::commit(std::size_t n) {
   if (failure_) return *failure_;
   if (state_ != state::payload || n > payload_left_)
     return fail(make_error(errc::invalid_argument, "commit_payload: no payload of that size"));
@@ -199,6 +222,7 @@ result<void> decoder::advance_entry(std::size_t n) {
   open_blob& b = *cur_blob_;  // data frames point at their blob until it ends
   b.received += n;
   if (payload_left_ != 0) return {};
+  frame_done();
   state_ = state::header;
   if (b.received != b.current.len) return {};
   b.entry_open = false;
@@ -363,6 +387,7 @@ result<void> decoder::check_header(const frame_header& h) {
 }
 
 result<void> decoder::finish_payload(std::span<const std::byte> p) {
+  frame_done();
   state_ = state::header;
   result<void> r;
   switch (cur_.type) {

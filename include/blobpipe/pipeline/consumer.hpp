@@ -347,6 +347,11 @@ struct consumer_stats {
   /// Its member id in consumer_options::pool (credit_pool::holds); 0: not
   /// pooled.
   std::uint64_t pool_member = 0;
+  /// Turns whose work was spent (a receive buffer's worth, every frame
+  /// counted as at least 4 KiB), after which next() let every other
+  /// handler ready on its executor run before decoding more
+  /// (docs/cluster.md "Fair turns").
+  std::uint64_t turns_yielded = 0;
 };
 
 /// consumer_options::waits_reported: the reader handed `e` to the

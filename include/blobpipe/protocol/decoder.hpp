@@ -155,6 +155,30 @@ class decoder {
   /// or whatever a listener callback returned.
   result<void> consume(std::span<const std::byte> in);
 
+  /// As consume(), but stops early once work() reaches `budget` (bytes of
+  /// work, see work()): after the frame that spent it, or mid-frame only
+  /// when `in` itself holds more bytes than the budget. Returns how many
+  /// bytes of `in` it took; the caller passes the rest again later (any
+  /// chunking is fine). Bytes after a close frame are refused whatever
+  /// the budget. A caller sharing a thread among connections gives each a
+  /// turn of at most `budget` this way, so a peer sending tiny frames gets
+  /// no more decoding per turn than one sending large ones
+  /// (docs/cluster.md "Fair turns", docs/wire.md "Limits").
+  /// Errors: as consume().
+  result<std::size_t> consume_some(std::span<const std::byte> in, std::uint64_t budget);
+
+  /// Each frame completed costs at least this much work, bytes: a frame
+  /// shorter than this (header and payload) is charged the difference.
+  static constexpr std::uint64_t frame_work_floor_bytes = 4096;
+  /// Work done since the last reset_work(), bytes: every byte decoded
+  /// (consume, consume_some, commit_payload), plus for each frame
+  /// completed the difference up to frame_work_floor_bytes. A budget of B
+  /// bytes of work thus completes at most B / frame_work_floor_bytes
+  /// frames (64 for a 256 KiB turn), whatever their size.
+  std::uint64_t work() const noexcept { return work_; }
+  /// Starts counting work() from 0 (a new turn).
+  void reset_work() noexcept { work_ = 0; }
+
   /// Bytes needed to finish the current frame header or payload (>= 1
   /// while decoding; 0 after a close frame or a failure).
   std::size_t next_required_size() const noexcept;
@@ -243,6 +267,13 @@ class decoder {
   };
 
   result<void> fail(error e);
+  /// One step of consume_some(): a header (or part), or a payload (or part).
+  result<void> step(std::span<const std::byte>& in);
+  /// commit_payload() without counting the bytes as work (consume counts
+  /// them itself).
+  result<void> commit(std::size_t n);
+  /// A frame is complete: charges it up to frame_work_floor_bytes.
+  void frame_done() noexcept;
   result<void> on_header(std::span<const std::byte> bytes);
   result<void> check_hello_prefix();
   result<void> start_payload(sink k);
@@ -283,6 +314,8 @@ class decoder {
   std::uint64_t buffered_ = 0;
   std::size_t entries_open_ = 0;  // open_blob::entry_open set, over all blobs
   std::uint64_t returned_ = 0;
+  // Work since reset_work() (work()).
+  std::uint64_t work_ = 0;
 };
 
 }  // namespace blobpipe
