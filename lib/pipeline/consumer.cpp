@@ -17,7 +17,7 @@
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/pipeline/consumer_state.hpp"
-#include "lib/pipeline/handshake_deadline.hpp"
+#include "lib/pipeline/deadline.hpp"
 
 namespace blobpipe {
 namespace detail {
@@ -266,16 +266,15 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
   s->log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
   if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
-  detail::handshake_deadline deadline(s->ex, s->opt.handshake_timeout,
-                              [weak = std::weak_ptr<detail::consumer_state>(s)] {
-                                auto st = weak.lock();
-                                if (!st) return;
-                                st->timeout_reason =
-                                    "no handshake with the sender within " +
-                                    std::to_string(st->opt.handshake_timeout.count()) +
-                                    " ms (handshake_timeout)";
-                                st->t->close();
-                              });
+  // handshake_timeout: closing the transport ends the read or write below.
+  detail::deadline handshake_bound(
+      s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
+        auto st = weak.lock();
+        if (!st) return;
+        st->timeout_reason = detail::deadline::reason(
+            "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
+        st->t->close();
+      });
   auto fail = [&](std::error_code ec) {
     s->stall_watch.stop();
     s->t->close();
