@@ -112,16 +112,24 @@ std::error_code resend_start_error(runner& r, const connect_fn& connect,
   return ec;
 }
 
+/// A resend session against consumers that never answer, with options
+/// `o`: start() gives up with timed_out after max_attempts connections,
+/// each closed at the limit.
+void expect_attempts_time_out(const sender_options& o) {
+  runner r;
+  silent_consumers peers{r};
+  const auto ec = resend_start_error(r, peers.connect(), o);
+  BOOST_TEST((ec == errc::timed_out), ec.message());
+  BOOST_TEST(peers.connects == static_cast<int>(o.resend.max_attempts));
+  for (const auto& end : peers.ends) BOOST_TEST(!end->is_open());
+}
+
 }  // namespace
 
 // A resend session's attempts are each bounded: connections to a consumer
 // that never answers fail one after another, then start() gives up.
 BOOST_AUTO_TEST_CASE(resend_session_gives_up_on_consumers_that_say_nothing) {
-  runner r;
-  silent_consumers peers{r};
-  const auto ec = resend_start_error(r, peers.connect(), resend_bounded(50ms, 0ms, 3));
-  BOOST_TEST((ec == errc::timed_out), ec.message());
-  BOOST_TEST(peers.connects == 3);
+  expect_attempts_time_out(resend_bounded(50ms, 0ms, 3));
 }
 
 // stall_timeout bounds a resend session's whole attempt (lib/pipeline/
@@ -148,12 +156,7 @@ BOOST_AUTO_TEST_CASE(resend_stall_timeout_cancels_a_connect_that_never_completes
 // ... and a handshake with a consumer that never answers is ended at it
 // too, with no handshake_timeout of its own: the attempt's link is closed.
 BOOST_AUTO_TEST_CASE(resend_stall_timeout_closes_a_handshake_that_never_ends) {
-  runner r;
-  silent_consumers peers{r};
-  const auto ec = resend_start_error(r, peers.connect(), resend_bounded(0ms, 50ms, 2));
-  BOOST_TEST((ec == errc::timed_out), ec.message());
-  BOOST_TEST(peers.connects == 2);
-  for (const auto& end : peers.ends) BOOST_TEST(!end->is_open());
+  expect_attempts_time_out(resend_bounded(0ms, 50ms, 2));
 }
 
 // 0 turns the bound off: a hello that comes late (after what a short bound
