@@ -10,6 +10,11 @@
 
 #include <chrono>
 
+#include <asio/error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
 #include "blobpipe/transport/loopback.hpp"
 #include "test/pipeline_fixture.hpp"
 
@@ -61,31 +66,97 @@ BOOST_AUTO_TEST_CASE(sender_start_times_out_on_a_consumer_that_says_nothing) {
   BOOST_TEST(!silent->is_open());
 }
 
-// A resend session's attempts are each bounded: connections to a consumer
-// that never answers fail one after another, then start() gives up.
-BOOST_AUTO_TEST_CASE(resend_session_gives_up_on_consumers_that_say_nothing) {
-  runner r;
-  std::vector<std::unique_ptr<transport>> silent_ends;
+namespace {
+
+using connect_result = std::tuple<std::error_code, std::unique_ptr<transport>>;
+
+/// A resend session's connections to consumers that never answer (never
+/// read, never write); `ends` keeps their silent ends, `connects` counts.
+struct silent_consumers {
+  runner& r;
+  std::vector<std::unique_ptr<transport>> ends{};
   int connects = 0;
-  connect_fn connect = [&]() -> asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> {
-    ++connects;
-    auto [silent, t] = loopback::make_pair(r.ex());
-    silent_ends.push_back(std::move(silent));
-    co_return std::tuple{std::error_code{}, std::move(t)};
-  };
+  connect_fn connect() {
+    return [this]() -> asio::awaitable<connect_result> {
+      ++connects;
+      auto [silent, t] = loopback::make_pair(r.ex());
+      ends.push_back(std::move(silent));
+      co_return connect_result{std::error_code{}, std::move(t)};
+    };
+  }
+};
+
+/// A resend session's options: `attempts` attempts 1 ms apart, each
+/// bounded by `handshake` (handshake_timeout) and `stall` (stall_timeout).
+sender_options resend_bounded(std::chrono::milliseconds handshake,
+                              std::chrono::milliseconds stall, std::uint32_t attempts) {
+  sender_options o;
+  o.handshake_timeout = handshake;
+  o.stall_timeout = stall;
+  o.resend.max_attempts = attempts;
+  o.resend.retry_delay = 1ms;
+  return o;
+}
+
+/// What sender::start(connect, o) of a resend session returns, run to its
+/// end (within the runner's 20 s hang guard).
+std::error_code resend_start_error(runner& r, const connect_fn& connect,
+                                   const sender_options& o) {
   std::error_code ec;
   auto body = [&]() -> asio::awaitable<void> {
-    sender_options o;
-    o.handshake_timeout = 50ms;
-    o.resend.max_attempts = 3;
-    o.resend.retry_delay = 1ms;
     auto [sec, s] = co_await sender::start(connect, o);
     ec = sec;
   };
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run(20s));
+  return ec;
+}
+
+/// A resend session against consumers that never answer, with options
+/// `o`: start() gives up with timed_out after max_attempts connections,
+/// each closed at the limit.
+void expect_attempts_time_out(const sender_options& o) {
+  runner r;
+  silent_consumers peers{r};
+  const auto ec = resend_start_error(r, peers.connect(), o);
   BOOST_TEST((ec == errc::timed_out), ec.message());
-  BOOST_TEST(connects == 3);
+  BOOST_TEST(peers.connects == static_cast<int>(o.resend.max_attempts));
+  for (const auto& end : peers.ends) BOOST_TEST(!end->is_open());
+}
+
+}  // namespace
+
+// A resend session's attempts are each bounded: connections to a consumer
+// that never answers fail one after another, then start() gives up.
+BOOST_AUTO_TEST_CASE(resend_session_gives_up_on_consumers_that_say_nothing) {
+  expect_attempts_time_out(resend_bounded(50ms, 0ms, 3));
+}
+
+// stall_timeout bounds a resend session's whole attempt (lib/pipeline/
+// deadline.hpp): a connect function that never completes is cancelled at
+// the limit, and the attempt fails with timed_out like a handshake that
+// never ends.
+BOOST_AUTO_TEST_CASE(resend_stall_timeout_cancels_a_connect_that_never_completes) {
+  runner r;
+  int connects = 0;
+  int cancelled = 0;
+  connect_fn connect = [&]() -> asio::awaitable<connect_result> {
+    ++connects;
+    asio::steady_timer never(r.ex(), std::chrono::hours(1));
+    auto [wec] = co_await never.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (wec == asio::error::operation_aborted) ++cancelled;
+    co_return connect_result{wec ? wec : make_error_code(errc::peer_failed), nullptr};
+  };
+  const auto ec = resend_start_error(r, connect, resend_bounded(0ms, 50ms, 2));
+  BOOST_TEST((ec == errc::timed_out), ec.message());
+  BOOST_TEST(connects == 2);
+  BOOST_TEST(cancelled == 2);
+}
+
+// ... and a handshake with a consumer that never answers is ended at it
+// too, with no handshake_timeout of its own: the attempt's link is closed.
+BOOST_AUTO_TEST_CASE(resend_stall_timeout_closes_a_handshake_that_never_ends) {
+  expect_attempts_time_out(resend_bounded(0ms, 50ms, 2));
 }
 
 // 0 turns the bound off: a hello that comes late (after what a short bound

@@ -16,6 +16,7 @@
 
 #include "blobpipe/transport/url.hpp"
 #include "lib/cluster/server_state.hpp"
+#include "lib/pipeline/deadline.hpp"
 
 namespace blobpipe {
 namespace detail {
@@ -113,21 +114,21 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   } bye{s, cn};
   if (cn->reclaimed) co_return;  // its slot went before it started
   cn->raw = t.get();
-  asio::steady_timer deadline(cn->cx);
-  if (s->opt.handshake_timeout.count() > 0) {
-    deadline.expires_after(s->opt.handshake_timeout);
-    deadline.async_wait([w = std::weak_ptr<server_conn>(cn)](std::error_code ec) {
-      if (ec) return;
-      if (auto c = w.lock(); c && c->raw) c->raw->close();
-    });
-  }
   consumer_options copt = s->opt.connection;
   copt.pool = s->pool;
   // The application waits in server::next(), not where the pump does.
   copt.waits_reported = true;
   if (s->opt.latency) copt.accept_features |= feature_entry_timestamps;
-  auto [ec, c] = co_await consumer::start(std::move(t), std::move(copt));
-  deadline.cancel();
+  std::error_code ec;
+  consumer c;
+  {
+    // The server's handshake_timeout: closing the transport ends start().
+    detail::deadline handshake_bound(
+        cn->cx, s->opt.handshake_timeout, [w = std::weak_ptr<server_conn>(cn)] {
+          if (auto conn = w.lock(); conn && conn->raw) conn->raw->close();
+        });
+    std::tie(ec, c) = co_await consumer::start(std::move(t), std::move(copt));
+  }
   cn->raw = nullptr;
   if (!ec && cn->reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
@@ -263,7 +264,8 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
         continue;
       }
       // Transient (out of descriptors with no handshake to reclaim, a
-      // connection reset in the backlog): try again shortly rather than spin.
+      // connection reset in the backlog): try again shortly rather than spin
+      // (a pause, which fails nothing: not a deadline).
       asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
       co_await pause.async_wait(use_tuple);
       continue;

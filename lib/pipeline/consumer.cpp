@@ -3,7 +3,9 @@
 // it reads what the transport has into the receive buffer (or a large
 // payload straight into its destination) and lets the decoder turn the
 // bytes into events (consumer_sinks.cpp). Acknowledgements flow back from
-// a separate coroutine, coalesced, as the user releases entries.
+// a separate coroutine (consumer_acks.cpp), coalesced, as the user
+// releases entries. consumer_state.hpp says which part of the state
+// (receive side, credit, delivery acks, device uploads) owns what.
 #include "blobpipe/pipeline/consumer.hpp"
 
 #include <algorithm>
@@ -19,13 +21,11 @@
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/pipeline/consumer_state.hpp"
-#include "lib/pipeline/handshake_deadline.hpp"
+#include "lib/pipeline/deadline.hpp"
 
 namespace blobpipe {
 namespace detail {
-namespace {
 
-/// Writes `out` (frames the consumer sends: hello, acks) in one write.
 asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out) {
   std::vector<asio::const_buffer> bufs;
   for (const auto& p : out.pieces()) {
@@ -35,34 +35,31 @@ asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out) {
   co_return co_await t.write(bufs);
 }
 
-/// Sends the credit released and the blobs delivered, coalesced: one write
-/// of one ack per delivered blob (the first carrying the credit), or one
-/// ack for the credit alone, each time it runs.
-asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
-  outbox out;
-  while (!s->ack_stopped) {
-    if (s->pending_ack == 0 && s->delivered_ids.empty()) {
-      s->ack_due = false;
-      const bool cancelled = co_await s->ack_cv.wait();
-      if (cancelled) break;
-      continue;
-    }
-    out.clear();
-    std::uint64_t credit = std::exchange(s->pending_ack, 0);
-    do {
-      std::uint64_t id = 0;
-      if (!s->delivered_ids.empty()) {
-        id = s->delivered_ids.front();
-        s->delivered_ids.pop_front();
-      }
-      frame_ack(out, std::exchange(credit, 0), id);
-      ++s->stats.acks_sent;
-    } while (!s->delivered_ids.empty());
-    s->ack_due = false;
-    const std::error_code ec = co_await write_frames(*s->t, out);
-    if (ec) break;
+void consumer_state::update_watch() noexcept {
+  // The sender is to blame for a silence while a frame of it is half
+  // sent, a fetch is outstanding, or a blob is open and it holds credit
+  // it could send on: not while it waits for credit the application
+  // holds (docs/reliability.md "Held entries").
+  const auto& l = frames.limits();
+  const std::uint64_t used = frames.buffered_bytes();
+  const bool has_credit =
+      used < l.window_bytes && credit.credit_wanted == 0 && credit.held_in_window == 0;
+  // An entry begun and not complete is owed whatever else the sender
+  // waits for: its credit was taken whole when it was announced.
+  stall_watch.owes(frames.in_frame() || !receive.posted.empty() || frames.entries_open() != 0 ||
+                   (frames.open_blobs() != 0 && has_credit));
+  stall_watch.held(credit.held_in_window != 0 && (!opt.waits_reported || credit.app_waiting));
+}
+
+void receive_landing::retire_buffers(transport& t) {
+  for (auto& r : posted) t.retire(r.lands_in);
+  for (auto& [id, b] : blobs) {
+    if (b.cur) t.retire(b.cur->storage);
+    t.retire(b.region);
   }
 }
+
+namespace {
 
 /// Closes the connection when the sender stalls (consumer_options
 /// stall_timeout, idle_timeout); next() then reports timed_out.
@@ -73,10 +70,11 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   if (s->stall_watch.tripped() == watchdog::limit_kind::held) {
     // The application's doing, not the sender's: say what it holds.
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
+    const auto& c = s->credit;
     s->timeout_reason =
-        "the application holds received entries of " + n(s->held_credit + s->held_in_window) +
-        " credit bytes (" + n(s->held_credit) + " in the held_bytes allowance of " +
-        n(s->opt.held_bytes) + ", " + n(s->held_in_window) + " of the window of " +
+        "the application holds received entries of " + n(c.held_credit + c.held_in_window) +
+        " credit bytes (" + n(c.held_credit) + " in the held_bytes allowance of " +
+        n(s->opt.held_bytes) + ", " + n(c.held_in_window) + " of the window of " +
         n(s->frames.limits().window_bytes) + ") and waited " + ms +
         " ms for an entry the sender may have no credit to send (held_timeout): "
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
@@ -108,18 +106,19 @@ result<void> transport_error(consumer_state& s, std::error_code ec) {
 /// a stream pipelined behind the hello is decoded with it).
 result<void> decode_received(consumer_state& s) {
   auto& d = s.frames;
+  receive_landing& in = s.receive;
   const std::uint64_t budget = s.peer ? turn_work_bytes : ~std::uint64_t{0};
-  auto took = d.consume_some(std::span(s.rx).subspan(s.rx_at, s.rx_end - s.rx_at), budget);
+  auto took = d.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
   if (!took) return took.err();
-  s.rx_at += *took;
-  if (s.rx_at != s.rx_end || s.bulk_announced == 0) return {};
+  in.rx_at += *took;
+  if (in.rx_at != in.rx_end || in.bulk_announced == 0) return {};
   // A message transport's bulk payload must be exactly the rest of the
   // frame whose header ended the bytes read with it.
-  const std::size_t bulk = std::exchange(s.bulk_announced, 0);
+  const std::size_t bulk = std::exchange(in.bulk_announced, 0);
   if (!d.in_payload() || d.payload_remaining() != bulk)
     return result<void>(errc::protocol_violation, "a bulk payload of " + std::to_string(bulk) +
                                                        " bytes apart from its frame");
-  s.bulk_pending = bulk;
+  in.bulk_pending = bulk;
   return {};
 }
 
@@ -127,6 +126,7 @@ result<void> decode_received(consumer_state& s) {
 
 asio::awaitable<result<void>> read_input(consumer_state& s) {
   auto& d = s.frames;
+  receive_landing& in = s.receive;
   // Fair turns: a turn's work spent, every other handler ready on this
   // executor (the other connections' turns) runs before this one decodes
   // more (turn_work_bytes).
@@ -136,72 +136,73 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     co_await asio::post(s.ex, asio::use_awaitable);
   }
   result<void> r;
-  const bool buffered = s.rx_at != s.rx_end;
-  if (buffered && (s.ack_stopped || !s.timeout_reason.empty())) {
+  const bool buffered = in.rx_at != in.rx_end;
+  if (buffered && (s.acks.stopped || !s.timeout_reason.empty())) {
     // Closed on this side (close(), the watchdog) while bytes read waited
     // for their turn: they are dropped like bytes never read, and the
     // stream ends as a read would end it now. Decoded after close(), a
     // resend session's blob would complete without being recorded as
     // delivered (acks have stopped), and come again on its next connection.
-    s.rx_at = s.rx_end;
+    in.rx_at = in.rx_end;
     co_return transport_error(s, make_error_code(errc::closed));
   }
   if (buffered) {
     r = decode_received(s);
   } else if (d.in_payload() &&
-             (s.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
+             (in.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
     // A payload with nothing of it buffered: straight into its place.
     const auto target = d.payload_target();
-    if (s.bulk_pending != 0 && s.bulk_pending != target.size())
+    if (in.bulk_pending != 0 && in.bulk_pending != target.size())
       co_return result<void>(errc::protocol_violation,
-                             "a bulk payload of " + std::to_string(s.bulk_pending) +
+                             "a bulk payload of " + std::to_string(in.bulk_pending) +
                                  " bytes for a frame expecting " + std::to_string(target.size()));
-    const bool post = s.bulk_pending != 0 && d.payload_is_entry_bytes() && s.read_window > 1 &&
-                      s.posted.size() < s.read_window;
-    s.bulk_pending = 0;
+    const bool post = in.bulk_pending != 0 && d.payload_is_entry_bytes() && in.read_window > 1 &&
+                      in.posted.size() < in.read_window;
+    in.bulk_pending = 0;
     if (post) {
       // Entry bytes over UCX: the fetch lands while later frames are read;
       // the entries it completes wait for it (ready_event::after_read).
-      if (!s.posted.empty()) ++s.stats.chunks_overlapped;
+      if (!in.posted.empty()) ++s.stats.chunks_overlapped;
       posted_read p;
-      p.number = ++s.reads_posted;
+      p.number = ++in.reads_posted;
       p.blob_id = d.payload_blob_id();
-      if (auto it = s.blobs.find(p.blob_id); it != s.blobs.end() && it->second.cur)
+      if (auto it = in.blobs.find(p.blob_id); it != in.blobs.end() && it->second.cur)
         p.lands_in = it->second.cur->storage;
       p.receipt = s.t->post_read(target);
-      s.posted.push_back(std::move(p));
+      in.posted.push_back(std::move(p));
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
-    s.bytes_in += target.size();
+    in.bytes_in += target.size();
     r = d.commit_payload(target.size());
   } else {
-    auto [ec, got] = co_await s.t->read_some(s.rx);
+    auto [ec, got] = co_await s.t->read_some(in.rx);
     if (ec) co_return transport_error(s, ec);
-    s.bytes_in += got.bytes;
-    s.rx_at = 0;
-    s.rx_end = got.bytes;
-    s.bulk_announced = got.bulk_bytes;
+    in.bytes_in += got.bytes;
+    in.rx_at = 0;
+    in.rx_end = got.bytes;
+    in.bulk_announced = got.bulk_bytes;
     r = decode_received(s);
   }
   s.collect_returned_credit();
-  if (s.pool_member != 0) s.publish_buffered();  // for the pool's other threads
+  if (s.credit.pool_member != 0) s.publish_buffered();  // for the pool's other threads
   if (r && s.close_reason && !s.ended) {
     // An orderly close: what was posted before it lands, then the end.
-    while (r && !s.posted.empty()) r = co_await land_oldest(s);
+    while (r && !in.posted.empty()) r = co_await land_oldest(s);
     if (r) s.end(std::error_code{}, *s.close_reason);
   }
   co_return r;
 }
 
 asio::awaitable<result<void>> land_oldest(consumer_state& s) {
+  receive_landing& in = s.receive;
   // Waited for where it is listed: should this wait be cut off (the
   // io_context destroyed with it), ~consumer_state still finds the read's
   // buffer (lands_in) to retire.
-  const std::error_code ec = co_await s.posted.front().receipt.wait();
-  auto p = std::move(s.posted.front());
-  s.posted.pop_front();
-  s.reads_landed = p.number;
+  const std::error_code ec = co_await in.posted.front().receipt.wait();
+  auto p = std::move(in.posted.front());
+  in.posted.pop_front();
+  in.reads_landed = p.number;
   if (!ec) co_return result<void>{};
   // A fetch cut short may still land (UCX): the transport keeps its
   // buffer. Nothing of its blob after it is true any more.
@@ -212,9 +213,10 @@ asio::awaitable<result<void>> land_oldest(consumer_state& s) {
 }
 
 asio::awaitable<void> abandon_posted(consumer_state& s) {
-  if (s.posted.empty()) co_return;
+  receive_landing& in = s.receive;
+  if (in.posted.empty()) co_return;
   s.t->close();
-  while (!s.posted.empty()) {
+  while (!in.posted.empty()) {
     auto landed = co_await land_oldest(s);
     (void)landed;  // failures are recorded by land_oldest
   }
@@ -229,10 +231,10 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     if (!s->ended && cancel.cancelled() != asio::cancellation_type::none) {
       r = result<void>(error{std::error_code(asio::error::operation_aborted),
                              "next() was cancelled"});
-    } else if (!s->pending.empty() && s->pending.front().after_read <= s->reads_landed) {
+    } else if (!s->pending.empty() && s->pending.front().after_read <= s->receive.reads_landed) {
       ready_event& front = s->pending.front();
       if (front.upload) {
-        auto up = co_await s->upload(front);
+        auto up = co_await s->device.upload(front, s->stats);
         if (!up) s->lose_blob(front.ev.blob_id, up.code(), up.message());
         continue;
       }
@@ -248,11 +250,11 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       // still landing). Reads that have landed are taken first, so entries
       // come as soon as they can; else the fetches are kept overlapping
       // while more is waiting (a bulk payload announced already posts).
+      const receive_landing& in = s->receive;
       const bool fenced = !s->pending.empty();
-      const bool landed = !s->posted.empty() && s->posted.front().receipt.ready();
-      const bool read_on = !fenced || (!s->ended && !landed &&
-                                       s->posted.size() < s->read_window &&
-                                       (s->bulk_pending != 0 || s->rx_at != s->rx_end ||
+      const bool landed = !in.posted.empty() && in.posted.front().receipt.ready();
+      const bool read_on = !fenced || (!s->ended && !landed && in.posted.size() < in.read_window &&
+                                       (in.bulk_pending != 0 || in.rx_at != in.rx_end ||
                                         s->t->readable()));
       s->update_watch();
       s->stall_watch.begin_wait();
@@ -264,7 +266,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       }
       // Progress is an entry or blob ended, or watchdog::progress_bytes
       // more bytes: a trickle does not keep a connection that owes bytes.
-      s->stall_watch.progress(s->bytes_in, s->stats.entries_received + s->stats.blobs_completed +
+      s->stall_watch.progress(in.bytes_in, s->stats.entries_received + s->stats.blobs_completed +
                                                s->stats.blobs_aborted);
       s->stall_watch.end_wait();
     }
@@ -302,18 +304,17 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   if (opt.held_bytes == held_bytes_of_window) opt.held_bytes = opt.window_bytes;
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
-  s->log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
+  s->acks.log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
   if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
-  detail::handshake_deadline deadline(s->ex, s->opt.handshake_timeout,
-                              [weak = std::weak_ptr<detail::consumer_state>(s)] {
-                                auto st = weak.lock();
-                                if (!st) return;
-                                st->timeout_reason =
-                                    "no handshake with the sender within " +
-                                    std::to_string(st->opt.handshake_timeout.count()) +
-                                    " ms (handshake_timeout)";
-                                st->t->close();
-                              });
+  // handshake_timeout: closing the transport ends the read or write below.
+  detail::deadline handshake_bound(
+      s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
+        auto st = weak.lock();
+        if (!st) return;
+        st->timeout_reason = detail::deadline::reason(
+            "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
+        st->t->close();
+      });
   auto fail = [&](std::error_code ec) {
     s->stall_watch.stop();
     s->t->close();
@@ -334,24 +335,25 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   s->stall_watch.end_wait();
   // The hello came: the full receive buffer now (the hello's read was
   // decoded whole: nothing is left in rx). Turns count from here.
-  s->rx.resize(detail::receive_buffer_bytes);
+  s->receive.rx.resize(detail::receive_buffer_bytes);
   s->frames.reset_work();
   // What the decoder negotiated in on_hello, for the sender; file sinks and
   // device landing read whole entries before yielding them (no posting).
   const auto& limits = s->frames.limits();
-  s->read_window = (s->opt.assemble == assemble_mode::file || s->opt.landing.enabled)
-                       ? 1
-                       : std::min(s->opt.payload_window, s->t->read_window());
+  s->receive.read_window = (s->opt.assemble == assemble_mode::file || s->opt.landing.enabled)
+                               ? 1
+                               : std::min(s->opt.payload_window, s->t->read_window());
   if (s->opt.landing.enabled)
-    s->landing = std::make_unique<detail::device_lander>(s->ex, s->opt.landing, s->chunk_bytes);
+    s->device.lander =
+        std::make_unique<detail::device_lander>(s->ex, s->opt.landing, s->chunk_bytes);
   hello mine{.role = wire_role::consumer,
              .max_chunk_bytes = s->chunk_bytes,
              .max_key_bytes = s->opt.max_key_bytes,
-             .window_bytes = s->window_offer,
+             .window_bytes = s->credit.window_offer,
              .max_meta_bytes = s->opt.max_meta_bytes,
-             .dedup_window = s->log->window(),
+             .dedup_window = s->acks.log->window(),
              .session = s->peer->session,
-             .features = s->features,
+             .features = s->credit.features,
              .inline_bytes = limits.inline_bytes};
   outbox reply;
   frame_hello(reply, mine);
@@ -387,15 +389,14 @@ asio::awaitable<event> consumer::next() {
 
 void consumer::application_waits() noexcept {
   if (!state_ || !state_->opt.waits_reported || state_->ended) return;
-  state_->app_waiting = true;
+  state_->credit.app_waiting = true;
   state_->promote_held();  // what the application was handed since
   state_->update_watch();
 }
 
 void consumer::close() noexcept {
   if (!state_) return;
-  state_->ack_stopped = true;
-  state_->ack_cv.notify_all();
+  state_->acks.stop();
   state_->stall_watch.stop();
   state_->t->close();
 }
@@ -407,17 +408,19 @@ std::uint64_t consumer::window_bytes() const noexcept {
 std::size_t consumer::open_blobs() const noexcept {
   return state_ ? state_->frames.open_blobs() : 0;
 }
-session_id consumer::session() const noexcept { return state_ ? state_->session : NO_SESSION; }
-std::uint64_t consumer::features() const noexcept { return state_ ? state_->features : 0; }
+session_id consumer::session() const noexcept {
+  return state_ ? state_->acks.session : NO_SESSION;
+}
+std::uint64_t consumer::features() const noexcept { return state_ ? state_->credit.features : 0; }
 
 consumer_stats consumer::stats() const noexcept {
   if (!state_) return consumer_stats{};
   consumer_stats st = state_->stats;
   st.buffered_bytes = state_->frames.buffered_bytes();
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
-  st.held_bytes = state_->held_credit;
-  st.held_in_window_bytes = state_->held_in_window;
-  st.pool_member = state_->pool_member;
+  st.held_bytes = state_->credit.held_credit;
+  st.held_in_window_bytes = state_->credit.held_in_window;
+  st.pool_member = state_->credit.pool_member;
   return st;
 }
 

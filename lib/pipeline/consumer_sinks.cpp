@@ -3,17 +3,15 @@
 // land (their own buffer, the blob's assembly region, a host buffer bound
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 
-#include <asio/io_context.hpp>
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
+#include <asio/execution.hpp>
+#include <asio/prefer.hpp>
 
 #include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/consumer_state.hpp"
+#include "lib/pipeline/entry_lease.hpp"
 
 namespace blobpipe::detail {
 namespace {
@@ -23,76 +21,6 @@ using status = result<void>;
 status violation(std::string what) { return {errc::protocol_violation, std::move(what)}; }
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
-
-/// Whether this thread is running `ex` now (io_context executors and
-/// strands of them; false for any other kind, which is then posted to).
-bool running_in_this_thread(const asio::any_io_executor& ex) noexcept {
-  using io_executor = asio::io_context::executor_type;
-  if (auto* io = ex.target<io_executor>()) return io->running_in_this_thread();
-  if (auto* st = ex.target<asio::strand<io_executor>>()) return st->running_in_this_thread();
-  return false;
-}
-
-/// Owns an entry's bytes and its window credit; see received_entry::storage.
-/// An application may drop entries on any thread (a trainer hands them to
-/// its own threads), but the consumer's state belongs to its executor:
-/// from elsewhere the credit goes back through a post there, and the
-/// state is never touched (nor kept alive) on the dropping thread.
-struct entry_lease {
-  std::weak_ptr<consumer_state> owner;
-  asio::any_io_executor ex;  // the owner's
-  std::uint64_t credit = 0;
-  aligned_bytes own;
-  std::shared_ptr<reserved_region> region;
-  std::shared_ptr<const void> device;  // consumer_options::landing: the device buffer
-  // Set on the owner's executor while it holds a reference (on_yield,
-  // promote_held), read here after the last reference went: the
-  // reference count orders the two.
-  bool yielded = false;  // next() gave it to the application
-  bool held = false;     // in the held allowance: its credit went back already
-  // consumer_options::waits_reported: the reader handed it to the
-  // application (mark_delivered, any thread); only then may it move.
-  std::atomic<bool> delivered{false};
-  ~entry_lease() {
-    own.reset();  // back to the pool before the credit lets the next entry in
-    // The consumer gone, there is no credit to give back, and `ex` may
-    // name an io_context that is gone too (entries may outlive both).
-    if (owner.expired()) return;
-    auto back = [n = credit, y = yielded, h = held](consumer_state& s) {
-      if (h) s.release_held(n);
-      else s.release(n, y);
-    };
-    if (running_in_this_thread(ex)) {
-      if (auto s = owner.lock()) back(*s);
-    } else {
-      try {
-        asio::post(ex, [owner = std::move(owner), back] {
-          if (auto s = owner.lock()) back(*s);
-        });
-      } catch (...) {  // out of memory for the handler: the credit is lost
-      }
-    }
-  }
-};
-
-entry_lease& lease_of(const std::shared_ptr<const void>& storage) {
-  // Every entry's storage is an entry_lease (or a small_entry_lease,
-  // whose base it is); the object itself is not const.
-  return *const_cast<entry_lease*>(static_cast<const entry_lease*>(storage.get()));
-}
-
-/// An entry of at most this many bytes lands inside its lease: one
-/// allocation where a lease and a 64-byte aligned buffer were two (the
-/// small entries of an RL sample: a reward, a pickled meta dict).
-constexpr std::size_t small_entry_bytes = 256;
-
-struct small_entry_lease : entry_lease {
-  std::array<std::byte, small_entry_bytes + ALIGN - 1> room;  // bytes from a 64-byte boundary
-  std::byte* bytes() noexcept {
-    const auto at = reinterpret_cast<std::uintptr_t>(room.data());
-    return room.data() + (align_up(at) - at);
-  }
-};
 
 // event::reason is never empty when event::error is set: a producer's
 // abort without words, or a failure without a message, says its code.
@@ -122,15 +50,6 @@ void abort_blob(consumer_state& s, sink_blob& b, std::error_code ec, std::string
   b.discard = true;
 }
 
-/// Resend sessions: `b` reached its end for good (complete, or aborted by
-/// either side); remember its tag and tell the sender to let it go.
-void mark_delivered(consumer_state& s, const sink_blob& b) {
-  if (s.session == NO_SESSION || s.ack_stopped) return;
-  s.log->record(s.session, b.tag);
-  s.delivered_ids.push_back(b.id);
-  if (!std::exchange(s.ack_due, true)) s.ack_cv.notify_all();
-}
-
 sink_blob& blob_of(void* blob) { return *static_cast<sink_blob*>(blob); }
 
 }  // namespace
@@ -140,10 +59,10 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       ex(t->get_executor()),
       opt(std::move(o)),
       frames(wire_role::sender, decoder_limits{}, *this),
-      rx(hello_receive_bytes),  // receive_buffer_bytes once the hello arrived
+      acks(ex),
       stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
-      ack_cv(ex),
       recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
+  receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
   frames.set_limits({.window_bytes = opt.window_bytes,
                      .max_chunk_bytes = opt.max_chunk_bytes,
                      .inline_bytes = opt.inline_bytes,
@@ -174,23 +93,22 @@ status consumer_state::on_hello(const hello& h) {
   auto l = frames.limits();
   l.max_chunk_bytes = chunk_bytes = std::min(h.max_chunk_bytes, opt.max_chunk_bytes);
   l.inline_bytes = std::min(h.inline_bytes, opt.inline_bytes);
-  window_offer = negotiate_features(h, l);  // consumer_features.cpp
+  credit.window_offer = negotiate_features(h, l);  // consumer_credit.cpp
   frames.set_limits(l);
-  session = h.session;
+  acks.session = h.session;
   return {};
 }
 
 result<void*> consumer_state::on_blob_begin(std::uint64_t blob_id, const tag_t& tag) {
-  sink_blob& b = blobs[blob_id];
+  sink_blob& b = receive.blobs[blob_id];
   b.id = blob_id;
   b.tag = tag;
-  if (session != NO_SESSION && log->contains(session, tag)) {
+  if (acks.session != NO_SESSION && acks.log->contains(acks.session, tag)) {
     // Resent after a lost acknowledgement: delivered already. Its frames
     // are still checked and read, then dropped; the sender may let it go.
     b.duplicate = b.discard = true;
     ++stats.duplicates_dropped;
-    delivered_ids.push_back(b.id);
-    if (!std::exchange(ack_due, true)) ack_cv.notify_all();
+    acks.acknowledge(b.id);
   } else if (opt.assemble == assemble_mode::memory) {
     auto r = reserved_region::make(opt.max_blob_bytes);
     if (r) b.region = std::move(*r);
@@ -211,7 +129,7 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   const Entry& e = *a.entry;
   std::byte* dest = nullptr;
   const bool small = !b.discard && !b.region && e.len != 0 && e.len <= small_entry_bytes &&
-                     !(landing && landing->selects(e));
+                     !device.selects(e);
   // Its own allocation, not a member of the received_entry: storage may
   // outlive the entry (and a lease inside it would keep itself alive).
   std::shared_ptr<entry_lease> owned_lease;
@@ -234,10 +152,10 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
     dest = b.region->data() + e.off;  // validate_entry: off + len <= max_blob_bytes
     lease.region = b.region;
   } else if (!b.discard) {
-    if (landing && landing->selects(e)) {
+    if (device.selects(e)) {
       // consumer_options::landing: its home is device memory (docs/cuda.md);
       // the bytes land here first and are copied there before the yield.
-      auto buf = landing->allocate(e.len);
+      auto buf = device.lander->allocate(e.len);
       if (buf) {
         lease.device = *buf;
         b.device = std::move(*buf);
@@ -298,42 +216,25 @@ status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
   return {};
 }
 
-asio::awaitable<result<void>> consumer_state::upload(ready_event& r) {
-  received_entry& e = *r.upload;
-  auto done = co_await landing->upload(e.view.bytes, r.device, r.device->data());
-  if (!done) co_return done;
-  ++stats.device_entries;
-  stats.device_chunks = landing->chunks();
-  e.memory = memory_kind::cuda_device;
-  e.device = cuda::device_view{&e.entry, r.device->data(), e.entry.len, landing->device(),
-                               e.view.type, e.view.shape};
-  e.view.bytes = {};  // device memory: not for the CPU
-  // The host copy has served: its buffer goes back to the pool now.
-  const_cast<entry_lease*>(static_cast<const entry_lease*>(e.storage.get()))->own.reset();
-  r.upload.reset();
-  co_return done;
-}
-
 status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_index index,
                                         std::span<const std::byte> tail) {
   // A pool must see the tail's credit released before the next frame.
-  if (pool_member != 0) collect_returned_credit();
+  if (credit.pool_member != 0) collect_returned_credit();
   sink_blob& b = blob_of(blob);
-  auto erase = [&] { blobs.erase(blob_id); };  // `b` dies here
+  auto erase = [&] { receive.blobs.erase(blob_id); };  // `b` dies here
   if (b.discard) {
-    if (!b.duplicate) mark_delivered(*this, b);  // reported aborted already: final
+    if (!b.duplicate) acks.delivered(b.tag, b.id);  // reported aborted already: final
     erase();
     return {};
   }
-  if (session != NO_SESSION && log->contains(session, b.tag)) {
+  if (acks.session != NO_SESSION && acks.log->contains(acks.session, b.tag)) {
     // Another connection of the session delivered this tag while this
     // attempt was in flight (the sender resent it after losing that
     // connection). This attempt's entries were yielded: void them.
     abort_blob(*this, b, make_error_code(errc::aborted),
                "delivered on another connection of the session", true);
     ++stats.duplicates_dropped;
-    delivered_ids.push_back(b.id);
-    if (!std::exchange(ack_due, true)) ack_cv.notify_all();
+    acks.acknowledge(b.id);
     erase();
     return {};
   }
@@ -361,7 +262,7 @@ status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_
   ev.blob = std::move(done);
   push(std::move(ev));
   ++stats.blobs_completed;
-  mark_delivered(*this, b);
+  acks.delivered(b.tag, b.id);
   erase();
   return {};
 }
@@ -369,8 +270,8 @@ status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_
 status consumer_state::on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason) {
   sink_blob& b = blob_of(blob);
   abort_blob(*this, b, make_error_code(errc::aborted), std::string(reason));
-  if (!b.duplicate) mark_delivered(*this, b);  // the producer's abort is final
-  blobs.erase(blob_id);  // drops a partial entry, returning its credit
+  if (!b.duplicate) acks.delivered(b.tag, b.id);  // the producer's abort is final
+  receive.blobs.erase(blob_id);  // drops a partial entry, returning its credit
   return {};
 }
 
@@ -380,94 +281,18 @@ status consumer_state::on_close(std::string_view reason) {
   return {};
 }
 
+status consumer_state::on_blob_group(void* blob, std::uint64_t, const blob_group& g) {
+  blob_of(blob).group = g;  // feature_blob_groups (docs/wire_features.md)
+  return {};
+}
+
 // ---- bookkeeping --------------------------------------------------------------
 
 void consumer_state::push(event ev) {
   ready_event r;
   r.ev = std::move(ev);
-  r.after_read = reads_posted;
+  r.after_read = receive.reads_posted;
   pending.push_back(std::move(r));
-}
-
-void consumer_state::release(std::uint64_t credit, bool yielded) noexcept {
-  if (yielded) {
-    held_in_window -= std::min(credit, held_in_window);
-    update_watch();
-  }
-  frames.release(credit);
-  if (pool_released(credit)) return;  // the pool decides who gets it
-  if (ack_stopped || credit == 0) return;
-  pending_ack += credit;
-  if (!std::exchange(ack_due, true)) ack_cv.notify_all();
-}
-
-void consumer_state::release_held(std::uint64_t credit) noexcept {
-  held_credit -= std::min(credit, held_credit);
-  promote_held();
-  update_watch();
-}
-
-void consumer_state::on_yield(const event& ev) {
-  if (opt.waits_reported) app_waiting = false;
-  if (ev.kind != event_kind::entry_ready || !ev.entry || !ev.entry->storage) return;
-  entry_lease& lease = lease_of(ev.entry->storage);
-  lease.yielded = true;
-  held_in_window += lease.credit;
-  // An assembled blob's entries share its region, which only the whole
-  // blob frees: they stay in the window.
-  if (opt.held_bytes != 0 && !lease.region && !ended) {
-    if (unpromoted.size() >= 2 * unpromoted_compacted + 64) {
-      std::erase_if(unpromoted, [](const auto& w) { return w.expired(); });
-      unpromoted_compacted = unpromoted.size();
-    }
-    unpromoted.push_back(ev.entry->storage);
-    promote_held();
-  }
-}
-
-void consumer_state::promote_held() noexcept {
-  while (!unpromoted.empty()) {
-    auto storage = unpromoted.front().lock();
-    if (!storage) {  // dropped already: its release is on its way
-      unpromoted.pop_front();
-      continue;
-    }
-    entry_lease& lease = lease_of(storage);
-    // A reader's queue is not the application's hands: entries move once
-    // delivered, which happens in yield order.
-    if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
-    if (lease.credit > opt.held_bytes - std::min(held_credit, opt.held_bytes)) break;
-    unpromoted.pop_front();
-    lease.held = true;
-    held_credit += lease.credit;
-    stats.held_high_water = std::max(stats.held_high_water, held_credit);
-    release(lease.credit, true);
-  }
-}
-
-void consumer_state::update_watch() noexcept {
-  // The sender is to blame for a silence while a frame of it is half
-  // sent, a fetch is outstanding, or a blob is open and it holds credit
-  // it could send on: not while it waits for credit the application
-  // holds (docs/reliability.md "Held entries").
-  const auto& l = frames.limits();
-  const std::uint64_t used = frames.buffered_bytes();
-  const bool has_credit = used < l.window_bytes && credit_wanted == 0 && held_in_window == 0;
-  // An entry begun and not complete is owed whatever else the sender
-  // waits for: its credit was taken whole when it was announced.
-  stall_watch.owes(frames.in_frame() || !posted.empty() || frames.entries_open() != 0 ||
-                   (frames.open_blobs() != 0 && has_credit));
-  stall_watch.held(held_in_window != 0 && (!opt.waits_reported || app_waiting));
-}
-
-void consumer_state::collect_returned_credit() noexcept {
-  const std::uint64_t n = frames.take_returned_credit();
-  stats.buffered_bytes = frames.buffered_bytes();
-  stats.buffered_high_water = std::max(stats.buffered_high_water, stats.buffered_bytes);
-  if (n == 0 || pool_released(n)) return;
-  if (ack_stopped) return;
-  pending_ack += n;
-  if (!std::exchange(ack_due, true)) ack_cv.notify_all();
 }
 
 void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
@@ -491,7 +316,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
     }
     pending.erase(i);
   }
-  if (auto it = blobs.find(blob_id); it != blobs.end()) {
+  if (auto it = receive.blobs.find(blob_id); it != receive.blobs.end()) {
     abort_blob(*this, it->second, ec, reason);
   } else if (ended_here) {
     ready_event r;
@@ -508,20 +333,12 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
 
 consumer_state::~consumer_state() {
   // Entries still held can no longer report their release.
-  if (pool_member != 0) opt.pool->forget(pool_member);
-  if (posted.empty()) return;
+  if (credit.pool_member != 0) opt.pool->forget(credit.pool_member);
+  if (receive.posted.empty()) return;
   t->close();
   try {
-    retire_receive_buffers();
+    receive.retire_buffers(*t);
   } catch (...) {  // out of memory to keep them: nothing better to do here
-  }
-}
-
-void consumer_state::retire_receive_buffers() {
-  for (auto& r : posted) t->retire(r.lands_in);
-  for (auto& [id, b] : blobs) {
-    if (b.cur) t->retire(b.cur->storage);
-    t->retire(b.region);
   }
 }
 
@@ -534,16 +351,16 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   // In a resend session the sender keeps every blob it has not seen
   // delivered and sends it again on its next connection, unless it ended
   // the session itself (an orderly close).
-  const bool resend = ec && session != NO_SESSION;
-  for (auto& [id, b] : blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
-  if (ec) retire_receive_buffers();  // a read cut short may still be landing
-  ack_stopped = true;
+  const bool resend = ec && acks.session != NO_SESSION;
+  for (auto& [id, b] : receive.blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
+  if (ec) receive.retire_buffers(*t);  // a read cut short may still be landing
+  acks.stopped = true;
   stall_watch.stop();
   t->close();
-  posted.clear();  // empty: next() lands or abandons every posted read first
-  blobs.clear();   // partial entries return their credit (no acks any more)
-  if (pool_member != 0) opt.pool->close(pool_member);  // no more grants
-  ack_cv.notify_all();
+  receive.posted.clear();  // empty: next() lands or abandons every posted read first
+  receive.blobs.clear();   // partial entries return their credit (no acks any more)
+  if (credit.pool_member != 0) opt.pool->close(credit.pool_member);  // no more grants
+  acks.cv.notify_all();
   final_event = event{};
   final_event.kind = event_kind::end_of_stream;
   final_event.error = ec;

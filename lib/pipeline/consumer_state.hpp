@@ -3,8 +3,18 @@
 // receive buffer and hands them to the decoder, which checks every frame
 // and calls this state back (it is the decoder's listener); the callbacks
 // pick each entry's destination (sinks) and queue events for next().
-// Entry leases point back at the state weakly, so releasing an entry
-// after the consumer is gone is harmless.
+// Entry leases (entry_lease.hpp) point back at the state weakly, so
+// releasing an entry after the consumer is gone is harmless.
+//
+// The state is split by responsibility, each part held by value:
+//   receive_landing  the receive side: buffer, posted reads, open blobs'
+//                    sinks (I/O in consumer.cpp, sinks in consumer_sinks.cpp)
+//   consumer_credit  features, the pool, the held allowance (consumer_credit.cpp)
+//   delivery_acks    the resend session's delivery log and the acker
+//                    (consumer_acks.cpp)
+//   device_uploads   entries copied to device memory (consumer_uploads.cpp)
+// consumer_state composes them with the decoder, the event queue for
+// next() and the stall watchdog, and is the decoder's listener.
 #pragma once
 
 #include <atomic>
@@ -15,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <asio/any_io_executor.hpp>
@@ -22,6 +33,7 @@
 
 #include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/protocol/decoder.hpp"
+#include "blobpipe/protocol/framer.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
 #include "lib/pipeline/watchdog.hpp"
@@ -134,6 +146,132 @@ struct posted_read {
   payload_receipt receipt;
 };
 
+/// The receive side ("landing"): where bytes from the transport go before
+/// the decoder and the sinks have them. Owns the receive buffer, a bulk
+/// payload announced and not yet read, the open blobs' sink state, and
+/// the reads posted (transport::post_read) and not yet waited for.
+/// Invariants: reads are numbered from 1 in posting order; reads
+/// 1..reads_landed have been waited for, and `posted` holds exactly
+/// reads_landed+1..reads_posted, oldest first, at most read_window of
+/// them. `posted` is declared after `blobs`: destroyed before the buffers
+/// they write into.
+struct receive_landing {
+  std::vector<std::byte> rx;     // the receive buffer
+  // rx[rx_at, rx_end): read, not yet decoded (a turn ran out first).
+  std::size_t rx_at = 0;
+  std::size_t rx_end = 0;
+  // A message transport's bulk payload announced with the bytes in rx,
+  // checked once they are all decoded (then bulk_pending).
+  std::size_t bulk_announced = 0;
+  std::size_t bulk_pending = 0;  // a bulk payload read_some announced, bytes
+  std::map<std::uint64_t, sink_blob> blobs;
+  std::deque<posted_read> posted;
+  std::uint64_t reads_posted = 0;  // numbered from 1
+  std::uint64_t reads_landed = 0;  // reads 1..reads_landed have been waited for
+  std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
+  std::uint64_t bytes_in = 0;      // bytes read from the transport in all (stall progress)
+
+  /// Hands the memory a read cut short may still write into (UCX lands
+  /// such fetches late) to `t`.retire: the buffers of posted reads and of
+  /// the open blobs' current entries and regions.
+  void retire_buffers(transport& t);
+};
+
+/// Credit (docs/wire.md "Flow control", docs/wire_features.md): what was
+/// negotiated, membership in a shared pool (consumer_options::pool), what
+/// the sender asked for, and the held allowance (consumer_options::
+/// held_bytes): credit of yielded entries moved out of the window, and of
+/// yielded entries still in it, whose storage (entry leases) waits in
+/// `unpromoted`, oldest first, to move later. Invariants: held_credit <=
+/// opt.held_bytes; pool_member != 0 once joined to the pool; the functions
+/// that move credit (grant, release, release_held, promote_held,
+/// collect_returned_credit) are consumer_state's, in consumer_credit.cpp,
+/// as each also moves the decoder's window and the acker's credit.
+struct consumer_credit {
+  std::uint64_t features = 0;      // negotiated (our hello's answer)
+  std::uint64_t window_offer = 0;  // our hello's window_bytes
+  std::uint64_t pool_member = 0;   // opt.pool's id for us (0: not pooled)
+  // frames.buffered_bytes() as of our last read or pool call, for the
+  // pool's calls from other threads (shared: the pool may read it after
+  // we are gone).
+  std::shared_ptr<std::atomic<std::uint64_t>> buffered_published =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::uint64_t credit_wanted = 0;  // the sender's last credit request not yet granted
+  std::uint64_t held_credit = 0;
+  std::uint64_t held_in_window = 0;
+  std::deque<std::weak_ptr<const void>> unpromoted;
+  std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
+  bool app_waiting = false;  // opt.waits_reported: application_waits() since the last yield
+
+  /// Publishes `buffered` (the decoder's buffered bytes) for the pool's
+  /// calls from other threads (credit_pool.hpp "Threading").
+  void publish(std::uint64_t buffered) noexcept {
+    buffered_published->store(buffered, std::memory_order_relaxed);
+  }
+  /// Queues a yielded entry's storage to move into the held allowance,
+  /// sweeping out dropped ones once the queue doubled since the last sweep.
+  void queue_unpromoted(std::weak_ptr<const void> storage);
+};
+
+/// The delivery log and the acker's state (docs/wire.md "Delivery"): the
+/// sender's resend session, the log of delivered tags, and what the ack
+/// loop (ack_loop, consumer_acks.cpp) is to send: credit returned and
+/// blobs delivered. Invariants: `due` is true from the first notify()
+/// until the acker took what was queued; once stopped, return_credit()
+/// and delivered() queue nothing.
+struct delivery_acks {
+  explicit delivery_acks(const asio::any_io_executor& ex) : cv(ex) {}
+
+  // Resend session of the sender (NO_SESSION: none, no delivery acks).
+  session_id session = NO_SESSION;
+  std::shared_ptr<delivery_log> log;
+  std::uint64_t pending_ack = 0;            // credit to return, bytes
+  std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
+  bool due = false;                         // cv notified, ack not yet sent
+  bool stopped = false;                     // the stream ended: no more acks
+  async_condition cv;
+
+  /// Wakes the acker, once per ack it owes.
+  void notify() noexcept {
+    if (!std::exchange(due, true)) cv.notify_all();
+  }
+  /// Queues `credit` bytes to return to the sender (none once stopped).
+  void return_credit(std::uint64_t credit) noexcept {
+    if (stopped) return;
+    pending_ack += credit;
+    notify();
+  }
+  /// Queues blob `blob_id` to acknowledge as delivered.
+  void acknowledge(std::uint64_t blob_id) {
+    delivered_ids.push_back(blob_id);
+    notify();
+  }
+  /// Resend sessions: blob `blob_id` of tag `tag` reached its end for good;
+  /// remembers the tag and tells the sender to let it go.
+  void delivered(const tag_t& tag, std::uint64_t blob_id);
+  /// Ends the acker (it sends nothing more).
+  void stop() noexcept {
+    stopped = true;
+    cv.notify_all();
+  }
+};
+
+/// Device uploads (consumer_options::landing, docs/cuda.md): entries whose
+/// home is device memory land on the host first, then upload() copies them
+/// before they are yielded. `lander` is set once the hello came, only with
+/// landing enabled.
+struct device_uploads {
+  std::unique_ptr<device_lander> lander;
+
+  /// Whether entry `e` goes to the device.
+  bool selects(const Entry& e) const { return lander && lander->selects(e); }
+  /// Copies `r`'s entry to its device buffer and makes it a device entry;
+  /// counts it in `stats`. Errors: cuda_failure.
+  asio::awaitable<result<void>> upload(ready_event& r, consumer_stats& stats);
+};
+
+/// The consumer: the composition of its parts, and the decoder's listener
+/// glue that drives them (consumer_sinks.cpp).
 struct consumer_state final : decoder_listener, std::enable_shared_from_this<consumer_state> {
   consumer_state(std::unique_ptr<transport> tr, consumer_options o);
   /// With reads still posted (the application dropped the consumer between
@@ -151,8 +289,8 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
                                 std::span<const std::byte> tail) override;
   result<void> on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason) override;
   result<void> on_close(std::string_view reason) override;
-  // The optional features (consumer_features.cpp).
   result<void> on_blob_group(void* blob, std::uint64_t blob_id, const blob_group& g) override;
+  // Credit (consumer_credit.cpp).
   result<void> on_credit_request(std::uint64_t credit) override;
 
   /// Negotiates the features of the sender's hello `h` (on_hello): which
@@ -166,10 +304,6 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// Publishes the decoder's buffered bytes for the pool's calls from
   /// other threads (credit_pool.hpp "Threading").
   void publish_buffered() noexcept;
-
-  /// consumer_options::landing: copies `r`'s entry to its device buffer
-  /// and makes it a device entry. Errors: cuda_failure.
-  asio::awaitable<result<void>> upload(ready_event& r);
   /// Returns `credit` bytes (an entry released); the acker tells the sender.
   /// `yielded`: the application had it, in the window (held_in_window).
   void release(std::uint64_t credit, bool yielded = false) noexcept;
@@ -182,12 +316,13 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// Moves yielded entries still held into the held allowance, oldest
   /// first, while they fit; their credit goes back to the sender.
   void promote_held() noexcept;
-  /// Tells the watchdog whether the sender is to blame for a silence (it
-  /// holds credit, or a frame is half sent) and whether the application
-  /// is (held_timeout).
-  void update_watch() noexcept;
   /// Takes the credit the decoder released itself, for the next ack.
   void collect_returned_credit() noexcept;
+
+  /// Tells the watchdog whether the sender is to blame for a silence (it
+  /// holds credit, or a frame is half sent) and whether the application
+  /// is (held_timeout). (consumer.cpp)
+  void update_watch() noexcept;
   /// Queues `ev` behind the posted reads so far.
   void push(event ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
@@ -195,72 +330,38 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// A posted read of blob `blob_id` failed: none of that blob's later
   /// events may be yielded (a completion becomes an abort).
   void lose_blob(std::uint64_t blob_id, std::error_code ec, const std::string& reason);
-  /// Hands the memory a read cut short may still write into (UCX lands
-  /// such fetches late) to transport::retire: the buffers of posted reads
-  /// and of the open blobs' current entries and regions.
-  void retire_receive_buffers();
 
   std::unique_ptr<transport> t;
   asio::any_io_executor ex;
   consumer_options opt;
   decoder frames;
-  std::vector<std::byte> rx;      // the receive buffer
-  // rx[rx_at, rx_end): read, not yet decoded (a turn ran out first).
-  std::size_t rx_at = 0;
-  std::size_t rx_end = 0;
-  // A message transport's bulk payload announced with the bytes in rx,
-  // checked once they are all decoded (then bulk_pending).
-  std::size_t bulk_announced = 0;
-  std::size_t bulk_pending = 0;   // a bulk payload read_some announced, bytes
   std::optional<hello> peer;      // the sender's hello, once read
   std::uint32_t chunk_bytes = 0;  // negotiated
-  std::map<std::uint64_t, sink_blob> blobs;
-  event_queue pending;  // events decided, not yet yielded
+  // Delivery to next(): events decided, not yet yielded.
+  event_queue pending;
   bool ended = false;
-  event final_event;              // end_of_stream, repeated forever
+  event final_event;                        // end_of_stream, repeated forever
   std::optional<std::string> close_reason;  // the sender's close frame, once decoded
-  // Reads posted and not yet waited for, oldest first (after `blobs`:
-  // destroyed before the buffers they write into).
-  std::deque<posted_read> posted;
-  std::uint64_t reads_posted = 0;   // numbered from 1
-  std::uint64_t reads_landed = 0;   // reads 1..reads_landed have been waited for
-  std::size_t read_window = 1;      // min(opt.payload_window, t->read_window())
-  // Flow control.
-  std::uint64_t features = 0;       // negotiated (our hello's answer)
-  std::uint64_t window_offer = 0;   // our hello's window_bytes
-  std::uint64_t pool_member = 0;    // opt.pool's id for us (0: not pooled)
-  // frames.buffered_bytes() as of our last read or pool call, for the
-  // pool's calls from other threads (shared: the pool may read it after
-  // we are gone).
-  std::shared_ptr<std::atomic<std::uint64_t>> buffered_published =
-      std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::uint64_t pending_ack = 0;
-  std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
-  bool ack_due = false;                     // ack_cv notified, ack not yet sent
-  // Resend session of the sender (NO_SESSION: none, no delivery acks).
-  session_id session = NO_SESSION;
-  std::shared_ptr<delivery_log> log;
+  receive_landing receive;
+  consumer_credit credit;
+  delivery_acks acks;
   // Stall detection: the watchdog closes the transport; next() then
-  // reports timed_out with this reason.
+  // reports timed_out with this reason (the handshake's deadline too).
   watchdog stall_watch;
-  std::uint64_t bytes_in = 0;  // bytes read from the transport in all (stall progress)
   std::string timeout_reason;
-  bool ack_stopped = false;
-  async_condition ack_cv;
   consumer_stats stats;
-  std::unique_ptr<device_lander> landing;  // consumer_options::landing enabled
-  // Held allowance (consumer_options::held_bytes): credit of yielded
-  // entries moved out of the window, and of yielded entries still in it;
-  // the latter's storage (entry leases), oldest first, to move later.
-  std::uint64_t held_credit = 0;
-  std::uint64_t held_in_window = 0;
-  std::deque<std::weak_ptr<const void>> unpromoted;
-  std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
-  bool app_waiting = false;              // opt.waits_reported: application_waits() since the last yield
-  std::uint64_t credit_wanted = 0;       // the sender's last credit request not yet granted
+  device_uploads device;
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
   std::shared_ptr<buffer_pool> recycled;
 };
+
+/// Writes `out` (frames the consumer sends: hello, acks) in one write.
+asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out);
+
+/// Sends the credit released and the blobs delivered (delivery_acks),
+/// coalesced: one write of one ack per delivered blob (the first carrying
+/// the credit), or one ack for the credit alone, each time it runs.
+asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s);
 
 /// consumer::next() with the caller's cancellation turned into errors.
 asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);

@@ -6,17 +6,18 @@
 #include <array>
 #include <cstring>
 #include <random>
-#include <variant>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
+#include "lib/pipeline/deadline.hpp"
 #include "lib/pipeline/device_send.hpp"
 
 namespace blobpipe::detail {
@@ -149,37 +150,60 @@ asio::awaitable<void> resync(std::shared_ptr<sender_state> s, std::uint64_t conn
 
 struct attempt_result {
   std::error_code ec;
+  std::string reason;                  // why it failed, where known
   std::shared_ptr<ack_reader> reader;  // set on success: handshake done
 };
 
+/// What a connection attempt waits on, for its deadline to end: the
+/// connect function's coroutine (cancelled: connect_fn should honour it),
+/// then the link (closed: the handshake's read or write fails).
+struct attempt_wait {
+  asio::cancellation_signal connecting;
+  std::shared_ptr<transport> link;
+  void end() {
+    if (link) link->close();
+    else connecting.emit(asio::cancellation_type::all);
+  }
+};
+
+/// `r` of an attempt bounded by `bound`: timed_out with the limit's
+/// reason once it expired (whatever else failed then), its link closed.
+attempt_result bounded(attempt_result r, const deadline& bound, attempt_wait& wait) {
+  if (!bound.expired()) return r;
+  if (wait.link) wait.link->close();
+  r.reader.reset();
+  r.ec = make_error_code(errc::timed_out);
+  r.reason = bound.reason("no connection and handshake with the consumer", "stall_timeout");
+  return r;
+}
+
+/// One connection attempt, connect and handshake, bounded as a whole by
+/// stall_timeout when one is set (the handshake by handshake_timeout
+/// too): past it the attempt ends with timed_out.
 asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
+  auto wait = std::make_shared<attempt_wait>();
+  const deadline bound(s->ex, s->opt.stall_timeout, [w = std::weak_ptr<attempt_wait>(wait)] {
+    if (auto a = w.lock()) a->end();
+  });
   attempt_result r;
-  auto [ec, t] = co_await s->resend->connect();
+  auto [thrown, connected] = co_await asio::co_spawn(
+      s->ex, s->resend->connect(),
+      asio::bind_cancellation_slot(wait->connecting.slot(), use_tuple));
+  if (thrown && !bound.expired()) std::rethrow_exception(thrown);
+  auto& [ec, t] = connected;
   r.ec = ec;
   if (!r.ec && !t) r.ec = make_error_code(errc::peer_failed);
-  if (r.ec) co_return r;
-  auto [hec, reader] = co_await handshake(std::shared_ptr<transport>(std::move(t)), s->opt,
-                                          s->resend->session);
+  if (r.ec || bound.expired()) co_return bounded(std::move(r), bound, *wait);
+  wait->link = std::shared_ptr<transport>(std::move(t));
+  auto [hec, reader] = co_await handshake(wait->link, s->opt, s->resend->session);
   r.ec = hec;
   if (r.ec) {
     reader->link->close();
-    co_return r;
+    r.reason = reader->message;
+    co_return bounded(std::move(r), bound, *wait);
   }
   r.reader = std::move(reader);
-  co_return r;
-}
-
-/// attempt(), raced with stall_timeout when one is set.
-asio::awaitable<attempt_result> bounded_attempt(std::shared_ptr<sender_state> s) {
-  using namespace asio::experimental::awaitable_operators;
-  if (s->opt.stall_timeout.count() <= 0) co_return co_await attempt(s);
-  asio::steady_timer timer(s->ex);
-  timer.expires_after(s->opt.stall_timeout);
-  auto won = co_await (attempt(s) || timer.async_wait(use_tuple));
-  if (won.index() == 0) co_return std::move(std::get<0>(won));
-  attempt_result r;
-  r.ec = make_error_code(errc::timed_out);
-  co_return r;
+  co_return bounded(std::move(r), bound, *wait);
 }
 
 /// install() for a resend session: the consumer's window of remembered
@@ -205,7 +229,7 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
       co_await rs.retry_timer.async_wait(use_tuple);
       if (s->error) break;
     }
-    auto r = co_await bounded_attempt(s);
+    auto r = co_await attempt(s);
     if (s->error) {
       if (r.reader) r.reader->link->close();
       break;
@@ -216,6 +240,7 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
     }
     rs.last_error = r.ec;
     if (++rs.failures >= s->opt.resend.max_attempts) {
+      if (s->message.empty()) s->message = r.reason;
       s->fail(r.ec);
       co_return r.ec;
     }
@@ -398,7 +423,7 @@ std::chrono::milliseconds resend_give_up_bound(const sender_options& o) {
   using std::chrono::milliseconds;
   milliseconds attempt = o.handshake_timeout;
   if (o.stall_timeout.count() > 0 && (attempt.count() <= 0 || o.stall_timeout < attempt))
-    attempt = o.stall_timeout;  // bounded_attempt races the whole attempt with it
+    attempt = o.stall_timeout;  // attempt() bounds the whole attempt with it
   if (attempt.count() <= 0) return milliseconds{0};
   const std::uint32_t attempts = std::max<std::uint32_t>(o.resend.max_attempts, 1);
   milliseconds total = attempt * attempts;

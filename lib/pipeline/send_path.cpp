@@ -11,7 +11,7 @@
 #include <asio/error.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
-#include "lib/pipeline/handshake_deadline.hpp"
+#include "lib/pipeline/deadline.hpp"
 #include "lib/pipeline/resend.hpp"
 #include "lib/pipeline/sender_state.hpp"
 
@@ -164,14 +164,13 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
   };
   auto reader = std::make_shared<ack_reader>(link);
   // handshake_timeout: closing the link ends the write or read below.
-  handshake_deadline deadline(link->get_executor(), opt.handshake_timeout,
-                              [weak = std::weak_ptr<transport>(link)] {
-                                if (auto l = weak.lock()) l->close();
-                              });
+  deadline bound(link->get_executor(), opt.handshake_timeout,
+                 [weak = std::weak_ptr<transport>(link)] {
+                   if (auto l = weak.lock()) l->close();
+                 });
   const auto failed = [&](std::error_code ec) {
-    if (!deadline.expired()) return ret{ec, reader};
-    reader->message = "no handshake with the consumer within " +
-                      num(opt.handshake_timeout.count()) + " ms (handshake_timeout)";
+    if (!bound.expired()) return ret{ec, reader};
+    reader->message = bound.reason("no handshake with the consumer", "handshake_timeout");
     return ret{make_error_code(errc::timed_out), reader};
   };
   hello mine{.role = wire_role::sender,

@@ -1,8 +1,12 @@
 // A stall watchdog (internal): runs beside a connection's coroutines and
 // notices when the side has been waiting on its peer for too long with
-// nothing arriving. Composed, not threaded through (STYLE.md rule 9): the
-// workers only mark when they start and stop waiting and when bytes
-// arrive; the watchdog's own coroutine sleeps on one timer and checks.
+// nothing arriving. The one idiom for limits measured in progress
+// (stall_timeout, idle_timeout, held_timeout); a limit on one wait as a
+// whole (a handshake, a connection attempt) is a deadline
+// (lib/pipeline/deadline.hpp); docs/reliability.md "Timeouts". Composed,
+// not threaded through (STYLE.md rule 9): the workers only mark when they
+// start and stop waiting and when bytes arrive; the watchdog's own
+// coroutine sleeps on one timer and checks.
 //
 //   asio::co_spawn(ex, [s]() -> asio::awaitable<void> {
 //     if (co_await s->dog.expired()) s->on_stall();   // holds `s` alive

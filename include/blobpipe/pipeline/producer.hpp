@@ -80,7 +80,8 @@ struct blob_state;
 }  // namespace detail
 
 /// Makes one connection for a resend session; called again after each
-/// failure. Should honour cancellation (a stall_timeout races it).
+/// failure. Should honour cancellation: a stall_timeout that passes first
+/// cancels it (docs/reliability.md "Timeouts").
 using connect_fn =
     std::function<asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>>()>;
 

@@ -1,0 +1,92 @@
+// A bounded wait (internal): the one idiom for a limit on how long one
+// wait may take as a whole. A timer beside the wait that, when the limit
+// passes first, runs `on_expiry` once; on_expiry ends what the wait is
+// blocked on (closes the transport, cancels the connect), so the wait
+// fails, and the waiter turns that failure into timed_out with reason().
+// Composed, not threaded through: the wait itself knows nothing of it.
+//
+//   deadline d(ex, opt.handshake_timeout, [weak] { ...close... });
+//   ... the handshake ...
+//   if (failed && d.expired())
+//     return {errc::timed_out, d.reason("no handshake with the sender", "handshake_timeout")};
+//
+// Going out of scope (the wait over) disarms it, also when the timer has
+// fired but its handler has not run yet: on_expiry never runs after that.
+//
+// Used by: the consumer's and the sender's handshake (handshake_timeout),
+// the fan-in server's per-connection handshake (server_options
+// handshake_timeout) and a resend session's connection attempt, connect
+// and handshake together (sender_options stall_timeout).
+//
+// Not for limits measured in progress (stall_timeout, idle_timeout,
+// held_timeout while a connection runs): the watchdog is the one idiom
+// for those (lib/pipeline/watchdog.hpp), since a slow but moving peer must
+// not trip them. Not a timeout either, and so not a deadline: a plain
+// sleep or backoff (a resend session's retry_delay, the server's 10 ms
+// accept pause when descriptors run out), which fails nothing.
+// docs/reliability.md "Timeouts" lists every limit and which idiom bounds it.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
+
+namespace blobpipe::detail {
+
+class deadline {
+ public:
+  /// Arms the deadline on `ex`: after `limit` (milliseconds) it runs
+  /// `on_expiry` once, on `ex`, unless disarmed (destroyed) first.
+  /// `limit` 0 (or below): no bound; on_expiry never runs. Throws only
+  /// what allocating its shared state throws (std::bad_alloc).
+  deadline(const asio::any_io_executor& ex, std::chrono::milliseconds limit,
+           std::function<void()> on_expiry)
+      : state_(std::make_shared<state>()), timer_(ex), limit_(limit) {
+    if (limit.count() <= 0) return;
+    timer_.expires_after(limit);
+    timer_.async_wait([st = state_, f = std::move(on_expiry)](std::error_code ec) {
+      if (ec || st->over) return;
+      st->expired = true;
+      f();
+    });
+  }
+  ~deadline() {
+    state_->over = true;
+    timer_.cancel();
+  }
+  deadline(const deadline&) = delete;
+  deadline& operator=(const deadline&) = delete;
+
+  /// Whether the limit passed (and on_expiry ran).
+  bool expired() const noexcept { return state_->expired; }
+  /// The limit, milliseconds (0 or below: none).
+  std::chrono::milliseconds limit() const noexcept { return limit_; }
+  /// The reason for the timed_out error: "<what> within <limit> ms (<option>)",
+  /// `option` naming the setting that holds the limit.
+  std::string reason(std::string_view what, std::string_view option) const {
+    return reason(what, limit_, option);
+  }
+  static std::string reason(std::string_view what, std::chrono::milliseconds limit,
+                            std::string_view option) {
+    return std::string(what) + " within " + std::to_string(limit.count()) + " ms (" +
+           std::string(option) + ")";
+  }
+
+ private:
+  struct state {
+    bool over = false;
+    bool expired = false;
+  };
+  std::shared_ptr<state> state_;
+  asio::steady_timer timer_;
+  std::chrono::milliseconds limit_;
+};
+
+}  // namespace blobpipe::detail
