@@ -158,6 +158,14 @@ BOOST_AUTO_TEST_CASE(from_meta_allocates_nothing_for_short_keys_and_shapes) {
   // receive path's meta parse allocates nothing for a small entry.
   BOOST_TEST(use.allocations == 0u);
 
+  // Four dims (an image batch, NCHW) are inline too.
+  const bp::Entry nchw{"0@obs", 0, 64, 't', std::string("float32"), bp::shape_t{2, 2, 2, 2}};
+  const auto nmeta = nchw.meta();
+  use = measure_heap([&] { r = bp::Entry::from_meta("0@obs", nmeta); });
+  BOOST_TEST_REQUIRE(r.has_value(), r.message());
+  BOOST_TEST((*r == nchw));
+  BOOST_TEST(use.allocations == 0u);
+
   // Past the inline dims, one heap block for the dims: nothing else.
   const bp::Entry wide{"0@frames", 0, 64 * 8, 'n', std::string("<i8"),
                        bp::shape_t{2, 2, 2, 2, 2, 2}};
