@@ -3,8 +3,15 @@
 // land (their own buffer, the blob's assembly region, a host buffer bound
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include <asio/execution.hpp>
 #include <asio/prefer.hpp>
@@ -21,6 +28,79 @@ using status = result<void>;
 status violation(std::string what) { return {errc::protocol_violation, std::move(what)}; }
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
+
+/// One heap block for a received entry and its lease (a small entry's
+/// bytes inside the lease): one allocation per entry where there were two
+/// (docs/performance.md "Receive path per small entry"). Each of the two
+/// keeps its own shared_ptr count, as when they were apart: the entry
+/// holds its storage, and storage may outlive the entry, so one count for
+/// both would keep itself alive. Their control blocks are placed in the
+/// block (in_block below); the block goes when both have gone. Entries
+/// may be dropped on any thread: the count of parts left is atomic.
+template <class Lease>
+struct entry_block {
+  // Room for each control block allocate_shared makes: the object, and
+  // (libstdc++) a vtable pointer, two counts and the allocator.
+  static constexpr std::size_t control_bytes = 64;
+  alignas(std::max_align_t) std::array<std::byte, sizeof(received_entry) + control_bytes> entry_room;
+  alignas(std::max_align_t) std::array<std::byte, sizeof(Lease) + control_bytes> lease_room;
+  std::atomic<int> parts{2};
+
+  void drop() noexcept {
+    if (parts.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      std::unique_ptr<entry_block>{this}.reset();  // make_entry gave it up to the two parts
+  }
+};
+
+struct entry_part {};  // in_block: the received_entry's room
+struct lease_part {};  // in_block: the lease's room
+
+/// Hands allocate_shared the room of one part of an entry_block; giving it
+/// back drops that part.
+template <class T, class Block, class Part>
+struct in_block {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = in_block<U, Block, Part>;
+  };
+  Block* block;
+  explicit in_block(Block* b) noexcept : block(b) {}
+  template <class U>
+  in_block(const in_block<U, Block, Part>& o) noexcept : block(o.block) {}
+  T* allocate(std::size_t n) {
+    std::byte* room;
+    std::size_t room_bytes;
+    if constexpr (std::is_same_v<Part, lease_part>) {
+      static_assert(sizeof(T) <= sizeof(block->lease_room));
+      room = block->lease_room.data();
+      room_bytes = block->lease_room.size();
+    } else {
+      static_assert(sizeof(T) <= sizeof(block->entry_room));
+      room = block->entry_room.data();
+      room_bytes = block->entry_room.size();
+    }
+    static_assert(alignof(T) <= alignof(std::max_align_t));
+    if (n * sizeof(T) > room_bytes) throw std::bad_alloc();  // never: sized for it
+    return reinterpret_cast<T*>(room);
+  }
+  void deallocate(T*, std::size_t) noexcept { block->drop(); }
+  friend bool operator==(const in_block& a, const in_block& b) noexcept {
+    return a.block == b.block;
+  }
+};
+
+/// A received_entry and its lease, of type Lease, in one allocation.
+template <class Lease>
+std::pair<std::shared_ptr<received_entry>, std::shared_ptr<Lease>> make_entry() {
+  using block_t = entry_block<Lease>;
+  auto block = std::make_unique<block_t>();
+  auto lease = std::allocate_shared<Lease>(in_block<Lease, block_t, lease_part>(block.get()));
+  auto entry = std::allocate_shared<received_entry>(
+      in_block<received_entry, block_t, entry_part>(block.get()));
+  block.release();  // both parts made: the last one to go frees it (drop)
+  return {std::move(entry), std::move(lease)};
+}
 
 // event::reason is never empty when event::error is set: a producer's
 // abort without words, or a failure without a message, says its code.
@@ -130,15 +210,17 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   std::byte* dest = nullptr;
   const bool small = !b.discard && !b.region && e.len != 0 && e.len <= small_entry_bytes &&
                      !device.selects(e);
-  // Its own allocation, not a member of the received_entry: storage may
-  // outlive the entry (and a lease inside it would keep itself alive).
+  // The entry and its lease share one allocation (entry_block), each with
+  // its own count: storage may outlive the entry.
+  std::shared_ptr<received_entry> owned;
   std::shared_ptr<entry_lease> owned_lease;
   if (small) {
-    auto in_lease = std::make_shared<small_entry_lease>();
+    auto [entry, in_lease] = make_entry<small_entry_lease>();
     dest = in_lease->bytes();
+    owned = std::move(entry);
     owned_lease = std::move(in_lease);
   } else {
-    owned_lease = std::make_shared<entry_lease>();
+    std::tie(owned, owned_lease) = make_entry<entry_lease>();
   }
   entry_lease& lease = *owned_lease;
   lease.owner = weak_from_this();
@@ -173,7 +255,6 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
       dest = lease.own.get();
     }
   }
-  auto owned = std::make_shared<received_entry>();
   received_entry& cur = *owned;
   cur.blob_id = b.id;
   cur.tag = b.tag;

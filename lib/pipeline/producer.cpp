@@ -44,6 +44,66 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
   }
 }
 
+/// What emit's steps that never wait decided (plan_emit).
+struct emit_plan {
+  std::error_code ec;  // refused: nothing framed, the blob stays usable
+  bool kept = false;   // a resend session's blob: kept_emit takes the value
+  const planned_entry* planned = nullptr;
+  std::uint64_t credit = 0;
+  int device = -1;     // cuda::location::device of a device value
+};
+
+/// emit's steps that never wait: the session's checks, where the value
+/// lives, its planning (layout_builder), its meta into b.meta and its
+/// credit. A plain function, not part of emit's coroutine: their locals
+/// would be in emit's frame, which then passes the 1020 bytes up to which
+/// Asio recycles a coroutine frame, and every emit would allocate one
+/// (docs/performance.md "Receive path per small entry").
+emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
+  emit_plan p;
+  sender_state& s = *b.sender;
+  sender_blob& w = b.wire();
+  if (auto ok = s.session.check_emit(w, key.size()); !ok) {
+    p.ec = ok.code();
+    return p;
+  }
+  // Device memory? Asked before planning: a failure (no device) leaves the
+  // blob usable. docs/cuda.md
+  b.last_error.clear();
+  auto where = locate_value(s, v);
+  if (!where) {
+    b.last_error = where.message();
+    p.ec = where.code();
+    return p;
+  }
+  v.memory = where->kind;
+  p.device = where->device;
+  if (b.kept) {
+    p.kept = true;
+    return p;
+  }
+  auto added = b.builder.add(std::move(key), std::move(v));
+  if (!added) {
+    p.ec = added.code();  // nothing sent: the blob stays usable
+    return p;
+  }
+  p.planned = *added;
+  // Encoded into the blob's own buffer (blob calls are serialised by its
+  // lock): no allocation per entry once warm.
+  b.meta.clear();
+  p.planned->entry.append_meta(b.meta);
+  // From here until entry_sent() an early return leaves the consumer
+  // without this entry: the session holds the blob broken.
+  auto credit = s.session.plan_entry(w, p.planned->entry, b.meta);
+  if (!credit) {
+    b.last_error = credit.message();
+    p.ec = credit.code();
+    return p;
+  }
+  p.credit = *credit;
+  return p;
+}
+
 /// Takes the blob's lock: at once when it is free, else in call order.
 asio::awaitable<std::error_code> lock_blob(blob_state& b) {
   if (b.lock.try_lock()) co_return std::error_code{};
@@ -80,50 +140,28 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   auto b = state_;  // this handle may go away while we wait
   if (!b) co_return make_error_code(errc::invalid_argument);
   auto s = b->sender;
-  if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
+  // The blob's lock (lock_blob, inline: a small entry's emit costs no
+  // coroutine frame but its own).
+  if (!b->lock.try_lock()) {
+    if (auto ec = co_await b->lock.lock()) co_return ec;
+  }
   detail::unlock_guard guard(b->lock);
-  auto& session = s->session;
-  sender_blob& w = b->wire();
-  if (auto ok = session.check_emit(w, key.size()); !ok) co_return ok.code();
-  // Device memory? Asked before planning: a failure (no device) leaves the
-  // blob usable. docs/cuda.md
-  b->last_error.clear();
-  auto where = detail::locate_value(*s, v);
-  if (!where) {
-    b->last_error = where.message();
-    co_return where.code();
-  }
-  v.memory = where->kind;
-  if (b->kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
-
-  auto added = b->builder.add(std::move(key), std::move(v));
-  if (!added) co_return added.code();  // nothing sent: the blob stays usable
-  const planned_entry& planned = **added;
-  // Encoded into the blob's own buffer (blob calls are serialised by its
-  // lock): no allocation per entry once warm.
-  auto& meta = b->meta;
-  meta.clear();
-  planned.entry.append_meta(meta);
-  // From here until entry_sent() an early return leaves the consumer
-  // without this entry: the session holds the blob broken.
-  auto credit = session.plan_entry(w, planned.entry, meta);
-  if (!credit) {
-    b->last_error = credit.message();
-    co_return credit.code();
-  }
+  const detail::emit_plan p = detail::plan_emit(*b, key, v);
+  if (p.ec) co_return p.ec;
+  if (p.kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
   auto q = s->queue;
-  if (!session.take_credit(*credit)) {
-    if (auto ec = co_await detail::acquire_credit(s, q, *credit)) co_return ec;
+  if (!s->session.take_credit(p.credit)) {
+    if (auto ec = co_await detail::acquire_credit(s, q, p.credit)) co_return ec;
   }
   // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
   std::error_code ec;
-  if (planned.source.memory == memory_kind::cuda_device) {
-    ec = co_await detail::send_device_value(s, q, *b, planned, meta, where->device, emitted);
-  } else {
-    ec = co_await detail::send_entry(s, q, w, planned, meta, emitted);
+  if (p.planned->source.memory == memory_kind::cuda_device) {
+    ec = co_await detail::send_device_value(s, q, *b, *p.planned, b->meta, p.device, emitted);
+  } else if (!detail::begin_entry(*s, *q, b->wire(), *p.planned, b->meta, emitted)) {
+    ec = co_await detail::send_entry_bytes(s, q, b->wire(), *p.planned);
   }
   if (ec) co_return ec;
-  session.entry_sent(w);
+  s->session.entry_sent(b->wire());
   // Copied entries return at once; past max_queued_bytes they wait here
   // for the writer (backpressure without a full window's worth queued).
   if (q->full()) {

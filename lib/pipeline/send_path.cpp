@@ -288,14 +288,11 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
 
 // ---- entries ----------------------------------------------------------------
 
-asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
-                                            std::shared_ptr<send_queue> q, sender_blob& b,
-                                            const planned_entry& pe,
-                                            std::span<const std::byte> meta,
-                                            std::uint64_t emitted_ns) {
+bool begin_entry(sender_state& s, send_queue& q, sender_blob& b, const planned_entry& pe,
+                 std::span<const std::byte> meta, std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
-  if (!pe.contiguous && e.len != 0) ++s->extra.gathered_entries;
-  auto room = s->session.add_entry(b, e, meta, emitted_ns, entry_route::automatic);
+  if (!pe.contiguous && e.len != 0) ++s.extra.gathered_entries;
+  auto room = s.session.add_entry(b, e, meta, emitted_ns, entry_route::automatic);
   if (!room.empty()) {
     // Small: copied into the frame, so the producer may go on at once.
     if (pe.contiguous) {
@@ -304,11 +301,17 @@ asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
       // Host memory and exactly e.len bytes: write_entry cannot fail here.
       (void)write_entry(pe, room);
     }
-    q->kick();
-    co_return std::error_code{};
+    q.kick();
+    return true;
   }
-  q->kick();
-  if (e.len == 0) co_return std::error_code{};
+  q.kick();
+  return e.len == 0;
+}
+
+asio::awaitable<std::error_code> send_entry_bytes(std::shared_ptr<sender_state> s,
+                                                  std::shared_ptr<send_queue> q, sender_blob& b,
+                                                  const planned_entry& pe) {
+  const Entry& e = pe.entry;
   if (pe.contiguous)
     co_return co_await send_chunks(s, q, b, std::span(pe.source.data, e.len));
   // A strided value: gathered once into a temporary that lives until its

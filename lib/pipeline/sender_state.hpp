@@ -2,8 +2,8 @@
 // kind of sender shares. What is decided (blob ids and states, entry
 // indices, credit, counters, what a resend session keeps) is the sans-IO
 // sender_session's (blobpipe/protocol/sender_session.hpp); what is here
-// waits and writes: one credit wait, one entry path (send_entry: inline
-// below the threshold, else one chunk loop) and one ack reader, for plain
+// waits and writes: one credit wait, one entry path (begin_entry: inline
+// below the threshold, else send_entry_bytes, one chunk loop) and one ack reader, for plain
 // and resend sessions, host and device values alike.
 // Coroutines hold the state by shared_ptr, never by raw `this`.
 #pragma once
@@ -149,17 +149,24 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n);
 
 /// Frames host entry `pe` of blob `b` on `q` through the session
-/// (sender_session::add_entry): its bytes inline when the session says so,
-/// else in data frames (send_chunks). For a strided value (pe.contiguous
-/// false) they are gathered with write_entry. Credit must be taken
-/// already, and `q` must be the session's connection. `emitted_ns`: when
-/// the producer emitted it (steady_ns()). Errors: the connection's;
-/// invalid_argument (a strided value whose gather failed).
-asio::awaitable<std::error_code> send_entry(std::shared_ptr<sender_state> s,
-                                            std::shared_ptr<send_queue> q, sender_blob& b,
-                                            const planned_entry& pe,
-                                            std::span<const std::byte> meta,
-                                            std::uint64_t emitted_ns);
+/// (sender_session::add_entry), the part that never waits: entry_begin,
+/// with its bytes inline when the session says so (copied: a strided value,
+/// pe.contiguous false, is gathered with write_entry). Returns true when
+/// the entry went whole (inline, or empty); false when its bytes follow in
+/// data frames (send_entry_bytes). A plain function, so that emit's usual
+/// path (a small entry) costs no coroutine frame of its own. Credit must be
+/// taken already, and `q` must be the session's connection. `emitted_ns`:
+/// when the producer emitted it (steady_ns()).
+bool begin_entry(sender_state& s, send_queue& q, sender_blob& b, const planned_entry& pe,
+                 std::span<const std::byte> meta, std::uint64_t emitted_ns);
+
+/// The data frames of host entry `pe` after begin_entry returned false
+/// (send_chunks; a strided value gathered once into a temporary first).
+/// Errors: the connection's; invalid_argument (a strided value whose
+/// gather failed).
+asio::awaitable<std::error_code> send_entry_bytes(std::shared_ptr<sender_state> s,
+                                                  std::shared_ptr<send_queue> q, sender_blob& b,
+                                                  const planned_entry& pe);
 
 /// The one chunk loop: the data frames of b's current entry from `bytes`
 /// (the next bytes it needs, in order), pointing at them (zero copy; on

@@ -113,7 +113,8 @@ void init_stream_bench(py::module_& m) {
         std::vector<bench_entry> entries;
         for (py::handle row : spec) {
           auto [key, kind, dtype, shape, data] =
-              py::cast<std::tuple<std::string, std::string, std::string, shape_t, py::object>>(row);
+              py::cast<std::tuple<std::string, std::string, std::string,
+                                 std::vector<std::int64_t>, py::object>>(row);
           held.push_back(std::make_unique<held_buffer>(data, false));
           const std::span<const std::byte> b = held.back()->bytes();
           entries.push_back({key, kind == "p"   ? value::pickle(b)

@@ -48,12 +48,12 @@ struct blob_index {
 ///
 /// Memory: the index is read in place, row by row; no msgpack object tree
 /// is built and nothing is reserved from a count the bytes have not proven.
-/// At most 19 x index.size() + 4 KiB is allocated (requested bytes, the
-/// returned vector included): the vector holds at most one 128-byte Entry
+/// At most 23 x index.size() + 4 KiB is allocated (requested bytes, the
+/// returned vector included): the vector holds at most one 160-byte Entry
 /// per 7 index bytes (the smallest row), and a row's own heap (key and
-/// dtype past 15 bytes, 8 bytes per shape dim) is at most 8 bytes per byte
-/// of that row. test/parse_memory_test.cpp checks the bound with a
-/// counting allocator.
+/// dtype past 15 bytes, 8 bytes per shape dim past shape_inline_dims) is
+/// at most 8 bytes per byte of that row. test/parse_memory_test.cpp checks
+/// the bound with a counting allocator.
 ///
 /// Errors: malformed_index (also: more rows than max_rows),
 /// entry_out_of_range, shape_mismatch, unknown_kind, unknown_dtype,

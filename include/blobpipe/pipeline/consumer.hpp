@@ -29,7 +29,13 @@
 // 64-byte aligned buffer; a larger one is read from the socket straight into
 // that buffer (or the blob's assembly buffer) at the chunk's offset, except
 // for bytes that arrived in the same read as its frame header (at most the
-// receive buffer's size), which are copied once.
+// receive buffer's size), which are copied once. Allocations: an entry of
+// up to 256 bytes lands, 64-byte aligned, in the one heap block that also
+// holds its received_entry and the lease of its window credit (one
+// allocation per small entry; the shape's dims are inline, shape_t); a
+// larger one takes that block and a buffer of its own (or one kept for
+// reuse, recycle_bytes, or its place in an assembled blob; docs/performance.md
+// "Receive path per small entry").
 //
 // Memory: every byte the consumer holds counts against its window, in
 // credit bytes: an entry costs len + 2 * (key + meta) + entry_overhead_bytes
