@@ -118,6 +118,8 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   copt.pool = s->pool;
   // The application waits in server::next(), not where the pump does.
   copt.waits_reported = true;
+  // Fair turns among the connections sharing a thread (docs/cluster.md).
+  if (copt.turn_work_bytes == 0) copt.turn_work_bytes = server_turn_work_bytes;
   if (s->opt.latency) copt.accept_features |= feature_entry_timestamps;
   std::error_code ec;
   consumer c;

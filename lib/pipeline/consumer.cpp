@@ -107,7 +107,8 @@ result<void> transport_error(consumer_state& s, std::error_code ec) {
 result<void> decode_received(consumer_state& s) {
   auto& d = s.frames;
   receive_landing& in = s.receive;
-  const std::uint64_t budget = s.peer ? turn_work_bytes : ~std::uint64_t{0};
+  const std::uint64_t budget =
+      s.peer && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
   auto took = d.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
   if (!took) return took.err();
   in.rx_at += *took;
@@ -129,8 +130,8 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
   receive_landing& in = s.receive;
   // Fair turns: a turn's work spent, every other handler ready on this
   // executor (the other connections' turns) runs before this one decodes
-  // more (turn_work_bytes).
-  if (d.work() >= turn_work_bytes) {
+  // more (consumer_options::turn_work_bytes).
+  if (s.opt.turn_work_bytes != 0 && d.work() >= s.opt.turn_work_bytes) {
     d.reset_work();
     ++s.stats.turns_yielded;
     co_await asio::post(s.ex, asio::use_awaitable);

@@ -50,16 +50,15 @@ inline constexpr std::size_t hello_receive_bytes = frame_header_size + max_hello
 /// A payload with at least this many bytes still to come, and nothing of
 /// it buffered, is read straight into its destination (read_exact).
 inline constexpr std::uint64_t direct_read_bytes = 64u << 10;
-/// A connection's turn on its thread, in bytes of decoder work
-/// (decoder::work(): bytes decoded, every frame counted as at least
-/// decoder::frame_work_floor_bytes): one receive buffer's worth, so at most
-/// 64 frames. Once a turn is spent the consumer yields its executor
-/// (asio::post) before decoding more, and what it read and has not decoded
-/// waits in the receive buffer: every other connection on the thread gets
-/// its turn first, so a peer flooding tiny frames (begin+abort pairs) gets
-/// no more of the thread than one sending large ones (issue 26;
-/// docs/cluster.md "Fair turns").
-inline constexpr std::uint64_t turn_work_bytes = receive_buffer_bytes;
+// A connection's turn on its thread (consumer_options::turn_work_bytes):
+// once a turn is spent the consumer yields its executor (asio::post)
+// before decoding more, and what it read and has not decoded waits in the
+// receive buffer, so every other connection on the thread gets its turn
+// first and a peer flooding tiny frames (begin+abort pairs) gets no more of
+// the thread than one sending large ones (issue 26; docs/cluster.md "Fair
+// turns"). Its default for a server's connections: server_turn_work_bytes,
+// one receive buffer.
+static_assert(server_turn_work_bytes == receive_buffer_bytes);
 
 /// A blob between blob_begin and its end, as the consumer's sinks see it
 /// (the decoder keeps the protocol's view of it).
@@ -369,7 +368,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);
 /// One step of input: decodes what the receive buffer still holds, else
 /// reads what the transport has (or a payload straight into its
 /// destination, or posts its read) and decodes it, at most a turn's work
-/// (turn_work_bytes); a turn spent yields the executor first. An error
+/// (consumer_options::turn_work_bytes); a turn spent yields the executor first. An error
 /// ends the stream.
 asio::awaitable<result<void>> read_input(consumer_state& s);
 

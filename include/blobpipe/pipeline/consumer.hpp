@@ -112,6 +112,11 @@ struct file_slot {
   std::uint64_t offset = 0;  ///< bytes from file start of the blob's byte 0
 };
 
+/// consumer_options::turn_work_bytes of a fan-in server's connections
+/// (docs/cluster.md "Fair turns"): one receive buffer, 256 KiB, so at most
+/// 64 frames a turn.
+inline constexpr std::uint64_t server_turn_work_bytes = 256u << 10;
+
 struct consumer_options {
   /// Most bytes buffered at once (entries not released + a tail being
   /// checked), advertised to the sender in the handshake.
@@ -226,6 +231,17 @@ struct consumer_options {
   /// when next() yields it, and the application waits whenever next()
   /// waits.
   bool waits_reported = false;
+  /// Fair turns (docs/cluster.md "Fair turns"), bytes of decoding work:
+  /// after this much (every frame counted as at least 4 KiB,
+  /// decoder::frame_work_floor_bytes) next() lets every other handler
+  /// ready on its executor run before it decodes more, so connections
+  /// sharing a thread share it whatever their frames. 0: no turns, the
+  /// whole read is decoded at once (a consumer alone on its thread; each
+  /// yield costs a post and coroutine frames Asio may not recycle, about
+  /// 0.13 allocations per 64-byte entry in //test:receive_alloc_test).
+  /// A fan-in server sets it to server_turn_work_bytes for its
+  /// connections when this is 0.
+  std::uint64_t turn_work_bytes = 0;
 
   assemble_mode assemble = assemble_mode::none;
   /// assemble_mode::file: called at blob_begin to place the blob. An error
