@@ -1,6 +1,6 @@
 // The fan-in server under one hostile connection (issue 26, items 1 and 2;
 // docs/reliability.md "Fan-in under a hostile sender"): each case runs an
-// honest sender in another thread (its own executor, TCP loopback) while a
+// honest sender in another process (this binary again, TCP loopback) while a
 // hostile peer, speaking the wire protocol by hand on the server's
 // executor, asks for more credit than it may have or holds what it got.
 // Each case checks that the honest sender completes with its data and that
@@ -13,6 +13,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
@@ -22,6 +25,7 @@
 #include "blobpipe/protocol/framer.hpp"
 #include "test/cluster_fixture.hpp"
 #include "test/frame_io.hpp"
+#include "test/process.hpp"
 
 using namespace blobpipe;
 using namespace blobpipe::testing;
@@ -132,29 +136,61 @@ struct big_entry {
   std::span<const std::byte> data() const { return std::as_bytes(std::span(bytes)); }
 };
 
-/// The honest sender: its own thread and executor, TCP.
-class honest_thread {
+/// The honest sender's work: honest_blobs blobs of 3 entries of 32 KiB to
+/// `url`, on an io_context of its own; what its sender reported.
+std::error_code send_honestly(const std::string& url) {
+  asio::io_context ctx;
+  std::error_code result = make_error_code(errc::aborted);  // until it reports
+  asio::co_spawn(ctx,
+                 send_to(url, {.who = honest_who, .blobs = honest_blobs, .entries = 3,
+                               .bytes = 32u << 10, .group = {}}),
+                 [&result](std::exception_ptr e, std::error_code ec) {
+                   result = e ? make_error_code(errc::aborted) : ec;
+                 });
+  ctx.run();
+  return result;
+}
+
+/// This test binary run again with BLOBPIPE_HONEST_SENDER=URL is the
+/// honest sender (issue 26 item 7: honest senders in other processes):
+/// before any test case, it sends and exits, 0 when its sender finished
+/// cleanly, else 1 with the error on stderr.
+struct honest_sender_process_main {
+  honest_sender_process_main() {
+    const char* url = std::getenv("BLOBPIPE_HONEST_SENDER");
+    if (!url) return;
+    const std::error_code ec = send_honestly(url);
+    if (ec) std::fprintf(stderr, "honest sender: %s\n", ec.message().c_str());
+    std::fflush(nullptr);
+    std::_Exit(ec ? 1 : 0);
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(honest_sender_process_main);
+
+/// The honest sender in a process of its own (this binary again, TCP).
+class honest_process {
  public:
   void start(std::string url) {
-    th_ = std::thread([this, url] {
-      asio::io_context ctx;
-      asio::co_spawn(ctx,
-                     send_to(url, {.who = honest_who, .blobs = honest_blobs, .entries = 3,
-                                   .bytes = 32u << 10, .group = {}}),
-                     [this](std::exception_ptr e, std::error_code ec) {
-                       result_ = e ? make_error_code(errc::aborted) : ec;
-                     });
-      ctx.run();
-    });
+    proc_.emplace("/proc/self/exe", std::vector<std::string>{}, std::nullopt,
+                  std::vector<std::string>{"BLOBPIPE_HONEST_SENDER=" + url});
   }
+  /// Waits for it to end (a hang bound of 60 s, not a timing assertion: its
+  /// sender's own timeouts end it first); what it reported.
   std::error_code join() {
-    if (th_.joinable()) th_.join();
+    if (!proc_) return result_;
+    proc_->wait_for_stdout([](const std::string&) { return false; }, std::chrono::seconds(60));
+    proc_->signal(SIGKILL);  // ended already (a zombie ignores it), or hung
+    const run_result r = proc_->wait();
+    proc_.reset();
+    if (r.exit_code != 0)
+      BOOST_TEST_MESSAGE("the honest sender process exited " << r.exit_code << ": " << r.err);
+    result_ = r.exit_code == 0 ? std::error_code{} : make_error_code(errc::aborted);
     return result_;
   }
-  ~honest_thread() { join(); }
+  ~honest_process() { join(); }
 
  private:
-  std::thread th_;
+  std::optional<process> proc_;
   std::error_code result_ = make_error_code(errc::aborted);  // until it reports
 };
 
@@ -206,7 +242,7 @@ template <class Attack>
 outcome run_case(server_options opt, Attack attack, const char* name, bool hostile_ends = false) {
   BOOST_TEST_MESSAGE("case: " << name);
   runner r;
-  honest_thread honest;  // joined after the server is gone (it then fails, not hangs)
+  honest_process honest;  // joined after the server is gone (it then fails, not hangs)
   auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
   outcome o;
   r.spawn(application(srv, o, hostile_ends));
@@ -228,7 +264,7 @@ BOOST_AUTO_TEST_CASE(a_request_for_2_to_the_64_minus_1_gets_one_item_and_the_hon
   const auto opt = hostile_case_options();
   run_case(
       opt,
-      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
         hostile h;
         co_await h.start(url);
         BOOST_TEST(!(co_await h.request(~std::uint64_t{0})));
@@ -248,7 +284,7 @@ BOOST_AUTO_TEST_CASE(entries_held_open_on_a_huge_request_stay_within_the_bound) 
   const auto opt = hostile_case_options();
   run_case(
       opt,
-      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
         hostile h;
         co_await h.start(url);
         BOOST_TEST(!(co_await h.request(256 * budget)));
@@ -277,7 +313,7 @@ BOOST_AUTO_TEST_CASE(a_connection_holding_the_whole_budget_idle_is_ended_and_the
   opt.connection.max_entry_bytes = budget;
   const auto o = run_case(
       opt,
-      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
         hostile h;
         co_await h.start(url);
         // Alone, its share is the whole budget: granted, and never used.
@@ -298,7 +334,7 @@ BOOST_AUTO_TEST_CASE(a_trickling_connection_that_then_asks_for_the_budget_blocks
   const auto opt = hostile_case_options();
   const auto o = run_case(
       opt,
-      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
         hostile h;
         co_await h.start(url);
         BOOST_TEST(!(co_await h.request(budget / 2)));
@@ -430,14 +466,14 @@ BOOST_AUTO_TEST_CASE(a_begin_abort_flood_leaves_the_honest_sender_completing_wit
   // Issue 26 item 5's last case: a begin+abort flood cut an honest run from
   // 165 to 48 MB/s. The flood's turns on the server's thread are a receive
   // buffer's worth of work, every frame counted as at least 4 KiB
-  // (docs/cluster.md "Fair turns"): the honest sender, in its own thread,
+  // (docs/cluster.md "Fair turns"): the honest sender, in its own process,
   // completes with its data while the flood goes on, and the flood's
   // aborts reach the application too (it is slowed, not refused).
   const auto opt = hostile_case_options();
   std::uint64_t pairs = 0;
   const auto o = run_case(
       opt,
-      [&](std::string url, honest_thread& honest) -> asio::awaitable<void> {
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
         hostile h;
         co_await h.start(url);
         honest.start(url);
