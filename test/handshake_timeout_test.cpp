@@ -9,7 +9,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <system_error>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -151,6 +156,40 @@ BOOST_AUTO_TEST_CASE(resend_stall_timeout_cancels_a_connect_that_never_completes
   BOOST_TEST((ec == errc::timed_out), ec.message());
   BOOST_TEST(connects == 2);
   BOOST_TEST(cancelled == 2);
+}
+
+// Without a stall_timeout, the caller's cancellation of sender::start
+// reaches a connect function that never completes (Python's connect()
+// relies on it for Ctrl-C): start() ends with operation_aborted.
+BOOST_AUTO_TEST_CASE(cancelling_start_cancels_a_resend_connect_that_never_completes) {
+  runner r;
+  int cancelled = 0;
+  connect_fn connect = [&]() -> asio::awaitable<connect_result> {
+    asio::steady_timer never(r.ex(), std::chrono::hours(1));
+    auto [wec] = co_await never.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (wec == asio::error::operation_aborted) ++cancelled;
+    co_return connect_result{wec ? wec : make_error_code(errc::peer_failed), nullptr};
+  };
+  const auto o = resend_bounded(0ms, 0ms, 3);
+  asio::cancellation_signal stop;
+  std::error_code ec;
+  bool ended = false;
+  auto body = [&]() -> asio::awaitable<void> {
+    try {
+      auto [sec, s] = co_await sender::start(connect, o);
+      ec = sec;
+    } catch (const std::system_error& e) {  // the cancellation, thrown at an await
+      ec = e.code();
+    }
+    ended = true;
+  };
+  asio::co_spawn(r.ex(), body(), asio::bind_cancellation_slot(stop.slot(), asio::detached));
+  asio::steady_timer soon(r.ex(), 20ms);
+  soon.async_wait([&](std::error_code) { stop.emit(asio::cancellation_type::all); });
+  BOOST_TEST_REQUIRE(r.run(20s));  // a hang guard: without the forwarding it waits an hour
+  BOOST_TEST(ended);
+  BOOST_TEST(cancelled == 1);
+  BOOST_TEST(static_cast<bool>(ec), ec.message());
 }
 
 // ... and a handshake with a consumer that never answers is ended at it

@@ -91,8 +91,15 @@ struct in_block {
 };
 
 /// A received_entry and its lease, of type Lease, in one allocation.
+/// Nothing between the two allocate_shared calls may throw (a throw there
+/// would drop a part and then delete the block again): both types are
+/// nothrow default-constructible, checked here. A weak_ptr to the lease
+/// (the held allowance's `unpromoted`) keeps the whole block, about 1 KB
+/// for a small entry, until it is swept.
 template <class Lease>
 std::pair<std::shared_ptr<received_entry>, std::shared_ptr<Lease>> make_entry() {
+  static_assert(std::is_nothrow_default_constructible_v<received_entry> &&
+                std::is_nothrow_default_constructible_v<Lease>);
   using block_t = entry_block<Lease>;
   auto block = std::make_unique<block_t>();
   auto lease = std::allocate_shared<Lease>(in_block<Lease, block_t, lease_part>(block.get()));

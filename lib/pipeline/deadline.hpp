@@ -12,6 +12,8 @@
 //
 // Going out of scope (the wait over) disarms it, also when the timer has
 // fired but its handler has not run yet: on_expiry never runs after that.
+// The waiter must run on the deadline's executor (one thread, or a strand):
+// its state is not atomic, and on_expiry runs there.
 //
 // Used by: the consumer's and the sender's handshake (handshake_timeout),
 // the fan-in server's per-connection handshake (server_options

@@ -186,15 +186,24 @@ asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
     if (auto a = w.lock()) a->end();
   });
   attempt_result r;
+  // The connect runs with a slot of its own (the deadline cancels it);
+  // the caller's cancellation (a cancelled sender::start, Ctrl-C in
+  // Python's connect()) is forwarded to it while it runs.
+  asio::cancellation_slot caller = (co_await asio::this_coro::cancellation_state).slot();
+  if (caller.is_connected())
+    caller.assign([w = std::weak_ptr<attempt_wait>(wait)](asio::cancellation_type type) {
+      if (auto a = w.lock()) a->connecting.emit(type);
+    });
   auto [thrown, connected] = co_await asio::co_spawn(
       s->ex, s->resend->connect(),
       asio::bind_cancellation_slot(wait->connecting.slot(), use_tuple));
+  if (caller.is_connected()) caller.clear();
   if (thrown && !bound.expired()) std::rethrow_exception(thrown);
   auto& [ec, t] = connected;
   r.ec = ec;
   if (!r.ec && !t) r.ec = make_error_code(errc::peer_failed);
+  if (t) wait->link = std::shared_ptr<transport>(std::move(t));  // closed if it expired
   if (r.ec || bound.expired()) co_return bounded(std::move(r), bound, *wait);
-  wait->link = std::shared_ptr<transport>(std::move(t));
   auto [hec, reader] = co_await handshake(wait->link, s->opt, s->resend->session);
   r.ec = hec;
   if (r.ec) {

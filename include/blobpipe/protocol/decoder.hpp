@@ -156,10 +156,11 @@ class decoder {
   result<void> consume(std::span<const std::byte> in);
 
   /// As consume(), but stops early once work() reaches `budget` (bytes of
-  /// work, see work()): after the frame that spent it, or mid-frame only
-  /// when `in` itself holds more bytes than the budget. Returns how many
-  /// bytes of `in` it took; the caller passes the rest again later (any
-  /// chunking is fine). Bytes after a close frame are refused whatever
+  /// work, see work(), counted since the last reset_work(), not per call):
+  /// at any step, so after a frame, between a frame's header and its
+  /// payload, or within a payload. Returns how many bytes of `in` it took,
+  /// 0 once work() >= budget: the caller calls reset_work() before the
+  /// next turn and passes the rest again (any chunking is fine). Bytes after a close frame are refused whatever
   /// the budget. A caller sharing a thread among connections gives each a
   /// turn of at most `budget` this way, so a peer sending tiny frames gets
   /// no more decoding per turn than one sending large ones
