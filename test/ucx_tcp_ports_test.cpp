@@ -24,6 +24,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -31,6 +33,7 @@
 
 #include "lib/transport/ucx/devices.hpp"
 #include "test/listening_ports.hpp"
+#include "test/process.hpp"
 #include "test/ucx_frame_fixture.hpp"
 
 using namespace blobpipe;
@@ -218,6 +221,48 @@ BOOST_AUTO_TEST_CASE(the_users_devices_the_opt_out_and_a_listener_on_0_0_0_0_lea
   }
   // The option off: ports_unconfined() (connected, bytes crossed) had more.
   BOOST_TEST(!not_on(ports_unconfined(), "127.0.0.1").empty());
+}
+
+// A NET_DEVICES setting in a ucx.conf stands as the environment's does.
+// UCX reads its configuration files once, when it is loaded, so the check
+// runs in this binary run again (the case below, disabled in a plain run)
+// with UCX_CONFIG_DIR naming a directory whose ucx.conf sets
+// UCX_NET_DEVICES to every device UCX's tcp uses here, by name (a value
+// other than UCX's default "all", which a file cannot tell apart from no
+// setting). Listening on 127.0.0.1 then leaves UCX's tcp on every one of
+// them; confined, it would be on 127.0.0.1 only.
+BOOST_AUTO_TEST_CASE(ucx_conf_devices_in_a_process_of_its_own, *boost::unit_test::disabled()) {
+  const char* dir = std::getenv("UCX_CONFIG_DIR");
+  const char* expected = std::getenv("BLOBPIPE_EXPECTED_NET_DEVICES");
+  BOOST_TEST_REQUIRE(dir != nullptr, "run by a_net_devices_setting_in_a_ucx_conf_stands only");
+  BOOST_TEST_REQUIRE(expected != nullptr);
+  ::unsetenv("UCX_NET_DEVICES");
+  BOOST_TEST(ucx::detail::configured_net_devices() == expected);
+  const auto s = listen_connect_look("127.0.0.1", "127.0.0.1", tcp_link().opt);
+  BOOST_TEST_REQUIRE(s.error.empty(), s.error);
+  BOOST_TEST(s.crossed, s.cross_why);
+  BOOST_TEST(!not_on(s.ucx_ports, "127.0.0.1").empty(),
+             "UCX_NET_DEVICES=" << expected << " in " << dir
+                                << "/ucx.conf, UCX's tcp listens on" << text(s.ucx_ports));
+}
+
+BOOST_AUTO_TEST_CASE(a_net_devices_setting_in_a_ucx_conf_stands) {
+  SKIP_UNLESS_UCX_TCP_LISTENS_BEYOND_LO();
+  std::string devices;
+  for (const auto& d : ucx::detail::tl_devices())
+    if (d.net && d.tl == "tcp") devices += (devices.empty() ? "" : ",") + d.dev;
+  BOOST_TEST_REQUIRE(devices.find(',') != std::string::npos, devices);
+  // Without a file, and with the variable unset, UCX's default.
+  ::unsetenv("UCX_NET_DEVICES");
+  BOOST_TEST(ucx::detail::configured_net_devices() == "all");
+  const std::filesystem::path dir = scratch_dir() / "ucx_conf";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "ucx.conf") << "UCX_NET_DEVICES=" << devices << "\n";
+  const run_result r =
+      run_process("/proc/self/exe", {"--run_test=ucx_conf_devices_in_a_process_of_its_own"},
+                  std::nullopt,
+                  {"UCX_CONFIG_DIR=" + dir.string(), "BLOBPIPE_EXPECTED_NET_DEVICES=" + devices});
+  BOOST_TEST(r.exit_code == 0, "the child exited " << r.exit_code << ":\n" << r.out << r.err);
 }
 
 // One UCX context per io_context, confined by its first listen: a later

@@ -116,7 +116,9 @@ struct options {
   /// blobpipe sets UCX_NET_DEVICES to that interface plus every network
   /// device of UCX's other transports (RDMA ones stay), found through UCT
   /// (uct_md_query_tl_resources). Never when UCX_NET_DEVICES is in the
-  /// environment or `config` names NET_DEVICES: the user's choice stands.
+  /// environment, `config` names NET_DEVICES, or a ucx.conf UCX reads sets
+  /// it to anything but UCX's default "all" (ucp_config_read): the user's
+  /// choice stands.
   /// Nothing changes when UCX's tcp does not use that interface. Later
   /// listen() calls on the same io_context must then use that interface
   /// too (invalid_argument otherwise: UCX's tcp could not reach them).

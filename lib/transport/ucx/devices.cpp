@@ -5,9 +5,13 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
+#include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
 
 namespace blobpipe::ucx::detail {
@@ -29,6 +33,12 @@ struct tl_list_free {
 };
 struct ifaddrs_free {
   void operator()(ifaddrs* p) const noexcept { freeifaddrs(p); }
+};
+struct ucp_config_free {
+  void operator()(ucp_config_t* p) const noexcept { ucp_config_release(p); }
+};
+struct malloc_free {
+  void operator()(char* p) const noexcept { std::free(p); }
 };
 
 // The transport resources of one memory domain of `comp`.
@@ -67,6 +77,29 @@ std::vector<tl_device> tl_devices() {
     for (const auto& md : mds) add_md_devices(raw_comps[c], md.md_name, out);
   }
   return out;
+}
+
+std::string configured_net_devices() {
+  ucp_config_t* raw_cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &raw_cfg) != UCS_OK) return {};
+  std::unique_ptr<ucp_config_t, ucp_config_free> cfg(raw_cfg);
+  char* raw_text = nullptr;
+  std::size_t size = 0;
+  FILE* f = open_memstream(&raw_text, &size);
+  if (f == nullptr) return {};
+  ucp_config_print(cfg.get(), f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  std::fclose(f);
+  std::unique_ptr<char, malloc_free> text(raw_text);
+  // One "NAME=value" line per setting.
+  constexpr std::string_view key = "UCX_NET_DEVICES=";
+  std::string_view all(text.get(), size);
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = std::min(all.find('\n', at), all.size());
+    const std::string_view line = all.substr(at, end - at);
+    if (line.starts_with(key)) return std::string(line.substr(key.size()));
+    at = end + 1;
+  }
+  return {};
 }
 
 std::string interface_of(const asio::ip::address_v4& addr) {

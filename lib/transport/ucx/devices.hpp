@@ -15,7 +15,8 @@
 //   // "mlx5_0:1,eth0" on a host with one RDMA port; "eth0" on one without
 //
 // Source: UCX 1.13 uct/api/uct.h (uct_query_components ...
-// uct_md_query_tl_resources), ucp_context.c (NET_DEVICES), getifaddrs(3).
+// uct_md_query_tl_resources), ucp/api/ucp.h (ucp_config_read,
+// ucp_config_print), ucp_context.c (NET_DEVICES), getifaddrs(3).
 #pragma once
 
 #include <string>
@@ -45,6 +46,14 @@ std::vector<tl_device> tl_devices();
 /// loopback interface. Empty when no interface has it (or getifaddrs
 /// failed).
 std::string interface_of(const asio::ip::address_v4& addr);
+
+/// The NET_DEVICES value UCX reads for itself, without blobpipe's
+/// overrides: from UCX_NET_DEVICES in the environment or from a ucx.conf
+/// UCX reads (UCX_CONFIG_DIR's, the user's home directory's, its
+/// installation's /etc/ucx); "all", UCX's default, when nobody set it
+/// (ucp_config_read, then ucp_config_print of the UCX_NET_DEVICES line).
+/// Empty when UCX's configuration cannot be read.
+std::string configured_net_devices();
 
 /// The UCX_NET_DEVICES value that leaves UCX's tcp transport `iface` only
 /// and keeps every network device of every other transport: those

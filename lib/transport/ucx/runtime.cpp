@@ -64,15 +64,21 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   }
   // Confine UCX's tcp transport (its own listening ports: docs/ucx.md
   // "Foreign bytes") to the listener's interface, unless the user chose
-  // the devices (environment or config) or opted out.
+  // the devices (the environment, even "all"; options::config; a ucx.conf
+  // UCX reads, where only a value other than UCX's default "all" can
+  // tell) or opted out.
   config_list create_config = config;
   std::string tcp_interface;
-  const bool user_chose_devices =
-      std::getenv("UCX_NET_DEVICES") != nullptr ||
-      std::any_of(config.begin(), config.end(),
-                  [](const auto& c) { return c.first == "NET_DEVICES"; });
+  const auto user_chose_devices = [&] {
+    if (std::getenv("UCX_NET_DEVICES") != nullptr ||
+        std::any_of(config.begin(), config.end(),
+                    [](const auto& c) { return c.first == "NET_DEVICES"; }))
+      return true;
+    const std::string configured = configured_net_devices();
+    return !configured.empty() && configured != "all";
+  };
   if (listening_on && !listening_on->is_unspecified() && opt.tcp_on_listen_interface_only &&
-      !user_chose_devices) {
+      !user_chose_devices()) {
     if (std::string iface = interface_of(*listening_on); !iface.empty()) {
       if (std::string value = net_devices_confining_tcp(tl_devices(), iface); !value.empty()) {
         create_config.emplace_back("NET_DEVICES", std::move(value));
