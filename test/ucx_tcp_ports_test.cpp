@@ -293,6 +293,64 @@ BOOST_AUTO_TEST_CASE(a_later_listener_on_another_interface_of_a_confined_io_cont
   }
 }
 
+// Confined to the loopback interface with no other network device (a
+// first listen on 127.0.0.1, no RDMA port), an io_context's UCX reaches no
+// other host: connect() to an address not on this host is refused at once
+// with invalid_argument, before any TCP connect (toward 203.0.113.77,
+// TEST-NET-3, the TCP connect would wait out handshake_timeout: timed_out),
+// while this host's own addresses still connect.
+BOOST_AUTO_TEST_CASE(a_loopback_only_io_context_refuses_to_connect_to_another_host) {
+  BLOBPIPE_SKIP_UNLESS_OFFERED(tcp_link());
+  ::unsetenv("UCX_NET_DEVICES");
+  const std::string lo = ucx::detail::interface_of(asio::ip::make_address_v4("127.0.0.1"));
+  const std::string value = ucx::detail::net_devices_confining_tcp(ucx::detail::tl_devices(), lo);
+  if (value != lo)
+    BLOBPIPE_SKIP("confined to " << lo << ", UCX keeps other network devices here ("
+                                 << (value.empty() ? std::string("none: tcp does not use it")
+                                                   : value)
+                                 << "), so it may reach other hosts");
+  runner r;
+  std::error_code remote, local;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto lis = ucx::listen(r.ex(), 0, "127.0.0.1", tcp_link().opt);
+    if (!lis) co_return;
+    ucx::options o = tcp_link().opt;
+    o.handshake_timeout = std::chrono::seconds(3);
+    auto [rec, ra] = co_await ucx::connect(r.ex(), "203.0.113.77", lis->port(), {}, o);
+    remote = rec;
+    auto [lec, la] = co_await ucx::connect(r.ex(), "127.0.0.1", lis->port(), {}, o);
+    local = lec;
+    if (la) la->close();
+    lis->close();
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  BOOST_TEST((remote == errc::invalid_argument), remote.message());
+  BOOST_TEST(!local, local.message());
+  // Confined to another interface (eth0 here), the connect is tried: what
+  // routes through that interface may reach the host (here nothing
+  // answers: peer_failed or timed_out, not a refusal).
+  const std::string addr = other_interface_address();
+  if (addr.empty()) {
+    BOOST_TEST_MESSAGE("UCX's tcp listens on no interface but lo here: the other-interface half is not checked");
+    return;
+  }
+  runner r2;
+  std::error_code tried;
+  auto other = [&]() -> asio::awaitable<void> {
+    auto lis = ucx::listen(r2.ex(), 0, addr, tcp_link().opt);
+    if (!lis) co_return;
+    ucx::options o = tcp_link().opt;
+    o.handshake_timeout = std::chrono::seconds(1);
+    auto [ec, t] = co_await ucx::connect(r2.ex(), "203.0.113.77", lis->port(), {}, o);
+    tried = ec;
+    lis->close();
+  };
+  r2.spawn(other());
+  BOOST_TEST_REQUIRE(r2.run(std::chrono::seconds(30)));
+  BOOST_TEST((tried && tried != errc::invalid_argument), tried.message());
+}
+
 // The value blobpipe gives UCX_NET_DEVICES, on device lists this machine
 // does not have: every other transport's network devices stay, each once;
 // shared memory, self and accelerator devices are not network devices and

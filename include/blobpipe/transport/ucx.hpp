@@ -227,8 +227,10 @@ class listener final : public blobpipe::listener {
 /// refused or went, UCX could not be initialised or reach the peer),
 /// protocol_violation (what answered is not a blobpipe UCX listener),
 /// timed_out (uopt.handshake_timeout passed), invalid_argument (config as
-/// for listen; an IPv6 literal `host`), closed (the awaiting coroutine was
-/// cancelled).
+/// for listen; an IPv6 literal `host`; a `host` not on this host from an
+/// io_context whose UCX has the loopback interface as its only network
+/// device, its first listen having been on 127.0.0.1: docs/ucx.md
+/// "Foreign bytes"), closed (the awaiting coroutine was cancelled).
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt = {},
     options uopt = {});

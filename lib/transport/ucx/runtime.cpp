@@ -69,6 +69,7 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   // tell) or opted out.
   config_list create_config = config;
   std::string tcp_interface;
+  bool loopback_only = false;
   const auto user_chose_devices = [&] {
     if (std::getenv("UCX_NET_DEVICES") != nullptr ||
         std::any_of(config.begin(), config.end(),
@@ -81,6 +82,8 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
       !user_chose_devices()) {
     if (std::string iface = interface_of(*listening_on); !iface.empty()) {
       if (std::string value = net_devices_confining_tcp(tl_devices(), iface); !value.empty()) {
+        // The loopback interface alone: no network device reaches another host.
+        loopback_only = listening_on->is_loopback() && value == iface;
         create_config.emplace_back("NET_DEVICES", std::move(value));
         tcp_interface = std::move(iface);
       }
@@ -98,7 +101,8 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
   int copy = ::dup(*fd);
   if (copy < 0) return {errc::peer_failed, "ucx: dup of the worker event fd failed"};
   auto rt = std::make_shared<runtime>(passkey{}, ex, std::move(*ctx), std::move(*w), copy, config,
-                                      opt.busy_poll, std::move(*address), std::move(tcp_interface));
+                                      opt.busy_poll, std::move(*address), std::move(tcp_interface),
+                                      loopback_only);
   for (unsigned id : {am_message, am_goodbye, am_goodbye_ack, am_verify}) {
     if (auto st = rt->set_am_handler(id); st != UCS_OK)
       return {errc::peer_failed, status_message("ucp_worker_set_am_recv_handler", st)};
@@ -110,13 +114,14 @@ result<std::shared_ptr<runtime>> runtime::of(const asio::any_io_executor& ex, co
 
 runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w,
                  int efd_copy, config_list config, std::chrono::microseconds busy_poll,
-                 std::vector<std::byte> address, std::string tcp_interface)
+                 std::vector<std::byte> address, std::string tcp_interface, bool loopback_only)
     : ex_(std::move(ex)),
       context_(std::move(ctx)),
       worker_(std::move(w)),
       efd_(ex_, efd_copy),
       config_(std::move(config)),
       tcp_interface_(std::move(tcp_interface)),
+      loopback_only_(loopback_only),
       address_(std::move(address)),
       pairs_(worker_.get(), address_),
       pairing_lock_(ex_),

@@ -100,7 +100,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
 
   runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail::worker w, int efd_copy,
           config_list config, std::chrono::microseconds busy_poll, std::vector<std::byte> address,
-          std::string tcp_interface);
+          std::string tcp_interface, bool loopback_only);
   ~runtime();
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
@@ -111,6 +111,11 @@ class runtime : public std::enable_shared_from_this<runtime> {
   /// runtime was created (UCX_NET_DEVICES set by blobpipe); empty when it
   /// was not (it uses every interface UCX finds, or the user's setting).
   const std::string& tcp_interface() const noexcept { return tcp_interface_; }
+  /// Whether this runtime's network devices are the loopback interface
+  /// alone: its tcp confined to the loopback interface (a listen on
+  /// 127.0.0.1) with no other transport's network device (no RDMA port).
+  /// Such a runtime cannot reach another host: connect() refuses one.
+  bool loopback_only() const noexcept { return loopback_only_; }
   /// Whether this UCX can move CUDA device memory itself (a CUDA module,
   /// cuda_copy or cuda_ipc, is loaded: ucp_context_query memory_types).
   bool cuda_memory() const noexcept;
@@ -193,6 +198,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
   asio::posix::stream_descriptor efd_;  // a dup of the worker's event fd
   config_list config_;  // the caller's overrides, as options::config gave them
   std::string tcp_interface_;
+  bool loopback_only_ = false;
   std::unordered_map<ucp_ep_h, connection*> eps_;
   std::unordered_map<const connection*, std::shared_ptr<connection>> closing_;
   std::vector<std::byte> address_;

@@ -2,6 +2,7 @@
 // connect, and the transport object over a connection.
 #include "blobpipe/transport/ucx.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -21,6 +22,7 @@
 #include "lib/transport/acceptor.hpp"
 #include "lib/transport/async_sync.hpp"
 #include "lib/transport/ucx/connection.hpp"
+#include "lib/transport/ucx/devices.hpp"
 #include "lib/transport/ucx/rendezvous.hpp"
 #include "lib/transport/ucx/runtime.hpp"
 #include "lib/transport/ucx/status.hpp"
@@ -400,6 +402,16 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   auto [rec, endpoints] =
       co_await resolver.async_resolve(asio::ip::tcp::v4(), host, std::to_string(port), use_tuple);
   if (rec || endpoints.empty()) co_return failed(errc::peer_failed);
+  // A runtime whose only network device is the loopback interface (its
+  // first listen was on 127.0.0.1) cannot reach another host: UCX's wireup
+  // would fail after the rendezvous. Refused now, unless an address is
+  // this host's own.
+  if (keep->loopback_only() &&
+      std::none_of(endpoints.begin(), endpoints.end(), [](const auto& e) {
+        const auto addr = e.endpoint().address().to_v4();
+        return addr.is_loopback() || !detail::interface_of(addr).empty();
+      }))
+    co_return failed(errc::invalid_argument);
 
   auto a = std::make_shared<detail::rv_attempt>(ex);
   a->arm(uopt.handshake_timeout);  // the TCP connect too: a SYN into the void waits minutes
