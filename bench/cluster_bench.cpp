@@ -129,24 +129,43 @@ asio::awaitable<std::error_code> next_frame(blobpipe::transport& t, blobpipe::fr
   co_return std::error_code{};
 }
 
+/// A hand-framed sender's start (the bad and the flood senders below):
+/// connects to `url`, says hello with credit grants (and asks for
+/// `credit_request` bytes when not 0) and reads the server's hello. No
+/// transport when any of it failed.
+struct raw_sender {
+  std::unique_ptr<blobpipe::transport> t;
+  blobpipe::hello theirs;
+};
+asio::awaitable<raw_sender> raw_sender_start(std::string url, std::uint64_t credit_request) {
+  using namespace blobpipe;
+  auto ex = co_await asio::this_coro::executor;
+  auto [ec, t] = co_await connect(ex, url);
+  if (ec) co_return raw_sender{};
+  outbox out;
+  frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
+  if (credit_request != 0) frame_credit_request(out, credit_request);
+  if (co_await write_out(*t, out)) co_return raw_sender{};
+  frame_header h;
+  std::vector<std::byte> payload;
+  if (co_await next_frame(*t, h, payload)) co_return raw_sender{};
+  auto theirs = decode_hello(payload);
+  if (!theirs) co_return raw_sender{};
+  co_return raw_sender{std::move(t), *theirs};
+}
+
 /// The bad sender (issue 26): asks for 2^64 - 1 bytes of credit, announces
 /// one entry of 64 MiB (or less, what it was granted) and sends its bytes one at a time
 /// every 10 ms until the server ends it or `stop` is set.
 asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
   using namespace blobpipe;
   auto ex = co_await asio::this_coro::executor;
-  auto [ec, t] = co_await connect(ex, url);
-  if (ec) co_return;
+  auto [t, theirs] = co_await raw_sender_start(std::move(url), ~std::uint64_t{0});
+  if (!t) co_return;
   outbox out;
-  frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
-  frame_credit_request(out, ~std::uint64_t{0});
-  if (co_await write_out(*t, out)) co_return;
   frame_header h;
   std::vector<std::byte> payload;
-  if (co_await next_frame(*t, h, payload)) co_return;
-  auto theirs = decode_hello(payload);
-  if (!theirs) co_return;
-  std::uint64_t granted = theirs->window_bytes;
+  std::uint64_t granted = theirs.window_bytes;
   std::vector<std::uint8_t> bytes(64u << 20, 1);
   while (granted < (64u << 20) + 4096) {
     if (co_await next_frame(*t, h, payload)) co_return;
@@ -165,7 +184,7 @@ asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
     pause.expires_after(std::chrono::milliseconds(10));
     co_await pause.async_wait(asio::use_awaitable);
     out.clear();
-    frame_data(out, 1, pe->entry.off + off, data.subspan(off, 1), theirs->max_chunk_bytes, true);
+    frame_data(out, 1, pe->entry.off + off, data.subspan(off, 1), theirs.max_chunk_bytes, true);
     if (co_await write_out(*t, out)) co_return;  // the server ended it
   }
 }
@@ -176,15 +195,9 @@ asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
 /// (256 KiB), until the server ends the connection. Counts the pairs.
 asio::awaitable<void> flood_sender(std::string url, std::uint64_t& pairs) {
   using namespace blobpipe;
-  auto ex = co_await asio::this_coro::executor;
-  auto [ec, t] = co_await connect(ex, url);
-  if (ec) co_return;
+  auto [t, theirs] = co_await raw_sender_start(std::move(url), 0);
+  if (!t) co_return;
   outbox out;
-  frame_hello(out, hello{.role = wire_role::sender, .features = feature_credit_grants});
-  if (co_await write_out(*t, out)) co_return;
-  frame_header h;
-  std::vector<std::byte> payload;
-  if (co_await next_frame(*t, h, payload)) co_return;  // the server's hello
   for (;;) {
     out.clear();
     for (int i = 0; i < 4096; ++i) {
