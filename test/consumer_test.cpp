@@ -1038,6 +1038,63 @@ BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_completes_with_default_w
   }
 }
 
+// The same loop when each entry is larger than the window and the held
+// allowance (fresh-user review, 2026-12-04): a window of 1 MiB, entries of
+// 3 MiB, each admitted alone. The entry the loop keeps moves into the
+// empty allowance alone, so the next one is admitted; before, it kept its
+// window credit and the stream stalled until held_timeout. Entry credit
+// stays within one entry in the window plus one in the allowance.
+BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_larger_than_window_and_allowance_completes) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      const auto a = ramp(768 << 10, 1.0f);  // 3 MiB
+      consumer_options copt;
+      copt.window_bytes = 1 << 20;
+      copt.held_timeout = std::chrono::seconds(3);  // a hang guard for the mutant
+      auto ep = r.await(connect(l, copt));
+      int entries = 0, completed = 0;
+      event end;
+      consumer_stats st;
+      auto produce = [&]() -> asio::awaitable<void> {
+        for (int k = 0; k < 3; ++k) {
+          auto blob = ep.s.open_blob();
+          BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
+          BLOBPIPE_CO_CHECK(blob.finish());
+        }
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        event ev;
+        std::shared_ptr<const received_entry> value;
+        for (;;) {
+          ev = co_await ep.c.next();
+          if (ev.kind == event_kind::entry_ready) {
+            ++entries;
+            value = ev.entry;
+          } else if (ev.kind == event_kind::blob_complete) {
+            ++completed;
+          } else if (ev.kind == event_kind::end_of_stream) {
+            break;
+          }
+        }
+        st = ep.c.stats();
+        end = ev;
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
+      BOOST_TEST(entries == 3);
+      BOOST_TEST(completed == 3);
+      const std::uint64_t one = 3u << 20;
+      BOOST_TEST(st.held_high_water >= one);  // an entry larger than the allowance moved
+      BOOST_TEST(st.held_high_water < 2 * one);  // alone
+      BOOST_TEST(st.buffered_high_water < 2 * one);
+    }
+  }
+}
+
 // An application that holds every entry, more than the window and the
 // held allowance together, while it waits for the next one: the stream
 // ends with timed_out (held_timeout) and a reason naming the window, the

@@ -860,6 +860,34 @@ def test_readme_loop_holding_the_previous_event_completes_with_the_default_windo
     assert st["buffered_high_water"] <= 64 << 20      # and the window stayed the window
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_readme_loop_holding_the_previous_event_completes_with_entries_larger_than_the_window(transport):
+    # The fresh-user review's case (2026-12-04): each entry larger than the
+    # window and the held allowance (1 MiB each here, entries of 3 MiB).
+    # The value the loop keeps moves alone into the empty allowance, so the
+    # next entry is admitted; before, the loop stalled until held_timeout.
+    opts = {"window_bytes": 1 << 20, "held_timeout": 3}
+    with Pair(transport, consumer_options=opts) as (sender, consumer):
+        def send():
+            for k in range(3):
+                sender.send_blob(["a"], [np.full(3 << 20, k, np.uint8)])
+            sender.shutdown()
+        t = Thread(send)
+        t.start()
+        entries = complete = 0
+        for ev in consumer:
+            match ev:
+                case bf.EntryReady(tag, entry, value):
+                    assert value.nbytes == 3 << 20 and value[0] == entries
+                    entries += 1
+                case bf.BlobComplete(tag):
+                    complete += 1
+        t.join_result()
+        st = consumer.stats()
+    assert (entries, complete) == (3, 3)
+    assert 3 << 20 <= st["held_high_water"] < 6 << 20   # one larger value, alone
+
+
 def emit_until_refused(sender: bf.Sender, n: int, nbytes: int) -> int:
     """Emits n entries of nbytes into one blob; returns how many were
     emitted before the consumer went away (emit raises then)."""

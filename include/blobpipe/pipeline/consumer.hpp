@@ -53,8 +53,8 @@
 // credit going back to the sender, while the entries so moved fit in
 // held_bytes; dropping it then frees the allowance, not the window. So
 // the entry credit of one consumer stays within window_bytes + held_bytes
-// (the window is not a hard limit: one larger entry, admitted alone, takes
-// its own credit instead).
+// (neither is a hard limit: one larger entry, admitted alone to the window
+// or moved alone into an empty allowance, takes its own credit instead).
 // An application that holds more than that, and waits for an entry that
 // cannot come, gets timed_out after held_timeout, naming both, instead of
 // waiting forever.
@@ -204,14 +204,15 @@ struct consumer_options {
   /// window for it, oldest first, while they fit, and their credit goes
   /// back to the sender at once. So a loop that keeps the previous event
   /// (and its value) while it waits for the next one, as the README's
-  /// does, never starves the sender: it completes whenever each single
-  /// entry fits in the window. Entries of an assembled blob
-  /// (assemble_mode::memory) stay in the window. Memory: the consumer's
-  /// entries take at most window_bytes (or their share of the pool; or
-  /// one entry's credit, when a single entry larger than the window was
-  /// admitted alone) + held_bytes of credit. Default (held_bytes_of_window): window_bytes,
-  /// which is what lets any entry that fits the window be held while the
-  /// next one comes. 0: entries hold window credit until dropped.
+  /// does, never starves the sender, whatever an entry's size: one entry
+  /// larger than the allowance moves alone into an empty one. Entries of
+  /// an assembled blob (assemble_mode::memory) stay in the window.
+  /// Memory: the consumer's entries take at most window_bytes (or their
+  /// share of the pool; or one entry's credit, when a single entry larger
+  /// than the window was admitted alone) + held_bytes (or one entry's
+  /// credit, when a single larger entry moved alone) of credit. Default
+  /// (held_bytes_of_window): window_bytes. 0: entries hold window credit
+  /// until dropped.
   std::uint64_t held_bytes = held_bytes_of_window;
   /// The longest next() waits with the held allowance full and part of
   /// the window held by the application, nothing arriving, before it ends

@@ -132,11 +132,13 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             held_bytes: the held allowance, bytes (default: window_bytes;
                 0: none):
                 values the iteration has given you and you still hold leave
-                the window for it, oldest first, while they fit, so the
-                sender goes on (a loop that keeps the previous event never
-                starves it). Memory: the larger of window_bytes and one
-                entry's credit, + held_bytes, of entry credit per Consumer
-                (docs/reliability.md "Held entries").
+                the window for it, oldest first, while they fit (one larger
+                value alone, when the allowance is empty), so the sender
+                goes on (a loop that keeps the previous event never starves
+                it, whatever an entry's size). Memory: the larger of
+                window_bytes and one entry's credit, + the larger of
+                held_bytes and one entry's credit, of entry credit per
+                Consumer (docs/reliability.md "Held entries").
             held_timeout: seconds the iteration may wait while you hold more
                 than held_bytes and part of the window too, nothing arriving
                 (default 30; None or 0: no limit); then TimedOutError, whose
