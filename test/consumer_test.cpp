@@ -1149,3 +1149,14 @@ BOOST_AUTO_TEST_CASE(holding_past_held_allowance_ends_stream_naming_window_and_h
     }
   }
 }
+
+// The documented defaults a stalled sender meets (consumer.hpp, docs/wire.md
+// "Limits"): stall_timeout 60 s, so a sender that stops in the middle of a
+// blob ends next() with timed_out (fault_test's stall cases show how, with
+// shorter limits); idle_timeout off, so a quiet worker between steps does
+// not.
+BOOST_AUTO_TEST_CASE(a_consumer_ends_a_stalled_sender_after_60_s_by_default_and_an_idle_one_never) {
+  const consumer_options defaults;
+  BOOST_TEST(defaults.stall_timeout.count() == 60'000);
+  BOOST_TEST(defaults.idle_timeout.count() == 0);
+}

@@ -332,6 +332,10 @@ void sender::close() noexcept {
 }
 
 std::error_code sender::error() const noexcept { return state_ ? state_->error : std::error_code{}; }
+const std::string& sender::failure_reason() const noexcept {
+  static const std::string none;
+  return state_ ? state_->message : none;
+}
 // The negotiated limits and the credit are the session's.
 std::uint32_t sender::chunk_bytes() const noexcept { return limits_of(state_).chunk_bytes; }
 std::uint32_t sender::inline_bytes() const noexcept { return limits_of(state_).inline_bytes; }

@@ -172,8 +172,12 @@ namespace {
 
 // ---- the io thread ----
 
-std::string stream_text(std::error_code ec) {
-  return "the connection to the consumer ended: " + ec.message() + " (" + errc_name(ec) + ")";
+/// What ended the connection, with the sender's reason when it has one
+/// (its stall_timeout: the limit and its milliseconds).
+std::string stream_text(const sender& s, std::error_code ec) {
+  const std::string& reason = s.failure_reason();
+  return "the connection to the consumer ended: " + (reason.empty() ? ec.message() : reason) +
+         " (" + errc_name(ec) + ")";
 }
 
 asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std::string& why) {
@@ -227,8 +231,8 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       b->w = blob_writer{};  // the last handle: aborts the blob if still open
       break;
   }
-  if (ec && why.empty()) why = ends_stream(ec) ? stream_text(ec) : ec.message();
-  if (ends_stream(ec) && cmd.what != op::shutdown) c.fail(ec, stream_text(ec));
+  if (ec && why.empty()) why = ends_stream(ec) ? stream_text(c.s, ec) : ec.message();
+  if (ends_stream(ec) && cmd.what != op::shutdown) c.fail(ec, stream_text(c.s, ec));
   co_return ec;
 }
 
@@ -890,6 +894,7 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     }
     // Two statements, not `t ? co_await a : co_await b`: GCC 12 mishandles
     // co_await inside a conditional (lib/pipeline/send_queue.cpp says so too).
+    const auto handshake_ms = opt.handshake_timeout.count();
     std::tuple<std::error_code, sender> started;
     if (t) {
       started = co_await sender::start(std::move(t), std::move(opt));
@@ -905,7 +910,15 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
       core->chunk_bytes = core->s.chunk_bytes();
       core->window_bytes = core->s.window_bytes();
     }
-    done->set(ec, ec ? "handshake: " + ec.message() + " (" + errc_name(ec) + ")" : "");
+    std::string why;
+    if (ec == errc::timed_out && !resend) {
+      // Connected, and no hello back: a listener answers only from accept().
+      why = "handshake: no answer within handshake_timeout (" + std::to_string(handshake_ms) +
+            " ms); is the consumer's application accepting (Listener.accept(), a server)?";
+    } else if (ec) {
+      why = "handshake: " + ec.message() + " (" + errc_name(ec) + ")";
+    }
+    done->set(ec, why);
   };
   // The connect and handshake race cancel_launch (Ctrl-C in connect()):
   // the timer's wait completing cancels them (their awaits honour

@@ -545,6 +545,41 @@ def test_handshake_timeout_ends_a_connect_to_a_silent_peer():
         assert e.value.category == "timed_out"
 
 
+def test_a_connect_to_a_listener_that_never_accepts_names_handshake_timeout_and_accept():
+    """The fresh-user review (2026-12-04): the TimedOutError said only
+    "handshake: timed out". A Listener answers the hello from accept()."""
+    with bf.listen("tcp://127.0.0.1:0") as listener:
+        with pytest.raises(bf.TimedOutError) as e:
+            bf.connect(f"tcp://127.0.0.1:{listener.port}", handshake_timeout=0.3)
+    assert "handshake_timeout (300 ms)" in str(e.value)
+    assert "accept" in str(e.value)
+
+
+def test_a_sender_stall_timeout_names_itself():
+    """A consumer that reads nothing: the sender, waiting for credit past
+    its stall_timeout, fails with a TimedOutError naming the limit and its
+    milliseconds (the review saw "timed out (timed_out)")."""
+    with bf.listen("tcp://127.0.0.1:0", window_bytes=64 << 10) as listener:
+        got = {}
+
+        def send():
+            try:   # raised by a send, flush, or the with block's end
+                with bf.connect(f"tcp://127.0.0.1:{listener.port}", stall_timeout=0.3) as s:
+                    for i in range(64):
+                        s.send_blob(["x"], [np.full(16 << 10, i, np.uint8)])
+                    s.flush()
+            except bf.TimedOutError as ex:
+                got["error"] = str(ex)
+
+        t = Thread(send)
+        t.start()
+        c = listener.accept(timeout=10)   # accepted, never iterated
+        t.join_result()
+        c.close()
+    assert "stall_timeout" in got.get("error", ""), got
+    assert "300 ms" in got["error"], got
+
+
 def test_handshake_timeout_bounds_the_tcp_connect_itself():
     """A listener whose backlog is full never completes the TCP connect (the
     kernel drops the SYN and retries for minutes): handshake_timeout ends

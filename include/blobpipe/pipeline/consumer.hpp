@@ -187,6 +187,12 @@ struct consumer_options {
   /// sender holds credit to send on: not while it waits for credit the
   /// application holds, or asked for credit not yet granted),
   /// `idle_timeout` always. Both apply to the sender's hello as well.
+  /// stall_timeout is 60 s by default, as on a fan-in server's
+  /// connections: a sender that stopped in the middle of a blob while it
+  /// could send (a hung worker whose connection stays open) would
+  /// otherwise hold next() forever. A producer that keeps a blob open
+  /// while it computes for longer (an entry emitted after a minute of
+  /// generation) raises it, or sets 0.
   /// An idle producer sends nothing (the wire has no keepalive frame), so
   /// idle_timeout also ends a healthy but quiet connection (a plain sender
   /// then fails; a resend session reconnects). That is why it is off by
@@ -196,7 +202,7 @@ struct consumer_options {
   /// end of file; UCX: peer error handling and its link). An application
   /// that knows how long its producers may be quiet sets it (the rollout
   /// example: 30 s).
-  std::chrono::milliseconds stall_timeout{0};
+  std::chrono::milliseconds stall_timeout{60'000};
   std::chrono::milliseconds idle_timeout{0};
 
   /// Held allowance, bytes of credit (docs/reliability.md "Held entries"):

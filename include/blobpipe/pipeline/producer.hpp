@@ -318,6 +318,11 @@ class sender {
 
   /// The first error that ended the connection; empty while healthy.
   std::error_code error() const noexcept;
+  /// Why, in one line, when the sender knows more than error() says: its
+  /// stall_timeout fired ("nothing from the consumer for N ms
+  /// (stall_timeout)"), or what a protocol violation broke. Empty
+  /// otherwise. Read it on the sender's executor.
+  const std::string& failure_reason() const noexcept;
 
   /// Negotiated data frame size, copy threshold and the consumer's
   /// window, bytes.

@@ -74,8 +74,10 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             queue_bytes: bytes emitted and not yet taken by the C++ sender
                 beyond which ``emit`` blocks (default: the consumer's window).
             stall_timeout: seconds the sender waits on a consumer that
-                sends nothing and reads nothing (None or 0: no limit), then
-                TimedOutError (a resend session reconnects instead).
+                sends nothing and reads nothing (default and None or 0: no
+                limit: a trainer busy with a step while its window is full
+                is backpressure, not a fault), then TimedOutError (a resend
+                session reconnects instead).
             handshake_timeout: seconds the handshake may take once
                 connected (default 10; None or 0: no limit), then
                 TimedOutError (a resend session tries again).
@@ -128,7 +130,11 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             stall_timeout, idle_timeout: seconds without bytes from the
                 sender while it owes some (a blob is open and it holds
                 credit to send on), or at all, after which the stream ends
-                with TimedOutError (None or 0: none).
+                with TimedOutError naming the option (None or 0: none).
+                Defaults: stall_timeout 60 (a sender stopped in the middle
+                of a blob ends the iteration; raise it when a producer
+                keeps a blob open while it computes for longer),
+                idle_timeout none (workers are quiet between steps).
             held_bytes: the held allowance, bytes (default: window_bytes;
                 0: none):
                 values the iteration has given you and you still hold leave
