@@ -131,6 +131,7 @@ struct sender_core {
   // Negotiated in the handshake, before any Python thread looks.
   std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0, max_meta_bytes = 0;
   std::uint64_t window_bytes = 0;
+  bool resend = false;  // a resend session (set before launch)
 
   std::mutex mu;
   std::condition_variable cv;
@@ -327,9 +328,30 @@ class sender_handle {
 
   void check(const char* what) const { check_not_forked(generation_, what); }
 
+  /// A blob's tag: bytes(tag) cut or padded to 16 bytes, or a random one.
+  /// A resend session knows a blob by its tag, so there a tag that would be
+  /// cut (two tags sharing their first 16 bytes would be one blob, the
+  /// second dropped as a resend), or that is all zeros, is refused.
+  tag_t blob_tag(py::handle tag) const {
+    if (tag.is_none()) return fresh_tag();
+    std::size_t given = 0;
+    const tag_t t = tag_from(tag, &given);
+    if (!core_->resend) return t;
+    if (given > TAG_SIZE)
+      throw py::value_error(
+          "a resend session's blob tag is at most 16 bytes, this one is " + std::to_string(given) +
+          ": the consumer knows a blob by its tag, and tags cut to 16 bytes could be one blob "
+          "(the second dropped as a resend); give a shorter tag, or None for a random one");
+    if (t == NO_TAG)
+      throw py::value_error(
+          "a resend session's blob needs a tag other than 16 zero bytes (NO_TAG): the consumer "
+          "knows a blob by its tag; give a tag, or None for a random one");
+    return t;
+  }
+
   std::shared_ptr<blob_slot> open_blob(py::handle tag) {
     check("Sender");
-    auto slot = std::make_shared<blob_slot>(tag.is_none() ? fresh_tag() : tag_from(tag));
+    auto slot = std::make_shared<blob_slot>(blob_tag(tag));
     send_command cmd;
     cmd.what = op::open;
     cmd.blob = slot;
@@ -858,6 +880,7 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
                    connect_fn connect, bool resend, sender_options opt,
                    std::shared_ptr<completion> done) {
   auto ex = core->ex;
+  core->resend = resend;
   core->launch_cancel =
       std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
   auto body = [core, t = std::move(t), connect = std::move(connect), resend,
@@ -977,10 +1000,11 @@ resend=True)) reconnects instead.)")
            R"(Opens a blob with `tag`: any bytes-like object cut or zero-padded to 16
 bytes; None (the default) gives a random uuid4 tag. In a resend session
 (connect(..., resend=True)) the consumer knows a blob by this tag: two
-blobs with equal 16-byte tags are one blob to it, and the second is
-dropped as a resend; keep tags unique and at most 16 bytes there. Nothing
-is sent until its first emit, finish or abort. Raises ClosedError, or the
-connection's error.)")
+blobs with equal tags are one blob to it, and the second is dropped as a
+resend; keep tags unique there. So a resend session refuses, with
+ValueError, a tag longer than 16 bytes (two such tags could be cut to one)
+and one of 16 zero bytes (NO_TAG). Nothing is sent until its first emit,
+finish or abort. Raises ClosedError, or the connection's error.)")
       .def("send_blob",
            [](py_sender& s, py::handle keys, py::handle values, py::handle tag) {
              return s.h->send_blob(keys, values, tag);
@@ -989,6 +1013,8 @@ connection's error.)")
            R"(Streams a whole blob in one call: open_blob(tag), emit of each
 (keys[i], values[i]) in order, and a finish that is queued, not waited
 for. The RL worker's call: one per sample. Returns the blob's 16-byte tag.
+`tag` as open_blob's (a resend session refuses a tag longer than 16 bytes
+or all zeros, with ValueError).
 
 Each value is taken as Blob.emit takes it (copied or held). Blocks only
 while the queue is full, as emit. Raises as emit for a value or key

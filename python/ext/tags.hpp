@@ -20,15 +20,17 @@ inline pybind11::bytes tag_bytes(const tag_t& t) {
 }
 
 /// The reference's bytes(tag)[:16].ljust(16, b"\0"): any bytes-like object
-/// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes.
+/// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes;
+/// `given_bytes`, when not null, gets bytes(tag)'s length before the cut.
 /// Raises what bytes(tag) raises (TypeError for a str, say).
-inline tag_t tag_from(pybind11::handle tag) {
+inline tag_t tag_from(pybind11::handle tag, std::size_t* given_bytes = nullptr) {
   namespace py = pybind11;
   py::object b = py::reinterpret_borrow<py::object>(tag);
   if (!PyBytes_Check(tag.ptr()))
     b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
-  const auto n =
-      std::min<std::size_t>(static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr())), TAG_SIZE);
+  const auto given = static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr()));
+  if (given_bytes != nullptr) *given_bytes = given;
+  const auto n = std::min<std::size_t>(given, TAG_SIZE);
   tag_t t = NO_TAG;
   std::memcpy(t.data(), PyBytes_AS_STRING(b.ptr()), n);
   return t;

@@ -580,6 +580,41 @@ def test_a_sender_stall_timeout_names_itself():
     assert "300 ms" in got["error"], got
 
 
+def test_a_resend_session_refuses_tags_it_would_cut_or_that_are_empty():
+    """The fresh-user review (2026-12-04): tags of 21 bytes sharing their
+    first 16 were cut to one tag, and the consumer dropped the second and
+    third blobs as resends, with no error on either side. A resend session
+    now refuses such a tag, and an all-zero one, up front (ValueError
+    saying why); a plain session keeps the reference's cut."""
+    with bf.listen("tcp://127.0.0.1:0") as listener:
+        got = []
+
+        def send():
+            with bf.connect(f"tcp://127.0.0.1:{listener.port}", resend=True) as s:
+                for tag in (b"rollout-sample-000001", b"", 5, bytes(16)):
+                    with pytest.raises(ValueError) as e:
+                        s.send_blob(["x"], [np.zeros(4, np.uint8)], tag=tag)
+                    got.append(str(e.value))
+                with pytest.raises(ValueError):
+                    s.open_blob(tag=b"rollout-sample-000002")
+                for i in range(3):
+                    s.send_blob(["x"], [np.full(4, i, np.uint8)], tag=b"sample-%d" % i)
+                s.shutdown()
+
+        t = Thread(send)
+        t.start()
+        c = listener.accept(timeout=10)
+        tags = [ev.tag for ev in c if isinstance(ev, bf.BlobComplete)]
+        t.join_result()
+    assert "at most 16 bytes, this one is 21" in got[0]
+    assert all("16 zero bytes" in g for g in got[1:]), got
+    assert tags == [(b"sample-%d" % i).ljust(16, b"\0") for i in range(3)]
+    s, c = bf.loopback_pair()            # a plain session: cut, as the reference
+    with s:
+        assert s.send_blob(["x"], [np.zeros(4, np.uint8)], tag=b"rollout-sample-000001") == \
+            b"rollout-sample-0"
+
+
 def test_handshake_timeout_bounds_the_tcp_connect_itself():
     """A listener whose backlog is full never completes the TCP connect (the
     kernel drops the SYN and retries for minutes): handshake_timeout ends

@@ -86,9 +86,10 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 again and the unacknowledged blobs resent (each reaches the
                 application once). Costs a copy of every byte. The
                 consumer knows a blob by its 16-byte tag: blobs whose tags
-                are equal (after cutting to 16 bytes) are one blob to it,
-                and it drops the second as a resend. Give each blob its own
-                tag of at most 16 bytes, or None (a random uuid4).
+                are equal are one blob to it, and it drops the second as a
+                resend. Give each blob its own tag, or None (a random
+                uuid4); a tag longer than 16 bytes (two could be cut to
+                one) or of 16 zero bytes is refused with ValueError.
             unacked_bytes, max_attempts, retry_delay, max_retry_delay:
                 resend session limits (bytes, count, seconds, seconds;
                 defaults 256 MiB, 8, 0.01, 1).
