@@ -131,6 +131,9 @@ const value_maker* maker_for(char kind, std::string_view name, value_maker& scra
   return &cache->emplace(std::move(key), std::move(m)).first->second;
 }
 
+// The most dims a numpy array has (NPY_MAXDIMS in numpy 1.x).
+constexpr std::size_t max_numpy_dims = 32;
+
 // prod(shape) * itemsize == len, without overflow; negative dims fail.
 bool shape_fits(const shape_t& shape, std::size_t itemsize, std::uint64_t len) {
   unsigned __int128 n = itemsize;
@@ -166,14 +169,20 @@ py::object make_value(const value_maker& m, py::handle owner, std::uint64_t len,
     return checked(PySequence_GetSlice(mv.ptr(), offset, offset + static_cast<Py_ssize_t>(len)));
   };
   if (!m.np_dtype) return raw_entry(slice(), m.kind, m.name, shape);
+  // A numpy array has at most 32 dims (NPY_MAXDIMS), a tensor more: one
+  // with more is made flat and reshaped by torch (as the streaming path
+  // and the reference's torch.frombuffer(...).reshape do).
+  const bool torch_reshapes = m.torch_dtype && dims.size() > max_numpy_dims;
   py::object arr;
   try {
     py::object c = py::int_(count), o = py::int_(offset);
     PyObject* args[] = {owner.ptr(), m.np_dtype.ptr(), c.ptr(), o.ptr()};
     py::object flat = checked(PyObject_Vectorcall(s.np_frombuffer.ptr(), args, count < 0 ? 2 : 4, nullptr));
     PyObject* rargs[] = {flat.ptr(), shape.ptr()};
-    arr = checked(PyObject_VectorcallMethod(s.s_reshape.ptr(), rargs,
-                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+    arr = torch_reshapes ? flat
+                         : checked(PyObject_VectorcallMethod(s.s_reshape.ptr(), rargs,
+                                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                                             nullptr));
   } catch (py::error_already_set& e) {
     // A numpy dtype this numpy can name but not make arrays of (an item
     // size of 0, say): the bytes come back raw.
@@ -186,9 +195,14 @@ py::object make_value(const value_maker& m, py::handle owner, std::uint64_t len,
   // stays alive); it costs a fifth of torch.frombuffer's time.
   PyObject* fargs[] = {arr.ptr()};
   py::object t = checked(PyObject_Vectorcall(s.torch->from_numpy.ptr(), fargs, 1, nullptr));
-  if (!m.retype) return t;
-  PyObject* vargs[] = {t.ptr(), m.torch_dtype.ptr()};
-  return checked(PyObject_VectorcallMethod(s.s_view.ptr(), vargs,
+  if (m.retype) {
+    PyObject* vargs[] = {t.ptr(), m.torch_dtype.ptr()};
+    t = checked(PyObject_VectorcallMethod(s.s_view.ptr(), vargs,
+                                          2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  }
+  if (!torch_reshapes) return t;
+  PyObject* targs[] = {t.ptr(), shape.ptr()};
+  return checked(PyObject_VectorcallMethod(s.s_reshape.ptr(), targs,
                                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
 }
 
