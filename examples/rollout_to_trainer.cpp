@@ -86,7 +86,8 @@ std::optional<std::string> check_descriptor_budget(const options& o) {
     lim.rlim_cur = need;
     if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) return std::nullopt;
   }
-  return "--workers " + std::to_string(o.workers) + " needs about " + std::to_string(need) +
+  return "--workers " + std::to_string(o.workers) + " x --trainers " + std::to_string(o.trainers) +
+         " (every worker connects to every rank) needs about " + std::to_string(need) +
          " file descriptors; this process may open " + std::to_string(lim.rlim_cur) +
          " (hard limit " + std::to_string(lim.rlim_max) + "; see ulimit -n)";
 }

@@ -632,6 +632,12 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_rejects_bad_flags) {
   BOOST_TEST(contains(rdma.err, "unknown transport 'rdma'"), REPORT(rdma));
   auto dir = run("rollout_to_trainer", {"--replay", (scratch_dir() / "no_such_dir").string()});
   BOOST_TEST(dir.exit_code == 2, REPORT(dir));
+  // A flag given last without its value says so (not "expected a positive number").
+  auto bare = run("rollout_to_trainer", {"--batch"});
+  BOOST_TEST(bare.exit_code == 2, REPORT(bare));
+  BOOST_TEST(contains(bare.err, "--batch: needs a value"), REPORT(bare));
+  auto zero = run("rollout_to_trainer", {"--batch", "0"});
+  BOOST_TEST(contains(zero.err, "--batch: expected a positive number"), REPORT(zero));
   auto help = run("rollout_to_trainer", {"--help"});
   BOOST_TEST(help.exit_code == 0, REPORT(help));
   BOOST_TEST(contains(help.out, "--replay DIR"), REPORT(help));
@@ -665,7 +671,8 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_more_workers_than_descriptors) {
   };
   auto r = limited("64", {"--workers", "1000"});
   BOOST_TEST(r.exit_code == 2, REPORT(r));
-  BOOST_TEST(contains(r.err, "--workers 1000 needs about"), REPORT(r));
+  BOOST_TEST(contains(r.err, "--workers 1000 x --trainers 2"), REPORT(r));
+  BOOST_TEST(contains(r.err, "needs about"), REPORT(r));
   BOOST_TEST(contains(r.err, "hard limit 100"), REPORT(r));
   BOOST_TEST(r.out.empty(), REPORT(r));  // refused before anything ran
   // 10 workers fit once the soft limit is raised to the hard one.

@@ -189,13 +189,16 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
       val = arg.substr(eq + 1);
       has_val = true;
     }
+    bool missing = false;  // the option's value is not there at all
     auto need = [&]() -> bool {
       if (has_val) return true;
-      if (i + 1 >= argc) return false;
+      if (i + 1 >= argc) return !(missing = true);
       val = argv[++i];
       return true;
     };
-    auto bad = [&](std::string why) { return usage_error{std::string(name) + ": " + why}; };
+    auto bad = [&](std::string why) {
+      return usage_error{std::string(name) + ": " + (missing ? "needs a value" : why)};
+    };
 
     if (name == "--help" || name == "-h") {
       o.help = true;

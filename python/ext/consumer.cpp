@@ -531,7 +531,9 @@ wait; close() from another thread ends it.)")
       .def("_disarm", [](py_consumer& c, int fd) { c.h->disarm(fd); })
       .def("close", [](py_consumer& c) { c.h->close(); },
            R"(Closes now: a blocked iteration in another thread wakes and ends (events
-already queued are yielded first, then it stops); the sender sees
+already queued are yielded first, then it stops, as at the end of the
+stream: StopIteration, so a loop that must tell the two apart checks a
+flag of its own that it set before close()); the sender sees
 PeerClosedError. Values already received stay valid. Idempotent.)")
       .def("stats", [](py_consumer& c) { return c.h->stats(); },
            R"(Counters (a dict of ints): buffered_bytes (window credit held now,
