@@ -981,59 +981,71 @@ BOOST_AUTO_TEST_CASE(consumer_ends_the_stream_on_a_decoder_refusal) {
   }
 }
 
-// The README's loop keeps the previous event, and the last entry's value,
-// while it awaits the next one. With the default window (64 MiB) and held
-// allowance (64 MiB), a blob of two 40 MiB entries completes: the held
-// entries leave the window (docs/reliability.md "Held entries"). Without
-// the allowance the sender waits forever for the credit the loop holds
-// (held_timeout then ends the stream: the test fails, not hangs).
+/// What the README's loop saw: it keeps the previous event, and the last
+/// entry's value, while it awaits the next one.
+struct readme_loop_seen {
+  int entries = 0, completed = 0;
+  event end;
+  consumer_stats st;
+};
+
+/// Sends `blobs` blobs, each of `values` (keys v0, v1, ...), and runs the
+/// README's loop over them to the end of the stream.
+readme_loop_seen run_readme_loop(link_kind l, const consumer_options& copt, int blobs,
+                                 const std::vector<std::vector<float>>& values) {
+  runner r;
+  auto ep = r.await(connect(l, copt));
+  readme_loop_seen seen;
+  auto produce = [&]() -> asio::awaitable<void> {
+    for (int k = 0; k < blobs; ++k) {
+      auto blob = ep.s.open_blob();
+      for (std::size_t v = 0; v < values.size(); ++v)
+        BLOBPIPE_CO_CHECK(blob.emit("v" + std::to_string(v), value::tensor(values[v])));
+      BLOBPIPE_CO_CHECK(blob.finish());
+    }
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    event ev;                                     // `for ev in consumer`
+    std::shared_ptr<const received_entry> value;  // `case EntryReady(tag, entry, value)`
+    for (;;) {
+      ev = co_await ep.c.next();  // the previous ev and value are alive meanwhile
+      if (ev.kind == event_kind::entry_ready) {
+        ++seen.entries;
+        value = ev.entry;
+      } else if (ev.kind == event_kind::blob_complete) {
+        ++seen.completed;
+      } else if (ev.kind == event_kind::end_of_stream) {
+        break;
+      }
+    }
+    seen.st = ep.c.stats();
+    seen.end = ev;
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  return seen;
+}
+
+// With the default window (64 MiB) and held allowance (64 MiB), two blobs
+// of two 40 MiB entries complete: the held entries leave the window
+// (docs/reliability.md "Held entries"). Without the allowance the sender
+// waits forever for the credit the loop holds (held_timeout then ends the
+// stream: the test fails, not hangs).
 BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_completes_with_default_window) {
   for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
     BOOST_TEST_CONTEXT(link_name(l)) {
-      runner r;
-      const auto a = ramp(10 << 20, 1.0f);  // 40 MiB
-      const auto b = ramp(10 << 20, 5.0f);  // 40 MiB
       consumer_options copt;
       copt.held_timeout = std::chrono::seconds(5);  // a hang guard for the mutant
-      auto ep = r.await(connect(l, copt));
-      int entries = 0, completed = 0;
-      event end;
-      consumer_stats st;
-      auto produce = [&]() -> asio::awaitable<void> {
-        for (int k = 0; k < 2; ++k) {
-          auto blob = ep.s.open_blob();
-          BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
-          BLOBPIPE_CO_CHECK(blob.emit("b", value::tensor(b)));
-          BLOBPIPE_CO_CHECK(blob.finish());
-        }
-        BLOBPIPE_CO_CHECK(ep.s.shutdown());
-      };
-      auto consume = [&]() -> asio::awaitable<void> {
-        event ev;                                     // `for ev in consumer`
-        std::shared_ptr<const received_entry> value;  // `case EntryReady(tag, entry, value)`
-        for (;;) {
-          ev = co_await ep.c.next();  // the previous ev and value are alive meanwhile
-          if (ev.kind == event_kind::entry_ready) {
-            ++entries;
-            value = ev.entry;
-          } else if (ev.kind == event_kind::blob_complete) {
-            ++completed;
-          } else if (ev.kind == event_kind::end_of_stream) {
-            break;
-          }
-        }
-        st = ep.c.stats();
-        end = ev;
-      };
-      r.spawn(produce());
-      r.spawn(consume());
-      BOOST_TEST_REQUIRE(r.run());
-      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
-      BOOST_TEST(entries == 4);
-      BOOST_TEST(completed == 2);
-      BOOST_TEST(st.held_high_water > 0u);  // entries did move out of the window
-      BOOST_TEST(st.held_high_water <= default_window_bytes);
-      BOOST_TEST(st.buffered_high_water <= default_window_bytes);
+      const auto seen =
+          run_readme_loop(l, copt, 2, {ramp(10 << 20, 1.0f), ramp(10 << 20, 5.0f)});  // 40 MiB each
+      BOOST_TEST(!seen.end.error, seen.end.error.message() << ": " << seen.end.reason);
+      BOOST_TEST(seen.entries == 4);
+      BOOST_TEST(seen.completed == 2);
+      BOOST_TEST(seen.st.held_high_water > 0u);  // entries did move out of the window
+      BOOST_TEST(seen.st.held_high_water <= default_window_bytes);
+      BOOST_TEST(seen.st.buffered_high_water <= default_window_bytes);
     }
   }
 }
@@ -1047,50 +1059,17 @@ BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_completes_with_default_w
 BOOST_AUTO_TEST_CASE(readme_loop_holding_previous_entry_larger_than_window_and_allowance_completes) {
   for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
     BOOST_TEST_CONTEXT(link_name(l)) {
-      runner r;
-      const auto a = ramp(768 << 10, 1.0f);  // 3 MiB
       consumer_options copt;
       copt.window_bytes = 1 << 20;
       copt.held_timeout = std::chrono::seconds(3);  // a hang guard for the mutant
-      auto ep = r.await(connect(l, copt));
-      int entries = 0, completed = 0;
-      event end;
-      consumer_stats st;
-      auto produce = [&]() -> asio::awaitable<void> {
-        for (int k = 0; k < 3; ++k) {
-          auto blob = ep.s.open_blob();
-          BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
-          BLOBPIPE_CO_CHECK(blob.finish());
-        }
-        BLOBPIPE_CO_CHECK(ep.s.shutdown());
-      };
-      auto consume = [&]() -> asio::awaitable<void> {
-        event ev;
-        std::shared_ptr<const received_entry> value;
-        for (;;) {
-          ev = co_await ep.c.next();
-          if (ev.kind == event_kind::entry_ready) {
-            ++entries;
-            value = ev.entry;
-          } else if (ev.kind == event_kind::blob_complete) {
-            ++completed;
-          } else if (ev.kind == event_kind::end_of_stream) {
-            break;
-          }
-        }
-        st = ep.c.stats();
-        end = ev;
-      };
-      r.spawn(produce());
-      r.spawn(consume());
-      BOOST_TEST_REQUIRE(r.run());
-      BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
-      BOOST_TEST(entries == 3);
-      BOOST_TEST(completed == 3);
+      const auto seen = run_readme_loop(l, copt, 3, {ramp(768 << 10, 1.0f)});  // 3 MiB
+      BOOST_TEST(!seen.end.error, seen.end.error.message() << ": " << seen.end.reason);
+      BOOST_TEST(seen.entries == 3);
+      BOOST_TEST(seen.completed == 3);
       const std::uint64_t one = 3u << 20;
-      BOOST_TEST(st.held_high_water >= one);  // an entry larger than the allowance moved
-      BOOST_TEST(st.held_high_water < 2 * one);  // alone
-      BOOST_TEST(st.buffered_high_water < 2 * one);
+      BOOST_TEST(seen.st.held_high_water >= one);  // an entry larger than the allowance moved
+      BOOST_TEST(seen.st.held_high_water < 2 * one);  // alone
+      BOOST_TEST(seen.st.buffered_high_water < 2 * one);
     }
   }
 }
