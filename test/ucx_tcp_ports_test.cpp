@@ -252,9 +252,12 @@ BOOST_AUTO_TEST_CASE(a_net_devices_setting_in_a_ucx_conf_stands) {
   for (const auto& d : ucx::detail::tl_devices())
     if (d.net && d.tl == "tcp") devices += (devices.empty() ? "" : ",") + d.dev;
   BOOST_TEST_REQUIRE(devices.find(',') != std::string::npos, devices);
-  // Without a file, and with the variable unset, UCX's default.
+  // Without a file, and with the variable unset, UCX's default; a host
+  // whose own ucx.conf (or an inherited UCX_CONFIG_DIR) names devices
+  // already would show nothing here.
   ::unsetenv("UCX_NET_DEVICES");
-  BOOST_TEST(ucx::detail::configured_net_devices() == "all");
+  if (const std::string here = ucx::detail::configured_net_devices(); here != "all")
+    BLOBPIPE_SKIP("this host's UCX configuration already sets NET_DEVICES (" << here << ")");
   const std::filesystem::path dir = scratch_dir() / "ucx_conf";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "ucx.conf") << "UCX_NET_DEVICES=" << devices << "\n";

@@ -303,8 +303,10 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
       (opt.assemble == assemble_mode::file && !opt.file_slot_for) || opt.payload_window == 0)
     co_return ret{make_error_code(errc::invalid_argument), consumer{}};
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
-  if (opt.held_bytes == held_bytes_of_window) opt.held_bytes = opt.window_bytes;
+  const bool default_held = opt.held_bytes == held_bytes_of_window;
+  if (default_held) opt.held_bytes = opt.window_bytes;
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
+  s->credit.one_larger_alone = default_held && !s->opt.pool;
   s->acks.log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
   if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
   // handshake_timeout: closing the transport ends the read or write below.

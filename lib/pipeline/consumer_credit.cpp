@@ -169,11 +169,12 @@ void consumer_state::promote_held() noexcept {
     // A reader's queue is not the application's hands: entries move once
     // delivered, which happens in yield order.
     if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
-    // One entry larger than the allowance moves alone, into an empty one
-    // (as the window admits one larger entry alone): the loop that keeps
-    // the previous event while it waits goes on whatever an entry's size.
+    // With the default allowance and no pool, one entry larger than the
+    // allowance moves alone, into an empty one (as the window admits one
+    // larger entry alone): the loop that keeps the previous event while it
+    // waits goes on whatever an entry's size.
     const std::uint64_t room = opt.held_bytes - std::min(credit.held_credit, opt.held_bytes);
-    if (lease.credit > room && credit.held_credit != 0) break;
+    if (lease.credit > room && (credit.held_credit != 0 || !credit.one_larger_alone)) break;
     credit.unpromoted.pop_front();
     lease.held = true;
     credit.held_credit += lease.credit;

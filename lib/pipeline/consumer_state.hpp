@@ -198,6 +198,11 @@ struct consumer_credit {
   std::uint64_t credit_wanted = 0;  // the sender's last credit request not yet granted
   std::uint64_t held_credit = 0;
   std::uint64_t held_in_window = 0;
+  // held_bytes left at its default and no pool: one entry larger than the
+  // allowance may move alone into an empty one (promote_held). An explicit
+  // held_bytes is a cap, and a pooled connection's entries stay charged to
+  // the pool, where the one oversized grant at a time bounds them.
+  bool one_larger_alone = false;
   std::deque<std::weak_ptr<const void>> unpromoted;
   std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
   bool app_waiting = false;  // opt.waits_reported: application_waits() since the last yield

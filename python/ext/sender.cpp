@@ -917,7 +917,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     }
     // Two statements, not `t ? co_await a : co_await b`: GCC 12 mishandles
     // co_await inside a conditional (lib/pipeline/send_queue.cpp says so too).
+    // The limits that can end the handshake with timed_out: the first to
+    // pass is the one to name.
     const auto handshake_ms = opt.handshake_timeout.count();
+    const auto stall_ms = opt.stall_timeout.count();
     std::tuple<std::error_code, sender> started;
     if (t) {
       started = co_await sender::start(std::move(t), std::move(opt));
@@ -936,7 +939,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     std::string why;
     if (ec == errc::timed_out && !resend) {
       // Connected, and no hello back: a listener answers only from accept().
-      why = "handshake: no answer within handshake_timeout (" + std::to_string(handshake_ms) +
+      const bool stall = stall_ms > 0 && (handshake_ms == 0 || stall_ms < handshake_ms);
+      why = "handshake: no answer within " +
+            (stall ? "stall_timeout (" + std::to_string(stall_ms)
+                   : "handshake_timeout (" + std::to_string(handshake_ms)) +
             " ms); is the consumer's application accepting (Listener.accept(), a server)?";
     } else if (ec) {
       why = "handshake: " + ec.message() + " (" + errc_name(ec) + ")";

@@ -553,6 +553,10 @@ def test_a_connect_to_a_listener_that_never_accepts_names_handshake_timeout_and_
             bf.connect(f"tcp://127.0.0.1:{listener.port}", handshake_timeout=0.3)
     assert "handshake_timeout (300 ms)" in str(e.value)
     assert "accept" in str(e.value)
+    with bf.listen("tcp://127.0.0.1:0") as listener:   # the sender's stall_timeout passes first
+        with pytest.raises(bf.TimedOutError) as e:
+            bf.connect(f"tcp://127.0.0.1:{listener.port}", handshake_timeout=5, stall_timeout=0.3)
+    assert "stall_timeout (300 ms)" in str(e.value)
 
 
 def test_a_sender_stall_timeout_names_itself():

@@ -187,12 +187,12 @@ struct consumer_options {
   /// sender holds credit to send on: not while it waits for credit the
   /// application holds, or asked for credit not yet granted),
   /// `idle_timeout` always. Both apply to the sender's hello as well.
-  /// stall_timeout is 60 s by default, as on a fan-in server's
-  /// connections: a sender that stopped in the middle of a blob while it
-  /// could send (a hung worker whose connection stays open) would
-  /// otherwise hold next() forever. A producer that keeps a blob open
-  /// while it computes for longer (an entry emitted after a minute of
-  /// generation) raises it, or sets 0.
+  /// Both are off by default for a plain consumer (a fan-in server sets
+  /// stall_timeout to 60 s for its connections): a worker may keep a blob
+  /// open between entries for as long as generation takes (a group's
+  /// completions emitted as each finishes), which the stall clock cannot
+  /// tell from a hung one. Set stall_timeout when producers emit a blob's
+  /// entries back to back.
   /// An idle producer sends nothing (the wire has no keepalive frame), so
   /// idle_timeout also ends a healthy but quiet connection (a plain sender
   /// then fails; a resend session reconnects). That is why it is off by
@@ -202,7 +202,7 @@ struct consumer_options {
   /// end of file; UCX: peer error handling and its link). An application
   /// that knows how long its producers may be quiet sets it (the rollout
   /// example: 30 s).
-  std::chrono::milliseconds stall_timeout{60'000};
+  std::chrono::milliseconds stall_timeout{0};
   std::chrono::milliseconds idle_timeout{0};
 
   /// Held allowance, bytes of credit (docs/reliability.md "Held entries"):
@@ -210,8 +210,10 @@ struct consumer_options {
   /// window for it, oldest first, while they fit, and their credit goes
   /// back to the sender at once. So a loop that keeps the previous event
   /// (and its value) while it waits for the next one, as the README's
-  /// does, never starves the sender, whatever an entry's size: one entry
-  /// larger than the allowance moves alone into an empty one. Entries of
+  /// does, never starves the sender, whatever an entry's size: with the
+  /// default allowance and no pool, one entry larger than the allowance
+  /// moves alone into an empty one (an explicit value is a cap; a pooled
+  /// connection's credit stays the pool's). Entries of
   /// an assembled blob (assemble_mode::memory) stay in the window.
   /// Memory: the consumer's entries take at most window_bytes (or their
   /// share of the pool; or one entry's credit, when a single entry larger

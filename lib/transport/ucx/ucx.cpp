@@ -405,11 +405,11 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect
   // A runtime whose only network device is the loopback interface (its
   // first listen was on 127.0.0.1) cannot reach another host: UCX's wireup
   // would fail after the rendezvous. Refused now, unless an address is
-  // this host's own.
+  // this host's own (0.0.0.0 included: Linux connects it locally).
   if (keep->loopback_only() &&
       std::none_of(endpoints.begin(), endpoints.end(), [](const auto& e) {
         const auto addr = e.endpoint().address().to_v4();
-        return addr.is_loopback() || !detail::interface_of(addr).empty();
+        return addr.is_loopback() || addr.is_unspecified() || !detail::interface_of(addr).empty();
       }))
     co_return failed(errc::invalid_argument);
 

@@ -132,15 +132,17 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 sender while it owes some (a blob is open and it holds
                 credit to send on), or at all, after which the stream ends
                 with TimedOutError naming the option (None or 0: none).
-                Defaults: stall_timeout 60 (a sender stopped in the middle
-                of a blob ends the iteration; raise it when a producer
-                keeps a blob open while it computes for longer),
-                idle_timeout none (workers are quiet between steps).
+                Both default to none: a worker may keep a blob open between
+                entries while it generates, and be quiet between steps,
+                which no default tells from a hung one. Set stall_timeout
+                when your producers emit a blob's entries back to back (a
+                peer that is gone is reported without it).
             held_bytes: the held allowance, bytes (default: window_bytes;
                 0: none):
                 values the iteration has given you and you still hold leave
-                the window for it, oldest first, while they fit (one larger
-                value alone, when the allowance is empty), so the sender
+                the window for it, oldest first, while they fit (with the
+                default, one larger value alone when the allowance is
+                empty; a value you give is a cap), so the sender
                 goes on (a loop that keeps the previous event never starves
                 it, whatever an entry's size). Memory: the larger of
                 window_bytes and one entry's credit, + the larger of
