@@ -225,6 +225,44 @@ BOOST_AUTO_TEST_CASE(abort_without_reason_is_reported_with_one) {
   BOOST_TEST(!aborted.reason.empty());
 }
 
+// Every refused emit says why in last_error(), as emit's doc promises: the
+// session's checks (a key longer than the consumer's max_key_bytes) and
+// the plan's (a dtype it does not know) as well as the credit's. Python
+// builds its error from it (it said only "invalid argument" for the
+// session's refusals before).
+BOOST_AUTO_TEST_CASE(a_refused_emit_says_why_in_last_error) {
+  runner r;
+  consumer_options copt;
+  copt.max_key_bytes = 8;
+  auto ep = r.await(connect(link_kind::loopback, copt));
+  const auto x = ramp(4, 0.0f);
+  std::error_code long_key, bad_shape;
+  std::string long_key_why, bad_shape_why;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto a = ep.s.open_blob();
+    long_key = co_await a.emit("a-key-longer-than-8", value::tensor(x));
+    long_key_why = a.last_error();
+    auto bad = value::tensor(x, {4}, "no_such_dtype");  // (no braced temporaries across co_await: GCC 12)
+    bad_shape = co_await a.emit("x", std::move(bad));
+    bad_shape_why = a.last_error();
+    BLOBPIPE_CO_CHECK(a.emit("x", value::tensor(x)));
+    BOOST_TEST(a.last_error().empty());  // a success clears it
+    BLOBPIPE_CO_CHECK(a.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    while ((co_await ep.c.next()).kind != event_kind::end_of_stream) {
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((long_key == errc::invalid_argument), long_key.message());
+  BOOST_TEST(long_key_why.find("max_key_bytes") != std::string::npos, long_key_why);
+  BOOST_TEST(bool(bad_shape), bad_shape.message());
+  BOOST_TEST(!bad_shape_why.empty());
+}
+
 // Closing the sender fails a producer that waits for window credit, and
 // later calls fail with closed.
 BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {

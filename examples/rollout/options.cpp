@@ -192,7 +192,10 @@ std::variant<options, usage_error> parse_options(int argc, const char* const* ar
     bool missing = false;  // the option's value is not there at all
     auto need = [&]() -> bool {
       if (has_val) return true;
-      if (i + 1 >= argc) return !(missing = true);
+      if (i + 1 >= argc) {
+        missing = true;
+        return false;
+      }
       val = argv[++i];
       return true;
     };

@@ -63,13 +63,14 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   emit_plan p;
   sender_state& s = *b.sender;
   sender_blob& w = b.wire();
+  b.last_error.clear();
   if (auto ok = s.session.check_emit(w, key.size()); !ok) {
+    b.last_error = ok.message();
     p.ec = ok.code();
     return p;
   }
   // Device memory? Asked before planning: a failure (no device) leaves the
   // blob usable. docs/cuda.md
-  b.last_error.clear();
   auto where = locate_value(s, v);
   if (!where) {
     b.last_error = where.message();
@@ -84,6 +85,7 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   auto added = b.builder.add(std::move(key), std::move(v));
   if (!added) {
+    b.last_error = added.message();
     p.ec = added.code();  // nothing sent: the blob stays usable
     return p;
   }
