@@ -139,6 +139,7 @@ struct decoded {
   bool closed = false;
   std::size_t open_blobs = 0;
   std::map<std::uint64_t, std::vector<Entry>> rows;
+  std::uint64_t admitted = 0;  // decoder::admitted_bytes() at the end
 };
 
 std::string name_of(feeding f, unsigned seed) {
@@ -199,7 +200,8 @@ decoded decode(std::span<const std::byte> s, decoder_limits lim, feeding f, unsi
     at += n;
   }
   decoded out{l.lines,          r,          l.landed,        l.wrong,
-              d.buffered_bytes(), d.closed(), d.open_blobs(), l.rows};
+              d.buffered_bytes(), d.closed(), d.open_blobs(), l.rows,
+              d.admitted_bytes()};
   if (!r) {
     // After a failure every call returns the same error, and nothing more is asked for.
     const std::byte one{0};
@@ -241,6 +243,7 @@ decoded decode_every_way(std::span<const std::byte> s, decoder_limits lim = {},
       if (!d.r && !first.r) BOOST_TEST(same_refusal(d.r.message(), first.r.message()));
       BOOST_TEST(d.wrong.empty(), (d.wrong.empty() ? "" : d.wrong.front()));
       BOOST_TEST((d.landed == first.landed));
+      BOOST_TEST(d.admitted == first.admitted);
     }
   }
   return first;
@@ -326,13 +329,21 @@ BOOST_AUTO_TEST_CASE(entries_land_byte_for_byte_in_their_own_buffers) {
       entry(o, b[id - 1], id, "e" + std::to_string(k), bytes_value(sent[{id, k}]), 64, 128);
     }
   }
-  for (std::uint64_t id = 1; id <= 3; ++id) tail(o, b[id - 1], id, tags[id - 1]);
+  std::uint64_t tail_bytes = 0;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    const auto t = tail_of(b[id - 1], tags[id - 1]);
+    tail_bytes += t.size();
+    frame_tail(o, id, t);
+  }
   frame_close(o, "done");
   decoder_limits lim;
   lim.max_chunk_bytes = 128;
   lim.inline_bytes = 64;
   const auto d = decode_every_way(bytes_of(o), lim);
   BOOST_TEST_REQUIRE(d.r.has_value(), d.r.message());
+  // Progress counts every entry byte (inline or in data frames) and every
+  // tail byte, nothing else.
+  BOOST_TEST(d.admitted == 3 * (40 + 200 + 1000) + tail_bytes);
   BOOST_TEST(d.closed);
   BOOST_TEST(d.open_blobs == 0u);
   BOOST_TEST(d.buffered == 0u);  // every entry dropped, every tail released
@@ -970,6 +981,36 @@ BOOST_AUTO_TEST_CASE(a_turn_of_work_completes_64_begin_abort_frames_not_a_buffer
   BOOST_TEST(turns == std::size_t(pairs / 32));
   BOOST_TEST(l.lines == whole.lines, boost::test_tools::per_element());
   BOOST_TEST(d.open_blobs() == 0u);
+}
+
+// A peer's progress (docs/reliability.md "Timeouts") is bytes the window
+// admitted: blob_begin, blob_abort with its reason, entry_begin's key and
+// meta, a credit request and close are none of it, so a stream of them
+// cannot keep a stalled connection alive. An entry's bytes count as they
+// arrive, also when its blob is then aborted.
+BOOST_AUTO_TEST_CASE(admitted_bytes_count_entry_and_tail_bytes_not_control_frames) {
+  outbox o;
+  frame_hello(o, sender_hello);
+  const std::string reason(4000, 'r');
+  for (std::uint64_t id = 1; id <= 20; ++id) {
+    frame_blob_begin(o, id, tag_of("flood"));
+    frame_blob_abort(o, id, reason);
+  }
+  frame_blob_begin(o, 30, tag_of("partial"));
+  const Entry e = f32_entry(std::string(300, 'k'), 0, 100);  // 400 bytes, a long key
+  begin_entry(o, 30, 0, e);
+  std::vector<std::byte> part(150, std::byte{1});
+  raw(o, {.type = frame_type::data, .blob_id = 30, .arg = 0}, part);
+  frame_blob_abort(o, 30, reason);
+  raw(o, {.type = frame_type::ack, .flags = frame_flag_credit_request, .arg = 1 << 20});
+  frame_close(o, reason);
+  decoder_limits lim;
+  lim.features = feature_credit_grants;
+  lim.window_bytes = 1 << 20;
+  const auto d = decode_every_way(bytes_of(o), lim);
+  BOOST_TEST_REQUIRE(d.r.has_value(), d.r.message());
+  BOOST_TEST(d.closed);
+  BOOST_TEST(d.admitted == 150u);
 }
 
 BOOST_AUTO_TEST_CASE(a_turn_counts_large_frames_by_their_bytes) {

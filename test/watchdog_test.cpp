@@ -193,7 +193,7 @@ BOOST_AUTO_TEST_CASE(the_handshake_owes_the_hello_from_the_start) {
   BOOST_TEST((e.check() == kind::stall));
 }
 
-BOOST_AUTO_TEST_CASE(pressed_trips_after_the_stall_limit_without_progress_since_pressure_began) {
+BOOST_AUTO_TEST_CASE(pressed_trips_after_the_stall_limit_of_pressure_without_progress) {
   bool pressed = false;
   dog d(ms(100), ms(0));
   d.w.pressure([&] { return pressed; });
@@ -205,14 +205,16 @@ BOOST_AUTO_TEST_CASE(pressed_trips_after_the_stall_limit_without_progress_since_
   advance(ms(99));
   BOOST_TEST(none(d.check()));
   d.w.progress(1, 1);  // progress restarts it
-  advance(ms(99));
+  advance(ms(50));
   BOOST_TEST(none(d.check()));
-  pressed = false;  // relieved
+  pressed = false;  // relieved: the count pauses at 50 ms
+  advance(ms(10));
   BOOST_TEST(none(d.check()));
   advance(ms(200));
-  pressed = true;  // pressed again: counted from now
   BOOST_TEST(none(d.check()));
-  advance(ms(99));
+  pressed = true;  // pressed again: counted on from 50 ms
+  BOOST_TEST(none(d.check()));
+  advance(ms(49));
   BOOST_TEST(none(d.check()));
   advance(ms(1));
   BOOST_TEST((d.check() == kind::pressed));
@@ -223,6 +225,48 @@ BOOST_AUTO_TEST_CASE(pressed_trips_after_the_stall_limit_without_progress_since_
   e.w.begin_wait();
   advance(ms(1000));
   BOOST_TEST(none(e.check()));
+}
+
+// A holder of credit others wait for cannot reset its clock by letting
+// the pressure lapse (a waiting sender that gives up and reconnects), nor
+// by sending what is not progress (blob_begin + blob_abort pairs: the
+// consumer counts neither bytes nor an item for them).
+BOOST_AUTO_TEST_CASE(pressure_that_comes_and_goes_adds_up_until_progress) {
+  bool pressed = false;
+  dog d(ms(100), ms(0));
+  d.w.pressure([&] { return pressed; });
+  d.w.begin_wait();
+  for (int round = 0; round < 4; ++round) {  // 30 ms pressed, 500 ms not, each round
+    pressed = true;
+    BOOST_TEST(none(d.check()));
+    advance(ms(30));
+    d.w.progress(0, 0);  // a control frame arrived: no bytes admitted, no item
+    if (round < 3) {
+      BOOST_TEST(none(d.check()));
+    } else {
+      BOOST_TEST((d.check() == kind::pressed));  // 120 ms pressed in all
+      break;
+    }
+    pressed = false;
+    BOOST_TEST(none(d.check()));
+    advance(ms(500));
+  }
+  // Time not waiting is not pressure: the count stops with the wait.
+  dog e(ms(100), ms(0));
+  e.w.pressure([] { return true; });
+  e.w.begin_wait();
+  BOOST_TEST(none(e.check()));
+  advance(ms(90));
+  BOOST_TEST(none(e.check()));
+  e.w.end_wait();
+  BOOST_TEST(none(e.check()));
+  advance(ms(1000));
+  e.w.begin_wait();
+  BOOST_TEST(none(e.check()));
+  advance(ms(9));
+  BOOST_TEST(none(e.check()));
+  advance(ms(1));
+  BOOST_TEST((e.check() == kind::pressed));
 }
 
 BOOST_AUTO_TEST_CASE(held_trips_when_silent_for_its_limit_since_the_holding_began) {

@@ -94,7 +94,9 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
     s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
                         s->stall_watch.tripped_name() + "_timeout)";
   }
-  s->t->close();
+  // The read waiting on the sender ends once the transport closes, after
+  // the sender has been told why.
+  s->close_with(s->timeout_reason);
 }
 
 result<void> transport_error(consumer_state& s, std::error_code ec) {
@@ -174,12 +176,10 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
-    in.bytes_in += target.size();
     r = d.commit_payload(target.size());
   } else {
     auto [ec, got] = co_await s.t->read_some(in.rx);
     if (ec) co_return transport_error(s, ec);
-    in.bytes_in += got.bytes;
     in.rx_at = 0;
     in.rx_end = got.bytes;
     in.bulk_announced = got.bulk_bytes;
@@ -265,10 +265,12 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       } else {
         r = co_await land_oldest(*s);
       }
-      // Progress is an entry or blob ended, or watchdog::progress_bytes
-      // more bytes: a trickle does not keep a connection that owes bytes.
-      s->stall_watch.progress(in.bytes_in, s->stats.entries_received + s->stats.blobs_completed +
-                                               s->stats.blobs_aborted);
+      // Progress is an entry or blob completed, or watchdog::progress_bytes
+      // more bytes of admitted entries and tails: neither a trickle nor a
+      // stream of control frames (blob_begin + blob_abort pairs) keeps a
+      // connection that owes bytes or holds credit others wait for.
+      s->stall_watch.progress(s->frames.admitted_bytes(),
+                              s->stats.entries_received + s->stats.blobs_completed);
       s->stall_watch.end_wait();
     }
     if (r) continue;
@@ -283,6 +285,17 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
 }
 
 }  // namespace detail
+
+std::size_t event_bytes_beyond_window(const event& ev) noexcept {
+  if (ev.kind == event_kind::entry_ready) return 0;
+  std::size_t n = sizeof(event) + ev.reason.capacity();
+  if (ev.blob) {
+    n += sizeof(completed_blob);
+    for (const Entry& row : ev.blob->index.entries)
+      n += sizeof(Entry) + row.key.capacity() + (row.dtype ? row.dtype->capacity() : 0);
+  }
+  return n;
+}
 
 consumer& consumer::operator=(consumer&& o) noexcept {
   if (this != &o) {
@@ -368,6 +381,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (!s->ended)
     if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
   if (!after_hello) s->end(after_hello.code(), after_hello.message());
+  s->acks.running = true;
   asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
   co_return ret{std::error_code{}, consumer(std::move(s))};
 }

@@ -39,6 +39,13 @@ asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s) {
     const std::error_code ec = co_await write_frames(*s->t, out);
     if (ec) break;
   }
+  if (!a.close_reason) co_return;
+  // The consumer refuses the stream: its reason goes last, then the
+  // connection closes (close_bound closes it should this write hang).
+  out.clear();
+  frame_close(out, *a.close_reason);
+  (void)co_await write_frames(*s->t, out);
+  s->t->close();
 }
 
 }  // namespace blobpipe::detail

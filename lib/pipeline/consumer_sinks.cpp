@@ -430,6 +430,24 @@ consumer_state::~consumer_state() {
   }
 }
 
+bool tells_sender(std::error_code ec) noexcept {
+  return ec == errc::protocol_violation || ec == errc::timed_out;
+}
+
+void consumer_state::close_with(std::string reason) {
+  if (!acks.running || !t->is_open()) {
+    t->close();
+    return;
+  }
+  if (acks.close_reason) return;
+  acks.close_reason = std::move(reason);
+  acks.stopped = true;
+  acks.cv.notify_all();
+  close_bound.emplace(ex, close_linger, [w = weak_from_this()] {
+    if (auto s = w.lock()) s->t->close();
+  });
+}
+
 void consumer_state::end(std::error_code ec, std::string reason) {
   if (ended) return;
   ended = true;
@@ -444,7 +462,8 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   if (ec) receive.retire_buffers(*t);  // a read cut short may still be landing
   acks.stopped = true;
   stall_watch.stop();
-  t->close();
+  if (tells_sender(ec)) close_with(reason);
+  else t->close();
   receive.posted.clear();  // empty: next() lands or abandons every posted read first
   receive.blobs.clear();   // partial entries return their credit (no acks any more)
   if (credit.pool_member != 0) opt.pool->close(credit.pool_member);  // no more grants

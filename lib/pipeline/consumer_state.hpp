@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -34,12 +35,21 @@
 #include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
+#include "lib/pipeline/deadline.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
 #include "lib/pipeline/watchdog.hpp"
 #include "lib/transport/async_sync.hpp"
 
 namespace blobpipe::detail {
+
+/// How long a consumer that refuses the stream waits for its close frame
+/// to be written before it closes the connection regardless (close_with).
+inline constexpr std::chrono::milliseconds close_linger{1000};
+/// Whether an end of the stream with `ec` is the sender's fault, which the
+/// consumer tells it in a close frame: a protocol violation (a limit
+/// included) or a timeout (stall, idle, held, credit pressure).
+bool tells_sender(std::error_code ec) noexcept;
 
 /// Bytes the consumer reads at once into its receive buffer.
 inline constexpr std::size_t receive_buffer_bytes = 256u << 10;
@@ -168,7 +178,6 @@ struct receive_landing {
   std::uint64_t reads_posted = 0;  // numbered from 1
   std::uint64_t reads_landed = 0;  // reads 1..reads_landed have been waited for
   std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
-  std::uint64_t bytes_in = 0;      // bytes read from the transport in all (stall progress)
 
   /// Hands the memory a read cut short may still write into (UCX lands
   /// such fetches late) to `t`.retire: the buffers of posted reads and of
@@ -233,6 +242,10 @@ struct delivery_acks {
   std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
   bool due = false;                         // cv notified, ack not yet sent
   bool stopped = false;                     // the stream ended: no more acks
+  bool running = false;                     // ack_loop started (our hello is sent)
+  // The consumer refuses the stream (consumer_state::close_with): the
+  // acker's last write is a close frame with this reason.
+  std::optional<std::string> close_reason;
   async_condition cv;
 
   /// Wakes the acker, once per ack it owes.
@@ -330,7 +343,16 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// Queues `ev` behind the posted reads so far.
   void push(event ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
+  /// An end for a fault of the sender's (tells_sender) closes through
+  /// close_with, so the sender learns why.
   void end(std::error_code ec, std::string reason);
+  /// Closes the connection, telling the sender `reason` in a close frame
+  /// (docs/wire.md "Closing"): the acker writes it after what it is writing
+  /// and then closes the transport; close_linger after this call the
+  /// transport is closed whatever the write's state (a sender that reads
+  /// nothing cannot hold it open). Before the acker runs (the handshake:
+  /// the sender expects our hello first) it closes at once. Idempotent.
+  void close_with(std::string reason);
   /// A posted read of blob `blob_id` failed: none of that blob's later
   /// events may be yielded (a completion becomes an abort).
   void lose_blob(std::uint64_t blob_id, std::error_code ec, const std::string& reason);
@@ -353,6 +375,8 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   // reports timed_out with this reason (the handshake's deadline too).
   watchdog stall_watch;
   std::string timeout_reason;
+  // close_with(): closes the transport once close_linger has passed.
+  std::optional<deadline> close_bound;
   consumer_stats stats;
   device_uploads device;
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).

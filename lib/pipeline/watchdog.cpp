@@ -41,6 +41,7 @@ void watchdog::progress(std::uint64_t bytes, std::uint64_t items) noexcept {
   counted_ = true;
   if (items != items_mark_ || bytes - bytes_mark_ >= progress_bytes) {
     advanced_ = now;
+    pressed_for_ = clock::duration::zero();
     items_mark_ = items;
     bytes_mark_ = bytes;
   }
@@ -61,7 +62,10 @@ asio::awaitable<bool> watchdog::expired() {
 }
 
 std::optional<watchdog::limit_kind> watchdog::check(clock::time_point now) {
-  if (stopped_ || waiting_ == 0) return std::nullopt;
+  if (stopped_ || waiting_ == 0) {
+    pressed_on_ = false;  // time not waiting is not counted as pressed
+    return std::nullopt;
+  }
   const auto silent = now - last_;
   const auto stuck = now - advanced_;
   if (idle_.count() > 0 && silent >= idle_) {
@@ -72,11 +76,14 @@ std::optional<watchdog::limit_kind> watchdog::check(clock::time_point now) {
     tripped_ = limit_kind::stall;
     return tripped_;
   }
-  // Pressed: holding credit others wait for, silent since that began.
+  // Pressed: holding credit others wait for. The time pressed adds up
+  // from check to check until the next progress, so a pressure that comes
+  // and goes (a waiting sender that reconnects) does not start it over.
   const bool pressed = stall_.count() > 0 && pressed_ && pressed_();
-  if (pressed && !pressed_on_) pressed_since_ = now;
+  if (pressed && pressed_on_) pressed_for_ += now - std::max(pressed_seen_, advanced_);
+  if (pressed) pressed_seen_ = now;
   pressed_on_ = pressed;
-  if (pressed && now - std::max(advanced_, pressed_since_) >= stall_) {
+  if (pressed && pressed_for_ >= stall_) {
     tripped_ = limit_kind::pressed;
     return tripped_;
   }

@@ -69,12 +69,16 @@ class watchdog {
   /// Bytes arrived (or a send completed): the silence starts over, and it
   /// is progress.
   void progress() noexcept {
-    if (enabled()) last_ = advanced_ = now_();
+    if (!enabled()) return;
+    last_ = advanced_ = now_();
+    pressed_for_ = clock::duration::zero();
   }
-  /// A receiver's progress: `bytes` arrived in all so far, `items` entries
-  /// and blobs ended in all so far. Any byte ends a silence (idle, held);
-  /// only an item ended or progress_bytes more bytes restart the stall
-  /// clock (so a peer trickling a byte at a time stalls).
+  /// A receiver's progress: `bytes` of admitted entries and tails in all so
+  /// far (decoder::admitted_bytes), `items` entries and blobs completed in
+  /// all so far. Any call ends a silence (idle, held); only an item
+  /// completed or progress_bytes more bytes restart the stall and pressed
+  /// clocks (so a peer trickling a byte at a time, or sending only control
+  /// frames, stalls).
   void progress(std::uint64_t bytes, std::uint64_t items) noexcept;
   /// Whether the peer owes bytes now (a frame begun, a blob open); only
   /// then does `stall` apply, counted from when it began to owe (time it
@@ -87,8 +91,11 @@ class watchdog {
   /// (the held allowance is full and part of the window is held, and the
   /// application waits); `held` counts from when it became true.
   /// Credit pressure (credit_pool::pressed): while `f` returns true the
-  /// peer holds credit others need, and `stall` counts from when it became
-  /// true or the last byte, whichever is later. Checked each tick.
+  /// peer holds credit others need. The time `f` is seen true while
+  /// waiting adds up until the next progress (progress(bytes, items): an
+  /// entry or blob completed, or progress_bytes more admitted bytes), and
+  /// `stall` of it ends the connection. Pressure that lapses and returns
+  /// resumes the count. Checked each tick.
   void pressure(std::function<bool()> f) { pressed_ = std::move(f); }
   void held(bool v) noexcept {
     if (v && !held_on_ && enabled()) held_since_ = now_();
@@ -107,8 +114,8 @@ class watchdog {
   /// tripped()), or none. Nothing is exceeded while no wait is open
   /// (begin_wait), nor after stop(). In this order: idle (silent for
   /// `idle`), stall (owed, no progress for `stall`), pressed (pressure()
-  /// true since this check first saw it, and no progress since, for
-  /// `stall`), held (held() true and silent for `held`).
+  /// seen true, while waiting, for `stall` in all since the last
+  /// progress), held (held() true and silent for `held`).
   std::optional<limit_kind> check(clock::time_point now);
   limit_kind tripped() const noexcept { return tripped_; }
   /// Its name, for the error message: "stall", "idle" or "held".
@@ -135,8 +142,9 @@ class watchdog {
   std::uint64_t items_mark_ = 0;     // items ended at the last progress
   bool counted_ = false;             // progress(bytes, items) in use
   std::function<bool()> pressed_;
-  clock::time_point pressed_since_{};
-  bool pressed_on_ = false;
+  clock::time_point pressed_seen_{};       // the last check that saw pressure
+  clock::duration pressed_for_{};          // pressed since the last progress, in all
+  bool pressed_on_ = false;                // the last check saw pressure
   bool held_on_ = false;
   std::uint32_t waiting_ = 0;
   bool owes_ = false;

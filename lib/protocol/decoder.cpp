@@ -167,6 +167,7 @@ result<void> decoder::step(std::span<const std::byte>& in) {
     case state::payload: {
       const std::size_t n =
           static_cast<std::size_t>(std::min<std::uint64_t>(payload_left_, in.size()));
+      count_admitted(n);
       if (sink_ == sink::assemble && assembly_have_ == 0 && n == payload_left_) {
         // Whole payload present: decoded in place, no copy.
         auto whole = in.first(n);
@@ -200,7 +201,13 @@ std::span<std::byte> decoder::payload_target() {
 result<void> decoder::commit_payload(std::size_t n) {
   if (failure_) return *failure_;
   work_ += n;
+  count_admitted(n);
   return commit(n);
+}
+
+void decoder::count_admitted(std::size_t n) noexcept {
+  if (state_ == state::payload && (sink_ == sink::entry || cur_.type == frame_type::tail))
+    admitted_bytes_ += std::min<std::uint64_t>(n, payload_left_);
 }
 
 result<void> decoder::commit(std::size_t n) {
@@ -496,6 +503,7 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
                       "on_entry_begin: destination of " + num(dest->size()) + " bytes for " +
                           num(len));
   if (whole) {
+    admitted_bytes_ += len;
     if (len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), len);
     forget_entry(b.current);
     return listener_->on_entry_complete(b.user, b.id);

@@ -15,7 +15,10 @@
 #include <unistd.h>
 
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <deque>
@@ -29,8 +32,15 @@
 
 namespace blobpipe::python {
 
+/// Bytes the queue toward Python may hold beyond the window
+/// (event_bytes_beyond_window: aborts' reasons, completed blobs' index
+/// rows) before the io thread stops reading until Python takes the queue.
+/// Python holds at most twice this: the queue it took, and the one
+/// filling behind it.
+inline constexpr std::size_t max_queued_event_bytes = std::size_t{16} << 20;
+
 struct consumer_core {
-  explicit consumer_core(asio::any_io_executor e) : ex(std::move(e)) {}
+  explicit consumer_core(asio::any_io_executor e) : ex(e), room(std::move(e)) {}
   ~consumer_core() {
     for (const auto* fds : {&armed_fds, &fired_fds, &spare_fds})
       for (int fd : *fds) ::close(fd);
@@ -60,6 +70,12 @@ struct consumer_core {
   consumer_stats stats;    // as of the last stats() or the end
   std::uint32_t chunk_bytes = 0;
   std::uint64_t window_bytes = 0;
+  // `events`' bytes beyond the window (max_queued_event_bytes), and whether
+  // the io thread waits for Python to take them (then woken through room).
+  std::size_t queued_beyond_window = 0;
+  bool room_wanted = false;
+  // Io thread only: the loop's wait for room, woken by cancel() (posted).
+  asio::steady_timer room;
 
   /// Wakes whoever waits for events. REQUIRES: mu held.
   void wake_locked() {
@@ -85,7 +101,8 @@ asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
   for (;;) {
     event ev = co_await c->c.next();
     const bool end = ev.kind == event_kind::end_of_stream;
-    std::lock_guard lk(c->mu);
+    std::unique_lock lk(c->mu);
+    c->queued_beyond_window += event_bytes_beyond_window(ev);
     c->events.push_back(std::move(ev));
     if (end) {
       c->loop_done = true;
@@ -102,7 +119,8 @@ asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
     // this coroutine suspends to read more: Python is woken once per read
     // (or every wake_batch_events events, or at the end), and takes the
     // queue whole.
-    if (end || c->events.size() >= wake_batch_events) {
+    const bool full = c->queued_beyond_window >= max_queued_event_bytes && !c->closed;
+    if (end || full || c->events.size() >= wake_batch_events) {
       c->wake_locked();
     } else if (!c->wake_posted) {
       c->wake_posted = true;
@@ -113,7 +131,23 @@ asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
       });
     }
     if (end) co_return;
+    if (!full) continue;
+    // Events that hold no credit (a flood of aborts, say) would grow the
+    // queue without bound while Python is busy: read no more until Python
+    // takes the queue (take_queue_locked) or closes.
+    c->room_wanted = true;
+    lk.unlock();
+    c->room.expires_at(asio::steady_timer::time_point::max());
+    co_await c->room.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
+}
+
+/// Python takes the io thread's queue whole into `into`, and lets the io
+/// thread read on if it waited for room. REQUIRES: c.mu held.
+void take_queue_locked(const std::shared_ptr<consumer_core>& c, std::deque<event>& into) {
+  into.swap(c->events);
+  c->queued_beyond_window = 0;
+  if (std::exchange(c->room_wanted, false)) asio::post(c->ex, [c] { c->room.cancel(); });
 }
 
 void spawn_loop(const std::shared_ptr<consumer_core>& c) {
@@ -201,7 +235,7 @@ class consumer_handle {
       if (ended_) return got::end;
       std::unique_lock lk(core_->mu);
       if (!core_->events.empty()) {
-        local_.swap(core_->events);
+        take_queue_locked(core_, local_);
         continue;
       }
       if (core_->closed) {
@@ -275,7 +309,10 @@ class consumer_handle {
       if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;
       core_->closed = true;
       core_->wake_locked();
-      asio::post(core_->ex, [c = core_] { c->c.close(); });
+      asio::post(core_->ex, [c = core_] {
+        c->c.close();
+        c->room.cancel();  // a loop waiting for room reads the end
+      });
     }
     gil_released nogil;
     // The loop ends once the close has run, and destroys the C++

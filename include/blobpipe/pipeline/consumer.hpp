@@ -347,6 +347,16 @@ struct event {
   std::optional<blob_group> group;
 };
 
+/// Heap bytes that event `ev` holds and no window credit bounds, bytes:
+/// for blob_aborted and end_of_stream the event and its reason, for
+/// blob_complete the event and its index rows (the tail's credit goes back
+/// once the tail is checked); 0 for entry_ready, whose entry holds its
+/// credit until dropped. A queue of events toward the application (a
+/// thread that reads ahead, a fan-in server's merged queue) counts these
+/// against a bound of its own and stops reading past it, as the window
+/// bounds the entries (docs/reliability.md "Bounded memory").
+std::size_t event_bytes_beyond_window(const event& ev) noexcept;
+
 /// Counters for tests and benchmarks.
 struct consumer_stats {
   std::uint64_t buffered_bytes = 0;      ///< credit held now, bytes

@@ -245,6 +245,13 @@ class decoder {
   /// Entries announced (not inline) and not yet complete: bytes the
   /// sender owes, their credit taken already.
   std::size_t entries_open() const noexcept { return entries_open_; }
+  /// Bytes decoded so far that the window admitted for the application:
+  /// entry bytes (data payloads, inline entries, including entries whose
+  /// bytes are dropped) and tails, counted as they arrive. Control frames
+  /// (hello, blob_begin, entry_begin's key and meta, blob_abort, acks,
+  /// close) are not counted, so a stream of them makes no progress: this is
+  /// the byte half of a peer's progress (docs/reliability.md "Timeouts").
+  std::uint64_t admitted_bytes() const noexcept { return admitted_bytes_; }
 
  private:
   enum class state { hello, header, payload, closed, failed };
@@ -273,6 +280,9 @@ class decoder {
   /// commit_payload() without counting the bytes as work (consume counts
   /// them itself).
   result<void> commit(std::size_t n);
+  /// `n` bytes of the current payload arrive: counts them in
+  /// admitted_bytes() when they are entry bytes or a tail's.
+  void count_admitted(std::size_t n) noexcept;
   /// A frame is complete: charges it up to frame_work_floor_bytes.
   void frame_done() noexcept;
   result<void> on_header(std::span<const std::byte> bytes);
@@ -315,6 +325,7 @@ class decoder {
   std::uint64_t buffered_ = 0;
   std::size_t entries_open_ = 0;  // open_blob::entry_open set, over all blobs
   std::uint64_t returned_ = 0;
+  std::uint64_t admitted_bytes_ = 0;  // admitted_bytes()
   // Work since reset_work() (work()).
   std::uint64_t work_ = 0;
 };
