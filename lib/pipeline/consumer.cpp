@@ -378,11 +378,13 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   // hello's read: end() has closed the transport, and the stream's events
   // are all decoded, so the consumer is returned to yield them, unanswered
   // (issue 26: it was dropped as "closed").
-  if (!s->ended)
+  if (!s->ended) {
     if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
-  if (!after_hello) s->end(after_hello.code(), after_hello.message());
-  s->acks.running = true;
+    s->acks.running = true;  // our hello is out: frames may follow it
+  }
   asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
+  // A violation pipelined behind the hello is told like any other.
+  if (!after_hello) s->end(after_hello.code(), after_hello.message());
   co_return ret{std::error_code{}, consumer(std::move(s))};
 }
 
