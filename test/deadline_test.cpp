@@ -1,4 +1,4 @@
-// lib/pipeline/deadline.hpp (internal): the one idiom for a bounded wait.
+// lib/runtime/deadline.hpp (internal): the one idiom for a bounded wait.
 // Its expiry action runs once, after the limit; going out of scope
 // disarms it, also when the timer has fired and its handler has not run
 // yet; a limit of 0 is no bound. Nothing here asserts how long anything
@@ -16,7 +16,7 @@
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 
 using blobpipe::detail::deadline;
 using namespace std::chrono_literals;

@@ -1,4 +1,4 @@
-// lib/pipeline/watchdog.hpp (internal): each limit of the stall watchdog
+// lib/runtime/watchdog.hpp (internal): each limit of the stall watchdog
 // driven with a clock of the test's own, one check(now) at a time, so no
 // case depends on the machine's speed: idle, stall (measured in progress,
 // owed only), pressed, held, the consumer's handshake wait (the hello
@@ -11,7 +11,7 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 
-#include "lib/pipeline/watchdog.hpp"
+#include "lib/runtime/watchdog.hpp"
 
 using blobpipe::detail::watchdog;
 using ms = std::chrono::milliseconds;
@@ -251,9 +251,11 @@ BOOST_AUTO_TEST_CASE(pressure_that_comes_and_goes_adds_up_until_progress) {
     BOOST_TEST(none(d.check()));
     advance(ms(500));
   }
-  // Time not waiting is not pressure: the count stops with the wait.
+  // Time not waiting is not pressure: the count stops with the wait. (A
+  // consumer marks its progress in bytes and items, as here.)
   dog e(ms(100), ms(0));
   e.w.pressure([] { return true; });
+  e.w.progress(0, 0);
   e.w.begin_wait();
   BOOST_TEST(none(e.check()));
   advance(ms(90));

@@ -10,7 +10,7 @@
 #include <asio/detached.hpp>
 
 #include "blobpipe/transport/url.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe {
 namespace detail {

@@ -16,7 +16,7 @@
 
 #include "blobpipe/transport/url.hpp"
 #include "lib/cluster/server_state.hpp"
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 
 namespace blobpipe {
 namespace detail {

@@ -30,7 +30,7 @@
 
 #include "blobpipe/cluster/server.hpp"
 #include "lib/cluster/group_tracker.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 

@@ -21,7 +21,7 @@
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/pipeline/consumer_state.hpp"
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 
 namespace blobpipe {
 namespace detail {

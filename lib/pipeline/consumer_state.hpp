@@ -35,11 +35,11 @@
 #include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
-#include "lib/pipeline/watchdog.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/watchdog.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 

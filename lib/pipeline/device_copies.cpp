@@ -1,8 +1,8 @@
 #include "lib/pipeline/device_copies.hpp"
 
 #include <asio/post.hpp>
-#include <asio/use_awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
+
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 
@@ -13,7 +13,7 @@ struct copy_progress : std::enable_shared_from_this<copy_progress> {
   explicit copy_progress(asio::any_io_executor e) : ex(std::move(e)), wake(ex) {}
   const asio::any_io_executor ex;
   std::uint64_t done = 0;
-  asio::steady_timer wake;
+  async_condition wake;
 };
 
 namespace {
@@ -25,7 +25,7 @@ void on_copy_done(void* user) {
   auto* p = static_cast<copy_progress*>(user);
   asio::post(p->ex, [sp = p->shared_from_this()] {
     ++sp->done;
-    sp->wake.cancel();
+    sp->wake.notify_all();
   });
 }
 
@@ -50,8 +50,7 @@ result<std::uint64_t> copy_queue::issue(void* dst, const void* src, std::size_t 
 asio::awaitable<result<void>> copy_queue::wait(std::uint64_t n) {
   auto p = progress_;
   while (p->done < n) {
-    p->wake.expires_after(poll_interval);
-    co_await p->wake.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    (void)co_await p->wake.wait_for(poll_interval);
     if (p->done >= n) break;
     // No news: has the stream failed (its host functions will never run)?
     auto q = ring_->get_stream().query();

@@ -3,7 +3,7 @@
 // Each copy is numbered (1, 2, ... in issue order); the stream runs them in
 // that order. After each copy a host function (cudaLaunchHostFunc) posts
 // "one more done" to the executor, so a coroutine waiting for copy n
-// sleeps on an ordinary timer and no thread blocks. CUDA does not call host
+// sleeps on a condition (lib/runtime) and no thread blocks. CUDA does not call host
 // functions once a stream has failed, so the wait also wakes on a slow
 // timer (poll_interval) and asks the stream (cudaStreamQuery) whether it
 // failed: an error can never leave a waiter asleep.
@@ -20,7 +20,6 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
-#include <asio/steady_timer.hpp>
 
 #include "blobpipe/errors.hpp"
 #include "lib/cuda/staging.hpp"

@@ -17,7 +17,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/pipeline/device_send.hpp"
 
 namespace blobpipe::detail {

@@ -31,7 +31,7 @@
 #include "blobpipe/protocol/wire.hpp"
 #include "blobpipe/format/layout.hpp"
 #include "lib/pipeline/sender_state.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 

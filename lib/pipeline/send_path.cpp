@@ -11,7 +11,7 @@
 #include <asio/error.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
-#include "lib/pipeline/deadline.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/pipeline/resend.hpp"
 #include "lib/pipeline/sender_state.hpp"
 

@@ -26,7 +26,7 @@
 
 #include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/transport/transport.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 

@@ -27,8 +27,8 @@
 #include "blobpipe/protocol/sender_session.hpp"
 #include "blobpipe/transport/transport.hpp"
 #include "lib/pipeline/send_queue.hpp"
-#include "lib/pipeline/watchdog.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/watchdog.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 

@@ -16,7 +16,7 @@ std::shared_ptr<connection> connection::make(runtime& rt, transport_options opt)
 }
 
 connection::connection(passkey, runtime& rt, transport_options opt)
-    : rt_(&rt), opt_(opt), rx_ready_(rt.executor()), linger_(rt.executor()) {}
+    : rt_(&rt), opt_(opt), rx_ready_(rt.executor()) {}
 
 connection::~connection() {
   drop_received();
@@ -405,9 +405,7 @@ void connection::keep_alive() {
   if (rt_keepalive_) return;
   rt_keepalive_ = rt_->shared_from_this();
   rt_->retain(shared_from_this());
-  linger_.expires_after(close_linger);
-  linger_.async_wait([weak = weak_from_this()](std::error_code ec) {
-    if (ec) return;
+  linger_.emplace(rt_->executor(), close_linger, [weak = weak_from_this()] {
     auto self = weak.lock();
     if (!self) return;
     if (self->link_ == link::saying_goodbye) {
@@ -465,7 +463,7 @@ void connection::released() {
   if (link_ == link::released) return;
   link_ = link::released;
   rt_->detach(std::exchange(ep_key_, nullptr), this);
-  linger_.cancel();
+  linger_.reset();
   // Force-closing purges the endpoint's requests from a callback UCX runs
   // on its next progress; let it, then abandon what is left (UCX will
   // not complete those any more; a fetch among them may still land, which
@@ -523,7 +521,7 @@ void connection::force_close() noexcept {
 }
 
 void connection::abandon() noexcept {
-  linger_.cancel();
+  linger_.reset();
   if (close_req_) ucp_request_free(std::exchange(close_req_, nullptr));
   ep_ = endpoint{};  // forced close, request freed
   if (ep_key_) rt_->detach(std::exchange(ep_key_, nullptr), this);

@@ -43,12 +43,12 @@
 #include <asio/awaitable.hpp>
 #include <asio/buffer.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
 #include <ucp/api/ucp.h>
 
 #include "blobpipe/transport/transport.hpp"
 #include "blobpipe/transport/ucx.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/transport/ucx/handles.hpp"
 #include "lib/transport/ucx/request.hpp"
 #include "lib/transport/ucx/runtime.hpp"
@@ -220,7 +220,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::optional<incoming> current_;  // bulk header returned, payload not yet read
   blobpipe::detail::async_condition rx_ready_;
   slot_list inflight_;
-  asio::steady_timer linger_;
+  std::optional<blobpipe::detail::deadline> linger_;  // keep_alive()'s bound on the close
   void* close_req_ = nullptr;
   link link_ = link::open;
   bool closed_by_us_ = false;

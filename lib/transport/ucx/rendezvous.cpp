@@ -172,10 +172,8 @@ result<rv_header> decode_rv_header(std::span<const std::byte, rv_header_bytes> b
 }
 
 void rv_attempt::arm(std::chrono::milliseconds t) {
-  if (t.count() <= 0) return;
-  deadline.expires_after(t);
-  deadline.async_wait([weak = weak_from_this()](std::error_code ec) {
-    if (auto self = weak.lock(); self && !ec) self->abort(true);
+  bound.emplace(sock.get_executor(), t, [weak = weak_from_this()] {
+    if (auto self = weak.lock()) self->abort(true);
   });
 }
 
@@ -186,7 +184,7 @@ void rv_attempt::abort(bool timeout) noexcept {
   if (timeout && why.empty()) why = "rendezvous: handshake timeout";
   std::error_code ignored;
   sock.close(ignored);
-  deadline.cancel();
+  if (!timeout) bound.reset();  // (on expiry, the deadline is what runs this)
   if (conn) conn->close_now();
   if (parked && rt) {
     if (auto x = rt->take(parked)) x->close_now();
@@ -261,7 +259,7 @@ asio::awaitable<outcome> serve_rendezvous(std::shared_ptr<runtime> rt,
                      "or the connection ended first)");
   if (auto ec = co_await send(*a, rv_type::accepted, 0, {})) co_return failed(*a, ec, {});
   a->parked = 0;  // taken by the connecting side (it verified)
-  a->deadline.cancel();
+  a->bound.reset();
   auto c = std::move(a->conn);
   c->attach_link(std::move(a->sock));
   co_return outcome{std::error_code{}, std::move(c)};
@@ -326,7 +324,7 @@ asio::awaitable<outcome> join_rendezvous(std::shared_ptr<runtime> rt,
     co_return failed(*a, a->failure(errc::peer_failed), "rendezvous: " + ec.message());
   auto [aec, accepted] = co_await receive(*a, rv_types_of(rv_type::accepted), true, body);
   if (aec) co_return failed(*a, aec, {});
-  a->deadline.cancel();
+  a->bound.reset();
   auto c = std::move(a->conn);
   c->attach_link(std::move(a->sock));
   co_return outcome{std::error_code{}, std::move(c)};

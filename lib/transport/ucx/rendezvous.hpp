@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -48,10 +49,10 @@
 
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
 
 #include "blobpipe/errors.hpp"
 #include "blobpipe/transport/transport.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/transport/ucx/runtime.hpp"
 
 namespace blobpipe::ucx::detail {
@@ -93,7 +94,7 @@ result<rv_header> decode_rv_header(std::span<const std::byte, rv_header_bytes> b
 /// passes, or the listener closes, abort() closes the socket and the
 /// connection made so far, which ends every wait of the rendezvous.
 struct rv_attempt : std::enable_shared_from_this<rv_attempt> {
-  explicit rv_attempt(const asio::any_io_executor& ex) : sock(ex), deadline(ex) {}
+  explicit rv_attempt(const asio::any_io_executor& ex) : sock(ex) {}
   /// Calls abort(true) after `t` (0: never).
   void arm(std::chrono::milliseconds t);
   void abort(bool timeout) noexcept;
@@ -102,7 +103,7 @@ struct rv_attempt : std::enable_shared_from_this<rv_attempt> {
   std::error_code failure(errc otherwise) const noexcept;
 
   asio::ip::tcp::socket sock;
-  asio::steady_timer deadline;
+  std::optional<blobpipe::detail::deadline> bound;  ///< arm()'s; reset once paired
   std::shared_ptr<connection> conn;  ///< this side's connection, once created
   std::shared_ptr<runtime> rt;       ///< set by the listening side (loopback clean-up)
   std::uint64_t parked = 0;          ///< listening side, loopback: the key of C's

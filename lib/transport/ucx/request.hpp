@@ -4,7 +4,7 @@
 // operation, beside the buffers the operation uses. UCX's completion
 // callback reaches the slot through `user_data`, records the status, frees
 // the request and wakes the coroutine by cancelling a timer that never
-// expires on its own (as lib/transport/async_sync.hpp does). The coroutine
+// expires on its own (as lib/runtime/async_sync.hpp does). The coroutine
 // therefore resumes from the executor's queue, never inside
 // ucp_worker_progress, where calling back into UCX is not allowed.
 //

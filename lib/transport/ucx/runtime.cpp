@@ -125,8 +125,7 @@ runtime::runtime(passkey, asio::any_io_executor ex, detail::context ctx, detail:
       address_(std::move(address)),
       pairs_(worker_.get(), address_),
       pairing_lock_(ex_),
-      busy_poll_(busy_poll),
-      backoff_(ex_) {}
+      busy_poll_(busy_poll) {}
 
 runtime::~runtime() {
   // Owners close their connections first, so this is only a safety net.
@@ -256,9 +255,8 @@ void runtime::progress_pass() {
   in_progress_ = false;
   if (busy_without_events_ > busy_passes_before_backoff) {
     // Still BUSY with nothing to do: look again in a while, not at once.
-    backoff_.expires_after(busy_backoff);
-    backoff_.async_wait([weak = weak_from_this()](std::error_code ec) {
-      if (auto rt = weak.lock(); rt && !ec) rt->progress_pass();
+    backoff_.emplace(ex_, busy_backoff, [weak = weak_from_this()] {
+      if (auto rt = weak.lock()) rt->progress_pass();
     });
     return;
   }

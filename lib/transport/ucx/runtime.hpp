@@ -49,7 +49,8 @@
 
 #include "blobpipe/errors.hpp"
 #include "blobpipe/transport/ucx.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "lib/transport/ucx/handles.hpp"
 #include "lib/transport/ucx/pairing.hpp"
 
@@ -214,7 +215,7 @@ class runtime : public std::enable_shared_from_this<runtime> {
   static constexpr unsigned busy_passes_before_backoff = 1000;
   static constexpr std::chrono::milliseconds busy_backoff{1};
   unsigned busy_without_events_ = 0;
-  asio::steady_timer backoff_;
+  std::optional<blobpipe::detail::deadline> backoff_;  // the next pass, after busy_backoff
   bool kick_posted_ = false;
   bool fd_waiting_ = false;  // an efd_ wait is outstanding
   bool in_progress_ = false;

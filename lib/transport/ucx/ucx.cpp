@@ -20,7 +20,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include "lib/transport/acceptor.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/devices.hpp"
 #include "lib/transport/ucx/rendezvous.hpp"
@@ -30,7 +30,9 @@
 namespace blobpipe::ucx {
 namespace {
 
+using blobpipe::detail::accept_retry_pause;
 using detail::connection;
+using blobpipe::detail::pause;
 using detail::runtime;
 
 /// "ucx://ip:port" of a TCP endpoint (the rendezvous socket's far end;
@@ -209,8 +211,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
       if (ec) {
         // EMFILE and the like: refusing this one must not end the loop,
         // but must not spin either.
-        asio::steady_timer pause(l.acceptor.get_executor(), std::chrono::milliseconds(10));
-        co_await pause.async_wait(use_tuple);
+        (void)co_await pause(accept_retry_pause);
         continue;
       }
       // Full: the oldest rendezvous still under way (a silent or trickling

@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "blobpipe/transport/loopback.hpp"
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "lib/pipeline/watchdog.hpp"
+#include "lib/runtime/watchdog.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "lib/transport/async_sync.hpp"
+#include "lib/runtime/async_sync.hpp"
 
 #include <algorithm>
 
@@ -20,12 +20,25 @@ asio::awaitable<bool> cancelled() {
 }
 }  // namespace
 
+asio::awaitable<bool> pause(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(use_tuple);
+  co_return co_await cancelled();
+}
+
 async_condition::async_condition(asio::any_io_executor ex) : timer_(std::move(ex)) {
   timer_.expires_at(asio::steady_timer::time_point::max());
 }
 
 asio::awaitable<bool> async_condition::wait() {
   co_await timer_.async_wait(use_tuple);
+  co_return co_await cancelled();
+}
+
+asio::awaitable<bool> async_condition::wait_for(std::chrono::milliseconds d) {
+  timer_.expires_after(d);
+  co_await timer_.async_wait(use_tuple);
+  timer_.expires_at(asio::steady_timer::time_point::max());
   co_return co_await cancelled();
 }
 

@@ -1,9 +1,10 @@
 // A stall watchdog (internal): runs beside a connection's coroutines and
 // notices when the side has been waiting on its peer for too long with
-// nothing arriving. The one idiom for limits measured in progress
-// (stall_timeout, idle_timeout, held_timeout); a limit on one wait as a
-// whole (a handshake, a connection attempt) is a deadline
-// (lib/pipeline/deadline.hpp); docs/reliability.md "Timeouts". Composed,
+// nothing arriving. The timer facility's one tool (lib/runtime) for limits
+// measured in progress (stall_timeout, idle_timeout, held_timeout); a
+// limit on one wait as a whole (a handshake, a connection attempt) is a
+// deadline
+// (lib/runtime/deadline.hpp); docs/reliability.md "Timeouts". Composed,
 // not threaded through (STYLE.md rule 9): the workers only mark when they
 // start and stop waiting and when bytes arrive; the watchdog's own
 // coroutine sleeps on one timer and checks.
@@ -20,7 +21,7 @@
 // The decision is check(now), one tick's worth, and the clock is a
 // function given at construction (steady_clock by default), so a test
 // drives every limit with a clock of its own (test/watchdog_test.cpp;
-// target //lib/pipeline:watchdog).
+// target //lib/runtime).
 #pragma once
 
 #include <chrono>

@@ -1,9 +1,11 @@
-// A bounded wait (internal): the one idiom for a limit on how long one
-// wait may take as a whole. A timer beside the wait that, when the limit
-// passes first, runs `on_expiry` once; on_expiry ends what the wait is
-// blocked on (closes the transport, cancels the connect), so the wait
-// fails, and the waiter turns that failure into timed_out with reason().
-// Composed, not threaded through: the wait itself knows nothing of it.
+// A bounded wait (internal; the timer facility, lib/runtime): the one tool
+// for a limit on how long one wait may take as a whole, and for an action
+// due after a delay unless disarmed first (a linger, a backoff's next
+// pass). A timer beside the wait that, when the limit passes first, runs
+// `on_expiry` once; on_expiry ends what the wait is blocked on (closes the
+// transport, cancels the connect), so the wait fails, and the waiter turns
+// that failure into timed_out with reason(). Composed, not threaded
+// through: the wait itself knows nothing of it.
 //
 //   deadline d(ex, opt.handshake_timeout, [weak] { ...close... });
 //   ... the handshake ...
@@ -12,21 +14,25 @@
 //
 // Going out of scope (the wait over) disarms it, also when the timer has
 // fired but its handler has not run yet: on_expiry never runs after that.
-// The waiter must run on the deadline's executor (one thread, or a strand):
-// its state is not atomic, and on_expiry runs there.
+// on_expiry may destroy the deadline that runs it (a std::optional reset or
+// re-armed): the handler holds what it needs. The waiter must run on the
+// deadline's executor (one thread, or a strand): its state is not atomic,
+// and on_expiry runs there.
 //
 // Used by: the consumer's and the sender's handshake (handshake_timeout),
 // the fan-in server's per-connection handshake (server_options
-// handshake_timeout) and a resend session's connection attempt, connect
-// and handshake together (sender_options stall_timeout).
+// handshake_timeout), a resend session's connection attempt, connect and
+// handshake together (sender_options stall_timeout), a UCX rendezvous;
+// and for lingers and a backoff: a consumer's close frame (close_linger),
+// a UCX connection's close, the UCX worker's busy backoff.
 //
 // Not for limits measured in progress (stall_timeout, idle_timeout,
-// held_timeout while a connection runs): the watchdog is the one idiom
-// for those (lib/pipeline/watchdog.hpp), since a slow but moving peer must
-// not trip them. Not a timeout either, and so not a deadline: a plain
-// sleep or backoff (a resend session's retry_delay, the server's 10 ms
-// accept pause when descriptors run out), which fails nothing.
-// docs/reliability.md "Timeouts" lists every limit and which idiom bounds it.
+// held_timeout while a connection runs): the watchdog is the one tool for
+// those (lib/runtime/watchdog.hpp), since a slow but moving peer must not
+// trip them. A coroutine's own sleep (a resend session's retry_delay, an
+// accept loop's pause when descriptors run out) is pause()
+// (lib/runtime/async_sync.hpp). docs/reliability.md "Timeouts" lists every
+// limit and which tool bounds it.
 #pragma once
 
 #include <chrono>

@@ -1,11 +1,13 @@
-// Coroutine synchronisation for one executor: a condition (wake all) and a
-// FIFO mutex. Internal to blobpipe (transport and pipeline).
+// Coroutine synchronisation for one executor: a condition (wake all), a
+// FIFO mutex, and pause() (a plain sleep). Internal to blobpipe (the timer
+// facility, lib/runtime: transport and pipeline).
 //
 // Both are built on steady_timer waits that never expire on their own:
 // cancelling the timer is the wake-up. The waiter re-checks its predicate,
 // so a spurious wake is harmless.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <system_error>
@@ -16,6 +18,19 @@
 
 namespace blobpipe::detail {
 
+/// Sleeps `d` on the awaiting coroutine's executor: a backoff or a pause
+/// before trying again (an accept that failed for want of descriptors, a
+/// resend session's retry_delay). It fails nothing, so it is no timeout: a
+/// deadline or the watchdog bounds those (docs/reliability.md "Timeouts").
+/// Returns true when the awaiting coroutine was cancelled meanwhile.
+asio::awaitable<bool> pause(std::chrono::milliseconds d);
+
+/// How long an accept loop pauses after an accept failed for a reason that
+/// may pass (out of descriptors, a connection reset in the backlog) before
+/// it accepts again: refusing one connection must neither end the loop nor
+/// spin it.
+inline constexpr std::chrono::milliseconds accept_retry_pause{10};
+
 /// Wakes every waiter at once.
 class async_condition {
  public:
@@ -23,6 +38,9 @@ class async_condition {
   /// Suspends until notify_all(). Returns true when the awaiting coroutine
   /// was cancelled (its cancellation state is set), so loops can stop.
   asio::awaitable<bool> wait();
+  /// As wait(), for at most `d`: a poll that a notify_all() cuts short (the
+  /// waiter re-checks what it waits for either way). One waiter at a time.
+  asio::awaitable<bool> wait_for(std::chrono::milliseconds d);
   void notify_all() noexcept;
 
  private:
