@@ -68,12 +68,14 @@ asio::awaitable<void> listen(transport& t, frame_reader& in, heard& h) {
   h.hung_up = true;
 }
 
-/// Collects the consumer's events until end_of_stream.
-asio::awaitable<void> collect(consumer& c, event& last) {
+/// Collects the consumer's events until end_of_stream; `running` is then
+/// how many of the consumer's own coroutines still run (none should).
+asio::awaitable<void> collect(consumer& c, event& last, std::uint64_t* running = nullptr) {
   for (;;) {
     last = co_await c.next();
     if (last.kind == event_kind::end_of_stream) break;
   }
+  if (running) *running = c.stats().tasks_running;
 }
 
 }  // namespace
@@ -229,6 +231,7 @@ BOOST_AUTO_TEST_CASE(a_sender_that_reads_nothing_cannot_hold_a_refused_connectio
   consumer c;
   event last;
   bool closed_seen = false;
+  std::uint64_t running = 1;
   frame_reader in;
   auto sender = [&]() -> asio::awaitable<void> {
     co_await put(*a, {.type = frame_type::hello}, encode_hello({}));
@@ -247,11 +250,14 @@ BOOST_AUTO_TEST_CASE(a_sender_that_reads_nothing_cannot_hold_a_refused_connectio
     auto [ec, started] = co_await consumer::start(std::move(b), opt);
     BOOST_TEST_REQUIRE(!ec);
     c = std::move(started);
-    co_await collect(c, last);
+    co_await collect(c, last, &running);
   };
   r.spawn(sender());
   r.spawn(judge());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((last.error == errc::protocol_violation), last.reason);
   BOOST_TEST(closed_seen);
+  // end_of_stream came once the acker, whose close frame waited on the
+  // sender, had ended (consumer_stats::tasks_running).
+  BOOST_TEST(running == 0u);
 }

@@ -213,7 +213,13 @@ BOOST_AUTO_TEST_CASE(a_sender_breaking_the_protocol_ends_only_its_connection) {
     BOOST_TEST(!hec);
     std::array<std::byte, 8> junk{};
     BLOBPIPE_CO_CHECK(send_frame(*t, {.type = frame_type::data, .blob_id = 5}, junk));
-    auto [eec, end] = co_await reader.next(*t);  // the server closes it
+    // The server tells it why in a close frame, then closes it.
+    auto [cec, close] = co_await reader.next(*t);
+    BOOST_TEST(!cec);
+    BOOST_TEST((close.header.type == frame_type::close));
+    const std::string why(reinterpret_cast<const char*>(close.payload.data()), close.payload.size());
+    BOOST_TEST(why.find("unknown blob 5") != std::string::npos, why);
+    auto [eec, end] = co_await reader.next(*t);
     BOOST_TEST(eec);
   };
   r.spawn(hostile());

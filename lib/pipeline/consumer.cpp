@@ -11,8 +11,6 @@
 #include <algorithm>
 #include <array>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
@@ -244,6 +242,12 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       s->on_yield(ev);
       co_return ev;
     } else if (s->pending.empty() && s->ended) {
+      if (!s->tasks_joined) {
+        // The acker may still be telling the sender why (close_with,
+        // bounded by close_linger); the watchdog ends with end().
+        co_await s->tasks.join();
+        s->tasks_joined = true;
+      }
       co_return s->final_event;
     } else {
       // Waiting on the sender: for bytes, or for the oldest posted read,
@@ -321,7 +325,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
   s->credit.one_larger_alone = default_held && !s->opt.pool;
   s->acks.log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
-  if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   // handshake_timeout: closing the transport ends the read or write below.
   detail::deadline handshake_bound(
       s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
@@ -331,8 +335,10 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
             "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
         st->t->close();
       });
+  // A failed start cancels its watchdog, which ends on its own soon after.
   auto fail = [&](std::error_code ec) {
     s->stall_watch.stop();
+    s->tasks.cancel();
     s->t->close();
     return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
   };
@@ -382,7 +388,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
     if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
     s->acks.running = true;  // our hello is out: frames may follow it
   }
-  asio::co_spawn(s->ex, detail::ack_loop(s), asio::detached);
+  s->tasks.spawn(detail::ack_loop(s));
   // A violation pipelined behind the hello is told like any other.
   if (!after_hello) s->end(after_hello.code(), after_hello.message());
   co_return ret{std::error_code{}, consumer(std::move(s))};
@@ -417,6 +423,7 @@ void consumer::close() noexcept {
   if (!state_) return;
   state_->acks.stop();
   state_->stall_watch.stop();
+  state_->tasks.cancel();
   state_->t->close();
 }
 
@@ -440,6 +447,7 @@ consumer_stats consumer::stats() const noexcept {
   st.held_bytes = state_->credit.held_credit;
   st.held_in_window_bytes = state_->credit.held_in_window;
   st.pool_member = state_->credit.pool_member;
+  st.tasks_running = state_->tasks.running();
   return st;
 }
 

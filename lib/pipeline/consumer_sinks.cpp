@@ -148,6 +148,7 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       frames(wire_role::sender, decoder_limits{}, *this),
       acks(ex),
       stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
+      tasks(ex),
       recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
   receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
   frames.set_limits({.window_bytes = opt.window_bytes,

@@ -36,6 +36,7 @@
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
+#include "lib/runtime/task_group.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
 #include "lib/runtime/watchdog.hpp"
@@ -377,6 +378,10 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   std::string timeout_reason;
   // close_with(): closes the transport once close_linger has passed.
   std::optional<deadline> close_bound;
+  // The acker (ack_loop) and the stall watchdog (watch): cancelled by
+  // consumer::close(), joined before the first end_of_stream.
+  task_group tasks;
+  bool tasks_joined = false;
   consumer_stats stats;
   device_uploads device;
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).

@@ -393,6 +393,11 @@ struct consumer_stats {
   /// handler ready on its executor run before decoding more
   /// (docs/cluster.md "Fair turns").
   std::uint64_t turns_yielded = 0;
+  /// The consumer's own coroutines running now (its acker, its stall
+  /// watchdog): 0 once next() has yielded end_of_stream, which waits for
+  /// them (a close frame to the sender is written by then, or its 1 s
+  /// linger has passed).
+  std::uint64_t tasks_running = 0;
 };
 
 /// consumer_options::waits_reported: the reader handed `e` to the
@@ -424,6 +429,9 @@ class consumer {
 
   /// The next event. Never throws for stream problems: a broken peer yields
   /// blob_aborted for each open blob, then end_of_stream with the error.
+  /// The first end_of_stream comes once the consumer's own coroutines have
+  /// ended (consumer_stats::tasks_running): after it, nothing of the
+  /// consumer runs on its executor.
   /// Cancelling the awaiting coroutine (terminal) ends the stream the same
   /// way, with the error the interrupted wait reported (operation_aborted,
   /// closed, peer_failed), instead of throwing out of a half-read frame.
@@ -436,7 +444,8 @@ class consumer {
   void application_waits() noexcept;
 
   /// Closes now: a pending next() yields the open blobs as aborted (closed)
-  /// then end_of_stream (closed); the sender sees peer_closed. Entries
+  /// then end_of_stream (closed); the sender sees peer_closed. The
+  /// consumer's own coroutines are cancelled. Entries
   /// whose fetches had already landed (payload_window above 1), with every
   /// fetch before them, are yielded before the aborts.
   void close() noexcept;
