@@ -5,7 +5,6 @@
 // about them; blobpipe._stream wraps these with their public names and
 // docstrings (connect, listen, loopback_pair, parse_url).
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/post.hpp>
 #include <asio/system_executor.hpp>
 
@@ -14,6 +13,7 @@
 #include "blobpipe/transport/loopback.hpp"
 #include "blobpipe/transport/ucx.hpp"
 #include "blobpipe/transport/url.hpp"
+#include "lib/runtime/task_group.hpp"
 #include "errors.hpp"
 #include "state.hpp"
 #include "stream.hpp"
@@ -116,7 +116,7 @@ struct pending_accept {
 };
 
 struct listener_core {
-  explicit listener_core(asio::any_io_executor e) : ex(std::move(e)) {}
+  explicit listener_core(asio::any_io_executor e) : ex(e), handshakes(std::move(e)) {}
   asio::any_io_executor ex;
   std::unique_ptr<url_listener> l;  // io thread only
   // io thread only, below.
@@ -128,6 +128,10 @@ struct listener_core {
   std::shared_ptr<pending_accept> waiter;            // the accept() waiting for one
   std::deque<handshake> handshaking;                 // oldest first
   std::uint64_t next_handshake = 0;
+  // Each connection's handshake (run_handshake). close() ends them by
+  // closing their transports (handshaking), not by cancelling: a UCX wait
+  // cancelled mid-request would leave the request to nobody.
+  blobpipe::detail::task_group handshakes;
   bool looping = false;  // accept_loop runs
   bool closed = false;
 };
@@ -185,7 +189,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<listener_core> lc, consumer_op
           break;
         }
     }
-    asio::co_spawn(lc->ex, run_handshake(lc, std::move(t), opt), asio::detached);
+    lc->handshakes.spawn(run_handshake(lc, std::move(t), opt));
   }
   lc->looping = false;
 }

@@ -9,9 +9,7 @@
 #include <limits>
 #include <set>
 
-#include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
-#include <asio/detached.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
@@ -21,6 +19,7 @@
 
 #include "lib/transport/acceptor.hpp"
 #include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/task_group.hpp"
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/devices.hpp"
 #include "lib/transport/ucx/rendezvous.hpp"
@@ -198,6 +197,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
       : rt(std::move(r)),
         acceptor(rt->executor()),
         ready(rt->executor()),
+        tasks(rt->executor()),
         handshake_timeout(o.handshake_timeout),
         max_pending(o.max_pending) {}
 
@@ -230,7 +230,7 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
       if (l.order.size() > 2 * l.max_pending)
         std::erase_if(l.order, [](const auto& w) { return w.expired(); });
       l.order.push_back(a);
-      asio::co_spawn(l.acceptor.get_executor(), l.serve(self, a), asio::detached);
+      l.tasks.spawn(l.serve(self, a));
     }
   }
 
@@ -309,6 +309,11 @@ struct listener::impl : std::enable_shared_from_this<listener::impl> {
   std::set<std::shared_ptr<detail::rv_attempt>> attempts;
   std::deque<std::weak_ptr<detail::rv_attempt>> order;  // attempts, oldest first
   blobpipe::detail::async_condition ready;
+  // The accept loop and each rendezvous (serve). close() ends them by
+  // closing what they wait on (the acceptor, abort()), not by cancelling:
+  // a rendezvous cancelled inside a UCX wait would leave its request and
+  // endpoint to nobody.
+  blobpipe::detail::task_group tasks;
   std::chrono::milliseconds handshake_timeout;
   std::size_t max_pending;
   std::size_t pending = 0;
@@ -374,7 +379,7 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port, const std:
     return {errc::peer_failed, why + " (" + ec.message() + ")"};
   }
   p->port = a.local_endpoint(ec).port();
-  asio::co_spawn(a.get_executor(), listener::impl::accept_loop(p), asio::detached);
+  p->tasks.spawn(listener::impl::accept_loop(p));
   return listener(std::move(p));
 }
 
