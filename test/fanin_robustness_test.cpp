@@ -202,6 +202,7 @@ struct outcome {
   std::size_t honest_blobs_complete = 0;
   std::error_code hostile_error;
   std::string hostile_reason;
+  std::vector<std::string> closed_reasons;  // every connection_closed's
 };
 
 /// Takes the server's events, dropping each entry at once, until the honest
@@ -221,6 +222,7 @@ asio::awaitable<void> application(server& srv, outcome& o, bool hostile_ends) {
       ++o.honest_blobs_complete;
     }
     if (ev.kind == server_event_kind::connection_closed) {
+      o.closed_reasons.push_back(ev.ev.reason);
       if (s.conn == o.honest_conn) {
         honest_closed = true;
       } else if (!o.hostile_error && !closing) {
@@ -558,6 +560,44 @@ BOOST_AUTO_TEST_CASE(idle_connections_holding_the_budget_unused_give_it_to_a_wai
   BOOST_TEST(o.hostile_reason.starts_with("reclaimed: idle"), o.hostile_reason);
   BOOST_TEST(o.hostile_reason.find("bytes of unused credit") != std::string::npos, o.hostile_reason);
   BOOST_TEST(o.hostile_reason.find("idle_reclaim_after") != std::string::npos, o.hostile_reason);
+}
+
+BOOST_AUTO_TEST_CASE(an_idle_connection_holding_no_credit_is_not_reclaimed_for_credit) {
+  // The idlest connection joined when nothing was free (an initial grant
+  // of 0): closing it would give the waiting sender nothing, so the
+  // holders behind it are reclaimed instead.
+  auto opt = hostile_case_options();
+  opt.idle_reclaim_after = std::chrono::milliseconds(200);
+  opt.connection.max_entry_bytes = budget;  // a request for the budget is one item's
+  constexpr std::uint64_t holders = 4;
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
+        hostile first;
+        co_await first.start(url);
+        BOOST_TEST(!(co_await first.request(budget)));
+        BOOST_TEST(co_await first.await_credit(budget));
+        hostile empty;
+        co_await empty.start(url);
+        BOOST_TEST(empty.granted == 0u);
+        first.t->close();  // its credit goes back to the pool
+        std::vector<hostile> hs(holders);
+        for (auto& h : hs) {
+          co_await h.start(url);
+          BOOST_TEST(!(co_await h.request(budget / holders)));
+          BOOST_TEST(co_await h.await_credit(budget / holders));
+        }
+        honest.start(url);
+        for (auto& h : hs) co_await h.until_closed();
+        co_await empty.until_closed();
+      },
+      "an idle connection with no credit ahead of the holders");
+  bool holder_reclaimed = false;
+  for (const auto& why : o.closed_reasons) {
+    BOOST_TEST(why.find("holding 0 bytes") == std::string::npos, why);
+    holder_reclaimed |= why.find("bytes of unused credit") != std::string::npos;
+  }
+  BOOST_TEST(holder_reclaimed);
 }
 
 namespace {
