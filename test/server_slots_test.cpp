@@ -378,6 +378,71 @@ BOOST_AUTO_TEST_CASE(with_every_slot_taken_the_idlest_connection_holding_nothing
   BOOST_TEST(srv.stats().refused == 0u);
 }
 
+// More connections with a blob open than any fixed number of tries, all
+// idler than the one connection holding nothing: it still gives way, so a
+// crowd holding blobs open cannot shield it.
+BOOST_AUTO_TEST_CASE(a_crowd_with_blobs_open_does_not_shield_the_idle_connection_behind_it) {
+  runner r;
+  constexpr int crowd = 24;
+  server_options opt;
+  opt.max_connections = crowd + 1;
+  opt.idle_reclaim_after = std::chrono::milliseconds(50);
+  auto srv = server::listen(r.ex(), "inproc://server-slots-crowd", opt).value();
+  slots_record rec;
+  rec.hold = false;
+  wakeup wake(r.ex());
+  r.spawn(application(srv, rec, wake));
+  auto until = [&](auto pred) -> asio::awaitable<void> {
+    while (!pred()) co_await wake.wait();
+  };
+  std::error_code crowd_ec, newcomer_ec;
+  auto scenario = [&]() -> asio::awaitable<void> {
+    std::vector<sender> senders;
+    std::vector<blob_writer> blobs;
+    senders.reserve(crowd);
+    blobs.reserve(crowd);
+    for (int i = 0; i < crowd; ++i) {  // connections 1..crowd: a blob open
+      auto [e, a] = co_await start_sender(srv.url());
+      BOOST_TEST_REQUIRE(!e, e.message());
+      senders.push_back(std::move(a));
+      blobs.push_back(senders.back().open_blob(
+          blob_options{.tag = numbered_tag(0, static_cast<std::uint32_t>(i)), .group = {}}));
+      if (!crowd_ec)
+        crowd_ec = co_await blobs.back().emit(
+            "e0", value::tensor(fixture_bytes(0, static_cast<std::uint32_t>(i), 0, 256)));
+      const std::uint64_t conn = static_cast<std::uint64_t>(i) + 1;
+      co_await until([&] { return saw(rec, server_event_kind::entry_ready, conn); });
+    }
+    // crowd + 1: a hello, then nothing.
+    auto [e2, quiet] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e2, e2.message());
+    co_await until([&] { return saw(rec, server_event_kind::connection_opened, crowd + 1); });
+    // Idle past idle_reclaim_after (the rule's precondition, not a timed
+    // assertion).
+    asio::steady_timer idle(co_await asio::this_coro::executor, 4 * opt.idle_reclaim_after);
+    co_await idle.async_wait(asio::use_awaitable);
+    auto [e3, d] = co_await start_sender(srv.url());
+    BOOST_TEST_REQUIRE(!e3, "the newcomer: " << e3.message());
+    newcomer_ec =
+        co_await stream_blobs(d, {.who = 3, .blobs = 1, .entries = 2, .bytes = 256, .group = {}});
+    if (!newcomer_ec) newcomer_ec = co_await d.shutdown();
+    co_await until([&] { return rec.reclaimed != 0; });
+    for (auto& b : blobs)
+      if (!crowd_ec) crowd_ec = co_await b.finish();
+    for (auto& a : senders)
+      if (!crowd_ec) crowd_ec = co_await a.shutdown();
+    (void)co_await quiet.shutdown();  // its connection is gone
+    srv.stop_accepting();
+  };
+  r.spawn(scenario());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!crowd_ec, "the crowd: " << crowd_ec.message());
+  BOOST_TEST(!newcomer_ec, "the newcomer: " << newcomer_ec.message());
+  BOOST_TEST(rec.reclaimed == std::uint64_t{crowd + 1}, "reclaimed: connection " << rec.reclaimed);
+  BOOST_TEST(count(rec.events, server_event_kind::blob_complete) == std::size_t{crowd + 1});
+  BOOST_TEST(srv.stats().refused == 0u);
+}
+
 // Idle for less than idle_reclaim_after: nobody gives way, the newcomer is
 // refused (as with idle_reclaim_after 0).
 BOOST_AUTO_TEST_CASE(a_connection_idle_for_less_than_idle_reclaim_after_keeps_its_slot) {
