@@ -84,6 +84,9 @@ struct server_options {
   /// EMFILE or ENFILE, say under `ulimit -n 1024`): the oldest connection
   /// still in its handshake is closed, failing that the connection idle
   /// longest as idle_reclaim_after says, and the one waiting is accepted.
+  /// Accept fails as soon as the table is full, whether or not a peer
+  /// waits, so the connection accepted last (it took the last descriptor)
+  /// is spared there: its handshake can finish.
   std::size_t max_connections = 1024;
   /// Idle connections give way. A connection is idle when it has no blob
   /// open and nothing buffered (no entry held by the application, no tail
@@ -105,7 +108,8 @@ struct server_options {
   std::chrono::milliseconds idle_reclaim_after{10'000};
   /// Events of one connection that hold no credit (all but entry_ready:
   /// blob_complete, blob_aborted with its reason of up to 4 KiB,
-  /// connection_closed) queued for next() and not yet yielded, at most.
+  /// connection_closed; each one event) queued for next() and not yet
+  /// yielded, at most.
   /// At the bound the server takes no more events from that connection
   /// until the application takes one of them (its consumer reads nothing
   /// more, so its sender waits in the transport's flow control). Entries
