@@ -108,8 +108,8 @@ struct server_options {
   std::chrono::milliseconds idle_reclaim_after{10'000};
   /// Events of one connection that hold no credit (all but entry_ready:
   /// blob_complete, blob_aborted with its reason of up to 4 KiB,
-  /// connection_closed; each one event) queued for next() and not yet
-  /// yielded, at most.
+  /// connection_closed), counted in events, queued for next() and not
+  /// yet yielded, at most.
   /// At the bound the server takes no more events from that connection
   /// until the application takes one of them (its consumer reads nothing
   /// more, so its sender waits in the transport's flow control). Entries
