@@ -666,7 +666,9 @@ BOOST_AUTO_TEST_CASE(a_flood_of_aborts_queues_at_most_the_bound_while_the_applic
     std::uint64_t flood_aborts = 0;
     for (bool closing = false;;) {
       auto ev = co_await srv.next();
-      most_queued = std::max(most_queued, queued_of(srv, 1));
+      // Once closed, a connection's last events (what its consumer had
+      // decoded) come without the bound.
+      if (!closing) most_queued = std::max(most_queued, queued_of(srv, 1));
       if (ev.kind == server_event_kind::end_of_stream) break;
       auto s = record(ev);
       if (ev.kind == server_event_kind::blob_complete && tag_sender(s.tag) == honest_who)

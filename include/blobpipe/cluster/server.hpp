@@ -114,7 +114,9 @@ struct server_options {
   /// until the application takes one of them (its consumer reads nothing
   /// more, so its sender waits in the transport's flow control). Entries
   /// are bounded by the budget instead, and group events come at most
-  /// one per member event. REQUIRES: >= 1.
+  /// one per member event. After close(), each connection's last events
+  /// (what its closed consumer had decoded, at most a turn's worth) come
+  /// without it. REQUIRES: >= 1.
   std::size_t max_queued_events_per_connection = 64;
   /// A sender's hello must arrive within this, or the connection is
   /// closed (0: no limit).
