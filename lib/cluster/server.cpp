@@ -213,6 +213,9 @@ enum class reclaim_kind { slot, credit };
 /// tail being checked), and for credit, unused credit to give back.
 bool reclaimable(const server_state& s, const server_conn& cn, reclaim_kind kind) {
   if (!cn.c || cn.reclaimed || cn.c->open_blobs() != 0) return false;
+  // Closed by the other reclaim (slots and the credit watch interleave at
+  // home): it frees nothing twice.
+  if (!cn.closed_why.empty()) return false;
   // Entries the application holds: in the window, or in the held allowance.
   const consumer_stats st = cn.c->stats();
   if (st.buffered_bytes != 0 || st.held_bytes != 0) return false;
