@@ -237,6 +237,45 @@ BOOST_AUTO_TEST_CASE(a_member_holding_unused_credit_others_wait_for_is_pressed) 
   BOOST_TEST(!h.pool.pressed(a.id));
 }
 
+BOOST_AUTO_TEST_CASE(a_request_waiting_for_free_budget_starves_the_pool_and_calls_its_owner) {
+  harness h(1000, 16);
+  int calls = 0;
+  h.pool.on_starved([&calls] { ++calls; });
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  h.pool.request(a.id, 984);  // a alone active: all that is free
+  BOOST_TEST(a.allowance() == 984u);
+  BOOST_TEST(h.pool.unused_bytes(a.id) == 984u);
+  BOOST_TEST(!h.pool.starved());
+  BOOST_TEST(calls == 0);
+  h.use(a, 84);
+  BOOST_TEST(h.pool.unused_bytes(a.id) == 900u);  // granted, not buffered
+  // b asks within its share, and nothing is free: only credit a holds can
+  // meet it.
+  h.pool.request(b.id, 100);
+  BOOST_TEST(b.granted == 16u);
+  BOOST_TEST(h.pool.starved());
+  BOOST_TEST(calls == 1);
+  // a's connection is closed (a server reclaims it): its unused credit
+  // meets b's request at once.
+  h.pool.close(a.id);
+  BOOST_TEST(b.allowance() == 100u);
+  BOOST_TEST(!h.pool.starved());
+  BOOST_TEST(h.pool.unused_bytes(a.id) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_waiting_for_its_own_buffered_bytes_does_not_starve_the_pool) {
+  harness h(1000, 16);
+  auto& a = h.join(1);
+  h.pool.request(a.id, 600);
+  h.use(a, 600);
+  // 600 more would take it past its share (1000): its own buffered bytes
+  // must go first, and free budget would not help.
+  h.pool.request(a.id, 600);
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+  BOOST_TEST(!h.pool.starved());
+}
+
 BOOST_AUTO_TEST_CASE(close_returns_unused_credit_and_forget_drops_the_rest) {
   harness h(1000, 16);
   auto& a = h.join(1);

@@ -202,6 +202,7 @@ struct outcome {
   std::size_t honest_blobs_complete = 0;
   std::error_code hostile_error;
   std::string hostile_reason;
+  std::vector<std::string> closed_reasons;  // every connection_closed's
 };
 
 /// Takes the server's events, dropping each entry at once, until the honest
@@ -221,6 +222,7 @@ asio::awaitable<void> application(server& srv, outcome& o, bool hostile_ends) {
       ++o.honest_blobs_complete;
     }
     if (ev.kind == server_event_kind::connection_closed) {
+      o.closed_reasons.push_back(ev.ev.reason);
       if (s.conn == o.honest_conn) {
         honest_closed = true;
       } else if (!o.hostile_error && !closing) {
@@ -485,4 +487,211 @@ BOOST_AUTO_TEST_CASE(a_begin_abort_flood_leaves_the_honest_sender_completing_wit
     flood_aborts += s.kind == server_event_kind::blob_aborted && tag_sender(s.tag) == 9;
   BOOST_TEST_MESSAGE("flood: " << pairs << " pairs written, " << flood_aborts << " aborts yielded");
   BOOST_TEST(flood_aborts > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_its_unused_credit_covers_is_met_and_the_stall_clock_ends_it) {
+  // The red team's lock: a hello, a blob open, and a request for one byte
+  // its first grant covers. Met at once, the request leaves the connection
+  // holding credit it could send on, so its stall clock runs.
+  const auto opt = hostile_case_options();
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        BOOST_TEST_REQUIRE(h.granted >= 1u);
+        outbox out;
+        frame_blob_begin(out, 1, numbered_tag(9, 1));
+        frame_credit_request(out, 1);
+        BOOST_TEST(!(co_await send_out(*h.t, out)));
+        honest.start(url);
+        co_await h.until_closed();
+      },
+      "a covered request", true);
+  BOOST_TEST((o.hostile_error == errc::timed_out), o.hostile_error.message());
+}
+
+BOOST_AUTO_TEST_CASE(a_request_one_grant_completes_is_met_and_the_stall_clock_ends_it) {
+  // One byte more than its first grant: the pool grants that byte, and
+  // the request is met once the unused credit covers it, not once grants
+  // add up to it.
+  const auto opt = hostile_case_options();
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
+        hostile h;
+        co_await h.start(url);
+        const std::uint64_t first = h.granted;
+        BOOST_TEST_REQUIRE(first >= 1u);
+        outbox out;
+        frame_blob_begin(out, 1, numbered_tag(9, 1));
+        frame_credit_request(out, first + 1);
+        BOOST_TEST(!(co_await send_out(*h.t, out)));
+        BOOST_TEST(co_await h.await_credit(first + 1));
+        honest.start(url);
+        co_await h.until_closed();
+      },
+      "a request one grant completes", true);
+  BOOST_TEST((o.hostile_error == errc::timed_out), o.hostile_error.message());
+}
+
+BOOST_AUTO_TEST_CASE(idle_connections_holding_the_budget_unused_give_it_to_a_waiting_sender) {
+  // The red team's 256 connections each holding 1 MiB of unused credit, at
+  // test scale: four hold the whole budget, no blob open, below the
+  // pressed() threshold. The honest sender's request waits for free
+  // budget, so the idlest holder is reclaimed and its credit goes to it.
+  auto opt = hostile_case_options();
+  opt.idle_reclaim_after = std::chrono::milliseconds(200);
+  constexpr std::uint64_t holders = 4;
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
+        std::vector<hostile> hs(holders);
+        for (auto& h : hs) {
+          co_await h.start(url);
+          BOOST_TEST(!(co_await h.request(budget / holders)));
+          BOOST_TEST(co_await h.await_credit(budget / holders));
+        }
+        honest.start(url);
+        for (auto& h : hs) co_await h.until_closed();
+      },
+      "idle credit holders");
+  BOOST_TEST((o.hostile_error == errc::closed), o.hostile_error.message());
+  BOOST_TEST(o.hostile_reason.starts_with("reclaimed: idle"), o.hostile_reason);
+  BOOST_TEST(o.hostile_reason.find("bytes of unused credit") != std::string::npos, o.hostile_reason);
+  BOOST_TEST(o.hostile_reason.find("idle_reclaim_after") != std::string::npos, o.hostile_reason);
+}
+
+BOOST_AUTO_TEST_CASE(an_idle_connection_holding_no_credit_is_not_reclaimed_for_credit) {
+  // The idlest connection joined when nothing was free (an initial grant
+  // of 0): closing it would give the waiting sender nothing, so the
+  // holders behind it are reclaimed instead.
+  auto opt = hostile_case_options();
+  opt.idle_reclaim_after = std::chrono::milliseconds(200);
+  opt.connection.max_entry_bytes = budget;  // a request for the budget is one item's
+  constexpr std::uint64_t holders = 4;
+  const auto o = run_case(
+      opt,
+      [&](std::string url, honest_process& honest) -> asio::awaitable<void> {
+        hostile first;
+        co_await first.start(url);
+        BOOST_TEST(!(co_await first.request(budget)));
+        BOOST_TEST(co_await first.await_credit(budget));
+        hostile empty;
+        co_await empty.start(url);
+        BOOST_TEST(empty.granted == 0u);
+        first.t->close();  // its credit goes back to the pool
+        std::vector<hostile> hs(holders);
+        for (auto& h : hs) {
+          co_await h.start(url);
+          BOOST_TEST(!(co_await h.request(budget / holders)));
+          BOOST_TEST(co_await h.await_credit(budget / holders));
+        }
+        honest.start(url);
+        for (auto& h : hs) co_await h.until_closed();
+        co_await empty.until_closed();
+      },
+      "an idle connection with no credit ahead of the holders");
+  bool holder_reclaimed = false;
+  for (const auto& why : o.closed_reasons) {
+    BOOST_TEST(why.find("holding 0 bytes") == std::string::npos, why);
+    holder_reclaimed |= why.find("bytes of unused credit") != std::string::npos;
+  }
+  BOOST_TEST(holder_reclaimed);
+}
+
+namespace {
+
+/// Writes begin+abort pairs whose reasons are `reason_bytes` long, 64 to a
+/// write, until the server ends the connection.
+asio::awaitable<void> flood_long_aborts(hostile& h, std::size_t reason_bytes) {
+  const std::string reason(reason_bytes, 'r');
+  outbox out;
+  for (std::uint32_t pairs = 0;;) {
+    out.clear();
+    for (int i = 0; i < 64; ++i) {
+      ++pairs;
+      frame_blob_begin(out, pairs, numbered_tag(9, pairs));
+      frame_blob_abort(out, pairs, reason);
+    }
+    if (co_await send_out(*h.t, out)) co_return;
+  }
+}
+
+/// Connection `id`'s events queued for next() now.
+std::uint64_t queued_of(const server& srv, std::uint64_t id) {
+  for (const auto& c : srv.stats().connections)
+    if (c.info->id == id) return c.queued_events;
+  return 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_flood_of_aborts_queues_at_most_the_bound_while_the_application_is_away) {
+  // The red team's 5 GB queue: begin+abort pairs with 4 KiB reasons, and an
+  // application that does not call next() for a while. The flood's events
+  // stop at max_queued_events_per_connection (its reads stop), and the
+  // honest sender beside it gets every entry once the application reads.
+  runner r;
+  auto opt = hostile_case_options();
+  opt.max_queued_events_per_connection = 16;
+  auto srv = server::listen(r.ex(), "tcp://127.0.0.1:0", opt).value();
+  const std::uint64_t bound_with_opened = opt.max_queued_events_per_connection + 1;
+  hostile flooder;  // connection 1
+  std::uint64_t most_queued = 0;  // the flood's events queued, at most
+  std::vector<seen> got;
+  std::error_code sent = make_error_code(errc::aborted);
+  std::uint64_t honest_conn = 0;
+  auto scenario = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    co_await flooder.start(srv.url());
+    r.spawn(flood_long_aborts(flooder, max_reason_bytes));  // until the server ends it
+    r.spawn(send_into(srv.url(),
+                      {.who = honest_who, .blobs = 8, .entries = 2, .bytes = 4096, .group = {}},
+                      sent));
+    // Away: until the flood's queue is full (a bound on the wait, not a
+    // timing assertion), then a while longer, as a slow application is.
+    asio::steady_timer tick(ex);
+    for (int i = 0; i < 1000 && queued_of(srv, 1) < bound_with_opened; ++i) {
+      tick.expires_after(std::chrono::milliseconds(10));
+      co_await tick.async_wait(asio::use_awaitable);
+    }
+    tick.expires_after(std::chrono::milliseconds(300));
+    co_await tick.async_wait(asio::use_awaitable);
+    most_queued = queued_of(srv, 1);
+    BOOST_TEST(srv.stats().queued_events >= most_queued);
+    // Back: every event, until the honest sender's connection closed and
+    // the flood, read again, brought four queues' worth of aborts.
+    bool honest_closed = false;
+    std::uint64_t flood_aborts = 0;
+    for (bool closing = false;;) {
+      auto ev = co_await srv.next();
+      // Once closed, a connection's last events (what its consumer had
+      // decoded) come without the bound.
+      if (!closing) most_queued = std::max(most_queued, queued_of(srv, 1));
+      if (ev.kind == server_event_kind::end_of_stream) break;
+      auto s = record(ev);
+      if (ev.kind == server_event_kind::blob_complete && tag_sender(s.tag) == honest_who)
+        honest_conn = s.conn;
+      if (ev.kind == server_event_kind::connection_closed && s.conn == honest_conn &&
+          honest_conn != 0)
+        honest_closed = true;
+      flood_aborts += ev.kind == server_event_kind::blob_aborted && s.conn == 1;
+      if (honest_closed && flood_aborts >= 4 * opt.max_queued_events_per_connection && !closing) {
+        closing = true;
+        srv.close();
+      }
+      got.push_back(std::move(s));
+    }
+  };
+  r.spawn(scenario());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)), "hung");
+  BOOST_TEST(most_queued <= bound_with_opened);
+  BOOST_TEST(!sent, "the honest sender: " << sent.message());
+  std::size_t honest_blobs_complete = 0;
+  for (const auto& s : got)
+    honest_blobs_complete +=
+        s.kind == server_event_kind::blob_complete && tag_sender(s.tag) == honest_who;
+  BOOST_TEST(honest_blobs_complete == 8u);
+  BOOST_TEST(all_bytes_ok(got));
 }

@@ -952,6 +952,17 @@ BOOST_AUTO_TEST_CASE(options_a_server_cannot_run_with_are_refused) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_queue_bound_of_zero_events_is_refused) {
+  runner r;
+  server_options opt;
+  opt.max_queued_events_per_connection = 0;  // no connection could yield an event
+  auto srv = server::listen(r.ex(), "inproc://server-test-bad-queue-bound", opt);
+  BOOST_TEST_REQUIRE(!srv.has_value(), "a bound of 0 was accepted");
+  BOOST_TEST((srv.code() == errc::invalid_argument), srv.message());
+  BOOST_TEST(srv.message().find("max_queued_events_per_connection") != std::string::npos,
+             srv.message());
+}
+
 // ---- fair turns: docs/cluster.md "Fair turns" (issue 26 item 4) ------------
 
 namespace {

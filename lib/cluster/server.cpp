@@ -82,8 +82,12 @@ void leave(server_state& s, server_conn& cn) {
 }
 
 /// Home: connection `cn`'s consumer yielded `ev`.
-void arrived(server_state& s, server_conn& cn, event ev) {
-  if (cn.gone) return;  // its slot was reclaimed as its handshake finished
+void arrived(server_state& s, const std::shared_ptr<server_conn>& conn, event ev) {
+  server_conn& cn = *conn;
+  if (cn.gone) {  // its slot was reclaimed as its handshake finished
+    if (ev.kind != event_kind::entry_ready) s.uncredited_left(conn);
+    return;
+  }
   ++cn.queued;
   if (ev.kind != event_kind::end_of_stream) cn.useful = clock::now();
   if (ev.kind == event_kind::end_of_stream) {
@@ -154,12 +158,21 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     s->push({server_event_kind::connection_opened, cn->info, {}});
   });
   s->drain_one(*cn);
+  const std::size_t room = s->opt.max_queued_events_per_connection;
   for (;;) {
+    // Events that hold no credit are bounded per connection: at the bound
+    // its consumer is asked for nothing more, so it reads nothing more and
+    // its sender waits in the transport's flow control, until the
+    // application takes one (server_state::uncredited_left wakes us).
+    while (cn->uncredited_queued.load(std::memory_order_acquire) >= room && !s->closed)
+      (void)co_await cn->room->wait();
     event ev = co_await cn->c->next();
     cn->credit_requests.store(cn->c->stats().credit_requests, std::memory_order_relaxed);
     const bool end = ev.kind == event_kind::end_of_stream;
     if (end && !cn->closed_why.empty()) ev.reason = cn->closed_why;
-    s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, *cn, std::move(ev)); });
+    if (ev.kind != event_kind::entry_ready)
+      cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
+    s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, cn, std::move(ev)); });
     if (end) break;
     s->drain_one(*cn);
   }
@@ -168,12 +181,13 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
 /// Frees the slot of the oldest connection still in its handshake: closes
 /// it and counts it out at once (its serve() ends on its own). An honest
 /// hello takes one round trip, so the oldest unfinished handshake is the
-/// likeliest to be a silent or trickling peer. False when every open
-/// connection has finished its handshake.
-bool reclaim_a_handshake(server_state& s) {
+/// likeliest to be a silent or trickling peer. Connection `spared` (0:
+/// none) is left alone. False when every other open connection has
+/// finished its handshake.
+bool reclaim_a_handshake(server_state& s, std::uint64_t spared = 0) {
   for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
     std::shared_ptr<server_conn> cn = it->second;
-    if (cn->ended || cn->opened) continue;
+    if (cn->ended || cn->opened || it->first == spared) continue;
     cn->ended = true;  // serve()'s exit then leaves the count alone
     cn->gone = true;   // and its events, should its handshake finish now, are dropped
     --s.live;
@@ -191,43 +205,89 @@ bool reclaim_a_handshake(server_state& s) {
   return false;
 }
 
-/// On connection `cn`'s executor: closes its consumer, saying `why` in its
-/// connection_closed, if it still has no blob open and nothing buffered or
-/// held (no entry the application holds, no tail being checked). Whether
-/// it did.
-asio::awaitable<bool> close_if_idle(std::shared_ptr<server_conn> cn, std::string why) {
-  if (!cn->c || cn->reclaimed || cn->c->open_blobs() != 0) co_return false;
+/// What a reclaim frees: a slot (or a descriptor), or credit others wait for.
+enum class reclaim_kind { slot, credit };
+
+/// On connection `cn`'s executor: whether it may be reclaimed now: no blob
+/// open and nothing buffered or held (no entry the application holds, no
+/// tail being checked), and for credit, unused credit to give back.
+bool reclaimable(const server_state& s, const server_conn& cn, reclaim_kind kind) {
+  if (!cn.c || cn.reclaimed || cn.c->open_blobs() != 0) return false;
+  // Closed by the other reclaim (slots and the credit watch interleave at
+  // home): it frees nothing twice.
+  if (!cn.closed_why.empty()) return false;
   // Entries the application holds: in the window, or in the held allowance.
-  const consumer_stats st = cn->c->stats();
-  if (st.buffered_bytes != 0 || st.held_bytes != 0) co_return false;
-  cn->closed_why = std::move(why);
+  const consumer_stats st = cn.c->stats();
+  if (st.buffered_bytes != 0 || st.held_bytes != 0) return false;
+  return kind == reclaim_kind::slot || s.pool->unused_bytes(st.pool_member) != 0;
+}
+
+/// On one executor: the first of `idle` (its connections, idlest first)
+/// that may be reclaimed, or null.
+asio::awaitable<std::shared_ptr<server_conn>> first_reclaimable(
+    std::shared_ptr<server_state> s, std::vector<std::shared_ptr<server_conn>> idle,
+    reclaim_kind kind) {
+  for (auto& cn : idle)
+    if (reclaimable(*s, *cn, kind)) co_return cn;
+  co_return nullptr;
+}
+
+/// On connection `cn`'s executor: closes its consumer if it may still be
+/// reclaimed, its connection_closed saying it was idle `idle_ms` and
+/// `cause`; whether it did. Its unused credit goes back to the pool now,
+/// for the requests waiting, not once its stream has ended.
+asio::awaitable<bool> close_if_idle(std::shared_ptr<server_state> s,
+                                    std::shared_ptr<server_conn> cn, reclaim_kind kind,
+                                    long long idle_ms, std::string cause) {
+  if (!reclaimable(*s, *cn, kind)) co_return false;
+  const std::uint64_t member = cn->c->stats().pool_member;
+  std::string why = "reclaimed: idle " + std::to_string(idle_ms) + " ms with no blob open";
+  if (kind == reclaim_kind::credit)
+    why += ", holding " + std::to_string(s->pool->unused_bytes(member)) + " bytes of unused credit,";
+  else
+    why += " and nothing held";
+  cn->closed_why = why + " " + cause;
   cn->c->close();  // its next() ends: connection_closed, with the reason
+  if (member != 0) s->pool->close(member);
   co_return true;
 }
 
-/// Frees the slot of a connection that has sent nothing useful (no event:
-/// entry, blob end) for at least idle_reclaim_after, the idlest first, and
-/// has no blob open and nothing buffered or held (checked on its own
-/// executor): closes it with a reason and counts it out (serve() pushes its
-/// connection_closed). False when none qualifies.
-asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s) {
+/// Reclaims the connection that has sent nothing useful (no event: entry,
+/// blob end) for longest, at least idle_reclaim_after, and may be reclaimed
+/// (checked on its own executor, close_if_idle): closes it, saying
+/// `cause`, and counts it out (serve() pushes its connection_closed).
+/// False when none qualifies.
+asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s,
+                                                 reclaim_kind kind, std::string cause) {
   if (s->opt.idle_reclaim_after.count() <= 0) co_return false;
   const auto now = clock::now();
+  const auto idlest_first = [](const auto& a, const auto& b) { return a->useful < b->useful; };
   std::vector<std::shared_ptr<server_conn>> idle;
   for (auto& [id, cn] : s->conns)
     if (cn->opened && !cn->ended && now - cn->useful >= s->opt.idle_reclaim_after)
       idle.push_back(cn);
-  std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a->useful < b->useful; });
-  // Each try is a round trip to the connection's thread: a bounded few.
-  constexpr std::size_t tries = 16;
-  if (idle.size() > tries) idle.resize(tries);
+  std::sort(idle.begin(), idle.end(), idlest_first);
+  // Every candidate is looked at, so that no crowd holding something (a
+  // blob open) shields the idle ones behind it; the work is one round trip
+  // per executor (each looks at its own connections, idlest first), not
+  // one per candidate.
+  std::vector<std::pair<asio::any_io_executor, std::vector<std::shared_ptr<server_conn>>>> by_cx;
   for (auto& cn : idle) {
+    auto it = std::find_if(by_cx.begin(), by_cx.end(), [&](const auto& g) { return g.first == cn->cx; });
+    if (it == by_cx.end()) it = by_cx.insert(by_cx.end(), {cn->cx, {}});
+    it->second.push_back(cn);
+  }
+  std::vector<std::shared_ptr<server_conn>> found;
+  for (auto& [cx, group] : by_cx)
+    if (auto cn = co_await asio::co_spawn(cx, first_reclaimable(s, std::move(group), kind),
+                                          asio::use_awaitable))
+      found.push_back(std::move(cn));
+  std::sort(found.begin(), found.end(), idlest_first);
+  for (auto& cn : found) {
+    if (cn->ended) continue;  // it ended while we looked
     const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - cn->useful).count();
-    std::string why = "reclaimed: idle " + std::to_string(ms) +
-                      " ms with no blob open and nothing held while every slot was taken "
-                      "(server_options::max_connections, idle_reclaim_after)";
-    if (!co_await asio::co_spawn(cn->cx, close_if_idle(cn, std::move(why)), asio::use_awaitable))
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - cn->useful).count();
+    if (!co_await asio::co_spawn(cn->cx, close_if_idle(s, cn, kind, ms, cause), asio::use_awaitable))
       continue;
     if (!cn->ended) {  // its pump has not ended yet: count it out now
       cn->ended = true;  // serve()'s exit then leaves the count alone
@@ -258,14 +318,25 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     if (ec) {
       if (ec == errc::closed || ec == asio::error::operation_aborted) break;
       // Out of descriptors before max_connections: the oldest connection
-      // still in its handshake gives its descriptor to the one waiting in
-      // the backlog (each reclaim lets one accept through, so this is no
-      // spin: yield, then accept again).
-      if (out_of_descriptors(ec) && reclaim_a_handshake(*s)) {
+      // still in its handshake, failing that the idlest connection, gives
+      // its descriptor to the one waiting in the backlog (each reclaim lets
+      // one accept through, so this is no spin: yield, then accept again).
+      bool reclaimed = false;
+      if (out_of_descriptors(ec)) {
+        // Accept fails as soon as the table is full, whether or not a
+        // connection waits: the one accepted last, which took the last
+        // descriptor, is spared, so that its handshake can finish.
+        reclaimed = reclaim_a_handshake(*s, s->next_id);
+        if (!reclaimed)
+          reclaimed = co_await reclaim_an_idle_connection(
+              s, reclaim_kind::slot,
+              "while accept was out of descriptors (server_options::idle_reclaim_after)");
+      }
+      if (reclaimed) {
         co_await asio::post(s->ex, asio::use_awaitable);
         continue;
       }
-      // Transient (out of descriptors with no handshake to reclaim, a
+      // Transient (out of descriptors with nothing to reclaim, a
       // connection reset in the backlog): try again shortly rather than spin
       // (a pause, which fails nothing: not a deadline).
       asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
@@ -276,7 +347,10 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     // when every slot holds a finished handshake is the new one refused.
     if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       // Then one that has sent nothing useful for long.
-      if (!co_await reclaim_an_idle_connection(s)) {
+      if (!co_await reclaim_an_idle_connection(
+              s, reclaim_kind::slot,
+              "while every slot was taken (server_options::max_connections, "
+              "idle_reclaim_after)")) {
         ++s->counts.refused;
         continue;  // dropping the transport closes it
       }
@@ -293,6 +367,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       cn->at_home = false;
       cn->thread = turn + 1;
     }
+    cn->room.emplace(cn->cx);
     if (!s->any_connection) {
       s->any_connection = true;
       s->started = cn->accepted;
@@ -304,6 +379,27 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
   }
   s->accept_done = true;
   s->ready.notify_all();
+}
+
+/// While a credit request waits for free budget (credit_pool::starved):
+/// reclaims the idlest connection holding unused credit, one at a time
+/// (each gives its credit back at once), and with none to reclaim looks
+/// again every quarter of idle_reclaim_after (at least every 10 ms).
+asio::awaitable<void> run_credit_watch(std::shared_ptr<server_state> s) {
+  const auto period =
+      std::max<std::chrono::milliseconds>(s->opt.idle_reclaim_after / 4, std::chrono::milliseconds(10));
+  for (;;) {
+    s->credit_watch_due->store(false);
+    if (s->closed || !s->pool->starved()) break;
+    if (co_await reclaim_an_idle_connection(
+            s, reclaim_kind::credit,
+            "while another connection's credit request waited for free budget "
+            "(server_options::idle_reclaim_after)"))
+      continue;
+    s->credit_timer.expires_after(period);
+    co_await s->credit_timer.async_wait(use_tuple);
+  }
+  s->credit_watch_running = false;
 }
 
 asio::awaitable<void> run_group_timer(std::shared_ptr<server_state> s) {
@@ -369,7 +465,8 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
               .max_open = opt.max_open_groups,
               .max_open_per_opener = opt.max_open_groups_per_connection,
               .remembered = opt.max_open_groups}),
-      group_timer(ex) {
+      group_timer(ex),
+      credit_timer(ex) {
   // Resend sessions reconnect to this server: its connections share a log
   // (not the process's, which other servers in the process share).
   if (!opt.connection.delivered) opt.connection.delivered = std::make_shared<delivery_log>();
@@ -402,12 +499,29 @@ void server_state::watch_groups() {
   asio::co_spawn(ex, run_group_timer(shared_from_this()), asio::detached);
 }
 
+void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
+  // Its pump waits only at the bound, and it takes an event only below
+  // it: the count is never above it.
+  if (cn->uncredited_queued.fetch_sub(1, std::memory_order_acq_rel) !=
+      opt.max_queued_events_per_connection)
+    return;
+  on_conn(*cn, [cn] { cn->room->notify_all(); });
+}
+
+void server_state::watch_credit() {
+  if (credit_watch_running || closed || opt.idle_reclaim_after.count() <= 0) return;
+  credit_watch_running = true;
+  asio::co_spawn(ex, run_credit_watch(shared_from_this()), asio::detached);
+}
+
 void server_state::account(const server_event& ev) {
   if (!ev.connection) return;
   auto it = conns.find(ev.connection->id);
   if (it == conns.end()) return;
   server_conn& cn = *it->second;
   if (cn.queued > 0) --cn.queued;
+  if (ev.kind != server_event_kind::entry_ready && ev.kind != server_event_kind::connection_opened)
+    uncredited_left(it->second);
   endpoint_metrics& m = cn.metrics;
   switch (ev.kind) {
     case server_event_kind::entry_ready: {
@@ -445,7 +559,10 @@ void server_state::sweep() {
       retired.merge(cn->metrics);
       it = conns.erase(it);
       // Its consumer goes on its own executor, as it lived.
-      on_conn(*cn, [cn] { cn->c.reset(); });
+      on_conn(*cn, [cn] {
+        cn->c.reset();
+        cn->room.reset();
+      });
     } else {
       ++it;
     }
@@ -493,7 +610,19 @@ result<server> server::start(asio::any_io_executor ex, std::unique_ptr<listener>
   if (!l || opt.budget_bytes == 0 || opt.max_connections == 0 || opt.threads == 0)
     return {errc::invalid_argument,
             "server: no listener, budget_bytes 0, max_connections 0 or threads 0"};
+  if (opt.max_queued_events_per_connection == 0)
+    return {errc::invalid_argument, "server: max_queued_events_per_connection 0"};
   auto s = std::make_shared<detail::server_state>(ex, std::move(l), std::move(opt));
+  // A request left waiting for free budget starts the credit watch at
+  // home. Called on any connection's thread: it holds neither the state
+  // nor a lock, only posts.
+  s->pool->on_starved([w = std::weak_ptr<detail::server_state>(s), due = s->credit_watch_due,
+                       home = s->ex] {
+    if (due->exchange(true)) return;
+    asio::post(home, [w] {
+      if (auto st = w.lock()) st->watch_credit();
+    });
+  });
   if (auto* u = dynamic_cast<url_listener*>(s->lis.get())) s->url = u->url();
   asio::co_spawn(s->ex, detail::accept_loop(s), asio::detached);
   return server(std::move(s));
@@ -577,6 +706,7 @@ void close_conn(const std::shared_ptr<detail::server_conn>& cn) noexcept {
     detail::server_state::on_conn(*cn, [cn] {
       if (cn->c) cn->c->close();
       else if (cn->raw) cn->raw->close();
+      if (cn->room) cn->room->notify_all();  // a pump waiting for room sees `closed`
     });
   } catch (...) {  // no memory to post it: it ends with its sender
   }
@@ -612,6 +742,7 @@ void server::close() noexcept {
   s.close_listener();
   for (auto& [id, cn] : s.conns) close_conn(cn);
   s.group_timer.cancel();
+  s.credit_timer.cancel();
 }
 
 server_stats server::stats() const {
@@ -626,6 +757,7 @@ server_stats server::stats() const {
     c.info = cn->info;
     c.open = !cn->ended;
     c.thread = cn->thread;
+    c.queued_events = cn->queued;
     c.metrics = cn->metrics;
     if (cn->opened) c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
     st.total.merge(c.metrics);
@@ -634,6 +766,7 @@ server_stats server::stats() const {
   if (s.first_entry_s) st.total.first_entry_s = s.first_entry_s;
   st.pool = s.pool->stats();
   st.open = s.live;
+  st.queued_events = s.queue.size();
   st.groups_open = s.groups.open();
   st.late_members = s.groups.late_members();
   return st;
@@ -645,7 +778,8 @@ std::string to_json(const server_stats& st) {
   const auto n = [](std::uint64_t v) { return std::to_string(v); };
   std::string out = "{\"role\":\"server\",\"accepted\":" + n(st.accepted) + ",\"refused\":" +
                     n(st.refused) + ",\"handshake_failures\":" + n(st.handshake_failures) +
-                    ",\"open\":" + n(st.open) + ",\"pool\":{\"budget_bytes\":" +
+                    ",\"open\":" + n(st.open) + ",\"queued_events\":" + n(st.queued_events) +
+                    ",\"pool\":{\"budget_bytes\":" +
                     n(st.pool.budget_bytes) + ",\"committed_bytes\":" +
                     n(st.pool.committed_bytes) + ",\"committed_high_water\":" +
                     n(st.pool.committed_high_water) + ",\"requests_waiting\":" +

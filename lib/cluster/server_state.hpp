@@ -85,6 +85,12 @@ struct server_conn {
   bool idle_closing = false;   // counted out as idle; its events still coming
   // Its cx's: set when the server reclaimed its slot as idle.
   std::string closed_why;
+  // Its events that hold no credit (all but entry_ready) handed home and
+  // not yet yielded: its pump adds, home subtracts. At
+  // server_options::max_queued_events_per_connection its pump waits on
+  // `room` (its cx's; home notifies it there) before taking another event.
+  std::atomic<std::size_t> uncredited_queued{0};
+  std::optional<async_condition> room;
 };
 
 struct server_state : std::enable_shared_from_this<server_state> {
@@ -105,6 +111,11 @@ struct server_state : std::enable_shared_from_this<server_state> {
   /// Closes `c` if the server drains and no blob is open on it.
   void drain_one(server_conn& c) noexcept;
   void close_listener() noexcept;
+  /// One of `cn`'s events that hold no credit left the queue (yielded or
+  /// dropped): wakes its pump if it waited for room.
+  void uncredited_left(const std::shared_ptr<server_conn>& cn);
+  /// Starts the credit watch (run_credit_watch) unless it runs.
+  void watch_credit();
 
   /// Runs `f` on home: a plain call for a connection at home, else
   /// dispatched to `ex` (from a receive thread: posted, in order).
@@ -142,6 +153,14 @@ struct server_state : std::enable_shared_from_this<server_state> {
   group_tracker groups;
   asio::steady_timer group_timer;
   bool group_timer_running = false;
+  // The credit watch: while a credit request waits for free budget
+  // (credit_pool::starved), idle connections holding unused credit are
+  // reclaimed. `credit_watch_due`: the pool's callback posted a start
+  // (set on any thread; shared, so the callback never holds the state).
+  asio::steady_timer credit_timer;
+  bool credit_watch_running = false;
+  std::shared_ptr<std::atomic<bool>> credit_watch_due =
+      std::make_shared<std::atomic<bool>>(false);
   // Resend sessions seen (a second connection of one is a reconnect).
   std::unordered_set<std::string> sessions;
   std::deque<std::string> session_order;

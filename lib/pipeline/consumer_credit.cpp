@@ -16,6 +16,19 @@
 
 namespace blobpipe::detail {
 
+namespace {
+
+/// Whether the credit the sender holds unused (the window less what is
+/// buffered) covers `wanted` bytes: a request for that much is met with
+/// no grant, and the sender can send on.
+bool unused_credit_covers(const decoder& frames, std::uint64_t wanted) noexcept {
+  const std::uint64_t window = frames.limits().window_bytes;
+  const std::uint64_t used = frames.buffered_bytes();
+  return used <= window && wanted <= window - used;
+}
+
+}  // namespace
+
 bool running_in_this_thread(const asio::any_io_executor& ex) noexcept {
   using io_executor = asio::io_context::executor_type;
   if (auto* io = ex.target<io_executor>()) return io->running_in_this_thread();
@@ -83,6 +96,9 @@ std::uint64_t consumer_state::negotiate_features(const hello& h, decoder_limits&
 void consumer_state::grant(std::uint64_t n) noexcept {
   frames.grant(n);
   credit.credit_wanted -= std::min(n, credit.credit_wanted);
+  // The pool grants a request's deficit: the request is met once the
+  // unused credit covers it, and the stall clock may run again.
+  if (unused_credit_covers(frames, credit.credit_wanted)) credit.credit_wanted = 0;
   update_watch();
   acks.return_credit(n);
 }
@@ -99,8 +115,11 @@ bool consumer_state::pool_released(std::uint64_t n) noexcept {
 result<void> consumer_state::on_credit_request(std::uint64_t n) {
   ++stats.credit_requests;
   // What the sender waits for (its waiting items' total): until granted,
-  // a silence is not its fault (update_watch).
-  credit.credit_wanted = n;
+  // a silence is not its fault (update_watch). A request its unused
+  // credit covers is met at once: it waits for nothing, so it cannot keep
+  // the stall clock (and idle reclaim) off by asking for what it holds.
+  credit.credit_wanted = unused_credit_covers(frames, n) ? 0 : n;
+  update_watch();
   if (credit.pool_member == 0) return {};
   publish_buffered();
   opt.pool->request(credit.pool_member, n);

@@ -49,6 +49,27 @@ bool credit_pool::pressed(std::uint64_t id) const {
   return unmet_ > (m.want != 0 ? 1u : 0u);
 }
 
+void credit_pool::on_starved(starved_fn fn) {
+  std::lock_guard lock(mu_);
+  starved_fn_ = std::make_shared<const starved_fn>(std::move(fn));
+}
+
+bool credit_pool::starved() const {
+  std::lock_guard lock(mu_);
+  return starved_ != 0;
+}
+
+std::uint64_t credit_pool::unused_bytes(std::uint64_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = members_.find(id);
+  if (it == members_.end() || !it->second.open) return 0;
+  return it->second.outstanding - buffered_of(it->second);
+}
+
+std::shared_ptr<const credit_pool::starved_fn> credit_pool::starved_call() const {
+  return starved_ != 0 && starved_fn_ && *starved_fn_ ? starved_fn_ : nullptr;
+}
+
 bool credit_pool::holds(std::uint64_t id) const {
   std::lock_guard lock(mu_);
   return members_.count(id) != 0;
@@ -110,6 +131,7 @@ std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant, buffer
 
 void credit_pool::released(std::uint64_t id, std::uint64_t bytes) {
   due_grants due;
+  std::shared_ptr<const starved_fn> starving;
   {
     std::lock_guard lock(mu_);
     auto it = members_.find(id);
@@ -119,12 +141,15 @@ void credit_pool::released(std::uint64_t id, std::uint64_t bytes) {
     const bool open = it->second.open;
     drop_if_done(it);
     distribute(open ? id : 0, n, due);
+    starving = starved_call();
   }
   make(due);
+  if (starving) (*starving)();
 }
 
 void credit_pool::request(std::uint64_t id, std::uint64_t bytes) {
   due_grants due;
+  std::shared_ptr<const starved_fn> starving;
   {
     std::lock_guard lock(mu_);
     auto it = members_.find(id);
@@ -135,8 +160,10 @@ void credit_pool::request(std::uint64_t id, std::uint64_t bytes) {
     m.want = bytes;
     if (bytes == 0) m.want_seq = 0;
     distribute(0, 0, due);
+    starving = starved_call();
   }
   make(due);
+  if (starving) (*starving)();
 }
 
 void credit_pool::close(std::uint64_t id) {
@@ -185,6 +212,7 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned, du
   std::sort(waiting_.begin(), waiting_.end(),
             [](const auto& x, const auto& y) { return x.second->want_seq < y.second->want_seq; });
   unmet_ = 0;
+  starved_ = 0;
   for (auto& [id, mp] : waiting_) {
     member& m = *mp;
     // No item needs more than max_item_ (a request for 2^64 - 1 asks for
@@ -197,6 +225,7 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned, du
       if (within_share) {
         if (deficit > free_bytes()) {  // releases will make room: wait
           ++unmet_;
+          ++starved_;
           continue;
         }
         give(m, deficit, due);

@@ -82,17 +82,42 @@ struct server_options {
   /// handshake fails with peer_closed (a resend session retries). The same
   /// when the process runs out of descriptors first (accept fails with
   /// EMFILE or ENFILE, say under `ulimit -n 1024`): the oldest connection
-  /// still in its handshake is closed, and the one waiting is accepted.
+  /// still in its handshake is closed, failing that the connection idle
+  /// longest as idle_reclaim_after says, and the one waiting is accepted.
+  /// Accept fails as soon as the table is full, whether or not a peer
+  /// waits, so the connection accepted last (it took the last descriptor)
+  /// is spared there: its handshake can finish.
   std::size_t max_connections = 1024;
-  /// When every slot holds a finished handshake, a connection that sends
-  /// nothing useful gives way to a new one: of those with no blob open
-  /// and nothing buffered (no entry held by the application, no tail
-  /// being checked) that have had no event (connection_opened, an entry,
-  /// a blob's end) for at least this long, the one idle longest is closed.
+  /// Idle connections give way. A connection is idle when it has no blob
+  /// open and nothing buffered (no entry held by the application, no tail
+  /// being checked) and has had no event (connection_opened, an entry, a
+  /// blob's end) for at least this long. The one idle longest is closed
+  /// (every candidate is looked at, one round trip per receive thread):
+  ///  - when every slot holds a finished handshake and a new connection
+  ///    comes (max_connections), or accept fails for want of descriptors
+  ///    and no handshake is left to close;
+  ///  - while a credit request waits for free budget
+  ///    (credit_pool::starved), if it holds unused credit: that credit
+  ///    goes back to the pool at once (looked at every quarter of this,
+  ///    at least every 10 ms, while requests wait).
   /// Its connection_closed comes with error closed and a reason starting
-  /// "reclaimed: idle"; its sender sees peer_closed (a resend session
-  /// reconnects). 0: never (the new connection is refused instead).
+  /// "reclaimed: idle" and naming this option (and max_connections, or
+  /// the credit it held); its sender sees peer_closed (a resend session
+  /// reconnects). 0: never (a new connection is refused instead, and
+  /// idle credit stays where it is).
   std::chrono::milliseconds idle_reclaim_after{10'000};
+  /// Events of one connection that hold no credit (all but entry_ready:
+  /// blob_complete, blob_aborted with its reason of up to 4 KiB,
+  /// connection_closed), counted in events, queued for next() and not
+  /// yet yielded, at most.
+  /// At the bound the server takes no more events from that connection
+  /// until the application takes one of them (its consumer reads nothing
+  /// more, so its sender waits in the transport's flow control). Entries
+  /// are bounded by the budget instead, and group events come at most
+  /// one per member event. After close(), each connection's last events
+  /// (what its closed consumer had decoded, at most a turn's worth) come
+  /// without it. REQUIRES: >= 1.
+  std::size_t max_queued_events_per_connection = 64;
   /// A sender's hello must arrive within this, or the connection is
   /// closed (0: no limit).
   std::chrono::milliseconds handshake_timeout{10'000};
@@ -172,6 +197,9 @@ struct connection_stats {
   /// The receive thread it runs on, 1..server_options::threads; 0: on the
   /// server's executor (threads 1, or a UCX or inproc connection).
   std::size_t thread = 0;
+  /// Its events queued for next() now, not yet yielded (every kind; those
+  /// that hold no credit at most max_queued_events_per_connection).
+  std::uint64_t queued_events = 0;
   endpoint_metrics metrics; ///< as yielded by next(); credit_waits: its requests
 };
 
@@ -185,6 +213,8 @@ struct server_stats {
   std::uint64_t refused = 0;             ///< closed at once: max_connections reached
   std::uint64_t handshake_failures = 0;  ///< closed before their handshake finished
   std::uint64_t open = 0;                ///< connections open now (handshakes included)
+  /// Events queued for next() now, not yet yielded (every kind).
+  std::uint64_t queued_events = 0;
   std::uint64_t groups_complete = 0;
   std::uint64_t groups_aborted = 0;
   std::uint64_t groups_open = 0;
@@ -201,8 +231,8 @@ class server {
 
   /// Serves connections from `l` on `ex` (and its receive threads).
   /// Errors: invalid_argument (no listener, budget_bytes 0, max_connections
-  /// 0, threads 0, or connection options a consumer refuses: see
-  /// consumer::start).
+  /// 0, threads 0, max_queued_events_per_connection 0, or connection
+  /// options a consumer refuses: see consumer::start).
   [[nodiscard]] static result<server> start(asio::any_io_executor ex,
                                             std::unique_ptr<listener> l,
                                             server_options opt = {});

@@ -167,6 +167,24 @@ class credit_pool {
   /// budget may then be exceeded by entries the application still holds.
   void forget(std::uint64_t id);
 
+  // ---- for the owner of the members (a fan-in server) ----
+
+  /// Called when a request is left waiting for want of free budget (see
+  /// starved()), after the mutex is let go, on the calling thread (any
+  /// member's); it must not block. May be called again while the owner
+  /// has not yet acted.
+  using starved_fn = std::function<void()>;
+  /// Sets the starved callback. REQUIRES: before the first join().
+  void on_starved(starved_fn fn);
+  /// Whether a request within its member's share waits because the free
+  /// budget is short: only credit other members hold (used or not) can
+  /// meet it. A fan-in server then reclaims connections that hold unused
+  /// credit and have been idle (server_options::idle_reclaim_after).
+  bool starved() const;
+  /// Credit member `id` was granted and holds unused (not buffered),
+  /// bytes; 0 for a member that is closed or unknown.
+  std::uint64_t unused_bytes(std::uint64_t id) const;
+
  private:
   struct member {
     std::shared_ptr<const grant_fn> grant;  // shared: called after the mutex is let go
@@ -191,6 +209,8 @@ class credit_pool {
   /// oversized grant first, then the budget's.
   void take_back(std::uint64_t id, member& m, std::uint64_t n) noexcept;
   void give(member& m, std::uint64_t bytes, due_grants& due);
+  /// The starved callback to call once the mutex is let go (null: none).
+  std::shared_ptr<const starved_fn> starved_call() const;
   void drop_if_done(std::map<std::uint64_t, member>::iterator it);
   /// Runs the policy; `returning`: the member whose release of
   /// `returned` bytes triggered it (0: none).
@@ -202,6 +222,8 @@ class credit_pool {
   std::uint64_t max_item_;
   std::uint64_t oversized_ = 0;  // the member holding the oversized grant (0: none)
   std::uint64_t unmet_ = 0;      // requests left waiting by the last distribute()
+  std::uint64_t starved_ = 0;    // of those, the ones waiting only for free budget
+  std::shared_ptr<const starved_fn> starved_fn_;  // shared: called after the mutex is let go
   std::vector<std::pair<std::uint64_t, member*>> waiting_;  // distribute's scratch: requests by age
   std::map<std::uint64_t, member> members_;
   std::uint64_t next_id_ = 0;
