@@ -205,7 +205,7 @@ struct consumer_credit {
   // we are gone).
   std::shared_ptr<std::atomic<std::uint64_t>> buffered_published =
       std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::uint64_t credit_wanted = 0;  // the sender's last credit request not yet granted
+  std::uint64_t credit_wanted = 0;  // the sender's last credit request not yet met
   std::uint64_t held_credit = 0;
   std::uint64_t held_in_window = 0;
   // held_bytes left at its default and no pool: one entry larger than the
