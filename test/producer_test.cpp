@@ -362,3 +362,117 @@ BOOST_AUTO_TEST_CASE(file_sink_writes_blob_at_its_offset) {
   ::close(fd);
   ::unlink(path);
 }
+
+// ---- a consumer that is not blobpipe's: its close reason, its window -------
+
+namespace {
+
+/// The hello a consumer would answer `offer` with, granting `window` bytes
+/// and accepting no feature (no credit grants: the window is all there is).
+hello consumer_reply(const hello& offer, std::uint64_t window) {
+  hello r{.role = wire_role::consumer};
+  r.max_chunk_bytes = offer.max_chunk_bytes;
+  r.inline_bytes = offer.inline_bytes;
+  r.window_bytes = window;
+  return r;
+}
+
+std::span<const std::byte> bytes_of(std::string_view s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+/// Plays a consumer on `t`: answers the sender's hello granting `window`
+/// bytes, then reads frames until one of type `until` arrives, then sends
+/// a close frame with `reason` and closes (`until` hello: answers and
+/// returns at once, leaving `t` open and unread).
+asio::awaitable<void> scripted_consumer(transport& t, std::uint64_t window, frame_type until,
+                                        std::string reason) {
+  frame_reader in;
+  auto [ec, f] = co_await in.next(t);
+  BOOST_TEST_REQUIRE(!ec, "reading the sender's hello: " << ec.message());
+  auto offer = decode_hello(f.payload);
+  BOOST_TEST_REQUIRE(offer.has_value());
+  (void)co_await send_frame(t, {.type = frame_type::hello}, encode_hello(consumer_reply(*offer, window)));
+  if (until == frame_type::hello) co_return;
+  for (;;) {
+    auto [rec, g] = co_await in.next(t);
+    if (rec) co_return;
+    if (g.header.type == until) break;
+  }
+  (void)co_await send_frame(t, {.type = frame_type::close}, bytes_of(reason));
+  t.close();
+}
+
+}  // namespace
+
+// A consumer that refuses the stream says why in its close frame
+// (docs/wire.md "Closing"); the sender's error is peer_closed and its
+// failure_reason(), and the last_error() of an emit refused afterwards,
+// carry that reason (escaped: the peer's own words).
+BOOST_AUTO_TEST_CASE(a_consumers_close_reason_reaches_the_senders_error) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(l));
+      const std::string reason = "entry 'x' of 4096 bytes is over max_entry_bytes (16)\nOK";
+      r.spawn(scripted_consumer(*b, 1u << 20, frame_type::entry_begin, reason));
+      std::error_code first_ec, later_ec;
+      std::string later_why;
+      sender snd;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, s] = co_await sender::start(std::move(a));
+        BOOST_TEST_REQUIRE(!sec, sec.message());
+        snd = std::move(s);
+        auto w = snd.open_blob();
+        const auto x = ramp(1024, 0.0f);
+        for (int i = 0; i < 1000 && !first_ec; ++i) {
+          first_ec = co_await w.emit("x" + std::to_string(i), value::tensor(x));
+          if (!first_ec) first_ec = co_await snd.flush();
+        }
+        later_ec = co_await w.emit("y", value::tensor(x));
+        later_why = w.last_error();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      BOOST_TEST((first_ec == errc::peer_closed), first_ec.message());
+      BOOST_TEST((snd.error() == errc::peer_closed), snd.error().message());
+      const std::string escaped = "the consumer closed the stream: " + escape(reason);
+      BOOST_TEST(snd.failure_reason() == escaped);
+      BOOST_TEST((later_ec == errc::peer_closed), later_ec.message());
+      BOOST_TEST(later_why.find(escaped) != std::string::npos, later_why);
+    }
+  }
+}
+
+// After the sender's own close, a consumer closing its end is the orderly
+// end, and so is a close frame without words; a close frame with a reason
+// is a refusal (something sent was not taken): shutdown() fails with
+// peer_closed and the reason.
+BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdown) {
+  for (const std::string reason : {std::string("blob 1 refused: too many entries"), std::string()}) {
+    BOOST_TEST_CONTEXT("reason '" << reason << "'") {
+      runner r;
+      auto [a, b] = r.await(raw_pair(link_kind::loopback));
+      r.spawn(scripted_consumer(*b, 1u << 20, frame_type::close, reason));
+      std::error_code shut;
+      sender snd;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, s] = co_await sender::start(std::move(a));
+        BOOST_TEST_REQUIRE(!sec, sec.message());
+        snd = std::move(s);
+        auto w = snd.open_blob();
+        BLOBPIPE_CO_CHECK(w.emit("x", value::tensor(ramp(8, 0.0f))));
+        BLOBPIPE_CO_CHECK(w.finish());
+        shut = co_await snd.shutdown();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      if (reason.empty()) {
+        BOOST_TEST(!shut, shut.message());
+      } else {
+        BOOST_TEST((shut == errc::peer_closed), shut.message());
+        BOOST_TEST(snd.failure_reason() == "the consumer closed the stream: " + reason);
+      }
+    }
+  }
+}

@@ -369,3 +369,132 @@ BOOST_AUTO_TEST_CASE(resend_sender_gives_up_when_no_consumer_returns) {
     }
   }
 }
+
+// ---- consumers that deliver nothing ------------------------------------------
+
+namespace {
+
+/// What a scripted consumer does on one connection (play_consumer).
+enum class consumer_play {
+  close,              ///< answers the hello, then closes
+  close_with_reason,  ///< answers the hello, sends close with a reason, closes
+  silent,             ///< answers the hello, then reads and never answers
+};
+
+/// The reply a resend consumer gives `offer`: its session echoed, a
+/// delivery window, no credit grants.
+hello consumer_reply(const hello& offer) {
+  hello r{.role = wire_role::consumer};
+  r.max_chunk_bytes = offer.max_chunk_bytes;
+  r.inline_bytes = offer.inline_bytes;
+  r.window_bytes = 1u << 20;
+  r.session = offer.session;
+  r.dedup_window = 4096;
+  return r;
+}
+
+/// Plays one connection of a consumer that never acknowledges a delivery.
+asio::awaitable<void> play_consumer(std::unique_ptr<transport> t, consumer_play play,
+                                    std::string reason) {
+  frame_reader in;
+  auto [ec, f] = co_await in.next(*t);
+  if (ec) co_return;
+  auto offer = decode_hello(f.payload);
+  if (!offer) co_return;
+  const auto why = std::as_bytes(std::span(reason.data(), reason.size()));
+  (void)co_await send_frame(*t, {.type = frame_type::hello}, encode_hello(consumer_reply(*offer)));
+  if (play == consumer_play::close_with_reason)
+    (void)co_await send_frame(*t, {.type = frame_type::close}, why);
+  if (play == consumer_play::silent) {
+    for (;;) {
+      auto [rec, g] = co_await in.next(*t);
+      if (rec) break;  // the sender dropped the connection
+    }
+  }
+  t->close();
+}
+
+struct fruitless_run {
+  std::error_code shutdown_ec, error;
+  std::string reason;
+  int connections = 0;
+};
+
+/// A resend session (max_attempts 3) sends one blob and shuts down while
+/// connection n of the consumer plays `play(n)`; every connection
+/// delivers nothing, so shutdown() must end with the session's error.
+fruitless_run against_fruitless_consumer(std::function<consumer_play(int)> play,
+                                         const std::string& reason,
+                                         std::chrono::milliseconds stall = {}) {
+  runner r;
+  loopback_link l(r.ex());
+  auto server = [&]() -> asio::awaitable<void> {
+    for (int n = 0;; ++n) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      co_await play_consumer(std::move(t), play(n), reason);
+    }
+  };
+  r.spawn(server());
+  auto opt = fast_retry();
+  opt.resend.max_attempts = 3;
+  opt.stall_timeout = stall;
+  auto snd = r.await(start_resend(l, opt));
+  fruitless_run out;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto spec = make_blob(0);
+    (void)co_await send_blob(snd, spec);  // kept: a reconnect does not fail it
+    out.shutdown_ec = co_await snd.shutdown();
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  out.error = snd.error();
+  out.reason = snd.failure_reason();
+  out.connections = l.connections();
+  return out;
+}
+
+bool has(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+// A consumer that completes the handshake and then closes delivers
+// nothing: after max_attempts such connections in a row the session ends
+// (shutdown() returns instead of reconnecting for ever), with the last
+// connection's error and a reason naming max_attempts; each connection was
+// one attempt, so the sender made exactly max_attempts of them.
+BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_connections_that_deliver_nothing) {
+  auto out = against_fruitless_consumer([](int) { return consumer_play::close; }, "");
+  BOOST_TEST((out.shutdown_ec == errc::peer_closed), out.shutdown_ec.message());
+  BOOST_TEST((out.error == errc::peer_closed), out.error.message());
+  BOOST_TEST(has(out.reason, "no blob delivered on 3 connection attempts in a row (max_attempts 3)"),
+             out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// The consumer's close reason (a consumer refusing the stream each time)
+// is the cause the session names when it gives up, escaped.
+BOOST_AUTO_TEST_CASE(a_resend_session_that_gives_up_names_the_consumers_close_reason) {
+  const std::string reason = "entry 'a' of 4096 bytes is over max_entry_bytes (16)";
+  auto out = against_fruitless_consumer([](int) { return consumer_play::close_with_reason; },
+                                        reason);
+  BOOST_TEST((out.error == errc::peer_closed), out.error.message());
+  BOOST_TEST(has(out.reason, "max_attempts 3"), out.reason);
+  BOOST_TEST(has(out.reason, "the consumer closed the stream: " + escape(reason)), out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// A consumer that completes the handshake and then reads without ever
+// acknowledging: each connection ends at stall_timeout, delivers nothing
+// and counts, and the session ends naming both limits.
+BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_a_consumer_that_goes_silent) {
+  auto out = against_fruitless_consumer([](int) { return consumer_play::silent; }, "",
+                                        std::chrono::milliseconds(200));
+  BOOST_TEST((out.error == errc::timed_out), out.error.message());
+  BOOST_TEST(has(out.reason, "max_attempts 3"), out.reason);
+  BOOST_TEST(has(out.reason, "(stall_timeout)"), out.reason);
+  BOOST_TEST(out.connections == 3);
+}

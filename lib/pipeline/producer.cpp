@@ -66,6 +66,8 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   b.last_error.clear();
   if (auto ok = s.session.check_emit(w, key.size()); !ok) {
     b.last_error = ok.message();
+    if (s.error && ok.code() == s.error && !s.message.empty())
+      b.last_error = "the sender ended: " + s.message;
     p.ec = ok.code();
     return p;
   }
@@ -104,6 +106,14 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   p.credit = *credit;
   return p;
+}
+
+/// `ec`, an emit's failure while it waited or sent: last_error() says
+/// why (the sender's failure reason, e.g. the consumer's close reason).
+std::error_code failed(blob_state& b, std::error_code ec) {
+  if (ec && b.last_error.empty())
+    b.last_error = b.sender->error ? failure_text(*b.sender) : ec.message();
+  return ec;
 }
 
 /// Takes the blob's lock: at once when it is free, else in call order.
@@ -150,10 +160,13 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   detail::unlock_guard guard(b->lock);
   const detail::emit_plan p = detail::plan_emit(*b, key, v);
   if (p.ec) co_return p.ec;
-  if (p.kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
+  if (p.kept) {
+    const std::error_code kept = co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
+    co_return detail::failed(*b, kept);
+  }
   auto q = s->queue;
   if (!s->session.take_credit(p.credit)) {
-    if (auto ec = co_await detail::acquire_credit(s, q, p.credit)) co_return ec;
+    if (auto ec = co_await detail::acquire_credit(s, q, p.credit)) co_return detail::failed(*b, ec);
   }
   // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
   std::error_code ec;
@@ -162,7 +175,7 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   } else if (!detail::begin_entry(*s, *q, b->wire(), *p.planned, b->meta, emitted)) {
     ec = co_await detail::send_entry_bytes(s, q, b->wire(), *p.planned);
   }
-  if (ec) co_return ec;
+  if (ec) co_return detail::failed(*b, ec);
   s->session.entry_sent(b->wire());
   // Copied entries return at once; past max_queued_bytes they wait here
   // for the writer (backpressure without a full window's worth queued).

@@ -117,9 +117,15 @@ result<void> ack_reader::on_ack(std::uint64_t credit, std::uint64_t blob_id) {
   return sender->on_ack(connection, credit, blob_id);
 }
 
-result<void> ack_reader::on_close(std::string_view) {
+result<void> ack_reader::on_close(std::string_view reason) {
   peer_closed = true;
+  close_reason.assign(reason);
   return {};
+}
+
+std::string closed_by_consumer(std::string_view reason) {
+  if (reason.empty()) return "the consumer closed the stream (no reason given)";
+  return "the consumer closed the stream: " + escape(reason, max_reason_bytes);
 }
 
 namespace {
@@ -129,17 +135,24 @@ asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr
   for (;;) {
     std::error_code ec = co_await r->read_more();
     if (s->error || s->session.connection() != r->connection) break;
+    // A close frame says why the consumer ended the stream (a refusal:
+    // an entry over its limits, a violation); its reason is the error's.
+    const bool refused = r->peer_closed && !r->close_reason.empty();
     if (!ec && r->peer_closed) ec = make_error_code(errc::peer_closed);
     if (ec == errc::protocol_violation) {
       s->violation(r->message);
       break;
     }
     if (ec) {
-      // After our `close`, the consumer closing its end is the orderly end.
+      const std::string why = r->peer_closed ? closed_by_consumer(r->close_reason) : std::string();
+      // After our `close`, the consumer closing its end is the orderly
+      // end, unless its close gave a reason: then it refused something.
       if (s->resend) {
-        if (!s->closing) connection_lost(s, r->connection, ec);
+        if (!s->closing) connection_lost(s, r->connection, ec, why);
       } else {
-        s->fail(s->closing && ec == errc::peer_closed ? make_error_code(errc::closed) : ec);
+        if (!why.empty() && (refused || !s->closing) && s->message.empty()) s->message = why;
+        s->fail(s->closing && ec == errc::peer_closed && !refused ? make_error_code(errc::closed)
+                                                                  : ec);
       }
       break;
     }
@@ -284,6 +297,10 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
     s->stall_watch.end_wait();
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
+}
+
+std::string failure_text(const sender_state& s) {
+  return s.message.empty() ? s.error.message() : s.message;
 }
 
 // ---- entries ----------------------------------------------------------------

@@ -996,10 +996,13 @@ inline_bytes (entries up to this are copied by emit), window_bytes (the
 consumer's window: the most bytes in flight).
 
 Errors (StreamError subclasses): ClosedError after close(), PeerClosedError
-(the consumer went away), PeerFailedError (reset, I/O error),
+(the consumer went away; the message gives its close reason when it sent
+one, e.g. an entry over its limits), PeerFailedError (reset, I/O error),
 ProtocolViolationError, TimedOutError (stall_timeout). Once the connection
 has failed, every call raises its error; a resend session (connect(...,
-resend=True)) reconnects instead.)")
+resend=True)) reconnects instead, and raises once max_attempts connection
+attempts in a row delivered nothing (the message names max_attempts and
+the last cause).)")
       .def("open_blob",
            [](py_sender& s, py::handle tag) { return py_blob(s.h, s.h->open_blob(tag)); },
            py::arg("tag") = py::none(),

@@ -92,12 +92,20 @@ struct resend_options {
   /// deliveries, except for the oldest kept blob, which always proceeds
   /// (so blobs larger than the budget, or many open blobs, cannot deadlock).
   std::uint64_t unacked_bytes = 256ull << 20;
-  /// Consecutive failed connection attempts (connect or handshake) without
-  /// any acknowledgement in between before the sender gives up and fails
-  /// with the last error.
+  /// Connection attempts in a row that deliver nothing before the sender
+  /// gives up: failed connects and handshakes, and connections that end
+  /// with no delivery acknowledgement on them (a consumer that completes
+  /// the handshake and then closes, goes silent past stall_timeout, or
+  /// refuses the same blob each time). A delivery resets the count. Past
+  /// it the sender fails with the last attempt's error (peer_closed,
+  /// peer_failed, timed_out, ...), and failure_reason() says "no blob
+  /// delivered on N connection attempts in a row (max_attempts N); the
+  /// last: ..." with the cause (the consumer's close reason, the limit
+  /// that passed). Each such attempt makes the next one wait (below).
   std::uint32_t max_attempts = 8;
   /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
-  /// The first reconnect after a working connection broke is immediate.
+  /// The first reconnect after a connection that delivered broke is
+  /// immediate.
   std::chrono::milliseconds retry_delay{10};
   std::chrono::milliseconds max_retry_delay{1000};
 };
@@ -220,7 +228,8 @@ class blob_writer {
   /// stream waits for).
   /// Errors: those of layout_builder::add (invalid_argument, unknown_kind,
   /// unknown_dtype, too_large; the blob stays usable), closed (blob finished
-  /// or aborted, or the sender closed), peer_closed, peer_failed,
+  /// or aborted, or the sender closed), peer_closed (last_error() gives the
+  /// consumer's close reason when it sent one), peer_failed,
   /// protocol_violation (the consumer broke the protocol), invalid_argument
   /// (key longer than the consumer's max_key_bytes), cuda_failure (device
   /// memory: before anything is sent, e.g. "no CUDA device" — the blob stays
@@ -230,7 +239,8 @@ class blob_writer {
   /// Resend session: completes once the entry is copied into the kept blob
   /// (after waiting for resend_options::unacked_bytes if it is full; device
   /// values are copied to the host) and, while connected, framed; a broken
-  /// connection is not an error here (the copy goes out again).
+  /// connection is not an error here (the copy goes out again) until the
+  /// session gives up (resend_options::max_attempts).
   asio::awaitable<std::error_code> emit(std::string key, value v);
 
   /// Ends the blob: index + v3 footer from write_tail, as one tail frame
@@ -320,8 +330,11 @@ class sender {
   std::error_code error() const noexcept;
   /// Why, in one line, when the sender knows more than error() says: its
   /// stall_timeout fired ("nothing from the consumer for N ms
-  /// (stall_timeout)"), or what a protocol violation broke. Empty
-  /// otherwise. Read it on the sender's executor.
+  /// (stall_timeout)"), what a protocol violation broke, the consumer's
+  /// close frame ("the consumer closed the stream: REASON", its reason
+  /// escaped; error() peer_closed), or why a resend session gave up
+  /// (resend_options::max_attempts). Empty otherwise. Read it on the
+  /// sender's executor.
   const std::string& failure_reason() const noexcept;
 
   /// Negotiated data frame size, copy threshold and the consumer's
