@@ -476,3 +476,75 @@ BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdow
     }
   }
 }
+
+namespace {
+
+/// A sender over TCP to a consumer that grants a window of 2^64 - 1 and
+/// then reads nothing (nor closes), with the sender's own bound
+/// `max_queued` and a stall_timeout. `produce(snd)` runs against it; the
+/// sender's stats and error afterwards.
+struct unread_run {
+  sender_stats stats;
+  std::error_code error;
+  std::string reason;
+};
+
+template <class Produce>
+unread_run against_a_consumer_that_reads_nothing(std::size_t max_queued, Produce produce) {
+  runner r;
+  auto [a, b] = r.await(raw_pair(link_kind::tcp));
+  r.spawn(scripted_consumer(*b, ~std::uint64_t{0}, frame_type::hello, ""));
+  unread_run out;
+  auto run = [&]() -> asio::awaitable<void> {
+    sender_options opt;
+    opt.max_queued_bytes = max_queued;
+    opt.stall_timeout = std::chrono::milliseconds(300);
+    auto [sec, snd] = co_await sender::start(std::move(a), opt);
+    BOOST_TEST_REQUIRE(!sec, sec.message());
+    BOOST_TEST_REQUIRE(snd.window_bytes() == ~std::uint64_t{0});
+    co_await produce(snd);
+    out.stats = snd.stats();
+    out.error = snd.error();
+    out.reason = snd.failure_reason();
+    snd.close();
+  };
+  r.spawn(run());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
+  return out;
+}
+
+}  // namespace
+
+// The sender's memory has a bound of its own, whatever window the consumer
+// grants (sender_options::max_queued_bytes): against a consumer that grants
+// 2^64 - 1 and reads nothing, copied entries, and blobs ended in a loop
+// (a tail each), wait for the writer instead of growing the queue, and the
+// stall clock ends the wait with timed_out instead of a hang.
+BOOST_AUTO_TEST_CASE(the_sender_bounds_its_own_queue_whatever_window_the_consumer_grants) {
+  constexpr std::size_t max_queued = 64 << 10;
+  // Beyond the bound: one more item in the producers' outbox and in the
+  // one being written (a 1 KiB entry or an empty blob, and its headers).
+  constexpr std::uint64_t bound = 2 * (max_queued + 2048);
+  constexpr int cap = 64 << 10;  // 64 MiB of entries: far past the kernel's buffers
+  const auto x = ramp(256, 1.0f);  // 1 KiB: copied into its entry_begin
+  std::error_code emit_ec;
+  auto entries = against_a_consumer_that_reads_nothing(max_queued, [&](sender& snd) -> asio::awaitable<void> {
+    auto w = snd.open_blob();
+    for (int i = 0; i < cap && !emit_ec; ++i) emit_ec = co_await w.emit("x" + std::to_string(i), value::tensor(x));
+  });
+  BOOST_TEST((emit_ec == errc::timed_out), emit_ec.message());
+  BOOST_TEST((entries.error == errc::timed_out), entries.error.message());
+  BOOST_TEST(entries.reason.find("(stall_timeout)") != std::string::npos, entries.reason);
+  BOOST_TEST(entries.stats.entries_sent < std::uint64_t{cap});
+  BOOST_TEST(entries.stats.queued_high_water > max_queued);  // it did fill up
+  BOOST_TEST(entries.stats.queued_high_water <= bound);
+
+  std::error_code finish_ec;
+  auto blobs = against_a_consumer_that_reads_nothing(max_queued, [&](sender& snd) -> asio::awaitable<void> {
+    for (int i = 0; i < cap * 4 && !finish_ec; ++i) finish_ec = co_await snd.open_blob().finish();
+  });
+  BOOST_TEST((finish_ec == errc::timed_out), finish_ec.message());
+  BOOST_TEST(blobs.stats.blobs_sent < std::uint64_t{cap} * 4);
+  BOOST_TEST(blobs.stats.queued_high_water > max_queued);
+  BOOST_TEST(blobs.stats.queued_high_water <= bound);
+}

@@ -498,3 +498,61 @@ BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_a_consumer_that_goes_silent) {
   BOOST_TEST(has(out.reason, "(stall_timeout)"), out.reason);
   BOOST_TEST(out.connections == 3);
 }
+
+// A consumer that grants a window of 2^64 - 1 and then reads nothing: the
+// resend session's own queue stays within max_queued_bytes (its kept
+// bytes within unacked_bytes), its wait for room is under stall_timeout,
+// so each connection ends, delivers nothing and counts, and the session
+// gives up instead of hanging.
+BOOST_AUTO_TEST_CASE(a_resend_session_bounds_its_queue_against_a_consumer_that_reads_nothing) {
+  runner r;
+  tcp_link l(r.ex());
+  std::vector<std::unique_ptr<transport>> unread;  // answered, then never read
+  auto server = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      frame_reader in;
+      auto [ec, f] = co_await in.next(*t);
+      if (ec) continue;
+      auto offer = decode_hello(f.payload);
+      if (!offer) continue;
+      hello reply = consumer_reply(*offer);
+      reply.window_bytes = ~std::uint64_t{0};
+      (void)co_await send_frame(*t, {.type = frame_type::hello}, encode_hello(reply));
+      unread.push_back(std::move(t));
+    }
+  };
+  r.spawn(server());
+  constexpr std::uint64_t budget = 64 << 20;  // far past the kernel's buffers
+  constexpr std::size_t max_queued = 64 << 10;
+  auto opt = fast_retry(budget);
+  opt.chunk_bytes = default_chunk_bytes;
+  opt.inline_bytes = 64 << 10;  // every entry copied into its entry_begin
+  opt.max_queued_bytes = max_queued;
+  opt.resend.max_attempts = 3;
+  opt.stall_timeout = std::chrono::milliseconds(300);
+  auto snd = r.await(start_resend(l, opt));
+  std::error_code emit_ec;
+  std::uint64_t peak_unacked = 0;
+  auto produce = [&]() -> asio::awaitable<void> {
+    const auto x = ramp(8 << 10, 1.0f);  // 32 KiB
+    for (std::uint64_t i = 0; i < 4096 && !emit_ec; ++i) {
+      auto w = snd.open_blob(tag_of(i));
+      emit_ec = co_await w.emit("x", value::tensor(x));
+      if (!emit_ec) emit_ec = co_await w.finish();
+      peak_unacked = std::max(peak_unacked, snd.unacked_bytes());
+    }
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
+  BOOST_TEST((emit_ec == errc::timed_out), emit_ec.message());
+  BOOST_TEST(has(snd.failure_reason(), "max_attempts 3"), snd.failure_reason());
+  BOOST_TEST(has(snd.failure_reason(), "(stall_timeout)"), snd.failure_reason());
+  BOOST_TEST(l.connections() == 3);
+  const auto st = snd.stats();
+  BOOST_TEST(st.queued_high_water > max_queued);  // it did fill up
+  BOOST_TEST(st.queued_high_water <= 2 * (max_queued + (33 << 10)));
+  BOOST_TEST(peak_unacked <= budget);
+}

@@ -129,7 +129,7 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
     if (!current(*s, conn)) co_return;
     ss.entry_sent(*kb);
   }
-  if (q->full()) (void)co_await q->room();
+  if (q->full()) (void)co_await wait_room(s, q);
 }
 
 /// sync() for a producer: its entry is kept already, so a cancellation of

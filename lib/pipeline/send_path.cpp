@@ -82,6 +82,7 @@ sender_stats sender_state::stats() const noexcept {
   st.blobs_resent = c.blobs_resent;
   st.blobs_delivered = c.blobs_delivered;
   st.budget_waits = c.budget_waits;
+  if (queue) st.queued_high_water = std::max<std::uint64_t>(st.queued_high_water, queue->copied_high_water());
   return st;
 }
 
@@ -219,7 +220,11 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
 void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader) {
   const hello& peer = *reader->peer;
   if (!s->queue || s->queue->link_ptr() != reader->link) {
-    if (s->queue) s->queue->fail(make_error_code(errc::closed));
+    if (s->queue) {
+      s->queue->fail(make_error_code(errc::closed));
+      s->extra.queued_high_water =
+          std::max<std::uint64_t>(s->extra.queued_high_water, s->queue->copied_high_water());
+    }
     s->queue = std::make_shared<send_queue>(reader->link, s->opt.max_queued_bytes);
   }
   s->session.connect(sender_limits::from_hello(peer), &s->queue->frames());
@@ -297,6 +302,19 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
     s->stall_watch.end_wait();
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
+}
+
+asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<send_queue> q) {
+  while (q->full()) {
+    s->stall_watch.begin_wait();
+    const std::error_code ec = co_await q->room();
+    s->stall_watch.end_wait();
+    if (ec) co_return ec;
+    // The writer took a batch: the transport is taking bytes.
+    s->stall_watch.progress();
+  }
+  co_return std::error_code{};
 }
 
 std::string failure_text(const sender_state& s) {

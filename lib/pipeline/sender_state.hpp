@@ -153,6 +153,14 @@ inline std::uint64_t steady_ns() noexcept {
 asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n);
 
+/// Waits while more than max_queued_bytes copied bytes wait for the
+/// writer of `q` (the sender's own bound, whatever window the consumer
+/// grants), as a wait on the consumer: stall_timeout applies. Call before
+/// framing copied bytes. Errors: the connection's (the sender's error
+/// once it failed), operation_aborted (cancelled).
+asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<send_queue> q);
+
 /// Why the sender failed, for a blob_writer's last_error(): its
 /// failure_reason when it has one, else its error's message.
 std::string failure_text(const sender_state& s);

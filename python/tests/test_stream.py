@@ -1093,6 +1093,42 @@ def test_a_consumers_close_reason_is_in_the_senders_error():
     assert "the consumer closed the stream: entry \\'x\\' of 4096 bytes is over max_entry_bytes (16)" in text, text
 
 
+def test_the_sender_bounds_its_queue_whatever_window_the_consumer_grants():
+    """A consumer that grants a window of 2^64 - 1 and reads nothing (a
+    Sender queued 6 GB in 10 s against one): the queue limit is the
+    window but at most 64 MiB, the queued bytes stay within it while emit
+    blocks, and the Sender's stall_timeout ends the wait (TimedOutError)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        got = {"peak": 0}
+
+        def send():
+            s = bf.connect(f"tcp://127.0.0.1:{srv.getsockname()[1]}", stall_timeout=0.5)
+            got["limit"] = s.queue_bytes
+            x = np.zeros(1 << 20, np.uint8)   # 1 MiB: held, sent from its memory
+            try:
+                for _ in range(1024):   # 1 GiB, were it all queued
+                    s.send_blob(["x"], [x])
+                    got["peak"] = max(got["peak"], s.stats()["queued_bytes"])
+                s.flush()
+            except bf.TimedOutError as e:
+                got["error"] = str(e)
+            got["stats"] = s.stats()
+            s.close()
+
+        t = Thread(send)
+        t.start()
+        conn, _ = srv.accept()
+        with conn:
+            _answer_hello(conn, 2**64 - 1)
+            t.join_result(60)
+    assert got["limit"] == 64 << 20
+    assert "stall_timeout" in got.get("error", ""), got
+    assert got["stats"]["queue_waits"] > 0   # emit blocked instead of queueing on
+    assert 0 < got["peak"] <= got["limit"]
+
+
 def test_a_resend_shutdown_returns_when_no_connection_delivers():
     """A consumer that completes the handshake and then closes, every time:
     shutdown() of a resend session with a blob to deliver reconnected for
