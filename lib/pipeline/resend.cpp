@@ -319,7 +319,8 @@ asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
 void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered) {
   auto& rs = *s.resend;
   if (!delivered) return;
-  rs.failures = 0;  // the connection delivers: later retries start over
+  // The connection delivers: when it ends, the count starts over
+  // (connection_lost).
   rs.delivered_here = true;
   rs.kept_cv.notify_all();
 }
