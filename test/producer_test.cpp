@@ -362,3 +362,189 @@ BOOST_AUTO_TEST_CASE(file_sink_writes_blob_at_its_offset) {
   ::close(fd);
   ::unlink(path);
 }
+
+// ---- a consumer that is not blobpipe's: its close reason, its window -------
+
+namespace {
+
+/// The hello a consumer would answer `offer` with, granting `window` bytes
+/// and accepting no feature (no credit grants: the window is all there is).
+hello consumer_reply(const hello& offer, std::uint64_t window) {
+  hello r{.role = wire_role::consumer};
+  r.max_chunk_bytes = offer.max_chunk_bytes;
+  r.inline_bytes = offer.inline_bytes;
+  r.window_bytes = window;
+  return r;
+}
+
+std::span<const std::byte> bytes_of(std::string_view s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
+/// Plays a consumer on `t`: answers the sender's hello granting `window`
+/// bytes, then reads frames until one of type `until` arrives, then sends
+/// a close frame with `reason` and closes (`until` hello: answers and
+/// returns at once, leaving `t` open and unread).
+asio::awaitable<void> scripted_consumer(transport& t, std::uint64_t window, frame_type until,
+                                        std::string reason) {
+  frame_reader in;
+  auto [ec, f] = co_await in.next(t);
+  BOOST_TEST_REQUIRE(!ec, "reading the sender's hello: " << ec.message());
+  auto offer = decode_hello(f.payload);
+  BOOST_TEST_REQUIRE(offer.has_value());
+  (void)co_await send_frame(t, {.type = frame_type::hello}, encode_hello(consumer_reply(*offer, window)));
+  if (until == frame_type::hello) co_return;
+  for (;;) {
+    auto [rec, g] = co_await in.next(t);
+    if (rec) co_return;
+    if (g.header.type == until) break;
+  }
+  (void)co_await send_frame(t, {.type = frame_type::close}, bytes_of(reason));
+  t.close();
+}
+
+}  // namespace
+
+// A consumer that refuses the stream says why in its close frame
+// (docs/wire.md "Closing"); the sender's error is peer_closed and its
+// failure_reason(), and the last_error() of an emit refused afterwards,
+// carry that reason (escaped: the peer's own words).
+BOOST_AUTO_TEST_CASE(a_consumers_close_reason_reaches_the_senders_error) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(l));
+      const std::string reason = "entry 'x' of 4096 bytes is over max_entry_bytes (16)\nOK";
+      r.spawn(scripted_consumer(*b, 1u << 20, frame_type::entry_begin, reason));
+      std::error_code first_ec, later_ec;
+      std::string later_why;
+      sender snd;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, s] = co_await sender::start(std::move(a));
+        BOOST_TEST_REQUIRE(!sec, sec.message());
+        snd = std::move(s);
+        auto w = snd.open_blob();
+        const auto x = ramp(1024, 0.0f);
+        for (int i = 0; i < 1000 && !first_ec; ++i) {
+          first_ec = co_await w.emit("x" + std::to_string(i), value::tensor(x));
+          if (!first_ec) first_ec = co_await snd.flush();
+        }
+        later_ec = co_await w.emit("y", value::tensor(x));
+        later_why = w.last_error();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      BOOST_TEST((first_ec == errc::peer_closed), first_ec.message());
+      BOOST_TEST((snd.error() == errc::peer_closed), snd.error().message());
+      const std::string escaped = "the consumer closed the stream: " + escape(reason);
+      BOOST_TEST(snd.failure_reason() == escaped);
+      BOOST_TEST((later_ec == errc::peer_closed), later_ec.message());
+      BOOST_TEST(later_why.find(escaped) != std::string::npos, later_why);
+    }
+  }
+}
+
+// After the sender's own close, a consumer closing its end is the orderly
+// end, and so is a close frame without words; a close frame with a reason
+// is a refusal (something sent was not taken): shutdown() fails with
+// peer_closed and the reason.
+BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdown) {
+  for (const std::string reason : {std::string("blob 1 refused: too many entries"), std::string()}) {
+    BOOST_TEST_CONTEXT("reason '" << reason << "'") {
+      runner r;
+      auto [a, b] = r.await(raw_pair(link_kind::loopback));
+      r.spawn(scripted_consumer(*b, 1u << 20, frame_type::close, reason));
+      std::error_code shut;
+      sender snd;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, s] = co_await sender::start(std::move(a));
+        BOOST_TEST_REQUIRE(!sec, sec.message());
+        snd = std::move(s);
+        auto w = snd.open_blob();
+        BLOBPIPE_CO_CHECK(w.emit("x", value::tensor(ramp(8, 0.0f))));
+        BLOBPIPE_CO_CHECK(w.finish());
+        shut = co_await snd.shutdown();
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      if (reason.empty()) {
+        BOOST_TEST(!shut, shut.message());
+      } else {
+        BOOST_TEST((shut == errc::peer_closed), shut.message());
+        BOOST_TEST(snd.failure_reason() == "the consumer closed the stream: " + reason);
+      }
+    }
+  }
+}
+
+namespace {
+
+/// A sender over TCP to a consumer that grants a window of 2^64 - 1 and
+/// then reads nothing (nor closes), with the sender's own bound
+/// `max_queued` and a stall_timeout. `produce(snd)` runs against it; the
+/// sender's stats and error afterwards.
+struct unread_run {
+  sender_stats stats;
+  std::error_code error;
+  std::string reason;
+};
+
+template <class Produce>
+unread_run against_a_consumer_that_reads_nothing(std::size_t max_queued, Produce produce) {
+  runner r;
+  auto [a, b] = r.await(raw_pair(link_kind::tcp));
+  r.spawn(scripted_consumer(*b, ~std::uint64_t{0}, frame_type::hello, ""));
+  unread_run out;
+  auto run = [&]() -> asio::awaitable<void> {
+    sender_options opt;
+    opt.max_queued_bytes = max_queued;
+    opt.stall_timeout = std::chrono::milliseconds(300);
+    auto [sec, snd] = co_await sender::start(std::move(a), opt);
+    BOOST_TEST_REQUIRE(!sec, sec.message());
+    BOOST_TEST_REQUIRE(snd.window_bytes() == ~std::uint64_t{0});
+    co_await produce(snd);
+    out.stats = snd.stats();
+    out.error = snd.error();
+    out.reason = snd.failure_reason();
+    snd.close();
+  };
+  r.spawn(run());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
+  return out;
+}
+
+}  // namespace
+
+// The sender's memory has a bound of its own, whatever window the consumer
+// grants (sender_options::max_queued_bytes): against a consumer that grants
+// 2^64 - 1 and reads nothing, copied entries, and blobs ended in a loop
+// (a tail each), wait for the writer instead of growing the queue, and the
+// stall clock ends the wait with timed_out instead of a hang.
+BOOST_AUTO_TEST_CASE(the_sender_bounds_its_own_queue_whatever_window_the_consumer_grants) {
+  constexpr std::size_t max_queued = 64 << 10;
+  // Beyond the bound: one more item in the producers' outbox and in the
+  // one being written (a 1 KiB entry or an empty blob, and its headers).
+  constexpr std::uint64_t bound = 2 * (max_queued + 2048);
+  constexpr int cap = 64 << 10;  // 64 MiB of entries: far past the kernel's buffers
+  const auto x = ramp(256, 1.0f);  // 1 KiB: copied into its entry_begin
+  std::error_code emit_ec;
+  auto entries = against_a_consumer_that_reads_nothing(max_queued, [&](sender& snd) -> asio::awaitable<void> {
+    auto w = snd.open_blob();
+    for (int i = 0; i < cap && !emit_ec; ++i) emit_ec = co_await w.emit("x" + std::to_string(i), value::tensor(x));
+  });
+  BOOST_TEST((emit_ec == errc::timed_out), emit_ec.message());
+  BOOST_TEST((entries.error == errc::timed_out), entries.error.message());
+  BOOST_TEST(entries.reason.find("(stall_timeout)") != std::string::npos, entries.reason);
+  BOOST_TEST(entries.stats.entries_sent < std::uint64_t{cap});
+  BOOST_TEST(entries.stats.queued_high_water > max_queued);  // it did fill up
+  BOOST_TEST(entries.stats.queued_high_water <= bound);
+
+  std::error_code finish_ec;
+  auto blobs = against_a_consumer_that_reads_nothing(max_queued, [&](sender& snd) -> asio::awaitable<void> {
+    for (int i = 0; i < cap * 4 && !finish_ec; ++i) finish_ec = co_await snd.open_blob().finish();
+  });
+  BOOST_TEST((finish_ec == errc::timed_out), finish_ec.message());
+  BOOST_TEST(blobs.stats.blobs_sent < std::uint64_t{cap} * 4);
+  BOOST_TEST(blobs.stats.queued_high_water > max_queued);
+  BOOST_TEST(blobs.stats.queued_high_water <= bound);
+}

@@ -164,7 +164,12 @@ BOOST_AUTO_TEST_CASE(resend_delivers_every_blob_once_across_repeated_kills) {
       };
       delivery_checker check;
       const std::uint64_t budget = 64 << 10;
-      auto out = stream(r, *l, check, n, 4, fast_retry(budget));
+      auto opt = fast_retry(budget);
+      // A kill may cut a connection before any delivery ack is read on it
+      // (one write burst): that many in a row are attempts that delivered
+      // nothing, which max_attempts must allow.
+      opt.resend.max_attempts = kills + 1;
+      auto out = stream(r, *l, check, n, 4, opt);
       BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
       BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
       BOOST_TEST(check.all_once(n), check.first_problem);
@@ -203,7 +208,9 @@ BOOST_AUTO_TEST_CASE(resend_over_tcp_survives_resets_mid_frame) {
   r.spawn(run_proxy());
   delivery_checker check;
   const std::uint64_t n = 1500;
-  auto out = stream(r, l, check, n, 3, fast_retry());
+  auto opt = fast_retry();
+  opt.resend.max_attempts = 16;  // 15 faults, each possibly before any ack is read
+  auto out = stream(r, l, check, n, 3, opt);
   BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
   BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
   BOOST_TEST(check.all_once(n), check.first_problem);
@@ -368,4 +375,215 @@ BOOST_AUTO_TEST_CASE(resend_sender_gives_up_when_no_consumer_returns) {
       BOOST_TEST(snd.stats().reconnects == 0u);
     }
   }
+}
+
+// ---- consumers that deliver nothing ------------------------------------------
+
+namespace {
+
+/// What a scripted consumer does on one connection (play_consumer).
+enum class consumer_play {
+  close,              ///< answers the hello, then closes
+  close_with_reason,  ///< answers the hello, sends close with a reason, closes
+  silent,             ///< answers the hello, then reads and never answers
+};
+
+/// The reply a resend consumer gives `offer`: its session echoed, a
+/// delivery window, no credit grants.
+hello consumer_reply(const hello& offer) {
+  hello r{.role = wire_role::consumer};
+  r.max_chunk_bytes = offer.max_chunk_bytes;
+  r.inline_bytes = offer.inline_bytes;
+  r.window_bytes = 1u << 20;
+  r.session = offer.session;
+  r.dedup_window = 4096;
+  return r;
+}
+
+/// Plays one connection of a consumer that never acknowledges a delivery.
+asio::awaitable<void> play_consumer(std::unique_ptr<transport> t, consumer_play play,
+                                    std::string reason) {
+  frame_reader in;
+  auto [ec, f] = co_await in.next(*t);
+  if (ec) co_return;
+  auto offer = decode_hello(f.payload);
+  if (!offer) co_return;
+  const auto why = std::as_bytes(std::span(reason.data(), reason.size()));
+  (void)co_await send_frame(*t, {.type = frame_type::hello}, encode_hello(consumer_reply(*offer)));
+  if (play == consumer_play::close_with_reason)
+    (void)co_await send_frame(*t, {.type = frame_type::close}, why);
+  if (play == consumer_play::silent) {
+    for (;;) {
+      auto [rec, g] = co_await in.next(*t);
+      if (rec) break;  // the sender dropped the connection
+    }
+  }
+  t->close();
+}
+
+struct fruitless_run {
+  std::error_code shutdown_ec, error;
+  std::string reason;
+  int connections = 0;
+};
+
+/// A resend session (max_attempts 3) sends one blob and shuts down while
+/// connection n of the consumer plays `play(n)`; every connection
+/// delivers nothing, so shutdown() must end with the session's error.
+fruitless_run against_fruitless_consumer(std::function<consumer_play(int)> play,
+                                         const std::string& reason,
+                                         std::chrono::milliseconds stall = {}) {
+  runner r;
+  loopback_link l(r.ex());
+  auto server = [&]() -> asio::awaitable<void> {
+    for (int n = 0;; ++n) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      co_await play_consumer(std::move(t), play(n), reason);
+    }
+  };
+  r.spawn(server());
+  auto opt = fast_retry();
+  opt.resend.max_attempts = 3;
+  opt.stall_timeout = stall;
+  auto snd = r.await(start_resend(l, opt));
+  fruitless_run out;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto spec = make_blob(0);
+    (void)co_await send_blob(snd, spec);  // kept: a reconnect does not fail it
+    out.shutdown_ec = co_await snd.shutdown();
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  out.error = snd.error();
+  out.reason = snd.failure_reason();
+  out.connections = l.connections();
+  return out;
+}
+
+bool has(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+// Only a connection that delivers nothing counts: here every connection's
+// consumer delivers (acknowledges) one blob and dies before its second
+// acknowledgement, a dozen connections in all, and a session allowed
+// max_attempts 2 goes on and delivers every blob once.
+BOOST_AUTO_TEST_CASE(a_connection_that_delivers_resets_the_count) {
+  for (link_kind k : both) {
+    BOOST_TEST_CONTEXT(link_name(k)) {
+      runner r;
+      auto l = make_link(k, r.ex());
+      l->wrap_c = [](std::unique_ptr<transport> t, int) -> std::unique_ptr<transport> {
+        return std::make_unique<kill_switch>(std::move(t), kill_switch::never, 1);
+      };
+      delivery_checker check;
+      auto opt = fast_retry();
+      opt.resend.max_attempts = 2;
+      auto out = stream(r, *l, check, 12, 1, opt);
+      BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
+      BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+      BOOST_TEST(check.all_once(12), check.first_problem);
+      BOOST_TEST(out.stats.reconnects >= 2u);  // more connections ended than max_attempts
+    }
+  }
+}
+
+// A consumer that completes the handshake and then closes delivers
+// nothing: after max_attempts such connections in a row the session ends
+// (shutdown() returns instead of reconnecting for ever), with the last
+// connection's error and a reason naming max_attempts; each connection was
+// one attempt, so the sender made exactly max_attempts of them.
+BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_connections_that_deliver_nothing) {
+  auto out = against_fruitless_consumer([](int) { return consumer_play::close; }, "");
+  BOOST_TEST((out.shutdown_ec == errc::peer_closed), out.shutdown_ec.message());
+  BOOST_TEST((out.error == errc::peer_closed), out.error.message());
+  BOOST_TEST(has(out.reason, "no blob delivered on 3 connection attempts in a row (max_attempts 3)"),
+             out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// The consumer's close reason (a consumer refusing the stream each time)
+// is the cause the session names when it gives up, escaped.
+BOOST_AUTO_TEST_CASE(a_resend_session_that_gives_up_names_the_consumers_close_reason) {
+  const std::string reason = "entry 'a' of 4096 bytes is over max_entry_bytes (16)";
+  auto out = against_fruitless_consumer([](int) { return consumer_play::close_with_reason; },
+                                        reason);
+  BOOST_TEST((out.error == errc::peer_closed), out.error.message());
+  BOOST_TEST(has(out.reason, "max_attempts 3"), out.reason);
+  BOOST_TEST(has(out.reason, "the consumer closed the stream: " + escape(reason)), out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// A consumer that completes the handshake and then reads without ever
+// acknowledging: each connection ends at stall_timeout, delivers nothing
+// and counts, and the session ends naming both limits.
+BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_a_consumer_that_goes_silent) {
+  auto out = against_fruitless_consumer([](int) { return consumer_play::silent; }, "",
+                                        std::chrono::milliseconds(200));
+  BOOST_TEST((out.error == errc::timed_out), out.error.message());
+  BOOST_TEST(has(out.reason, "max_attempts 3"), out.reason);
+  BOOST_TEST(has(out.reason, "(stall_timeout)"), out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// A consumer that grants a window of 2^64 - 1 and then reads nothing: the
+// resend session's own queue stays within max_queued_bytes (its kept
+// bytes within unacked_bytes), its wait for room is under stall_timeout,
+// so each connection ends, delivers nothing and counts, and the session
+// gives up instead of hanging.
+BOOST_AUTO_TEST_CASE(a_resend_session_bounds_its_queue_against_a_consumer_that_reads_nothing) {
+  runner r;
+  tcp_link l(r.ex());
+  std::vector<std::unique_ptr<transport>> unread;  // answered, then never read
+  auto server = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      frame_reader in;
+      auto [ec, f] = co_await in.next(*t);
+      if (ec) continue;
+      auto offer = decode_hello(f.payload);
+      if (!offer) continue;
+      hello reply = consumer_reply(*offer);
+      reply.window_bytes = ~std::uint64_t{0};
+      (void)co_await send_frame(*t, {.type = frame_type::hello}, encode_hello(reply));
+      unread.push_back(std::move(t));
+    }
+  };
+  r.spawn(server());
+  constexpr std::uint64_t budget = 64 << 20;  // far past the kernel's buffers
+  constexpr std::size_t max_queued = 64 << 10;
+  auto opt = fast_retry(budget);
+  opt.chunk_bytes = default_chunk_bytes;
+  opt.inline_bytes = 64 << 10;  // every entry copied into its entry_begin
+  opt.max_queued_bytes = max_queued;
+  opt.resend.max_attempts = 3;
+  opt.stall_timeout = std::chrono::milliseconds(300);
+  auto snd = r.await(start_resend(l, opt));
+  std::error_code emit_ec;
+  std::uint64_t peak_unacked = 0;
+  auto produce = [&]() -> asio::awaitable<void> {
+    const auto x = ramp(8 << 10, 1.0f);  // 32 KiB
+    for (std::uint64_t i = 0; i < 4096 && !emit_ec; ++i) {
+      auto w = snd.open_blob(tag_of(i));
+      emit_ec = co_await w.emit("x", value::tensor(x));
+      if (!emit_ec) emit_ec = co_await w.finish();
+      peak_unacked = std::max(peak_unacked, snd.unacked_bytes());
+    }
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
+  BOOST_TEST((emit_ec == errc::timed_out), emit_ec.message());
+  BOOST_TEST(has(snd.failure_reason(), "max_attempts 3"), snd.failure_reason());
+  BOOST_TEST(has(snd.failure_reason(), "(stall_timeout)"), snd.failure_reason());
+  BOOST_TEST(l.connections() == 3);
+  const auto st = snd.stats();
+  BOOST_TEST(st.queued_high_water > max_queued);  // it did fill up
+  BOOST_TEST(st.queued_high_water <= 2 * (max_queued + (33 << 10)));
+  BOOST_TEST(peak_unacked <= budget);
 }

@@ -42,6 +42,9 @@ BOOST_AUTO_TEST_CASE(resend_over_ucx_delivers_every_blob_once_across_kills) {
         sender_options opt;
         opt.chunk_bytes = 256;
         opt.resend.retry_delay = std::chrono::milliseconds(1);
+        // A kill may cut a connection before any delivery ack is read on
+        // it: each such one counts against max_attempts.
+        opt.resend.max_attempts = kills + 1;
         opt.stall_timeout = std::chrono::seconds(2);
         auto [sec, started] = co_await sender::start(l->connector(), opt);
         start_ec = sec;

@@ -66,6 +66,8 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   b.last_error.clear();
   if (auto ok = s.session.check_emit(w, key.size()); !ok) {
     b.last_error = ok.message();
+    if (s.error && ok.code() == s.error && !s.message.empty())
+      b.last_error = "the sender ended: " + s.message;
     p.ec = ok.code();
     return p;
   }
@@ -104,6 +106,14 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   p.credit = *credit;
   return p;
+}
+
+/// `ec`, an emit's failure while it waited or sent: last_error() says
+/// why (the sender's failure reason, e.g. the consumer's close reason).
+std::error_code failed(blob_state& b, std::error_code ec) {
+  if (ec && b.last_error.empty())
+    b.last_error = b.sender->error ? failure_text(*b.sender) : ec.message();
+  return ec;
 }
 
 /// Takes the blob's lock: at once when it is free, else in call order.
@@ -148,12 +158,22 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
     if (auto ec = co_await b->lock.lock()) co_return ec;
   }
   detail::unlock_guard guard(b->lock);
+  auto q = s->queue;
+  // The sender's own bound, whatever window the consumer grants: past
+  // max_queued_bytes this waits for the writer before framing (so nothing
+  // is planned yet if it fails). Copied entries return at once otherwise.
+  if (!b->kept && q->full()) {
+    b->last_error.clear();
+    if (auto ec = co_await detail::wait_room(s, q)) co_return detail::failed(*b, ec);
+  }
   const detail::emit_plan p = detail::plan_emit(*b, key, v);
   if (p.ec) co_return p.ec;
-  if (p.kept) co_return co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
-  auto q = s->queue;
+  if (p.kept) {
+    const std::error_code kept = co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
+    co_return detail::failed(*b, kept);
+  }
   if (!s->session.take_credit(p.credit)) {
-    if (auto ec = co_await detail::acquire_credit(s, q, p.credit)) co_return ec;
+    if (auto ec = co_await detail::acquire_credit(s, q, p.credit)) co_return detail::failed(*b, ec);
   }
   // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
   std::error_code ec;
@@ -162,13 +182,8 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   } else if (!detail::begin_entry(*s, *q, b->wire(), *p.planned, b->meta, emitted)) {
     ec = co_await detail::send_entry_bytes(s, q, b->wire(), *p.planned);
   }
-  if (ec) co_return ec;
+  if (ec) co_return detail::failed(*b, ec);
   s->session.entry_sent(b->wire());
-  // Copied entries return at once; past max_queued_bytes they wait here
-  // for the writer (backpressure without a full window's worth queued).
-  if (q->full()) {
-    if (auto room = co_await q->room()) co_return room;
-  }
   co_return std::error_code{};
 }
 
@@ -183,6 +198,11 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   if (auto ok = session.check_finish(w); !ok) co_return ok.code();
   if (b->kept) co_return co_await detail::kept_finish(b);
   auto q = s->queue;
+  // A tail is copied: it waits for room as a copied entry does, or blobs
+  // ended in a loop would grow the queue without bound.
+  if (q->full()) {
+    if (auto ec = co_await detail::wait_room(s, q)) co_return ec;
+  }
   auto plan = b->builder.finish(w.tag());
   if (!plan) {
     if (session.abort(w, plan.message())) q->kick();
@@ -207,6 +227,9 @@ asio::awaitable<std::error_code> blob_writer::abort(std::string reason) {
   if (b->kept) co_return co_await detail::kept_abort(b, std::move(reason));
   sender_blob& w = b->own;
   if (w.ended()) co_return std::error_code{};
+  // Its reason is copied: room first, as for a tail. A failed wait leaves
+  // the sender failed, so the session frames nothing below.
+  if (w.id() != 0 && s->queue->full()) (void)co_await detail::wait_room(s, s->queue);
   if (s->session.abort(w, reason)) {
     s->queue->kick();
     co_return std::error_code{};

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -37,11 +38,20 @@ asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s);
 }  // namespace
 
 void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t connection,
-                     std::error_code ec) {
+                     std::error_code ec, std::string why) {
   auto& rs = *s->resend;
   if (s->error || s->session.connection() != connection || !rs.connected) return;
   rs.connected = rs.live = false;
   rs.last_error = ec;
+  rs.last_reason = why.empty() ? ec.message() : std::move(why);
+  // Only delivery counts as the connection working: a consumer that
+  // completes the handshake and then closes, or goes silent, or refuses
+  // the same blob each time, delivers nothing.
+  if (std::exchange(rs.delivered_here, false)) {
+    rs.failures = 0;
+  } else {
+    ++rs.failures;
+  }
   s->queue->fail(ec);
   s->credit_cv.notify_all();
   s->reader_cv.notify_all();
@@ -119,7 +129,7 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
     if (!current(*s, conn)) co_return;
     ss.entry_sent(*kb);
   }
-  if (q->full()) (void)co_await q->room();
+  if (q->full()) (void)co_await wait_room(s, q);
 }
 
 /// sync() for a producer: its entry is kept already, so a cancellation of
@@ -226,10 +236,23 @@ void resend_install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_
   rs.kept_cv.notify_all();
 }
 
-/// Connects until it works or max_attempts consecutive attempts failed.
+/// Ends the session: max_attempts attempts in a row delivered nothing.
+std::error_code give_up(sender_state& s) {
+  auto& rs = *s.resend;
+  if (s.message.empty())
+    s.message = "no blob delivered on " + std::to_string(rs.failures) +
+                " connection attempts in a row (max_attempts " +
+                std::to_string(s.opt.resend.max_attempts) + "); the last: " + rs.last_reason;
+  s.fail(rs.last_error);
+  return s.error;
+}
+
+/// Connects until it works or max_attempts attempts in a row delivered
+/// nothing (failed, or connections that ended with no delivery ack).
 asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
   auto& rs = *s->resend;
   while (!s->error) {
+    if (rs.failures >= s->opt.resend.max_attempts) co_return give_up(*s);
     if (rs.failures > 0) {  // back off: retry_delay, doubling, capped
       auto delay = s->opt.resend.retry_delay;
       for (std::uint32_t i = 1; i < rs.failures && delay < s->opt.resend.max_retry_delay; ++i)
@@ -248,11 +271,8 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
       co_return std::error_code{};
     }
     rs.last_error = r.ec;
-    if (++rs.failures >= s->opt.resend.max_attempts) {
-      if (s->message.empty()) s->message = r.reason;
-      s->fail(r.ec);
-      co_return r.ec;
-    }
+    rs.last_reason = r.reason.empty() ? r.ec.message() : std::move(r.reason);
+    ++rs.failures;
   }
   co_return s->error;
 }
@@ -298,8 +318,11 @@ asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
 
 void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered) {
   auto& rs = *s.resend;
-  rs.failures = 0;  // the connection works: later retries start over
-  if (delivered) rs.kept_cv.notify_all();
+  if (!delivered) return;
+  // The connection delivers: when it ends, the count starts over
+  // (connection_lost).
+  rs.delivered_here = true;
+  rs.kept_cv.notify_all();
 }
 
 asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
@@ -378,7 +401,9 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
 }
 
 void resend_stalled(const std::shared_ptr<sender_state>& s) {
-  connection_lost(s, s->session.connection(), make_error_code(errc::timed_out));
+  connection_lost(s, s->session.connection(), make_error_code(errc::timed_out),
+                  "nothing from the consumer for " + std::to_string(s->opt.stall_timeout.count()) +
+                      " ms (stall_timeout)");
 }
 
 asio::awaitable<std::error_code> resend_start(std::shared_ptr<sender_state> s) {

@@ -43,8 +43,15 @@ struct resend_state {
   session_id session = NO_SESSION;
   bool connected = false;  // a connection is installed and healthy
   bool live = false;       // ...and every kept blob was re-synced on it
-  std::uint32_t failures = 0;  // attempts since the last acknowledgement
+  // Connection attempts in a row that delivered nothing: failed connects
+  // and handshakes, and connections that ended with no delivery ack on
+  // them. max_attempts of them end the session; each makes the next
+  // attempt wait (retry_delay doubling), so a peer that accepts and
+  // closes cannot make the sender spin.
+  std::uint32_t failures = 0;
+  bool delivered_here = false;  // a delivery ack came on the current connection
   std::error_code last_error;
+  std::string last_reason;      // why the last attempt or connection ended
   async_condition kept_cv;  // kept blobs changed, or the connection came or went
   asio::steady_timer retry_timer;
 };
@@ -60,14 +67,18 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
 
 /// The stall watchdog fired: drop the connection and reconnect.
 void resend_stalled(const std::shared_ptr<sender_state>& s);
-/// Connection number `connection` failed with `ec`: close it and connect
-/// again (no-op when it was replaced already or the sender ended).
+/// Connection number `connection` failed with `ec` (`why`: what the
+/// sender knows more, e.g. the consumer's close reason): close it and
+/// connect again, counted as an attempt that delivered nothing unless a
+/// delivery ack came on it (no-op when it was replaced already or the
+/// sender ended).
 void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t connection,
-                     std::error_code ec);
+                     std::error_code ec, std::string why = {});
 /// sender_state::fail() of a resend session: stop reconnecting, wake waiters.
 void resend_failed(sender_state& s) noexcept;
 /// An ack came on the current connection; `delivered`: the blob it
-/// delivered (the session let it go), or null.
+/// delivered (the session let it go), or null (credit only: no delivery,
+/// so it does not count as the connection working).
 void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered);
 
 /// sender::start(connect_fn) and sender::shutdown() of a resend session.

@@ -82,6 +82,7 @@ sender_stats sender_state::stats() const noexcept {
   st.blobs_resent = c.blobs_resent;
   st.blobs_delivered = c.blobs_delivered;
   st.budget_waits = c.budget_waits;
+  if (queue) st.queued_high_water = std::max<std::uint64_t>(st.queued_high_water, queue->copied_high_water());
   return st;
 }
 
@@ -117,9 +118,15 @@ result<void> ack_reader::on_ack(std::uint64_t credit, std::uint64_t blob_id) {
   return sender->on_ack(connection, credit, blob_id);
 }
 
-result<void> ack_reader::on_close(std::string_view) {
+result<void> ack_reader::on_close(std::string_view reason) {
   peer_closed = true;
+  close_reason.assign(reason);
   return {};
+}
+
+std::string closed_by_consumer(std::string_view reason) {
+  if (reason.empty()) return "the consumer closed the stream (no reason given)";
+  return "the consumer closed the stream: " + escape(reason, max_reason_bytes);
 }
 
 namespace {
@@ -129,17 +136,24 @@ asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr
   for (;;) {
     std::error_code ec = co_await r->read_more();
     if (s->error || s->session.connection() != r->connection) break;
+    // A close frame says why the consumer ended the stream (a refusal:
+    // an entry over its limits, a violation); its reason is the error's.
+    const bool refused = r->peer_closed && !r->close_reason.empty();
     if (!ec && r->peer_closed) ec = make_error_code(errc::peer_closed);
     if (ec == errc::protocol_violation) {
       s->violation(r->message);
       break;
     }
     if (ec) {
-      // After our `close`, the consumer closing its end is the orderly end.
+      const std::string why = r->peer_closed ? closed_by_consumer(r->close_reason) : std::string();
+      // After our `close`, the consumer closing its end is the orderly
+      // end, unless its close gave a reason: then it refused something.
       if (s->resend) {
-        if (!s->closing) connection_lost(s, r->connection, ec);
+        if (!s->closing) connection_lost(s, r->connection, ec, why);
       } else {
-        s->fail(s->closing && ec == errc::peer_closed ? make_error_code(errc::closed) : ec);
+        if (!why.empty() && (refused || !s->closing) && s->message.empty()) s->message = why;
+        s->fail(s->closing && ec == errc::peer_closed && !refused ? make_error_code(errc::closed)
+                                                                  : ec);
       }
       break;
     }
@@ -206,7 +220,11 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
 void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader) {
   const hello& peer = *reader->peer;
   if (!s->queue || s->queue->link_ptr() != reader->link) {
-    if (s->queue) s->queue->fail(make_error_code(errc::closed));
+    if (s->queue) {
+      s->queue->fail(make_error_code(errc::closed));
+      s->extra.queued_high_water =
+          std::max<std::uint64_t>(s->extra.queued_high_water, s->queue->copied_high_water());
+    }
     s->queue = std::make_shared<send_queue>(reader->link, s->opt.max_queued_bytes);
   }
   s->session.connect(sender_limits::from_hello(peer), &s->queue->frames());
@@ -284,6 +302,23 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
     s->stall_watch.end_wait();
     if (cancelled) co_return std::error_code(asio::error::operation_aborted);
   }
+}
+
+asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<send_queue> q) {
+  while (q->full()) {
+    s->stall_watch.begin_wait();
+    const std::error_code ec = co_await q->room();
+    s->stall_watch.end_wait();
+    if (ec) co_return ec;
+    // The writer took a batch: the transport is taking bytes.
+    s->stall_watch.progress();
+  }
+  co_return std::error_code{};
+}
+
+std::string failure_text(const sender_state& s) {
+  return s.message.empty() ? s.error.message() : s.message;
 }
 
 // ---- entries ----------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "lib/pipeline/send_queue.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <asio/co_spawn.hpp>
@@ -21,6 +22,8 @@ void send_queue::start(std::function<void(std::error_code)> on_write_failed) {
 }
 
 void send_queue::kick() noexcept {
+  copied_high_water_ =
+      std::max(copied_high_water_, front_.copied_bytes() + back_.copied_bytes());
   if (writer_idle_) {
     writer_idle_ = false;
     work_cv_.notify_all();

@@ -53,6 +53,10 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   asio::awaitable<std::error_code> wait_written(std::uint64_t ticket);
   /// Whether room() would wait.
   bool full() const noexcept { return front_.copied_bytes() > max_queued_bytes_; }
+  /// The most copied bytes held at once (framed and not yet written: the
+  /// producers' outbox and the one being written), bytes; updated at each
+  /// kick().
+  std::size_t copied_high_water() const noexcept { return copied_high_water_; }
   /// Waits while more than max_queued_bytes copied bytes wait for the
   /// writer (backpressure on producers whose entries are copied). It ends
   /// when the writer takes them, not when their write completes, so
@@ -86,6 +90,7 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   bool room_waited_ = false;  // a producer waits on room_cv_
   std::vector<asio::const_buffer> gather_;  // the writer's scratch list
   std::size_t gathered_ = 0;                // bytes in gather_
+  std::size_t copied_high_water_ = 0;       // copied_high_water()
 };
 
 }  // namespace blobpipe::detail

@@ -115,6 +115,7 @@ struct ack_reader final : decoder_listener {
   std::array<std::byte, 4096> buffer{};
   std::optional<hello> peer;          // the consumer's hello, once read
   bool peer_closed = false;           // its close frame arrived
+  std::string close_reason;           // that frame's reason (the peer's words, raw)
   std::string message;                // why decoding failed
   // Set once the connection is installed: acks then go to the sender.
   sender_state* sender = nullptr;
@@ -130,6 +131,10 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
 /// Makes `link` (handshake done by `reader`) the sender's connection:
 /// negotiated limits, a fresh send queue, the ack reader running.
 void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader);
+
+/// Why the consumer ended the stream, for the sender's error: its close
+/// frame's `reason` (escaped: the peer's own words), or that it gave none.
+std::string closed_by_consumer(std::string_view reason);
 
 /// The features a sender with `opt` offers in its hello.
 std::uint64_t offered_features(const sender_options& opt) noexcept;
@@ -147,6 +152,18 @@ inline std::uint64_t steady_ns() noexcept {
 /// is no longer the connection: a resend session reconnected).
 asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
                                                 std::shared_ptr<send_queue> q, std::uint64_t n);
+
+/// Waits while more than max_queued_bytes copied bytes wait for the
+/// writer of `q` (the sender's own bound, whatever window the consumer
+/// grants), as a wait on the consumer: stall_timeout applies. Call before
+/// framing copied bytes. Errors: the connection's (the sender's error
+/// once it failed), operation_aborted (cancelled).
+asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<send_queue> q);
+
+/// Why the sender failed, for a blob_writer's last_error(): its
+/// failure_reason when it has one, else its error's message.
+std::string failure_text(const sender_state& s);
 
 /// Frames host entry `pe` of blob `b` on `q` through the session
 /// (sender_session::add_entry), the part that never waits: entry_begin,

@@ -19,9 +19,11 @@
 // hands it back (sender_core::released) once its C++ emit has completed;
 // a Python thread drops it at its next call. Commands queued and not yet
 // completed are counted in bytes; emit() waits while they exceed the
-// queue limit (the consumer's window by default) — the only time it
-// blocks, i.e. when the window is full and the background thread is
-// behind by another window.
+// queue limit (the consumer's window, at most default_queue_bytes, by
+// default) — the only time it blocks, i.e. when the window is full and
+// the background thread is behind by another window (or by the limit:
+// a consumer's window is no bound on the sender's memory, it may grant
+// 2^64 - 1 and read nothing).
 //
 // Errors of a queued command cannot be raised by the emit() that queued
 // it, so emit() refuses what it can know first (a bad value, a key longer
@@ -36,6 +38,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -90,6 +93,11 @@ constexpr std::chrono::seconds exit_flush_grace{5};
 std::string exit_reason(py::handle exc) {
   return "exception in the with block: " + std::string(py::repr(exc));
 }
+
+// The queue limit when connect() names none: the consumer's window, but
+// never more than this, bytes, whatever window the consumer grants. The
+// consumer's default window, so a default pair behaves as before.
+constexpr std::uint64_t default_queue_bytes = 64ull << 20;
 
 // Costs a queued entry beyond its bytes (bookkeeping; never zero, so that
 // empty entries count too).
@@ -301,7 +309,9 @@ class sender_handle {
       : rt_(std::move(rt)),
         core_(std::move(core)),
         generation_(rt_->generation()),
-        queue_limit_(queue_bytes ? queue_bytes : std::max<std::uint64_t>(core_->window_bytes, 1)) {}
+        queue_limit_(queue_bytes ? queue_bytes
+                                 : std::clamp<std::uint64_t>(core_->window_bytes, 1,
+                                                             default_queue_bytes)) {}
 
   ~sender_handle() {
     if (generation_ != fork_generation()) {
@@ -996,10 +1006,13 @@ inline_bytes (entries up to this are copied by emit), window_bytes (the
 consumer's window: the most bytes in flight).
 
 Errors (StreamError subclasses): ClosedError after close(), PeerClosedError
-(the consumer went away), PeerFailedError (reset, I/O error),
+(the consumer went away; the message gives its close reason when it sent
+one, e.g. an entry over its limits), PeerFailedError (reset, I/O error),
 ProtocolViolationError, TimedOutError (stall_timeout). Once the connection
 has failed, every call raises its error; a resend session (connect(...,
-resend=True)) reconnects instead.)")
+resend=True)) reconnects instead, and raises once max_attempts connection
+attempts in a row delivered nothing (the message names max_attempts and
+the last cause).)")
       .def("open_blob",
            [](py_sender& s, py::handle tag) { return py_blob(s.h, s.h->open_blob(tag)); },
            py::arg("tag") = py::none(),
@@ -1065,7 +1078,9 @@ figures read.)")
                              "length, kind, dtype, shape in msgpack), bytes: emit refuses an entry\n"
                              "whose meta is longer (a shape of many dimensions).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
-                             "emit() blocks while more than this many bytes are queued, bytes.")
+                             "emit() blocks while more than this many bytes are queued, bytes\n"
+                             "(connect()'s queue_bytes; by default the consumer's window, at most\n"
+                             "64 MiB whatever window it grants).")
       .def_property_readonly("_waiting", [](py_sender& s) { return s.h->waiting(); },
                              "Python threads blocked in this Sender now (for tests).")
       .def("__enter__", [](py::object self) { return self; })
@@ -1100,8 +1115,10 @@ tensor: its storage cannot say); a larger numpy array, pickle or RawEntry
 is held and sent from its own memory by the background thread (do not
 change it until finish() or flush() returns; it is released by a later
 call on the sender). Blocks only while the queue is full (queue_bytes, by default
-the consumer's window), i.e. when the consumer holds a window's worth and
-another is queued: Ctrl-C interrupts the wait, close() ends it.
+the consumer's window, at most 64 MiB), i.e. when the consumer holds a
+window's worth and another is queued: Ctrl-C interrupts the wait, close()
+ends it, and so does the Sender's stall_timeout when the consumer reads
+nothing (TimedOutError).
 
 Raises FormatError for a value the codec refuses (invalid_argument,
 unknown_dtype, too_large) or a key longer than the consumer's

@@ -87,7 +87,7 @@ struct sender_settings {
   sender_options opt;
   bool resend = false;
   /// Bytes handed to the background thread and not yet sent beyond which
-  /// emit() waits; 0: the consumer's window.
+  /// emit() waits; 0: the consumer's window, at most 64 MiB (sender.cpp).
   std::uint64_t queue_bytes = 0;
 };
 sender_settings sender_settings_from(const pybind11::dict& kw);

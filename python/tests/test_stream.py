@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import socket
+import struct
 import threading
 from pathlib import Path
 
@@ -1022,3 +1023,154 @@ def test_several_threads_iterating_one_consumer_all_end_at_end_of_stream(transpo
         t.join_result()
         counts = [r.join_result(60) for r in readers]   # each one ends
     assert sum(counts) == 100  # 50 EntryReady + 50 BlobComplete, each to one thread
+
+
+# ---- a consumer that is not blobpipe's (raw socket, docs/wire.md) ----------
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        part = conn.recv(n - len(out))
+        if not part:
+            raise ConnectionError("the sender closed")
+        out += part
+    return out
+
+
+def _read_frame(conn: socket.socket) -> tuple[int, bytes]:
+    """The next frame: its type and payload (docs/wire.md "Frame header")."""
+    ftype, _flags, _reserved, length, _blob, _arg = struct.unpack("<BBHIQQ", _recv_exact(conn, 24))
+    return ftype, _recv_exact(conn, length)
+
+
+def _send_frame(conn: socket.socket, ftype: int, payload: bytes = b"") -> None:
+    conn.sendall(struct.pack("<BBHIQQ", ftype, 0, 0, len(payload), 0, 0) + payload)
+
+
+HELLO, ENTRY_BEGIN, CLOSE = 1, 3, 8
+
+
+def _answer_hello(conn: socket.socket, window: int) -> None:
+    """Reads the sender's hello and answers as a consumer granting
+    ``window`` bytes, with a delivery log when the sender names a session
+    (docs/wire.md "Handshake"); accepts no feature."""
+    ftype, offer = _read_frame(conn)
+    assert ftype == HELLO
+    chunk, = struct.unpack_from("<I", offer, 8)
+    session = offer[32:48]
+    inline, = struct.unpack_from("<I", offer, 56)
+    dedup_window = 4096 if session != bytes(16) else 0
+    reply = struct.pack("<IHHIIQII16sQIHH", 0x50575042, 3, 2, chunk, 64 << 10, window, 4096,
+                        dedup_window, session, 0, inline, 0, 0)
+    _send_frame(conn, HELLO, reply)
+
+
+def test_a_consumers_close_reason_is_in_the_senders_error():
+    """A consumer that refuses the stream says why in its close frame; the
+    Sender's PeerClosedError carries the reason (it said only "peer closed")."""
+    reason = "entry 'x' of 4096 bytes is over max_entry_bytes (16)"
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+
+        def send():
+            with pytest.raises(bf.PeerClosedError) as e:
+                with bf.connect(f"tcp://127.0.0.1:{srv.getsockname()[1]}") as s:
+                    for _ in range(10_000):
+                        s.send_blob(["x"], [np.zeros(1024, np.float32)])
+                        s.flush()
+            return str(e.value)
+
+        t = Thread(send)
+        t.start()
+        conn, _ = srv.accept()
+        with conn:
+            _answer_hello(conn, 1 << 20)
+            while _read_frame(conn)[0] != ENTRY_BEGIN:
+                pass
+            _send_frame(conn, CLOSE, reason.encode())
+            text = t.join_result(60)
+    assert "the consumer closed the stream: entry \\'x\\' of 4096 bytes is over max_entry_bytes (16)" in text, text
+
+
+def test_the_sender_bounds_its_queue_whatever_window_the_consumer_grants():
+    """A consumer that grants a window of 2^64 - 1 and reads nothing (a
+    Sender queued 6 GB in 10 s against one): the queue limit is the
+    window but at most 64 MiB, the queued bytes stay within it while emit
+    blocks, and the Sender's stall_timeout ends the wait (TimedOutError)."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        got = {"peak": 0}
+
+        def send():
+            s = bf.connect(f"tcp://127.0.0.1:{srv.getsockname()[1]}", stall_timeout=0.5)
+            got["limit"] = s.queue_bytes
+            x = np.zeros(1 << 20, np.uint8)   # 1 MiB: held, sent from its memory
+            try:
+                for _ in range(1024):   # 1 GiB, were it all queued
+                    s.send_blob(["x"], [x])
+                    got["peak"] = max(got["peak"], s.stats()["queued_bytes"])
+                s.flush()
+            except bf.TimedOutError as e:
+                got["error"] = str(e)
+            got["stats"] = s.stats()
+            s.close()
+
+        t = Thread(send)
+        t.start()
+        conn, _ = srv.accept()
+        with conn:
+            _answer_hello(conn, 2**64 - 1)
+            t.join_result(60)
+    assert got["limit"] == 64 << 20
+    assert "stall_timeout" in got.get("error", ""), got
+    assert got["stats"]["queue_waits"] > 0   # emit blocked instead of queueing on
+    assert 0 < got["peak"] <= got["limit"]
+
+
+def test_a_resend_shutdown_returns_when_no_connection_delivers():
+    """A consumer that completes the handshake and then closes, every time:
+    shutdown() of a resend session with a blob to deliver reconnected for
+    ever. It now raises once max_attempts connections in a row delivered
+    nothing, naming max_attempts, having made that many connections."""
+    accepted = []
+    stop = threading.Event()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        srv.settimeout(0.05)
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except socket.timeout:
+                    continue
+                with conn:
+                    accepted.append(1)
+                    try:
+                        _answer_hello(conn, 1 << 20)
+                    except (OSError, ConnectionError):
+                        pass
+
+        server = Thread(serve)
+        server.start()
+        try:
+            s = bf.connect(f"tcp://127.0.0.1:{srv.getsockname()[1]}", resend=True,
+                           max_attempts=3, retry_delay=0.01, max_retry_delay=0.05)
+            s.send_blob(["x"], [np.zeros(16, np.uint8)])
+
+            def shut():
+                with pytest.raises(bf.StreamError) as e:
+                    s.shutdown()
+                return str(e.value)
+
+            closer = Thread(shut)   # a thread, so that a hang fails the test
+            closer.start()
+            text = closer.join_result(60)
+        finally:
+            stop.set()
+            server.join_result()
+    assert "max_attempts 3" in text, text
+    assert len(accepted) == 3

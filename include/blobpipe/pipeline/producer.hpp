@@ -31,8 +31,10 @@
 // length (docs/wire.md "Flow control"); before framing either, the sender
 // waits until the credit it holds plus the new fits the window. An entry
 // larger than the whole window is admitted alone, once nothing else is
-// outstanding, so a small window never deadlocks. Copied bytes queued for
-// the writer beyond sender_options::max_queued_bytes make emit() wait too.
+// outstanding, so a small window never deadlocks. The window is no bound on
+// the sender's memory (a consumer may grant 2^64 - 1 and read nothing):
+// copied bytes queued for the writer beyond sender_options::max_queued_bytes
+// make emit(), finish() and abort() wait too, under stall_timeout.
 // Waiting suspends the producer (no busy loop, nothing dropped).
 //
 // Resend sessions (at-least-once on the wire, exactly once to the
@@ -92,12 +94,20 @@ struct resend_options {
   /// deliveries, except for the oldest kept blob, which always proceeds
   /// (so blobs larger than the budget, or many open blobs, cannot deadlock).
   std::uint64_t unacked_bytes = 256ull << 20;
-  /// Consecutive failed connection attempts (connect or handshake) without
-  /// any acknowledgement in between before the sender gives up and fails
-  /// with the last error.
+  /// Connection attempts in a row that deliver nothing before the sender
+  /// gives up: failed connects and handshakes, and connections that end
+  /// with no delivery acknowledgement on them (a consumer that completes
+  /// the handshake and then closes, goes silent past stall_timeout, or
+  /// refuses the same blob each time). A delivery resets the count. Past
+  /// it the sender fails with the last attempt's error (peer_closed,
+  /// peer_failed, timed_out, ...), and failure_reason() says "no blob
+  /// delivered on N connection attempts in a row (max_attempts N); the
+  /// last: ..." with the cause (the consumer's close reason, the limit
+  /// that passed). Each such attempt makes the next one wait (below).
   std::uint32_t max_attempts = 8;
   /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
-  /// The first reconnect after a working connection broke is immediate.
+  /// The first reconnect after a connection that delivered broke is
+  /// immediate.
   std::chrono::milliseconds retry_delay{10};
   std::chrono::milliseconds max_retry_delay{1000};
 };
@@ -111,9 +121,16 @@ struct sender_options {
   /// many bytes are copied into their entry_begin and emit() returns at
   /// once; longer ones are sent from the value's memory (zero copy).
   std::uint32_t inline_bytes = default_inline_bytes;
-  /// Copied bytes (headers, inline entries, tails) queued for the writer
-  /// beyond which emit() waits for it to take them, bytes. Producers frame
-  /// the next batch while one is written: at most twice this is held.
+  /// The sender's own bound on copied bytes (headers, inline entries,
+  /// tails, aborts) framed and not yet written, bytes, whatever window the
+  /// consumer grants: emit(), finish() and abort() wait before framing
+  /// while more than this waits for the writer. Producers frame the next
+  /// batch while one is written, so at most twice this plus one item each
+  /// is held (sender_stats::queued_high_water). The wait is on the
+  /// consumer, under stall_timeout: a consumer that grants any window and
+  /// reads nothing ends in timed_out (a resend session reconnects), never
+  /// in growth. A resend session's kept bytes have their own bound
+  /// (resend_options::unacked_bytes).
   std::size_t max_queued_bytes = std::size_t{4} << 20;
   /// Offer feature_entry_timestamps (docs/wire_features.md): when the
   /// consumer accepts it, each entry_begin carries the steady clock at
@@ -180,6 +197,9 @@ struct sender_stats {
   /// and network. At most pool_depth - 1; how many are still running then
   /// depends on the copy engine's speed against the network's.
   std::uint64_t device_prefetch_high_water = 0;
+  /// Most copied bytes framed and not yet written at once (see
+  /// sender_options::max_queued_bytes), bytes, over every connection.
+  std::uint64_t queued_high_water = 0;
   // Resend sessions.
   std::uint64_t reconnects = 0;       ///< connections made after the first
   std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
@@ -220,7 +240,10 @@ class blob_writer {
   /// stream waits for).
   /// Errors: those of layout_builder::add (invalid_argument, unknown_kind,
   /// unknown_dtype, too_large; the blob stays usable), closed (blob finished
-  /// or aborted, or the sender closed), peer_closed, peer_failed,
+  /// or aborted, or the sender closed), peer_closed (last_error() gives the
+  /// consumer's close reason when it sent one), peer_failed, timed_out
+  /// (stall_timeout passed while it waited for credit or for room in the
+  /// sender's own queue, sender_options::max_queued_bytes),
   /// protocol_violation (the consumer broke the protocol), invalid_argument
   /// (key longer than the consumer's max_key_bytes), cuda_failure (device
   /// memory: before anything is sent, e.g. "no CUDA device" — the blob stays
@@ -230,7 +253,8 @@ class blob_writer {
   /// Resend session: completes once the entry is copied into the kept blob
   /// (after waiting for resend_options::unacked_bytes if it is full; device
   /// values are copied to the host) and, while connected, framed; a broken
-  /// connection is not an error here (the copy goes out again).
+  /// connection is not an error here (the copy goes out again) until the
+  /// session gives up (resend_options::max_attempts).
   asio::awaitable<std::error_code> emit(std::string key, value v);
 
   /// Ends the blob: index + v3 footer from write_tail, as one tail frame
@@ -320,8 +344,11 @@ class sender {
   std::error_code error() const noexcept;
   /// Why, in one line, when the sender knows more than error() says: its
   /// stall_timeout fired ("nothing from the consumer for N ms
-  /// (stall_timeout)"), or what a protocol violation broke. Empty
-  /// otherwise. Read it on the sender's executor.
+  /// (stall_timeout)"), what a protocol violation broke, the consumer's
+  /// close frame ("the consumer closed the stream: REASON", its reason
+  /// escaped; error() peer_closed), or why a resend session gave up
+  /// (resend_options::max_attempts). Empty otherwise. Read it on the
+  /// sender's executor.
   const std::string& failure_reason() const noexcept;
 
   /// Negotiated data frame size, copy threshold and the consumer's

@@ -131,7 +131,9 @@ class Sender:
         emit refuses an entry whose meta is longer."""
     @property
     def queue_bytes(self) -> int:
-        """emit() blocks while more than this many bytes are queued."""
+        """emit() blocks while more than this many bytes are queued
+        (connect()'s queue_bytes; by default the consumer's window, at
+        most 64 MiB whatever window it grants)."""
     @property
     def _waiting(self) -> int: ...
     def open_blob(self, tag: Any = None) -> Blob:

@@ -72,7 +72,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             max_queued_bytes: copied bytes the C++ sender queues for its
                 writer before it waits, bytes (default 4 MiB).
             queue_bytes: bytes emitted and not yet taken by the C++ sender
-                beyond which ``emit`` blocks (default: the consumer's window).
+                beyond which ``emit`` blocks (default: the consumer's
+                window, at most 64 MiB: a consumer may grant any window,
+                and the Sender's memory keeps its own bound).
             stall_timeout: seconds the sender waits on a consumer that
                 sends nothing and reads nothing (default and None or 0: no
                 limit: a trainer busy with a step while its window is full
@@ -92,7 +94,12 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 one) or of 16 zero bytes is refused with ValueError.
             unacked_bytes, max_attempts, retry_delay, max_retry_delay:
                 resend session limits (bytes, count, seconds, seconds;
-                defaults 256 MiB, 8, 0.01, 1).
+                defaults 256 MiB, 8, 0.01, 1). ``max_attempts`` counts
+                connection attempts in a row that deliver nothing: failed
+                connects, and connections that end with no blob delivered
+                (a consumer that closes after the handshake, goes silent,
+                or refuses a blob each time); then every call raises, the
+                message naming max_attempts and the last cause.
 
     First checks, once, what no retry can fix (C++ ``check_connect_url``):
     the URL, and that its host resolves. Then waits for the connection and
