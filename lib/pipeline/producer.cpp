@@ -9,8 +9,6 @@
 
 #include <algorithm>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/this_coro.hpp>
 
@@ -273,7 +271,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
   // The queue exists (not yet writing) from here, so a stall during the
   // handshake closes the link through it.
   s->queue = std::make_shared<detail::send_queue>(link, s->opt.max_queued_bytes);
-  if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   s->stall_watch.begin_wait();
   auto [ec, reader] = co_await detail::handshake(link, s->opt, NO_SESSION);
   s->stall_watch.end_wait();
@@ -297,7 +295,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
   auto ex = co_await asio::this_coro::executor;
   auto s = std::make_shared<detail::sender_state>(ex, std::move(opt), /*resend=*/true);
   s->resend = std::make_unique<detail::resend_state>(ex, std::move(connect));
-  if (s->stall_watch.enabled()) asio::co_spawn(s->ex, detail::watch(s), asio::detached);
+  if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   if (auto ec = co_await detail::resend_start(s)) {
     s->fail(ec);
     co_return ret{ec, sender{}};

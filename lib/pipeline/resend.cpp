@@ -11,7 +11,6 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -56,7 +55,7 @@ void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t conne
   s->credit_cv.notify_all();
   s->reader_cv.notify_all();
   rs.kept_cv.notify_all();
-  asio::co_spawn(s->ex, reconnect(s), asio::detached);
+  s->tasks.spawn(reconnect(s));
 }
 
 void resend_failed(sender_state& s) noexcept {
@@ -397,7 +396,7 @@ void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_b
   if (s->error) return;
   const bool tell = s->session.keep_abort(*kb, "blob_writer dropped");
   s->resend->kept_cv.notify_all();
-  if (tell) asio::co_spawn(s->ex, sync(s, std::move(kb), false), asio::detached);
+  if (tell) s->tasks.spawn(sync(s, std::move(kb), false));
 }
 
 void resend_stalled(const std::shared_ptr<sender_state>& s) {

@@ -6,8 +6,6 @@
 #include <array>
 #include <cstring>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
@@ -36,7 +34,8 @@ sender_state::sender_state(asio::any_io_executor e, sender_options o, bool resen
                                      .unacked_bytes = opt.resend.unacked_bytes}),
       credit_cv(ex),
       reader_cv(ex),
-      stall_watch(ex, opt.stall_timeout, {}) {
+      stall_watch(ex, opt.stall_timeout, {}),
+      tasks(ex) {
   stall_watch.owes(true);  // whenever the sender waits on the consumer, it is owed
 }
 
@@ -242,7 +241,7 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
   reader->connection = s->session.connection();
   s->reader_done = false;
   s->stall_watch.progress();
-  asio::co_spawn(s->ex, read_acks(s, std::move(reader)), asio::detached);
+  s->tasks.spawn(read_acks(s, std::move(reader)));
 }
 
 // ---- credit -----------------------------------------------------------------

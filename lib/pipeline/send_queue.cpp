@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 
 namespace blobpipe::detail {
@@ -14,11 +12,12 @@ send_queue::send_queue(std::shared_ptr<transport> t, std::size_t max_queued_byte
       max_queued_bytes_(max_queued_bytes),
       work_cv_(t_->get_executor()),
       wrote_cv_(t_->get_executor()),
-      room_cv_(t_->get_executor()) {}
+      room_cv_(t_->get_executor()),
+      writer_(t_->get_executor()) {}
 
 void send_queue::start(std::function<void(std::error_code)> on_write_failed) {
   on_write_failed_ = std::move(on_write_failed);
-  asio::co_spawn(t_->get_executor(), run(shared_from_this()), asio::detached);
+  writer_.spawn(run(shared_from_this()));
 }
 
 void send_queue::kick() noexcept {

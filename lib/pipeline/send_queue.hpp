@@ -27,6 +27,7 @@
 #include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/transport/transport.hpp"
 #include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/task_group.hpp"
 
 namespace blobpipe::detail {
 
@@ -87,6 +88,7 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   async_condition work_cv_;   // the writer waits for frames
   async_condition wrote_cv_;  // written_ advanced, or the queue failed
   async_condition room_cv_;   // the writer took front_, or the queue failed
+  task_group writer_;         // run(): ends when the queue fails or closes
   bool room_waited_ = false;  // a producer waits on room_cv_
   std::vector<asio::const_buffer> gather_;  // the writer's scratch list
   std::size_t gathered_ = 0;                // bytes in gather_

@@ -27,8 +27,9 @@
 #include "blobpipe/protocol/sender_session.hpp"
 #include "blobpipe/transport/transport.hpp"
 #include "lib/pipeline/send_queue.hpp"
-#include "lib/runtime/watchdog.hpp"
 #include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/task_group.hpp"
+#include "lib/runtime/watchdog.hpp"
 
 namespace blobpipe::detail {
 
@@ -77,6 +78,10 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   // (gathered, device_*) and reconnects.
   sender_stats extra;
   watchdog stall_watch;              // opt.stall_timeout
+  // Its coroutines: the watchdog (watch), the ack reader (read_acks), a
+  // resend session's reconnect and sync. Each ends when what it waits on
+  // closes (the link, the watchdog's stop(), the session's conditions).
+  task_group tasks;
   std::string timeout_reason;        // set when the watchdog fired
   std::unique_ptr<resend_state> resend;  // resend sessions only
 };
