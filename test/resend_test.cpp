@@ -492,6 +492,64 @@ BOOST_AUTO_TEST_CASE(a_connection_that_delivers_resets_the_count) {
   }
 }
 
+// A worker between steps keeps no blob: a consumer that drops its idle
+// connections (idle_timeout, a fan-in server's idle reclaim) delivers
+// nothing on them, but nothing waited for delivery, so they do not count
+// toward max_attempts. Here the first six connections are closed right
+// after the handshake (twice max_attempts); the seventh is a real
+// consumer, and the blob sent then is delivered.
+BOOST_AUTO_TEST_CASE(connections_dropped_while_nothing_is_kept_do_not_end_the_session) {
+  runner r;
+  loopback_link l(r.ex());
+  consumer c;
+  bool completed = false;
+  auto real = [&](std::unique_ptr<transport> t) -> asio::awaitable<void> {
+    auto [ec, started] = co_await consumer::start(std::move(t), {});
+    if (ec) co_return;
+    c = std::move(started);
+    for (;;) {
+      auto ev = co_await c.next();
+      if (ev.kind == event_kind::blob_complete) completed = true;
+      if (ev.kind == event_kind::end_of_stream) break;
+    }
+  };
+  auto server = [&]() -> asio::awaitable<void> {
+    for (int n = 0;; ++n) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      if (n < 6) {
+        co_await play_consumer(std::move(t), consumer_play::close, "");
+      } else {
+        co_await real(std::move(t));
+      }
+    }
+  };
+  r.spawn(server());
+  auto opt = fast_retry();
+  opt.resend.max_attempts = 3;
+  auto snd = r.await(start_resend(l, opt));
+  std::error_code sent_ec, shutdown_ec;
+  auto produce = [&]() -> asio::awaitable<void> {
+    // Idle until the real consumer is connected (a hang guard bounds it).
+    asio::steady_timer poll(co_await asio::this_coro::executor);
+    for (int i = 0; i < 20000 && l.connections() < 7 && !snd.error(); ++i) {
+      poll.expires_after(std::chrono::milliseconds(1));
+      co_await poll.async_wait(asio::use_awaitable);
+    }
+    auto spec = make_blob(0);
+    sent_ec = co_await send_blob(snd, spec);
+    shutdown_ec = co_await snd.shutdown();
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
+  BOOST_TEST(!sent_ec, sent_ec.message());
+  BOOST_TEST(!shutdown_ec, shutdown_ec.message() << ": " << snd.failure_reason());
+  BOOST_TEST(snd.failure_reason().find("max_attempts") == std::string::npos, snd.failure_reason());
+  BOOST_TEST(l.connections() == 7);
+  BOOST_TEST(completed);
+}
+
 // A consumer that completes the handshake and then closes delivers
 // nothing: after max_attempts such connections in a row the session ends
 // (shutdown() returns instead of reconnecting for ever), with the last

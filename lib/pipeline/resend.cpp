@@ -45,11 +45,15 @@ void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t conne
   rs.last_reason = why.empty() ? ec.message() : std::move(why);
   // Only delivery counts as the connection working: a consumer that
   // completes the handshake and then closes, or goes silent, or refuses
-  // the same blob each time, delivers nothing.
+  // the same blob each time, delivers nothing. A connection with nothing
+  // to deliver (no blob kept: a worker between steps, whose consumer drops
+  // idle connections) is no failure; the next attempt still backs off.
   if (std::exchange(rs.delivered_here, false)) {
     rs.failures = 0;
+    rs.retries = 0;
   } else {
-    ++rs.failures;
+    ++rs.retries;
+    if (s->session.kept_blobs() != 0) ++rs.failures;
   }
   s->queue->fail(ec);
   s->credit_cv.notify_all();
@@ -62,7 +66,7 @@ void resend_failed(sender_state& s) noexcept {
   auto& rs = *s.resend;
   rs.connected = rs.live = false;
   rs.kept_cv.notify_all();
-  rs.retry_timer.cancel();
+  rs.retry_wait.notify_all();
 }
 
 namespace {
@@ -252,12 +256,11 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
   auto& rs = *s->resend;
   while (!s->error) {
     if (rs.failures >= s->opt.resend.max_attempts) co_return give_up(*s);
-    if (rs.failures > 0) {  // back off: retry_delay, doubling, capped
+    if (rs.retries > 0) {  // back off: retry_delay, doubling, capped
       auto delay = s->opt.resend.retry_delay;
-      for (std::uint32_t i = 1; i < rs.failures && delay < s->opt.resend.max_retry_delay; ++i)
+      for (std::uint32_t i = 1; i < rs.retries && delay < s->opt.resend.max_retry_delay; ++i)
         delay *= 2;
-      rs.retry_timer.expires_after(std::min(delay, s->opt.resend.max_retry_delay));
-      co_await rs.retry_timer.async_wait(use_tuple);
+      (void)co_await rs.retry_wait.wait_for(std::min(delay, s->opt.resend.max_retry_delay));
       if (s->error) break;
     }
     auto r = co_await attempt(s);
@@ -272,6 +275,7 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
     rs.last_error = r.ec;
     rs.last_reason = r.reason.empty() ? r.ec.message() : std::move(r.reason);
     ++rs.failures;
+    ++rs.retries;
   }
   co_return s->error;
 }

@@ -25,7 +25,6 @@
 #include <vector>
 
 #include <asio/awaitable.hpp>
-#include <asio/steady_timer.hpp>
 
 #include "blobpipe/pipeline/producer.hpp"
 #include "blobpipe/protocol/wire.hpp"
@@ -37,23 +36,27 @@ namespace blobpipe::detail {
 
 struct resend_state {
   resend_state(const asio::any_io_executor& ex, connect_fn c)
-      : connect(std::move(c)), kept_cv(ex), retry_timer(ex) {}
+      : connect(std::move(c)), kept_cv(ex), retry_wait(ex) {}
 
   connect_fn connect;
   session_id session = NO_SESSION;
   bool connected = false;  // a connection is installed and healthy
   bool live = false;       // ...and every kept blob was re-synced on it
-  // Connection attempts in a row that delivered nothing: failed connects
-  // and handshakes, and connections that ended with no delivery ack on
-  // them. max_attempts of them end the session; each makes the next
-  // attempt wait (retry_delay doubling), so a peer that accepts and
-  // closes cannot make the sender spin.
+  // Attempts in a row that delivered nothing while something waited for
+  // delivery: failed connects and handshakes, and connections that ended
+  // with no delivery ack on them while a blob was kept. max_attempts of
+  // them end the session. `retries` counts every attempt in a row that
+  // delivered nothing, a connection with nothing to deliver included (a
+  // consumer that drops idle connections): each makes the next attempt
+  // wait (retry_delay doubling), so a peer that accepts and closes cannot
+  // make the sender spin, and an idle worker's session is not ended by it.
   std::uint32_t failures = 0;
+  std::uint32_t retries = 0;
   bool delivered_here = false;  // a delivery ack came on the current connection
   std::error_code last_error;
   std::string last_reason;      // why the last attempt or connection ended
   async_condition kept_cv;  // kept blobs changed, or the connection came or went
-  asio::steady_timer retry_timer;
+  async_condition retry_wait;  // the backoff before a retry; the sender's end cuts it short
 };
 
 /// blob_writer's operations in a resend session (b->kept is set). The

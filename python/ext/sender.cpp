@@ -1011,8 +1011,8 @@ one, e.g. an entry over its limits), PeerFailedError (reset, I/O error),
 ProtocolViolationError, TimedOutError (stall_timeout). Once the connection
 has failed, every call raises its error; a resend session (connect(...,
 resend=True)) reconnects instead, and raises once max_attempts connection
-attempts in a row delivered nothing (the message names max_attempts and
-the last cause).)")
+attempts in a row delivered nothing while a blob was kept (the message
+names max_attempts and the last cause).)")
       .def("open_blob",
            [](py_sender& s, py::handle tag) { return py_blob(s.h, s.h->open_blob(tag)); },
            py::arg("tag") = py::none(),

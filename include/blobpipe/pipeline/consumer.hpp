@@ -181,12 +181,16 @@ struct consumer_options {
   std::chrono::milliseconds handshake_timeout{10'000};
 
   /// Timeouts after the handshake (0: none). next() ends the stream with
-  /// timed_out, and closes the connection, when it has waited on the sender
-  /// for this long with no byte arriving: `stall_timeout` while the sender
-  /// owes bytes (a frame is incomplete, or a blob is open while the
-  /// sender holds credit to send on: not while it waits for credit the
-  /// application holds, or asked for credit not yet granted),
-  /// `idle_timeout` always. Both apply to the sender's hello as well.
+  /// timed_out, tells the sender why in a close frame and closes the
+  /// connection, when it has waited on the sender for this long:
+  /// `stall_timeout` without progress (an entry or blob completed, or 1 MiB
+  /// of entry and tail bytes: so also a sender slower than 1 MiB per
+  /// stall_timeout, or sending only frames that complete nothing) while
+  /// the sender owes bytes (a frame is incomplete, or a blob is open while
+  /// the sender holds credit to send on: not while it waits for credit the
+  /// application holds, or asked for credit not yet met), `idle_timeout`
+  /// with no byte arriving at all. Both apply to the sender's hello as
+  /// well. docs/reliability.md "Timeouts".
   /// Both are off by default for a plain consumer (a fan-in server sets
   /// stall_timeout to 60 s for its connections): a worker may keep a blob
   /// open between entries for as long as generation takes (a group's

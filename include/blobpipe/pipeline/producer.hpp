@@ -96,9 +96,11 @@ struct resend_options {
   std::uint64_t unacked_bytes = 256ull << 20;
   /// Connection attempts in a row that deliver nothing before the sender
   /// gives up: failed connects and handshakes, and connections that end
-  /// with no delivery acknowledgement on them (a consumer that completes
-  /// the handshake and then closes, goes silent past stall_timeout, or
-  /// refuses the same blob each time). A delivery resets the count. Past
+  /// with no delivery acknowledgement on them while a blob is kept (a
+  /// consumer that completes the handshake and then closes, goes silent
+  /// past stall_timeout, or refuses the same blob each time). A delivery
+  /// resets the count; a connection dropped while nothing is kept (an idle
+  /// worker whose consumer closes idle connections) does not count. Past
   /// it the sender fails with the last attempt's error (peer_closed,
   /// peer_failed, timed_out, ...), and failure_reason() says "no blob
   /// delivered on N connection attempts in a row (max_attempts N); the

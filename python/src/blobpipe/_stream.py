@@ -97,9 +97,12 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 defaults 256 MiB, 8, 0.01, 1). ``max_attempts`` counts
                 connection attempts in a row that deliver nothing: failed
                 connects, and connections that end with no blob delivered
-                (a consumer that closes after the handshake, goes silent,
-                or refuses a blob each time); then every call raises, the
-                message naming max_attempts and the last cause.
+                while one was kept (a consumer that closes after the
+                handshake, goes silent past ``stall_timeout``, or refuses
+                a blob each time); then every call raises, the message
+                naming max_attempts and the last cause. A connection
+                dropped while nothing is kept (an idle worker whose
+                consumer closes idle connections) does not count.
 
     First checks, once, what no retry can fix (C++ ``check_connect_url``):
     the URL, and that its host resolves. Then waits for the connection and
@@ -135,10 +138,13 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
             allow_pickle: False gives kind ``p`` entries as bytes instead of
                 unpickling them (unpickling runs code chosen by the sender:
                 pass False for peers you do not trust).
-            stall_timeout, idle_timeout: seconds without bytes from the
-                sender while it owes some (a blob is open and it holds
-                credit to send on), or at all, after which the stream ends
-                with TimedOutError naming the option (None or 0: none).
+            stall_timeout, idle_timeout: seconds without progress from
+                the sender while it owes bytes (a blob is open and it holds
+                credit to send on; progress is an entry or blob completed,
+                or 1 MiB of entry bytes: so also less than 1 MiB per
+                stall_timeout), or without a byte at all, after which the
+                stream ends with TimedOutError naming the option, and the
+                sender is told why (None or 0: none).
                 Both default to none: a worker may keep a blob open between
                 entries while it generates, and be quiet between steps,
                 which no default tells from a hung one. Set stall_timeout
@@ -154,7 +160,10 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
                 it, whatever an entry's size). Memory: the larger of
                 window_bytes and one entry's credit, + the larger of
                 held_bytes and one entry's credit, of entry credit per
-                Consumer (docs/reliability.md "Held entries").
+                Consumer (docs/reliability.md "Held entries"), and up to
+                16 MiB of queued events that hold no credit (aborted
+                blobs' reasons, completed blobs' indexes) while you do not
+                iterate: past that the consumer reads no more until you do.
             held_timeout: seconds the iteration may wait while you hold more
                 than held_bytes and part of the window too, nothing arriving
                 (default 30; None or 0: no limit); then TimedOutError, whose
