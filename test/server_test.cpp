@@ -61,6 +61,10 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
     const char* url;
     std::size_t threads;
   };
+  // Each sender's connection's events (kind, tag), per configuration: the
+  // same whatever the number of receive threads.
+  using sequence = std::vector<std::pair<server_event_kind, tag_t>>;
+  std::vector<std::map<std::uint32_t, sequence>> per_sender;
   for (const auto [url, threads] : {config{"inproc://server-test-merge", 1},
                                     config{"tcp://127.0.0.1:0", 1},
                                     config{"tcp://127.0.0.1:0", 2}}) {
@@ -135,8 +139,33 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
       BOOST_TEST(st.open == 0u);
       BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
       BOOST_TEST(st.pool.overcommits == 0u);
+      std::map<std::uint64_t, std::uint32_t> sender_of;
+      for (const auto& s : got)
+        if (s.kind == server_event_kind::blob_complete) sender_of[s.conn] = tag_sender(s.tag);
+      auto& mine = per_sender.emplace_back();
+      for (const auto& s : got)
+        if (s.conn != 0) mine[sender_of[s.conn]].emplace_back(s.kind, s.tag);
     }
   }
+  // Every connection's events in the order its sender sent them: opened,
+  // each blob's entries then its end, closed; with one receive thread or two.
+  BOOST_TEST_REQUIRE(per_sender.size() == 3u);
+  BOOST_TEST(per_sender[0].size() == 8u);
+  for (const auto& [who, events] : per_sender[0]) {
+    BOOST_TEST_CONTEXT("sender " << who) {
+      BOOST_TEST_REQUIRE(events.size() == std::size_t(2 + 10 * 4));
+      BOOST_TEST((events.front().first == server_event_kind::connection_opened));
+      for (std::size_t b = 0; b < 10; ++b) {
+        for (std::size_t e = 0; e < 3; ++e)
+          BOOST_TEST((events[1 + b * 4 + e].first == server_event_kind::entry_ready));
+        BOOST_TEST((events[1 + b * 4 + 3].first == server_event_kind::blob_complete));
+        BOOST_TEST((events[1 + b * 4 + 3].second == events[1 + b * 4].second));
+      }
+      BOOST_TEST((events.back().first == server_event_kind::connection_closed));
+    }
+  }
+  BOOST_TEST((per_sender[1] == per_sender[0]), "TCP, one thread: another per-connection order");
+  BOOST_TEST((per_sender[2] == per_sender[0]), "TCP, two threads: another per-connection order");
 }
 
 BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {

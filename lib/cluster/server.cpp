@@ -56,7 +56,7 @@ void note_session(server_state& s, server_conn& cn) {
   if (id == NO_SESSION) return;
   std::string key(reinterpret_cast<const char*>(id.data()), id.size());
   if (!s.sessions.insert(key).second) {
-    cn.metrics.reconnects = 1;
+    cn.home.metrics.reconnects = 1;
     return;
   }
   s.session_order.push_back(std::move(key));
@@ -66,36 +66,33 @@ void note_session(server_state& s, server_conn& cn) {
   }
 }
 
-/// Home: connection `cn`'s stream ended (its pump is done): it leaves the
-/// count; kept (for its buffered bytes and counters) only if it opened.
+/// Home: connection `cn`'s stream ended (its pump is done): it ends; kept
+/// (for its buffered bytes and counters) only if it opened.
 void leave(server_state& s, server_conn& cn) {
-  if (cn.idle_closing) {  // counted out when reclaimed idle; its events are in
-    cn.idle_closing = false;
-    --s.closing;
-    s.ready.notify_all();
-  }
-  if (cn.ended) return;  // reclaimed: counted out then
-  cn.ended = true;
-  --s.live;
-  if (!cn.opened) s.conns.erase(cn.info->id);  // never opened: nothing to keep
+  const conn_state was = cn.home.state;
+  if (was == conn_state::ended) return;  // its slot was reclaimed in its handshake
+  s.move(cn, conn_state::ended);
+  if (was == conn_state::handshaking) s.conns.erase(cn.info->id);  // nothing to keep
   s.ready.notify_all();
 }
 
 /// Home: connection `cn`'s consumer yielded `ev`.
 void arrived(server_state& s, const std::shared_ptr<server_conn>& conn, event ev) {
-  server_conn& cn = *conn;
-  if (cn.gone) {  // its slot was reclaimed as its handshake finished
+  conn_home& cn = conn->home;
+  // Ended before its stream did: its slot was reclaimed as its handshake
+  // finished, and what it sends is dropped.
+  if (cn.state == conn_state::ended) {
     if (ev.kind != event_kind::entry_ready) s.uncredited_left(conn);
     return;
   }
   ++cn.queued;
   if (ev.kind != event_kind::end_of_stream) cn.useful = clock::now();
   if (ev.kind == event_kind::end_of_stream) {
-    s.push({server_event_kind::connection_closed, cn.info, std::move(ev)});
+    s.push({server_event_kind::connection_closed, conn->info, std::move(ev)});
     return;
   }
-  auto outcomes = s.groups.observe(ev, clock::now(), cn.info->id);
-  s.push({kind_of(ev.kind), cn.info, std::move(ev)});
+  auto outcomes = s.groups.observe(ev, clock::now(), conn->info->id);
+  s.push({kind_of(ev.kind), conn->info, std::move(ev)});
   s.push_groups(outcomes);
   s.watch_groups();
 }
@@ -116,8 +113,9 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
       }
     }
   } bye{s, cn};
-  if (cn->reclaimed) co_return;  // its slot went before it started
-  cn->raw = t.get();
+  conn_io& io = cn->io;
+  if (io.reclaimed) co_return;  // its slot went before it started
+  io.raw = t.get();
   consumer_options copt = s->opt.connection;
   copt.pool = s->pool;
   // The application waits in server::next(), not where the pump does.
@@ -131,33 +129,34 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     // The server's handshake_timeout: closing the transport ends start().
     detail::deadline handshake_bound(
         cn->cx, s->opt.handshake_timeout, [w = std::weak_ptr<server_conn>(cn)] {
-          if (auto conn = w.lock(); conn && conn->raw) conn->raw->close();
+          if (auto conn = w.lock(); conn && conn->io.raw) conn->io.raw->close();
         });
     std::tie(ec, c) = co_await consumer::start(std::move(t), std::move(copt));
   }
-  cn->raw = nullptr;
-  if (!ec && cn->reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
+  io.raw = nullptr;
+  if (!ec && io.reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
     s->at_home(*cn, [s, cn] {
-      if (!cn->gone) ++s->counts.handshake_failures;  // a reclaimed one was counted then
+      // A reclaimed one (ended already) was counted then.
+      if (cn->home.state != conn_state::ended) ++s->counts.handshake_failures;
     });
     co_return;
   }
-  cn->c.emplace(std::move(c));
-  const session_id session = cn->c->session();
-  const std::uint64_t member = cn->c->stats().pool_member;
-  if (s->closed) cn->c->close();
+  io.c.emplace(std::move(c));
+  const session_id session = io.c->session();
+  const std::uint64_t member = io.c->stats().pool_member;
+  if (s->closed) io.c->close();
   s->at_home(*cn, [s, cn, session, member] {
-    if (cn->gone) return;
-    cn->opened = true;
-    cn->useful = clock::now();
-    cn->pool_member = member;
+    if (cn->home.state == conn_state::ended) return;  // reclaimed as it finished
+    s->move(*cn, conn_state::open);
+    cn->home.useful = clock::now();
+    cn->home.pool_member = member;
     cn->info->session = session;
     note_session(*s, *cn);
-    ++cn->queued;
+    ++cn->home.queued;
     s->push({server_event_kind::connection_opened, cn->info, {}});
   });
-  s->drain_one(*cn);
+  s->drain_one(io);
   const std::size_t room = s->opt.max_queued_events_per_connection;
   for (;;) {
     // Events that hold no credit are bounded per connection: at the bound
@@ -165,16 +164,16 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     // its sender waits in the transport's flow control, until the
     // application takes one (server_state::uncredited_left wakes us).
     while (cn->uncredited_queued.load(std::memory_order_acquire) >= room && !s->closed)
-      (void)co_await cn->room->wait();
-    event ev = co_await cn->c->next();
-    cn->credit_requests.store(cn->c->stats().credit_requests, std::memory_order_relaxed);
+      (void)co_await io.room->wait();
+    event ev = co_await io.c->next();
+    cn->credit_requests.store(io.c->stats().credit_requests, std::memory_order_relaxed);
     const bool end = ev.kind == event_kind::end_of_stream;
-    if (end && !cn->closed_why.empty()) ev.reason = cn->closed_why;
+    if (end && !io.closed_why.empty()) ev.reason = io.closed_why;
     if (ev.kind != event_kind::entry_ready)
       cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
     s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, cn, std::move(ev)); });
     if (end) break;
-    s->drain_one(*cn);
+    s->drain_one(io);
   }
 }
 
@@ -187,18 +186,18 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
 bool reclaim_a_handshake(server_state& s, std::uint64_t spared = 0) {
   for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
     std::shared_ptr<server_conn> cn = it->second;
-    if (cn->ended || cn->opened || it->first == spared) continue;
-    cn->ended = true;  // serve()'s exit then leaves the count alone
-    cn->gone = true;   // and its events, should its handshake finish now, are dropped
-    --s.live;
+    if (cn->home.state != conn_state::handshaking || it->first == spared) continue;
+    // Ended now: serve()'s exit then leaves it alone, and its events,
+    // should its handshake finish now, are dropped.
+    s.move(*cn, conn_state::ended);
     ++s.counts.handshake_failures;
     s.conns.erase(it);
     // consumer::start fails with closed, or, had it finished, the consumer
     // is closed: serve() ends either way.
     server_state::on_conn(*cn, [cn] {
-      cn->reclaimed = true;
-      if (auto* raw = std::exchange(cn->raw, nullptr)) raw->close();
-      if (cn->c) cn->c->close();
+      cn->io.reclaimed = true;
+      if (auto* raw = std::exchange(cn->io.raw, nullptr)) raw->close();
+      if (cn->io.c) cn->io.c->close();
     });
     return true;
   }
@@ -211,7 +210,7 @@ enum class reclaim_kind { slot, credit };
 /// On connection `cn`'s executor: whether it may be reclaimed now: no blob
 /// open and nothing buffered or held (no entry the application holds, no
 /// tail being checked), and for credit, unused credit to give back.
-bool reclaimable(const server_state& s, const server_conn& cn, reclaim_kind kind) {
+bool reclaimable(const server_state& s, const conn_io& cn, reclaim_kind kind) {
   if (!cn.c || cn.reclaimed || cn.c->open_blobs() != 0) return false;
   // Closed by the other reclaim (slots and the credit watch interleave at
   // home): it frees nothing twice.
@@ -228,7 +227,7 @@ asio::awaitable<std::shared_ptr<server_conn>> first_reclaimable(
     std::shared_ptr<server_state> s, std::vector<std::shared_ptr<server_conn>> idle,
     reclaim_kind kind) {
   for (auto& cn : idle)
-    if (reclaimable(*s, *cn, kind)) co_return cn;
+    if (reclaimable(*s, cn->io, kind)) co_return cn;
   co_return nullptr;
 }
 
@@ -239,15 +238,16 @@ asio::awaitable<std::shared_ptr<server_conn>> first_reclaimable(
 asio::awaitable<bool> close_if_idle(std::shared_ptr<server_state> s,
                                     std::shared_ptr<server_conn> cn, reclaim_kind kind,
                                     long long idle_ms, std::string cause) {
-  if (!reclaimable(*s, *cn, kind)) co_return false;
-  const std::uint64_t member = cn->c->stats().pool_member;
+  conn_io& io = cn->io;
+  if (!reclaimable(*s, io, kind)) co_return false;
+  const std::uint64_t member = io.c->stats().pool_member;
   std::string why = "reclaimed: idle " + std::to_string(idle_ms) + " ms with no blob open";
   if (kind == reclaim_kind::credit)
     why += ", holding " + std::to_string(s->pool->unused_bytes(member)) + " bytes of unused credit,";
   else
     why += " and nothing held";
-  cn->closed_why = why + " " + cause;
-  cn->c->close();  // its next() ends: connection_closed, with the reason
+  io.closed_why = why + " " + cause;
+  io.c->close();  // its next() ends: connection_closed, with the reason
   if (member != 0) s->pool->close(member);
   co_return true;
 }
@@ -261,10 +261,12 @@ asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s
                                                  reclaim_kind kind, std::string cause) {
   if (s->opt.idle_reclaim_after.count() <= 0) co_return false;
   const auto now = clock::now();
-  const auto idlest_first = [](const auto& a, const auto& b) { return a->useful < b->useful; };
+  const auto idlest_first = [](const auto& a, const auto& b) {
+    return a->home.useful < b->home.useful;
+  };
   std::vector<std::shared_ptr<server_conn>> idle;
   for (auto& [id, cn] : s->conns)
-    if (cn->opened && !cn->ended && now - cn->useful >= s->opt.idle_reclaim_after)
+    if (cn->home.state == conn_state::open && now - cn->home.useful >= s->opt.idle_reclaim_after)
       idle.push_back(cn);
   std::sort(idle.begin(), idle.end(), idlest_first);
   // Every candidate is looked at, so that no crowd holding something (a
@@ -284,17 +286,15 @@ asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s
       found.push_back(std::move(cn));
   std::sort(found.begin(), found.end(), idlest_first);
   for (auto& cn : found) {
-    if (cn->ended) continue;  // it ended while we looked
+    if (cn->home.state != conn_state::open) continue;  // it ended while we looked
     const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - cn->useful).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - cn->home.useful)
+            .count();
     if (!co_await asio::co_spawn(cn->cx, close_if_idle(s, cn, kind, ms, cause), asio::use_awaitable))
       continue;
-    if (!cn->ended) {  // its pump has not ended yet: count it out now
-      cn->ended = true;  // serve()'s exit then leaves the count alone
-      cn->idle_closing = true;
-      --s->live;
-      ++s->closing;  // next() ends only after its connection_closed
-    }
+    // Its pump has not ended yet: its slot is free now, and next() ends
+    // only after its connection_closed (leave() ends it then).
+    if (cn->home.state == conn_state::open) s->move(*cn, conn_state::closing);
     co_return true;
   }
   co_return false;
@@ -345,7 +345,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     }
     // Full: a connection still in its handshake gives way first; only
     // when every slot holds a finished handshake is the new one refused.
-    if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
+    if (s->lifecycle.live() >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       // Then one that has sent nothing useful for long.
       if (!co_await reclaim_an_idle_connection(
               s, reclaim_kind::slot,
@@ -359,7 +359,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     auto cn = std::make_shared<server_conn>();
     cn->info = std::make_shared<connection_info>();
     cn->info->id = ++s->next_id;
-    cn->accepted = clock::now();
+    cn->home.accepted = clock::now();
     cn->info->peer = t->peer_address();  // here: home reads it (stats) as it starts
     cn->cx = s->ex;
     if (s->rx && t->get_executor() != s->ex) {
@@ -367,13 +367,13 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       cn->at_home = false;
       cn->thread = turn + 1;
     }
-    cn->room.emplace(cn->cx);
+    cn->io.room.emplace(cn->cx);
     if (!s->any_connection) {
       s->any_connection = true;
-      s->started = cn->accepted;
+      s->started = cn->home.accepted;
     }
     s->conns[cn->info->id] = cn;
-    ++s->live;
+    cn->home.state = s->lifecycle.admit();
     auto cx = cn->cx;
     asio::co_spawn(cx, serve(s, cn, std::move(t)), asio::detached);
   }
@@ -505,7 +505,7 @@ void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
   if (cn->uncredited_queued.fetch_sub(1, std::memory_order_acq_rel) !=
       opt.max_queued_events_per_connection)
     return;
-  on_conn(*cn, [cn] { cn->room->notify_all(); });
+  on_conn(*cn, [cn] { cn->io.room->notify_all(); });
 }
 
 void server_state::watch_credit() {
@@ -518,7 +518,7 @@ void server_state::account(const server_event& ev) {
   if (!ev.connection) return;
   auto it = conns.find(ev.connection->id);
   if (it == conns.end()) return;
-  server_conn& cn = *it->second;
+  conn_home& cn = it->second->home;
   if (cn.queued > 0) --cn.queued;
   if (ev.kind != server_event_kind::entry_ready && ev.kind != server_event_kind::connection_opened)
     uncredited_left(it->second);
@@ -553,15 +553,16 @@ void server_state::sweep() {
     // released: the pool let go of its member. (With receive threads an
     // entry's credit may leave the pool, into the held allowance, before
     // the events queued behind it are yielded.)
-    if (cn->ended && cn->queued == 0 &&
-        (cn->pool_member == 0 || !pool->holds(cn->pool_member))) {
-      cn->metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
-      retired.merge(cn->metrics);
+    const conn_home& h = cn->home;
+    if (h.state == conn_state::ended && h.queued == 0 &&
+        (h.pool_member == 0 || !pool->holds(h.pool_member))) {
+      cn->home.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
+      retired.merge(cn->home.metrics);
       it = conns.erase(it);
       // Its consumer goes on its own executor, as it lived.
       on_conn(*cn, [cn] {
-        cn->c.reset();
-        cn->room.reset();
+        cn->io.c.reset();
+        cn->io.room.reset();
       });
     } else {
       ++it;
@@ -569,8 +570,8 @@ void server_state::sweep() {
   }
 }
 
-void server_state::drain_one(server_conn& cn) noexcept {
-  // On cn's executor.
+void server_state::drain_one(conn_io& cn) noexcept {
+  // On its connection's executor.
   if (draining && cn.c && cn.c->open_blobs() == 0) cn.c->close();
 }
 
@@ -679,9 +680,9 @@ asio::awaitable<server_event> server::next() {
     // The application waits: each connection's held_timeout may count
     // (consumer_options::waits_reported).
     for (auto& [id, cn] : s->conns)
-      if (cn->opened && !cn->ended)
+      if (cn->home.state == detail::conn_state::open)
         detail::server_state::on_conn(*cn, [cn = cn] {
-          if (cn->c) cn->c->application_waits();
+          if (cn->io.c) cn->io.c->application_waits();
         });
     const bool cancelled = co_await s->ready.wait();
     if (cancelled) {
@@ -704,9 +705,9 @@ namespace {
 void close_conn(const std::shared_ptr<detail::server_conn>& cn) noexcept {
   try {
     detail::server_state::on_conn(*cn, [cn] {
-      if (cn->c) cn->c->close();
-      else if (cn->raw) cn->raw->close();
-      if (cn->room) cn->room->notify_all();  // a pump waiting for room sees `closed`
+      if (cn->io.c) cn->io.c->close();
+      else if (cn->io.raw) cn->io.raw->close();
+      if (cn->io.room) cn->io.room->notify_all();  // a pump waiting for room sees `closed`
     });
   } catch (...) {  // no memory to post it: it ends with its sender
   }
@@ -720,9 +721,9 @@ void server::drain() noexcept {
   s->close_listener();
   s->draining = true;
   for (auto& [id, cn] : s->conns) {
-    if (cn->ended) continue;
+    if (!detail::holds_slot(cn->home.state)) continue;
     try {
-      detail::server_state::on_conn(*cn, [s, cn = cn] { s->drain_one(*cn); });
+      detail::server_state::on_conn(*cn, [s, cn = cn] { s->drain_one(cn->io); });
     } catch (...) {  // no memory to post it: it is drained after its next event
     }
   }
@@ -731,7 +732,7 @@ void server::drain() noexcept {
 void server::disconnect(std::uint64_t id) noexcept {
   if (!state_) return;
   auto it = state_->conns.find(id);
-  if (it == state_->conns.end() || it->second->ended) return;
+  if (it == state_->conns.end() || !detail::holds_slot(it->second->home.state)) return;
   close_conn(it->second);
 }
 
@@ -755,17 +756,18 @@ server_stats server::stats() const {
   for (const auto& [id, cn] : s.conns) {
     connection_stats c;
     c.info = cn->info;
-    c.open = !cn->ended;
+    c.open = detail::holds_slot(cn->home.state);
     c.thread = cn->thread;
-    c.queued_events = cn->queued;
-    c.metrics = cn->metrics;
-    if (cn->opened) c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
+    c.queued_events = cn->home.queued;
+    c.metrics = cn->home.metrics;
+    if (cn->home.state != detail::conn_state::handshaking)
+      c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
     st.total.merge(c.metrics);
     st.connections.push_back(std::move(c));
   }
   if (s.first_entry_s) st.total.first_entry_s = s.first_entry_s;
   st.pool = s.pool->stats();
-  st.open = s.live;
+  st.open = s.lifecycle.live();
   st.queued_events = s.queue.size();
   st.groups_open = s.groups.open();
   st.late_members = s.groups.late_members();
