@@ -139,6 +139,7 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
       BOOST_TEST(st.open == 0u);
       BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
       BOOST_TEST(st.pool.overcommits == 0u);
+      BOOST_TEST(st.tasks_running == 0u, "a task of the server outlived its end_of_stream");
       std::map<std::uint64_t, std::uint32_t> sender_of;
       for (const auto& s : got)
         if (s.kind == server_event_kind::blob_complete) sender_of[s.conn] = tag_sender(s.tag);
@@ -601,12 +602,20 @@ void close_case(const char* url, std::size_t threads) {
   auto srv = server::listen(r.ex(), url, opt).value();
   gate begun(r.ex());
   std::vector<seen> got;
+  std::uint64_t tasks_while_open = 0;
+  std::uint64_t tasks_at_end = 1;
   auto application = [&]() -> asio::awaitable<void> {
     for (;;) {
       auto ev = co_await srv.next();
       got.push_back(record(ev));
-      if (ev.kind == server_event_kind::entry_ready) begun.open();
-      if (ev.kind == server_event_kind::end_of_stream) break;
+      if (ev.kind == server_event_kind::entry_ready && !tasks_while_open) {
+        tasks_while_open = srv.stats().tasks_running;
+        begun.open();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) {
+        tasks_at_end = srv.stats().tasks_running;
+        break;
+      }
     }
   };
   r.spawn(application());
@@ -629,9 +638,14 @@ void close_case(const char* url, std::size_t threads) {
   BOOST_TEST(got[got.size() - 2].kind == server_event_kind::connection_closed);
   BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
   BOOST_TEST((got.back().error == errc::closed));
+  // The accept loop and the connection's pump ran, and had ended by the
+  // end_of_stream: next() waits for the server's own tasks.
+  BOOST_TEST(tasks_while_open >= 2u);
+  BOOST_TEST(tasks_at_end == 0u);
   // And it stays ended.
   auto again = r.await(srv.next());
   BOOST_TEST(again.kind == server_event_kind::end_of_stream);
+  BOOST_TEST(srv.stats().tasks_running == 0u);
 }
 
 }  // namespace

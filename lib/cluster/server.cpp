@@ -7,12 +7,10 @@
 #include <algorithm>
 
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/transport/url.hpp"
 #include "lib/cluster/server_state.hpp"
@@ -23,7 +21,6 @@ namespace detail {
 namespace {
 
 using clock = std::chrono::steady_clock;
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 /// Resend sessions remembered, to count reconnects.
 constexpr std::size_t sessions_remembered = 4096;
 
@@ -339,8 +336,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       // Transient (out of descriptors with nothing to reclaim, a
       // connection reset in the backlog): try again shortly rather than spin
       // (a pause, which fails nothing: not a deadline).
-      asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
-      co_await pause.async_wait(use_tuple);
+      (void)co_await pause(accept_retry_pause);
       continue;
     }
     // Full: a connection still in its handshake gives way first; only
@@ -375,7 +371,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     s->conns[cn->info->id] = cn;
     cn->home.state = s->lifecycle.admit();
     auto cx = cn->cx;
-    asio::co_spawn(cx, serve(s, cn, std::move(t)), asio::detached);
+    s->tasks.spawn(cx, serve(s, cn, std::move(t)));
   }
   s->accept_done = true;
   s->ready.notify_all();
@@ -385,7 +381,10 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
 /// reclaims the idlest connection holding unused credit, one at a time
 /// (each gives its credit back at once), and with none to reclaim looks
 /// again every quarter of idle_reclaim_after (at least every 10 ms).
+/// Cancelled (server_state::timers) at close: it then ends at its next
+/// wait, never by an exception.
 asio::awaitable<void> run_credit_watch(std::shared_ptr<server_state> s) {
+  co_await asio::this_coro::throw_if_cancelled(false);
   const auto period =
       std::max<std::chrono::milliseconds>(s->opt.idle_reclaim_after / 4, std::chrono::milliseconds(10));
   for (;;) {
@@ -396,17 +395,21 @@ asio::awaitable<void> run_credit_watch(std::shared_ptr<server_state> s) {
             "while another connection's credit request waited for free budget "
             "(server_options::idle_reclaim_after)"))
       continue;
-    s->credit_timer.expires_after(period);
-    co_await s->credit_timer.async_wait(use_tuple);
+    if (co_await pause(period)) break;  // cancelled
   }
   s->credit_watch_running = false;
 }
 
+/// Expires the open groups at their deadlines (group_timeout) while any is
+/// open. Cancelled (server_state::timers) at close.
 asio::awaitable<void> run_group_timer(std::shared_ptr<server_state> s) {
+  co_await asio::this_coro::throw_if_cancelled(false);
   while (!s->closed && s->groups.open() > 0) {
-    s->group_timer.expires_at(s->groups.next_deadline());
-    co_await s->group_timer.async_wait(use_tuple);
-    if (s->closed) break;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(s->groups.next_deadline() -
+                                                                   clock::now());
+    const bool cancelled =
+        co_await s->groups_changed.wait_for(std::max(left, std::chrono::milliseconds(0)));
+    if (cancelled || s->closed) break;
     s->push_groups(s->groups.expire(clock::now()));
   }
   s->group_timer_running = false;
@@ -465,8 +468,9 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
               .max_open = opt.max_open_groups,
               .max_open_per_opener = opt.max_open_groups_per_connection,
               .remembered = opt.max_open_groups}),
-      group_timer(ex),
-      credit_timer(ex) {
+      groups_changed(ex),
+      tasks(ex),
+      timers(ex) {
   // Resend sessions reconnect to this server: its connections share a log
   // (not the process's, which other servers in the process share).
   if (!opt.connection.delivered) opt.connection.delivered = std::make_shared<delivery_log>();
@@ -489,14 +493,14 @@ void server_state::push_groups(const std::vector<group_outcome>& outcomes) {
   }
   // No group left to time out: the timer must not hold the executor's
   // run() for up to group_timeout (run_group_timer then ends).
-  if (!outcomes.empty() && groups.open() == 0) group_timer.cancel();
+  if (!outcomes.empty() && groups.open() == 0) groups_changed.notify_all();
 }
 
 void server_state::watch_groups() {
   if (group_timer_running || groups.open() == 0 || opt.group_timeout.count() <= 0 || closed)
     return;
   group_timer_running = true;
-  asio::co_spawn(ex, run_group_timer(shared_from_this()), asio::detached);
+  timers.spawn(run_group_timer(shared_from_this()));
 }
 
 void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
@@ -511,7 +515,7 @@ void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
 void server_state::watch_credit() {
   if (credit_watch_running || closed || opt.idle_reclaim_after.count() <= 0) return;
   credit_watch_running = true;
-  asio::co_spawn(ex, run_credit_watch(shared_from_this()), asio::detached);
+  timers.spawn(run_credit_watch(shared_from_this()));
 }
 
 void server_state::account(const server_event& ev) {
@@ -625,7 +629,7 @@ result<server> server::start(asio::any_io_executor ex, std::unique_ptr<listener>
     });
   });
   if (auto* u = dynamic_cast<url_listener*>(s->lis.get())) s->url = u->url();
-  asio::co_spawn(s->ex, detail::accept_loop(s), asio::detached);
+  s->tasks.spawn(detail::accept_loop(s));
   return server(std::move(s));
 }
 
@@ -673,6 +677,15 @@ asio::awaitable<server_event> server::next() {
           s->closed ? make_error_code(errc::closed) : make_error_code(errc::peer_closed);
       s->push_groups(s->groups.abort_all(why, "the server's last connection ended"));
       if (!s->queue.empty()) continue;
+      // Nothing more can come: the timers wait on nothing any more, and the
+      // accept loop and the connections' pumps end (or have ended).
+      s->timers.cancel();
+      co_await s->timers.join();
+      co_await s->tasks.join();
+      if (s->timers.running() != 0 || s->tasks.running() != 0) {  // next() was cancelled
+        out.ev.error = std::error_code(asio::error::operation_aborted);
+        break;
+      }
       s->sweep();
       if (s->closed) out.ev.error = make_error_code(errc::closed);
       break;
@@ -742,8 +755,7 @@ void server::close() noexcept {
   s.closed = true;
   s.close_listener();
   for (auto& [id, cn] : s.conns) close_conn(cn);
-  s.group_timer.cancel();
-  s.credit_timer.cancel();
+  s.timers.cancel();
 }
 
 server_stats server::stats() const {
@@ -771,6 +783,7 @@ server_stats server::stats() const {
   st.queued_events = s.queue.size();
   st.groups_open = s.groups.open();
   st.late_members = s.groups.late_members();
+  st.tasks_running = s.tasks.running() + s.timers.running();
   return st;
 }
 

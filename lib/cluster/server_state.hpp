@@ -3,6 +3,17 @@
 // coroutine accepts, one per connection pumps its consumer's events into
 // the queue, and next() takes them out; all hold the state by shared_ptr.
 //
+// Tasks: every coroutine the server starts belongs to one of its two task
+// groups, and next() joins both before it yields end_of_stream.
+//   `tasks`:  the accept loop (ended by closing the listener) and each
+//             connection's serve() (on its cx; ended by closing its
+//             consumer, or its transport during the handshake). Never
+//             cancelled: a transport wait cancelled midway can leave its
+//             work to nobody.
+//   `timers`: the group timer and the credit watch, which wait only on a
+//             timer or a condition: close() cancels them, and so does
+//             next() once nothing more can come.
+//
 // Threads (server_options::threads): the state's home is `ex`, the
 // application's executor. Everything here is touched on it only, except a
 // connection's conn_io (its `cx`: a receive thread's io_context, or `ex`
@@ -29,12 +40,12 @@
 #include <asio/dispatch.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
 
 #include "blobpipe/cluster/server.hpp"
 #include "lib/cluster/conn_lifecycle.hpp"
 #include "lib/cluster/group_tracker.hpp"
 #include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/task_group.hpp"
 
 namespace blobpipe::detail {
 
@@ -171,13 +182,14 @@ struct server_state : std::enable_shared_from_this<server_state> {
   std::atomic<bool> draining{false};
   std::atomic<bool> closed{false};
   group_tracker groups;
-  asio::steady_timer group_timer;
+  // The group timer waits on it until the next group's deadline; notified
+  // when no group is left open (its loop then ends).
+  async_condition groups_changed;
   bool group_timer_running = false;
   // The credit watch: while a credit request waits for free budget
   // (credit_pool::starved), idle connections holding unused credit are
   // reclaimed. `credit_watch_due`: the pool's callback posted a start
   // (set on any thread; shared, so the callback never holds the state).
-  asio::steady_timer credit_timer;
   bool credit_watch_running = false;
   std::shared_ptr<std::atomic<bool>> credit_watch_due =
       std::make_shared<std::atomic<bool>>(false);
@@ -190,6 +202,9 @@ struct server_state : std::enable_shared_from_this<server_state> {
   std::chrono::steady_clock::time_point started{};  // the first connection
   bool any_connection = false;
   std::optional<double> first_entry_s;  // from `started` to the first entry yielded
+  // Declared last, so that the tasks' home (ex) is set first.
+  task_group tasks;   // accept_loop, serve (see the top of this file)
+  task_group timers;  // run_group_timer, run_credit_watch
 };
 
 }  // namespace blobpipe::detail
