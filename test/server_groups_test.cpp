@@ -151,7 +151,9 @@ BOOST_AUTO_TEST_CASE(a_group_open_when_the_last_connection_ends_is_aborted_peer_
   seen_all got;
   gate a_closed(r.ex());
   std::size_t closed = 0;
+  std::uint64_t tasks_at_end = 1;
   r.spawn(application(srv, got, [&](const server_event& ev) {
+    if (ev.kind == server_event_kind::end_of_stream) tasks_at_end = srv.stats().tasks_running;
     if (ev.kind != server_event_kind::connection_closed) return;
     if (++closed == 1) a_closed.open();
     if (closed == 2) srv.stop_accepting();
@@ -190,7 +192,11 @@ BOOST_AUTO_TEST_CASE(a_group_open_when_the_last_connection_ends_is_aborted_peer_
              seven->reason);
   // After both connections closed, and before end_of_stream.
   BOOST_TEST(got.events.back().kind == server_event_kind::end_of_stream);
+  BOOST_TEST(!got.events.back().error, got.events.back().error.message());
   BOOST_TEST(got.events[got.events.size() - 2].kind == server_event_kind::group_aborted);
+  // The group timer (group 7 was open) had ended by then: end_of_stream
+  // waits for the server's tasks.
+  BOOST_TEST(tasks_at_end == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
