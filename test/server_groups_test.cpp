@@ -151,7 +151,9 @@ BOOST_AUTO_TEST_CASE(a_group_open_when_the_last_connection_ends_is_aborted_peer_
   seen_all got;
   gate a_closed(r.ex());
   std::size_t closed = 0;
+  std::uint64_t tasks_at_end = 1;
   r.spawn(application(srv, got, [&](const server_event& ev) {
+    if (ev.kind == server_event_kind::end_of_stream) tasks_at_end = srv.stats().tasks_running;
     if (ev.kind != server_event_kind::connection_closed) return;
     if (++closed == 1) a_closed.open();
     if (closed == 2) srv.stop_accepting();
@@ -190,7 +192,11 @@ BOOST_AUTO_TEST_CASE(a_group_open_when_the_last_connection_ends_is_aborted_peer_
              seven->reason);
   // After both connections closed, and before end_of_stream.
   BOOST_TEST(got.events.back().kind == server_event_kind::end_of_stream);
+  BOOST_TEST(!got.events.back().error, got.events.back().error.message());
   BOOST_TEST(got.events[got.events.size() - 2].kind == server_event_kind::group_aborted);
+  // The group timer (group 7 was open) had ended by then: end_of_stream
+  // waits for the server's tasks.
+  BOOST_TEST(tasks_at_end == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
@@ -198,9 +204,17 @@ BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
   auto srv = server::listen(r.ex(), "inproc://groups-close").value();
   seen_all got;
   gate done(r.ex());
+  std::uint64_t tasks_at_close = 0;
+  std::uint64_t tasks_at_end = 1;
   r.spawn(application(srv, got, [&](const server_event& ev) {
-    if (ev.kind == server_event_kind::blob_complete) srv.close();
-    if (ev.kind == server_event_kind::end_of_stream) done.open();
+    if (ev.kind == server_event_kind::blob_complete) {
+      tasks_at_close = srv.stats().tasks_running;
+      srv.close();
+    }
+    if (ev.kind == server_event_kind::end_of_stream) {
+      tasks_at_end = srv.stats().tasks_running;
+      done.open();
+    }
   }));
   auto one_sender = [&]() -> asio::awaitable<void> {
     auto [sec, s] = co_await start_sender(srv.url());
@@ -217,6 +231,10 @@ BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
   BOOST_TEST(!g->complete);
   BOOST_TEST((g->error == errc::closed), g->error.message());
   BOOST_TEST(has(g->reason, "group 8: 1 of 3 members complete when"), g->reason);
+  // The accept loop, the connection and the group timer (group 8 open)
+  // ran at close; all had ended by end_of_stream.
+  BOOST_TEST(tasks_at_close >= 3u);
+  BOOST_TEST(tasks_at_end == 0u);
 }
 
 // Issue 26 item 4: open-group slots are charged to the connection whose

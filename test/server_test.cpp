@@ -61,6 +61,10 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
     const char* url;
     std::size_t threads;
   };
+  // Each sender's connection's events (kind, tag), per configuration: the
+  // same whatever the number of receive threads.
+  using sequence = std::vector<std::pair<server_event_kind, tag_t>>;
+  std::vector<std::map<std::uint32_t, sequence>> per_sender;
   for (const auto [url, threads] : {config{"inproc://server-test-merge", 1},
                                     config{"tcp://127.0.0.1:0", 1},
                                     config{"tcp://127.0.0.1:0", 2}}) {
@@ -135,8 +139,34 @@ BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) 
       BOOST_TEST(st.open == 0u);
       BOOST_TEST(st.pool.committed_high_water <= st.pool.budget_bytes);
       BOOST_TEST(st.pool.overcommits == 0u);
+      BOOST_TEST(st.tasks_running == 0u, "a task of the server outlived its end_of_stream");
+      std::map<std::uint64_t, std::uint32_t> sender_of;
+      for (const auto& s : got)
+        if (s.kind == server_event_kind::blob_complete) sender_of[s.conn] = tag_sender(s.tag);
+      auto& mine = per_sender.emplace_back();
+      for (const auto& s : got)
+        if (s.conn != 0) mine[sender_of[s.conn]].emplace_back(s.kind, s.tag);
     }
   }
+  // Every connection's events in the order its sender sent them: opened,
+  // each blob's entries then its end, closed; with one receive thread or two.
+  BOOST_TEST_REQUIRE(per_sender.size() == 3u);
+  BOOST_TEST(per_sender[0].size() == 8u);
+  for (const auto& [who, events] : per_sender[0]) {
+    BOOST_TEST_CONTEXT("sender " << who) {
+      BOOST_TEST_REQUIRE(events.size() == std::size_t(2 + 10 * 4));
+      BOOST_TEST((events.front().first == server_event_kind::connection_opened));
+      for (std::size_t b = 0; b < 10; ++b) {
+        for (std::size_t e = 0; e < 3; ++e)
+          BOOST_TEST((events[1 + b * 4 + e].first == server_event_kind::entry_ready));
+        BOOST_TEST((events[1 + b * 4 + 3].first == server_event_kind::blob_complete));
+        BOOST_TEST((events[1 + b * 4 + 3].second == events[1 + b * 4].second));
+      }
+      BOOST_TEST((events.back().first == server_event_kind::connection_closed));
+    }
+  }
+  BOOST_TEST((per_sender[1] == per_sender[0]), "TCP, one thread: another per-connection order");
+  BOOST_TEST((per_sender[2] == per_sender[0]), "TCP, two threads: another per-connection order");
 }
 
 BOOST_AUTO_TEST_CASE(a_sender_killed_mid_blob_aborts_only_its_own_blobs) {
@@ -572,12 +602,20 @@ void close_case(const char* url, std::size_t threads) {
   auto srv = server::listen(r.ex(), url, opt).value();
   gate begun(r.ex());
   std::vector<seen> got;
+  std::uint64_t tasks_while_open = 0;
+  std::uint64_t tasks_at_end = 1;
   auto application = [&]() -> asio::awaitable<void> {
     for (;;) {
       auto ev = co_await srv.next();
       got.push_back(record(ev));
-      if (ev.kind == server_event_kind::entry_ready) begun.open();
-      if (ev.kind == server_event_kind::end_of_stream) break;
+      if (ev.kind == server_event_kind::entry_ready && !tasks_while_open) {
+        tasks_while_open = srv.stats().tasks_running;
+        begun.open();
+      }
+      if (ev.kind == server_event_kind::end_of_stream) {
+        tasks_at_end = srv.stats().tasks_running;
+        break;
+      }
     }
   };
   r.spawn(application());
@@ -600,9 +638,14 @@ void close_case(const char* url, std::size_t threads) {
   BOOST_TEST(got[got.size() - 2].kind == server_event_kind::connection_closed);
   BOOST_TEST(got.back().kind == server_event_kind::end_of_stream);
   BOOST_TEST((got.back().error == errc::closed));
+  // The accept loop and the connection's pump ran, and had ended by the
+  // end_of_stream: next() waits for the server's own tasks.
+  BOOST_TEST(tasks_while_open >= 2u);
+  BOOST_TEST(tasks_at_end == 0u);
   // And it stays ended.
   auto again = r.await(srv.next());
   BOOST_TEST(again.kind == server_event_kind::end_of_stream);
+  BOOST_TEST(srv.stats().tasks_running == 0u);
 }
 
 }  // namespace

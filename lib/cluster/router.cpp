@@ -6,11 +6,10 @@
 #include <chrono>
 #include <map>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
+#include <asio/error.hpp>
 
 #include "blobpipe/transport/url.hpp"
-#include "lib/runtime/async_sync.hpp"
+#include "lib/runtime/task_group.hpp"
 
 namespace blobpipe {
 namespace detail {
@@ -34,7 +33,8 @@ struct destination {
 };
 
 struct router_state {
-  router_state(asio::any_io_executor e, router_options o) : ex(std::move(e)), opt(std::move(o)) {}
+  router_state(asio::any_io_executor e, router_options o)
+      : ex(std::move(e)), opt(std::move(o)), tasks(ex) {}
 
   /// Empty while `d` is usable; why not otherwise.
   std::error_code gone(std::size_t d) const noexcept {
@@ -60,6 +60,11 @@ struct router_state {
   std::uint64_t refused = 0;
   std::uint64_t started_ns = 0;
   bool shut = false;  // router::shutdown ran: open_blob refuses, gone() is end_error
+  // Each destination's start (start_one) and shutdown (shutdown_one):
+  // router::start and router::shutdown join them before they return. They
+  // end on their own (a connect or handshake bounded by its timeout, a
+  // sender's shutdown ended by close()), so nothing cancels them.
+  task_group tasks;
 };
 
 result<std::size_t> router_state::pick(const route& r) {
@@ -88,15 +93,9 @@ result<std::size_t> router_state::pick(const route& r) {
 
 namespace {
 
-/// The starts still running (router::start waits for them all).
-struct start_join {
-  explicit start_join(const asio::any_io_executor& ex) : done(ex) {}
-  std::size_t left = 0;
-  async_condition done;
-};
-
+/// Starts destination `d`: its sender, or its start_error.
 asio::awaitable<void> start_one(std::shared_ptr<router_state> s, std::size_t d,
-                                connect_function connect, std::shared_ptr<start_join> j) {
+                                connect_function connect) {
   destination& x = s->dests[d];
   std::error_code ec;
   sender snd;
@@ -113,14 +112,11 @@ asio::awaitable<void> start_one(std::shared_ptr<router_state> s, std::size_t d,
     x.s = std::move(snd);
     x.started = true;
   }
-  if (--j->left == 0) j->done.notify_all();
 }
 
 /// Shuts destination `d` down; its error into `out`.
-asio::awaitable<void> shutdown_one(std::shared_ptr<router_state> s, std::size_t d,
-                                   std::shared_ptr<start_join> j) {
+asio::awaitable<void> shutdown_one(std::shared_ptr<router_state> s, std::size_t d) {
   s->dests[d].end_error = co_await s->dests[d].s.shutdown();
-  if (--j->left == 0) j->done.notify_all();
 }
 
 }  // namespace
@@ -150,13 +146,14 @@ asio::awaitable<std::tuple<std::error_code, router>> router::start(asio::any_io_
   auto s = std::make_shared<detail::router_state>(ex, std::move(opt));
   s->started_ns = detail::now_ns();
   s->dests.resize(urls.size());
-  auto j = std::make_shared<detail::start_join>(ex);
-  j->left = urls.size();
   for (std::size_t d = 0; d < urls.size(); ++d) {
     s->dests[d].url = std::move(urls[d]);
-    asio::co_spawn(ex, detail::start_one(s, d, std::move(connects[d]), j), asio::detached);
+    s->tasks.spawn(detail::start_one(s, d, std::move(connects[d])));
   }
-  while (j->left > 0) (void)co_await j->done.wait();
+  co_await s->tasks.join();
+  // Cancelled while they ran: they end on their own, holding the state.
+  if (s->tasks.running() != 0)
+    co_return ret{std::error_code(asio::error::operation_aborted), router{}};
   std::error_code first;
   for (std::size_t d = 0; d < s->dests.size(); ++d) {
     if (s->dests[d].started) co_return ret{std::error_code{}, router(std::move(s))};
@@ -229,7 +226,6 @@ asio::awaitable<std::error_code> router::shutdown() {
   auto s = state_;
   if (!s) co_return make_error_code(errc::closed);
   if (s->shut) co_return std::error_code{};
-  auto j = std::make_shared<detail::start_join>(s->ex);
   std::vector<bool> live(s->dests.size());
   for (std::size_t d = 0; d < s->dests.size(); ++d) live[d] = !s->gone(d);
   s->shut = true;  // open_blob refuses from here
@@ -240,10 +236,10 @@ asio::awaitable<std::error_code> router::shutdown() {
       x.end_error = x.s.error();
       continue;
     }
-    ++j->left;
-    asio::co_spawn(s->ex, detail::shutdown_one(s, d, j), asio::detached);
+    s->tasks.spawn(detail::shutdown_one(s, d));
   }
-  while (j->left > 0) (void)co_await j->done.wait();
+  co_await s->tasks.join();
+  if (s->tasks.running() != 0) co_return std::error_code(asio::error::operation_aborted);
   for (std::size_t d = 0; d < s->dests.size(); ++d)
     if (live[d] && s->dests[d].end_error) co_return s->dests[d].end_error;
   co_return std::error_code{};

@@ -7,12 +7,10 @@
 #include <algorithm>
 
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
-#include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/transport/url.hpp"
 #include "lib/cluster/server_state.hpp"
@@ -23,7 +21,6 @@ namespace detail {
 namespace {
 
 using clock = std::chrono::steady_clock;
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 /// Resend sessions remembered, to count reconnects.
 constexpr std::size_t sessions_remembered = 4096;
 
@@ -56,7 +53,7 @@ void note_session(server_state& s, server_conn& cn) {
   if (id == NO_SESSION) return;
   std::string key(reinterpret_cast<const char*>(id.data()), id.size());
   if (!s.sessions.insert(key).second) {
-    cn.metrics.reconnects = 1;
+    cn.home.metrics.reconnects = 1;
     return;
   }
   s.session_order.push_back(std::move(key));
@@ -66,36 +63,33 @@ void note_session(server_state& s, server_conn& cn) {
   }
 }
 
-/// Home: connection `cn`'s stream ended (its pump is done): it leaves the
-/// count; kept (for its buffered bytes and counters) only if it opened.
+/// Home: connection `cn`'s stream ended (its pump is done): it ends; kept
+/// (for its buffered bytes and counters) only if it opened.
 void leave(server_state& s, server_conn& cn) {
-  if (cn.idle_closing) {  // counted out when reclaimed idle; its events are in
-    cn.idle_closing = false;
-    --s.closing;
-    s.ready.notify_all();
-  }
-  if (cn.ended) return;  // reclaimed: counted out then
-  cn.ended = true;
-  --s.live;
-  if (!cn.opened) s.conns.erase(cn.info->id);  // never opened: nothing to keep
+  const conn_state was = cn.home.state;
+  if (was == conn_state::ended) return;  // its slot was reclaimed in its handshake
+  s.move(cn, conn_state::ended);
+  if (was == conn_state::handshaking) s.conns.erase(cn.info->id);  // nothing to keep
   s.ready.notify_all();
 }
 
 /// Home: connection `cn`'s consumer yielded `ev`.
 void arrived(server_state& s, const std::shared_ptr<server_conn>& conn, event ev) {
-  server_conn& cn = *conn;
-  if (cn.gone) {  // its slot was reclaimed as its handshake finished
+  conn_home& cn = conn->home;
+  // Ended before its stream did: its slot was reclaimed as its handshake
+  // finished, and what it sends is dropped.
+  if (cn.state == conn_state::ended) {
     if (ev.kind != event_kind::entry_ready) s.uncredited_left(conn);
     return;
   }
   ++cn.queued;
   if (ev.kind != event_kind::end_of_stream) cn.useful = clock::now();
   if (ev.kind == event_kind::end_of_stream) {
-    s.push({server_event_kind::connection_closed, cn.info, std::move(ev)});
+    s.push({server_event_kind::connection_closed, conn->info, std::move(ev)});
     return;
   }
-  auto outcomes = s.groups.observe(ev, clock::now(), cn.info->id);
-  s.push({kind_of(ev.kind), cn.info, std::move(ev)});
+  auto outcomes = s.groups.observe(ev, clock::now(), conn->info->id);
+  s.push({kind_of(ev.kind), conn->info, std::move(ev)});
   s.push_groups(outcomes);
   s.watch_groups();
 }
@@ -116,8 +110,9 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
       }
     }
   } bye{s, cn};
-  if (cn->reclaimed) co_return;  // its slot went before it started
-  cn->raw = t.get();
+  conn_io& io = cn->io;
+  if (io.reclaimed) co_return;  // its slot went before it started
+  io.raw = t.get();
   consumer_options copt = s->opt.connection;
   copt.pool = s->pool;
   // The application waits in server::next(), not where the pump does.
@@ -131,33 +126,34 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     // The server's handshake_timeout: closing the transport ends start().
     detail::deadline handshake_bound(
         cn->cx, s->opt.handshake_timeout, [w = std::weak_ptr<server_conn>(cn)] {
-          if (auto conn = w.lock(); conn && conn->raw) conn->raw->close();
+          if (auto conn = w.lock(); conn && conn->io.raw) conn->io.raw->close();
         });
     std::tie(ec, c) = co_await consumer::start(std::move(t), std::move(copt));
   }
-  cn->raw = nullptr;
-  if (!ec && cn->reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
+  io.raw = nullptr;
+  if (!ec && io.reclaimed) ec = make_error_code(errc::closed);  // reclaimed as it finished
   if (ec) {
     s->at_home(*cn, [s, cn] {
-      if (!cn->gone) ++s->counts.handshake_failures;  // a reclaimed one was counted then
+      // A reclaimed one (ended already) was counted then.
+      if (cn->home.state != conn_state::ended) ++s->counts.handshake_failures;
     });
     co_return;
   }
-  cn->c.emplace(std::move(c));
-  const session_id session = cn->c->session();
-  const std::uint64_t member = cn->c->stats().pool_member;
-  if (s->closed) cn->c->close();
+  io.c.emplace(std::move(c));
+  const session_id session = io.c->session();
+  const std::uint64_t member = io.c->stats().pool_member;
+  if (s->closed) io.c->close();
   s->at_home(*cn, [s, cn, session, member] {
-    if (cn->gone) return;
-    cn->opened = true;
-    cn->useful = clock::now();
-    cn->pool_member = member;
+    if (cn->home.state == conn_state::ended) return;  // reclaimed as it finished
+    s->move(*cn, conn_state::open);
+    cn->home.useful = clock::now();
+    cn->home.pool_member = member;
     cn->info->session = session;
     note_session(*s, *cn);
-    ++cn->queued;
+    ++cn->home.queued;
     s->push({server_event_kind::connection_opened, cn->info, {}});
   });
-  s->drain_one(*cn);
+  s->drain_one(io);
   const std::size_t room = s->opt.max_queued_events_per_connection;
   for (;;) {
     // Events that hold no credit are bounded per connection: at the bound
@@ -165,16 +161,16 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     // its sender waits in the transport's flow control, until the
     // application takes one (server_state::uncredited_left wakes us).
     while (cn->uncredited_queued.load(std::memory_order_acquire) >= room && !s->closed)
-      (void)co_await cn->room->wait();
-    event ev = co_await cn->c->next();
-    cn->credit_requests.store(cn->c->stats().credit_requests, std::memory_order_relaxed);
+      (void)co_await io.room->wait();
+    event ev = co_await io.c->next();
+    cn->credit_requests.store(io.c->stats().credit_requests, std::memory_order_relaxed);
     const bool end = ev.kind == event_kind::end_of_stream;
-    if (end && !cn->closed_why.empty()) ev.reason = cn->closed_why;
+    if (end && !io.closed_why.empty()) ev.reason = io.closed_why;
     if (ev.kind != event_kind::entry_ready)
       cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
     s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, cn, std::move(ev)); });
     if (end) break;
-    s->drain_one(*cn);
+    s->drain_one(io);
   }
 }
 
@@ -187,18 +183,18 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
 bool reclaim_a_handshake(server_state& s, std::uint64_t spared = 0) {
   for (auto it = s.conns.begin(); it != s.conns.end(); ++it) {  // ids: oldest first
     std::shared_ptr<server_conn> cn = it->second;
-    if (cn->ended || cn->opened || it->first == spared) continue;
-    cn->ended = true;  // serve()'s exit then leaves the count alone
-    cn->gone = true;   // and its events, should its handshake finish now, are dropped
-    --s.live;
+    if (cn->home.state != conn_state::handshaking || it->first == spared) continue;
+    // Ended now: serve()'s exit then leaves it alone, and its events,
+    // should its handshake finish now, are dropped.
+    s.move(*cn, conn_state::ended);
     ++s.counts.handshake_failures;
     s.conns.erase(it);
     // consumer::start fails with closed, or, had it finished, the consumer
     // is closed: serve() ends either way.
     server_state::on_conn(*cn, [cn] {
-      cn->reclaimed = true;
-      if (auto* raw = std::exchange(cn->raw, nullptr)) raw->close();
-      if (cn->c) cn->c->close();
+      cn->io.reclaimed = true;
+      if (auto* raw = std::exchange(cn->io.raw, nullptr)) raw->close();
+      if (cn->io.c) cn->io.c->close();
     });
     return true;
   }
@@ -211,7 +207,7 @@ enum class reclaim_kind { slot, credit };
 /// On connection `cn`'s executor: whether it may be reclaimed now: no blob
 /// open and nothing buffered or held (no entry the application holds, no
 /// tail being checked), and for credit, unused credit to give back.
-bool reclaimable(const server_state& s, const server_conn& cn, reclaim_kind kind) {
+bool reclaimable(const server_state& s, const conn_io& cn, reclaim_kind kind) {
   if (!cn.c || cn.reclaimed || cn.c->open_blobs() != 0) return false;
   // Closed by the other reclaim (slots and the credit watch interleave at
   // home): it frees nothing twice.
@@ -228,7 +224,7 @@ asio::awaitable<std::shared_ptr<server_conn>> first_reclaimable(
     std::shared_ptr<server_state> s, std::vector<std::shared_ptr<server_conn>> idle,
     reclaim_kind kind) {
   for (auto& cn : idle)
-    if (reclaimable(*s, *cn, kind)) co_return cn;
+    if (reclaimable(*s, cn->io, kind)) co_return cn;
   co_return nullptr;
 }
 
@@ -239,15 +235,16 @@ asio::awaitable<std::shared_ptr<server_conn>> first_reclaimable(
 asio::awaitable<bool> close_if_idle(std::shared_ptr<server_state> s,
                                     std::shared_ptr<server_conn> cn, reclaim_kind kind,
                                     long long idle_ms, std::string cause) {
-  if (!reclaimable(*s, *cn, kind)) co_return false;
-  const std::uint64_t member = cn->c->stats().pool_member;
+  conn_io& io = cn->io;
+  if (!reclaimable(*s, io, kind)) co_return false;
+  const std::uint64_t member = io.c->stats().pool_member;
   std::string why = "reclaimed: idle " + std::to_string(idle_ms) + " ms with no blob open";
   if (kind == reclaim_kind::credit)
     why += ", holding " + std::to_string(s->pool->unused_bytes(member)) + " bytes of unused credit,";
   else
     why += " and nothing held";
-  cn->closed_why = why + " " + cause;
-  cn->c->close();  // its next() ends: connection_closed, with the reason
+  io.closed_why = why + " " + cause;
+  io.c->close();  // its next() ends: connection_closed, with the reason
   if (member != 0) s->pool->close(member);
   co_return true;
 }
@@ -261,10 +258,12 @@ asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s
                                                  reclaim_kind kind, std::string cause) {
   if (s->opt.idle_reclaim_after.count() <= 0) co_return false;
   const auto now = clock::now();
-  const auto idlest_first = [](const auto& a, const auto& b) { return a->useful < b->useful; };
+  const auto idlest_first = [](const auto& a, const auto& b) {
+    return a->home.useful < b->home.useful;
+  };
   std::vector<std::shared_ptr<server_conn>> idle;
   for (auto& [id, cn] : s->conns)
-    if (cn->opened && !cn->ended && now - cn->useful >= s->opt.idle_reclaim_after)
+    if (cn->home.state == conn_state::open && now - cn->home.useful >= s->opt.idle_reclaim_after)
       idle.push_back(cn);
   std::sort(idle.begin(), idle.end(), idlest_first);
   // Every candidate is looked at, so that no crowd holding something (a
@@ -284,17 +283,15 @@ asio::awaitable<bool> reclaim_an_idle_connection(std::shared_ptr<server_state> s
       found.push_back(std::move(cn));
   std::sort(found.begin(), found.end(), idlest_first);
   for (auto& cn : found) {
-    if (cn->ended) continue;  // it ended while we looked
+    if (cn->home.state != conn_state::open) continue;  // it ended while we looked
     const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - cn->useful).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - cn->home.useful)
+            .count();
     if (!co_await asio::co_spawn(cn->cx, close_if_idle(s, cn, kind, ms, cause), asio::use_awaitable))
       continue;
-    if (!cn->ended) {  // its pump has not ended yet: count it out now
-      cn->ended = true;  // serve()'s exit then leaves the count alone
-      cn->idle_closing = true;
-      --s->live;
-      ++s->closing;  // next() ends only after its connection_closed
-    }
+    // Its pump has not ended yet: its slot is free now, and next() ends
+    // only after its connection_closed (leave() ends it then).
+    if (cn->home.state == conn_state::open) s->move(*cn, conn_state::closing);
     co_return true;
   }
   co_return false;
@@ -339,13 +336,12 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       // Transient (out of descriptors with nothing to reclaim, a
       // connection reset in the backlog): try again shortly rather than spin
       // (a pause, which fails nothing: not a deadline).
-      asio::steady_timer pause(s->ex, std::chrono::milliseconds(10));
-      co_await pause.async_wait(use_tuple);
+      (void)co_await pause(accept_retry_pause);
       continue;
     }
     // Full: a connection still in its handshake gives way first; only
     // when every slot holds a finished handshake is the new one refused.
-    if (s->live >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
+    if (s->lifecycle.live() >= s->opt.max_connections && !reclaim_a_handshake(*s)) {
       // Then one that has sent nothing useful for long.
       if (!co_await reclaim_an_idle_connection(
               s, reclaim_kind::slot,
@@ -359,7 +355,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
     auto cn = std::make_shared<server_conn>();
     cn->info = std::make_shared<connection_info>();
     cn->info->id = ++s->next_id;
-    cn->accepted = clock::now();
+    cn->home.accepted = clock::now();
     cn->info->peer = t->peer_address();  // here: home reads it (stats) as it starts
     cn->cx = s->ex;
     if (s->rx && t->get_executor() != s->ex) {
@@ -367,15 +363,15 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
       cn->at_home = false;
       cn->thread = turn + 1;
     }
-    cn->room.emplace(cn->cx);
+    cn->io.room.emplace(cn->cx);
     if (!s->any_connection) {
       s->any_connection = true;
-      s->started = cn->accepted;
+      s->started = cn->home.accepted;
     }
     s->conns[cn->info->id] = cn;
-    ++s->live;
+    cn->home.state = s->lifecycle.admit();
     auto cx = cn->cx;
-    asio::co_spawn(cx, serve(s, cn, std::move(t)), asio::detached);
+    s->tasks.spawn(cx, serve(s, cn, std::move(t)));
   }
   s->accept_done = true;
   s->ready.notify_all();
@@ -385,7 +381,10 @@ asio::awaitable<void> accept_loop(std::shared_ptr<server_state> s) {
 /// reclaims the idlest connection holding unused credit, one at a time
 /// (each gives its credit back at once), and with none to reclaim looks
 /// again every quarter of idle_reclaim_after (at least every 10 ms).
+/// Cancelled (server_state::timers) at close: it then ends at its next
+/// wait, never by an exception.
 asio::awaitable<void> run_credit_watch(std::shared_ptr<server_state> s) {
+  co_await asio::this_coro::throw_if_cancelled(false);
   const auto period =
       std::max<std::chrono::milliseconds>(s->opt.idle_reclaim_after / 4, std::chrono::milliseconds(10));
   for (;;) {
@@ -396,17 +395,21 @@ asio::awaitable<void> run_credit_watch(std::shared_ptr<server_state> s) {
             "while another connection's credit request waited for free budget "
             "(server_options::idle_reclaim_after)"))
       continue;
-    s->credit_timer.expires_after(period);
-    co_await s->credit_timer.async_wait(use_tuple);
+    if (co_await pause(period)) break;  // cancelled
   }
   s->credit_watch_running = false;
 }
 
+/// Expires the open groups at their deadlines (group_timeout) while any is
+/// open. Cancelled (server_state::timers) at close.
 asio::awaitable<void> run_group_timer(std::shared_ptr<server_state> s) {
+  co_await asio::this_coro::throw_if_cancelled(false);
   while (!s->closed && s->groups.open() > 0) {
-    s->group_timer.expires_at(s->groups.next_deadline());
-    co_await s->group_timer.async_wait(use_tuple);
-    if (s->closed) break;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(s->groups.next_deadline() -
+                                                                   clock::now());
+    const bool cancelled =
+        co_await s->groups_changed.wait_for(std::max(left, std::chrono::milliseconds(0)));
+    if (cancelled || s->closed) break;
     s->push_groups(s->groups.expire(clock::now()));
   }
   s->group_timer_running = false;
@@ -465,8 +468,9 @@ server_state::server_state(asio::any_io_executor e, std::unique_ptr<listener> l,
               .max_open = opt.max_open_groups,
               .max_open_per_opener = opt.max_open_groups_per_connection,
               .remembered = opt.max_open_groups}),
-      group_timer(ex),
-      credit_timer(ex) {
+      groups_changed(ex),
+      tasks(ex),
+      timers(ex) {
   // Resend sessions reconnect to this server: its connections share a log
   // (not the process's, which other servers in the process share).
   if (!opt.connection.delivered) opt.connection.delivered = std::make_shared<delivery_log>();
@@ -489,14 +493,14 @@ void server_state::push_groups(const std::vector<group_outcome>& outcomes) {
   }
   // No group left to time out: the timer must not hold the executor's
   // run() for up to group_timeout (run_group_timer then ends).
-  if (!outcomes.empty() && groups.open() == 0) group_timer.cancel();
+  if (!outcomes.empty() && groups.open() == 0) groups_changed.notify_all();
 }
 
 void server_state::watch_groups() {
   if (group_timer_running || groups.open() == 0 || opt.group_timeout.count() <= 0 || closed)
     return;
   group_timer_running = true;
-  asio::co_spawn(ex, run_group_timer(shared_from_this()), asio::detached);
+  timers.spawn(run_group_timer(shared_from_this()));
 }
 
 void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
@@ -505,20 +509,20 @@ void server_state::uncredited_left(const std::shared_ptr<server_conn>& cn) {
   if (cn->uncredited_queued.fetch_sub(1, std::memory_order_acq_rel) !=
       opt.max_queued_events_per_connection)
     return;
-  on_conn(*cn, [cn] { cn->room->notify_all(); });
+  on_conn(*cn, [cn] { cn->io.room->notify_all(); });
 }
 
 void server_state::watch_credit() {
   if (credit_watch_running || closed || opt.idle_reclaim_after.count() <= 0) return;
   credit_watch_running = true;
-  asio::co_spawn(ex, run_credit_watch(shared_from_this()), asio::detached);
+  timers.spawn(run_credit_watch(shared_from_this()));
 }
 
 void server_state::account(const server_event& ev) {
   if (!ev.connection) return;
   auto it = conns.find(ev.connection->id);
   if (it == conns.end()) return;
-  server_conn& cn = *it->second;
+  conn_home& cn = it->second->home;
   if (cn.queued > 0) --cn.queued;
   if (ev.kind != server_event_kind::entry_ready && ev.kind != server_event_kind::connection_opened)
     uncredited_left(it->second);
@@ -553,15 +557,16 @@ void server_state::sweep() {
     // released: the pool let go of its member. (With receive threads an
     // entry's credit may leave the pool, into the held allowance, before
     // the events queued behind it are yielded.)
-    if (cn->ended && cn->queued == 0 &&
-        (cn->pool_member == 0 || !pool->holds(cn->pool_member))) {
-      cn->metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
-      retired.merge(cn->metrics);
+    const conn_home& h = cn->home;
+    if (h.state == conn_state::ended && h.queued == 0 &&
+        (h.pool_member == 0 || !pool->holds(h.pool_member))) {
+      cn->home.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
+      retired.merge(cn->home.metrics);
       it = conns.erase(it);
       // Its consumer goes on its own executor, as it lived.
       on_conn(*cn, [cn] {
-        cn->c.reset();
-        cn->room.reset();
+        cn->io.c.reset();
+        cn->io.room.reset();
       });
     } else {
       ++it;
@@ -569,8 +574,8 @@ void server_state::sweep() {
   }
 }
 
-void server_state::drain_one(server_conn& cn) noexcept {
-  // On cn's executor.
+void server_state::drain_one(conn_io& cn) noexcept {
+  // On its connection's executor.
   if (draining && cn.c && cn.c->open_blobs() == 0) cn.c->close();
 }
 
@@ -624,7 +629,7 @@ result<server> server::start(asio::any_io_executor ex, std::unique_ptr<listener>
     });
   });
   if (auto* u = dynamic_cast<url_listener*>(s->lis.get())) s->url = u->url();
-  asio::co_spawn(s->ex, detail::accept_loop(s), asio::detached);
+  s->tasks.spawn(detail::accept_loop(s));
   return server(std::move(s));
 }
 
@@ -672,6 +677,15 @@ asio::awaitable<server_event> server::next() {
           s->closed ? make_error_code(errc::closed) : make_error_code(errc::peer_closed);
       s->push_groups(s->groups.abort_all(why, "the server's last connection ended"));
       if (!s->queue.empty()) continue;
+      // Nothing more can come: the timers wait on nothing any more, and the
+      // accept loop and the connections' pumps end (or have ended).
+      s->timers.cancel();
+      co_await s->timers.join();
+      co_await s->tasks.join();
+      if (s->timers.running() != 0 || s->tasks.running() != 0) {  // next() was cancelled
+        out.ev.error = std::error_code(asio::error::operation_aborted);
+        break;
+      }
       s->sweep();
       if (s->closed) out.ev.error = make_error_code(errc::closed);
       break;
@@ -679,9 +693,9 @@ asio::awaitable<server_event> server::next() {
     // The application waits: each connection's held_timeout may count
     // (consumer_options::waits_reported).
     for (auto& [id, cn] : s->conns)
-      if (cn->opened && !cn->ended)
+      if (cn->home.state == detail::conn_state::open)
         detail::server_state::on_conn(*cn, [cn = cn] {
-          if (cn->c) cn->c->application_waits();
+          if (cn->io.c) cn->io.c->application_waits();
         });
     const bool cancelled = co_await s->ready.wait();
     if (cancelled) {
@@ -704,9 +718,9 @@ namespace {
 void close_conn(const std::shared_ptr<detail::server_conn>& cn) noexcept {
   try {
     detail::server_state::on_conn(*cn, [cn] {
-      if (cn->c) cn->c->close();
-      else if (cn->raw) cn->raw->close();
-      if (cn->room) cn->room->notify_all();  // a pump waiting for room sees `closed`
+      if (cn->io.c) cn->io.c->close();
+      else if (cn->io.raw) cn->io.raw->close();
+      if (cn->io.room) cn->io.room->notify_all();  // a pump waiting for room sees `closed`
     });
   } catch (...) {  // no memory to post it: it ends with its sender
   }
@@ -720,9 +734,9 @@ void server::drain() noexcept {
   s->close_listener();
   s->draining = true;
   for (auto& [id, cn] : s->conns) {
-    if (cn->ended) continue;
+    if (!detail::holds_slot(cn->home.state)) continue;
     try {
-      detail::server_state::on_conn(*cn, [s, cn = cn] { s->drain_one(*cn); });
+      detail::server_state::on_conn(*cn, [s, cn = cn] { s->drain_one(cn->io); });
     } catch (...) {  // no memory to post it: it is drained after its next event
     }
   }
@@ -731,7 +745,7 @@ void server::drain() noexcept {
 void server::disconnect(std::uint64_t id) noexcept {
   if (!state_) return;
   auto it = state_->conns.find(id);
-  if (it == state_->conns.end() || it->second->ended) return;
+  if (it == state_->conns.end() || !detail::holds_slot(it->second->home.state)) return;
   close_conn(it->second);
 }
 
@@ -741,8 +755,7 @@ void server::close() noexcept {
   s.closed = true;
   s.close_listener();
   for (auto& [id, cn] : s.conns) close_conn(cn);
-  s.group_timer.cancel();
-  s.credit_timer.cancel();
+  s.timers.cancel();
 }
 
 server_stats server::stats() const {
@@ -755,20 +768,22 @@ server_stats server::stats() const {
   for (const auto& [id, cn] : s.conns) {
     connection_stats c;
     c.info = cn->info;
-    c.open = !cn->ended;
+    c.open = detail::holds_slot(cn->home.state);
     c.thread = cn->thread;
-    c.queued_events = cn->queued;
-    c.metrics = cn->metrics;
-    if (cn->opened) c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
+    c.queued_events = cn->home.queued;
+    c.metrics = cn->home.metrics;
+    if (cn->home.state != detail::conn_state::handshaking)
+      c.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
     st.total.merge(c.metrics);
     st.connections.push_back(std::move(c));
   }
   if (s.first_entry_s) st.total.first_entry_s = s.first_entry_s;
   st.pool = s.pool->stats();
-  st.open = s.live;
+  st.open = s.lifecycle.live();
   st.queued_events = s.queue.size();
   st.groups_open = s.groups.open();
   st.late_members = s.groups.late_members();
+  st.tasks_running = s.tasks.running() + s.timers.running();
   return st;
 }
 

@@ -219,6 +219,11 @@ struct server_stats {
   std::uint64_t groups_aborted = 0;
   std::uint64_t groups_open = 0;
   std::uint64_t late_members = 0;  ///< members of groups that had ended already
+  /// The server's own coroutines still running: its accept loop, one per
+  /// connection, its group timer and credit watch. 0 once next() has
+  /// yielded end_of_stream, which waits for them: after it, nothing of the
+  /// server runs on its executor or its receive threads.
+  std::uint64_t tasks_running = 0;
 };
 
 class server {
@@ -247,6 +252,8 @@ class server {
 
   /// The next event (see server_event_kind). Never throws for a
   /// connection's problems: they end that connection (connection_closed).
+  /// The end_of_stream that ends the stream comes once the server's own
+  /// coroutines have ended (server_stats::tasks_running).
   /// Cancelling the awaiting coroutine yields end_of_stream with
   /// operation_aborted (the server goes on; next() may be called again).
   /// REQUIRES: no other next() pending.
