@@ -95,7 +95,7 @@ asio::awaitable<worker_report> stream_samples(blobpipe::sender& s, const worker_
     }
     if (auto ec = co_await blob.finish()) {
       r.ec = ec;
-      r.what = describe(cfg, "finish sample " + std::to_string(n), ec);
+      r.what = describe(cfg, "finish sample " + std::to_string(n), ec, s.failure_reason());
       co_return r;
     }
     ++r.blobs;
@@ -120,7 +120,7 @@ asio::awaitable<worker_report> stream_replay(blobpipe::sender& s, const worker_c
     }
     if (auto ec = co_await blob.finish()) {
       r.ec = ec;
-      r.what = describe(cfg, src.name + ": finish", ec);
+      r.what = describe(cfg, src.name + ": finish", ec, s.failure_reason());
       co_return r;
     }
     ++r.blobs;
@@ -166,7 +166,7 @@ asio::awaitable<worker_report> run_worker(asio::any_io_executor ex, worker_confi
   if (!r.ec) {
     if (auto e = co_await s.shutdown()) {
       r.ec = e;
-      r.what = describe(cfg, "shutdown", e);
+      r.what = describe(cfg, "shutdown", e, s.failure_reason());
     }
   }
   r.stats = s.stats();

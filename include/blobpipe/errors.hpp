@@ -166,13 +166,17 @@ inline constexpr std::size_t quote_max_bytes = 64;
 /// through this function (the library's errors, the CLI, the examples).
 std::string quote(std::string_view text, std::size_t max_bytes = quote_max_bytes);
 
-/// `text` escaped as quote() escapes it, without the quotes: for a line
-/// that prints a peer's own words after a colon (a blob_abort or close
-/// reason), so a reason can change nothing on the screen and cannot start
-/// a line of its own ("...\nOK: every sample arrived" stays on its line).
-/// At most `max_bytes` bytes of `text` are shown; a longer text gets "...".
+/// `text` escaped as quote() escapes it, without the quotes and so
+/// without escaping `'` and `\` (they only matter inside quotes: a reason
+/// that quotes a key, as the library's own errors do, reads as written):
+/// for a line that prints a peer's own words after a colon (a blob_abort
+/// or close reason), so a reason can change nothing on the screen and
+/// cannot start a line of its own ("...\nOK: every sample arrived" stays
+/// on its line). At most `max_bytes` bytes of `text` are shown; a longer
+/// text gets "...".
 ///
 ///   escape("gone\nOK: fine")   // "gone\\nOK: fine"
+///   escape("entry 'x': too long")   // unchanged
 std::string escape(std::string_view text, std::size_t max_bytes = SIZE_MAX);
 
 }  // namespace blobpipe

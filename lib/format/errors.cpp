@@ -118,7 +118,8 @@ bool is_unicode_control(char32_t cp) {
 
 // Appends `text`, escaped as quote() says, to `out`: at most `max_bytes`
 // bytes of it. Returns how many bytes of `text` it took.
-std::size_t escape_into(std::string& out, std::string_view text, std::size_t max_bytes) {
+std::size_t escape_into(std::string& out, std::string_view text, std::size_t max_bytes,
+                        bool quoted) {
   static constexpr char hex[] = "0123456789abcdef";
   out.reserve(out.size() + std::min(text.size(), max_bytes) + 2);
   std::size_t i = 0;
@@ -128,7 +129,7 @@ std::size_t escape_into(std::string& out, std::string_view text, std::size_t max
     const std::size_t n = c < 0x80 ? 1 : utf8_sequence(text.substr(i), cp);
     const std::size_t len = std::max<std::size_t>(n, 1);  // a lone bad byte: 1
     if (i + len > max_bytes) break;
-    if (c == '\\' || c == '\'') {
+    if (quoted && (c == '\\' || c == '\'')) {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c == '\n') {
@@ -156,7 +157,7 @@ std::size_t escape_into(std::string& out, std::string_view text, std::size_t max
 
 std::string quote(std::string_view text, std::size_t max_bytes) {
   std::string out = "'";
-  const std::size_t taken = escape_into(out, text, max_bytes);
+  const std::size_t taken = escape_into(out, text, max_bytes, true);
   out += '\'';
   if (taken < text.size()) out += "...";
   return out;
@@ -164,7 +165,7 @@ std::string quote(std::string_view text, std::size_t max_bytes) {
 
 std::string escape(std::string_view text, std::size_t max_bytes) {
   std::string out;
-  if (escape_into(out, text, max_bytes) < text.size()) out += "...";
+  if (escape_into(out, text, max_bytes, false) < text.size()) out += "...";
   return out;
 }
 

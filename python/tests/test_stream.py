@@ -1090,7 +1090,7 @@ def test_a_consumers_close_reason_is_in_the_senders_error():
                 pass
             _send_frame(conn, CLOSE, reason.encode())
             text = t.join_result(60)
-    assert "the consumer closed the stream: entry \\'x\\' of 4096 bytes is over max_entry_bytes (16)" in text, text
+    assert "the consumer closed the stream: entry 'x' of 4096 bytes is over max_entry_bytes (16)" in text, text
 
 
 def test_the_sender_bounds_its_queue_whatever_window_the_consumer_grants():
@@ -1173,4 +1173,6 @@ def test_a_resend_shutdown_returns_when_no_connection_delivers():
             stop.set()
             server.join_result()
     assert "max_attempts 3" in text, text
-    assert len(accepted) == 3
+    # The first connection may end before send_blob kept the blob: one
+    # dropped while nothing is kept does not count (an idle worker's).
+    assert 3 <= len(accepted) <= 4, accepted
