@@ -78,6 +78,16 @@ asio::awaitable<void> collect(consumer& c, event& last, std::uint64_t* running =
   if (running) *running = c.stats().tasks_running;
 }
 
+/// Starts a consumer on `t` with `opt` into `c` and collects its events
+/// (collect).
+asio::awaitable<void> judge(std::unique_ptr<transport> t, consumer_options opt, consumer& c,
+                            event& last, std::uint64_t* running = nullptr) {
+  auto [ec, started] = co_await consumer::start(std::move(t), std::move(opt));
+  BOOST_TEST_REQUIRE(!ec);
+  c = std::move(started);
+  co_await collect(c, last, running);
+}
+
 }  // namespace
 
 // A limit refused: the sender reads the consumer's reason, which names the
@@ -109,14 +119,8 @@ BOOST_AUTO_TEST_CASE(a_stream_refused_for_a_limit_tells_the_sender_why_in_a_clos
           co_await begin_entry(*a, 1, 100);  // over max_entry_bytes
           co_await listen(*a, in, h);
         };
-        auto judge = [&]() -> asio::awaitable<void> {
-          auto [ec, started] = co_await consumer::start(std::move(b), opt);
-          BOOST_TEST_REQUIRE(!ec);
-          c = std::move(started);
-          co_await collect(c, last);
-        };
         r.spawn(sender());
-        r.spawn(judge());
+        r.spawn(judge(std::move(b), opt, c, last));
         BOOST_TEST_REQUIRE(r.run());
         BOOST_TEST((last.error == errc::protocol_violation), last.reason);
         BOOST_TEST(h.closed_by_frame);
@@ -164,14 +168,8 @@ BOOST_AUTO_TEST_CASE(blob_begin_abort_pairs_are_no_progress_and_the_stall_is_tol
         }
         if (!h.hung_up) co_await put(*a, {.type = frame_type::close});
       };
-      auto judge = [&]() -> asio::awaitable<void> {
-        auto [ec, started] = co_await consumer::start(std::move(b), opt);
-        BOOST_TEST_REQUIRE(!ec);
-        c = std::move(started);
-        co_await collect(c, last);
-      };
       r.spawn(sender());
-      r.spawn(judge());
+      r.spawn(judge(std::move(b), opt, c, last));
       BOOST_TEST_REQUIRE(r.run());
       BOOST_TEST((last.error == errc::timed_out), last.reason);
       BOOST_TEST(last.reason.find("stall_timeout") != std::string::npos, last.reason);
@@ -202,7 +200,7 @@ BOOST_AUTO_TEST_CASE(an_orderly_end_or_the_applications_close_sends_no_close_fra
           if (!app_closes) co_await put(*a, {.type = frame_type::close});
           co_await listen(*a, in, h);
         };
-        auto judge = [&]() -> asio::awaitable<void> {
+        auto judge_and_close = [&]() -> asio::awaitable<void> {
           auto [ec, started] = co_await consumer::start(std::move(b), {});
           BOOST_TEST_REQUIRE(!ec);
           c = std::move(started);
@@ -210,7 +208,7 @@ BOOST_AUTO_TEST_CASE(an_orderly_end_or_the_applications_close_sends_no_close_fra
           co_await collect(c, last);
         };
         r.spawn(sender());
-        r.spawn(judge());
+        r.spawn(judge_and_close());
         BOOST_TEST_REQUIRE(r.run());
         BOOST_TEST(h.hung_up);
         BOOST_TEST(!h.closed_by_frame, h.close_reason);
@@ -246,14 +244,8 @@ BOOST_AUTO_TEST_CASE(a_sender_that_reads_nothing_cannot_hold_a_refused_connectio
     }
     closed_seen = !a->is_open();
   };
-  auto judge = [&]() -> asio::awaitable<void> {
-    auto [ec, started] = co_await consumer::start(std::move(b), opt);
-    BOOST_TEST_REQUIRE(!ec);
-    c = std::move(started);
-    co_await collect(c, last, &running);
-  };
   r.spawn(sender());
-  r.spawn(judge());
+  r.spawn(judge(std::move(b), opt, c, last, &running));
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((last.error == errc::protocol_violation), last.reason);
   BOOST_TEST(closed_seen);
