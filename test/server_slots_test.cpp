@@ -323,6 +323,7 @@ BOOST_AUTO_TEST_CASE(with_every_slot_taken_the_idlest_connection_holding_nothing
     while (!pred()) co_await wake.wait();
   };
   std::error_code a_ec, b_ec, d_ec;
+  std::string c_reason;  // what the reclaimed sender was told
   auto scenario = [&]() -> asio::awaitable<void> {
     // 1: a blob open, one entry sent.
     auto [e1, a] = co_await start_sender(srv.url());
@@ -360,11 +361,15 @@ BOOST_AUTO_TEST_CASE(with_every_slot_taken_the_idlest_connection_holding_nothing
     rec.held.clear();
     if (!b_ec) b_ec = co_await b.shutdown();
     (void)co_await c.shutdown();  // its connection is gone
+    c_reason = c.failure_reason();
     (void)co_await c2.shutdown();
     srv.stop_accepting();
   };
   r.spawn(scenario());
   BOOST_TEST_REQUIRE(r.run());
+  // The reclaimed sender is told why, in the consumer's close frame.
+  BOOST_TEST(c_reason.find("the consumer closed the stream: reclaimed: idle") != std::string::npos,
+             c_reason);
   BOOST_TEST(!a_ec, "1 (a blob open): " << a_ec.message());
   BOOST_TEST(!b_ec, "2 (entries held): " << b_ec.message());
   BOOST_TEST(!d_ec, "5 (the newcomer): " << d_ec.message());

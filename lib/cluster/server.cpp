@@ -244,7 +244,9 @@ asio::awaitable<bool> close_if_idle(std::shared_ptr<server_state> s,
   else
     why += " and nothing held";
   io.closed_why = why + " " + cause;
-  io.c->close();  // its next() ends: connection_closed, with the reason
+  // Its next() ends: connection_closed, with the reason, which its sender
+  // reads in a close frame too.
+  io.c->close(io.closed_why);
   if (member != 0) s->pool->close(member);
   co_return true;
 }

@@ -427,6 +427,18 @@ void consumer::close() noexcept {
   state_->t->close();
 }
 
+void consumer::close(std::string reason) noexcept {
+  if (!state_) return;
+  state_->stall_watch.stop();
+  // The acker writes the frame and then closes (not cancelled: it is the
+  // one that tells the sender).
+  try {
+    state_->close_with(std::move(reason));
+  } catch (...) {  // out of memory for the frame or its linger: close now
+    close();
+  }
+}
+
 std::uint32_t consumer::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
 std::uint64_t consumer::window_bytes() const noexcept {
   return state_ ? state_->opt.window_bytes : 0;

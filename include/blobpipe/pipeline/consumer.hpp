@@ -453,6 +453,14 @@ class consumer {
   /// whose fetches had already landed (payload_window above 1), with every
   /// fetch before them, are yielded before the aborts.
   void close() noexcept;
+  /// As close(), telling the sender `reason` first, in a close frame
+  /// (docs/wire.md "Closing"): for an application that ends a stream for a
+  /// reason the sender should see in its error (a fan-in server reclaiming
+  /// an idle connection). The frame goes after any ack being written; the
+  /// connection closes once it is written, or 1 s later regardless (a
+  /// sender that reads nothing). Before the handshake finished it closes
+  /// at once, without the frame.
+  void close(std::string reason) noexcept;
 
   std::uint32_t chunk_bytes() const noexcept;   ///< negotiated, bytes
   std::uint64_t window_bytes() const noexcept;
