@@ -27,6 +27,16 @@ asio::awaitable<void> put(transport& t, frame_header h, std::span<const std::byt
   (void)co_await send_frame(t, h, p);  // the consumer may hang up: ignore
 }
 
+/// The sender's hello, then (unless `pipelined`: the stream goes on
+/// without waiting) the consumer's hello reply, read with `in`.
+asio::awaitable<void> say_hello(transport& t, frame_reader& in, bool pipelined = false) {
+  co_await put(t, {.type = frame_type::hello}, encode_hello({}));
+  if (pipelined) co_return;
+  auto [ec, reply] = co_await in.next(t);
+  BOOST_TEST(!ec);
+  BOOST_TEST((reply.header.type == frame_type::hello));
+}
+
 asio::awaitable<void> begin_blob(transport& t, std::uint64_t id) {
   tag_t tag{};
   tag[0] = std::byte{7};
@@ -109,12 +119,7 @@ BOOST_AUTO_TEST_CASE(a_stream_refused_for_a_limit_tells_the_sender_why_in_a_clos
         heard h;
         frame_reader in;
         auto sender = [&]() -> asio::awaitable<void> {
-          co_await put(*a, {.type = frame_type::hello}, encode_hello({}));
-          if (!pipelined) {
-            auto [ec, reply] = co_await in.next(*a);  // the consumer's hello
-            BOOST_TEST(!ec);
-            BOOST_TEST((reply.header.type == frame_type::hello));
-          }
+          co_await say_hello(*a, in, pipelined);
           co_await begin_blob(*a, 1);
           co_await begin_entry(*a, 1, 100);  // over max_entry_bytes
           co_await listen(*a, in, h);
@@ -150,9 +155,7 @@ BOOST_AUTO_TEST_CASE(blob_begin_abort_pairs_are_no_progress_and_the_stall_is_tol
       frame_reader in;
       int pairs = 0;
       auto sender = [&]() -> asio::awaitable<void> {
-        co_await put(*a, {.type = frame_type::hello}, encode_hello({}));
-        auto [ec, reply] = co_await in.next(*a);
-        BOOST_TEST(!ec);
+        co_await say_hello(*a, in);
         r.spawn(listen(*a, in, h));
         co_await begin_blob(*a, 1);
         co_await begin_entry(*a, 1, 1000);  // owed from now on
@@ -194,9 +197,7 @@ BOOST_AUTO_TEST_CASE(an_orderly_end_or_the_applications_close_sends_no_close_fra
         heard h;
         frame_reader in;
         auto sender = [&]() -> asio::awaitable<void> {
-          co_await put(*a, {.type = frame_type::hello}, encode_hello({}));
-          auto [ec, reply] = co_await in.next(*a);
-          BOOST_TEST(!ec);
+          co_await say_hello(*a, in);
           if (!app_closes) co_await put(*a, {.type = frame_type::close});
           co_await listen(*a, in, h);
         };
@@ -232,9 +233,7 @@ BOOST_AUTO_TEST_CASE(a_sender_that_reads_nothing_cannot_hold_a_refused_connectio
   std::uint64_t running = 1;
   frame_reader in;
   auto sender = [&]() -> asio::awaitable<void> {
-    co_await put(*a, {.type = frame_type::hello}, encode_hello({}));
-    auto [ec, reply] = co_await in.next(*a);
-    BOOST_TEST(!ec);
+    co_await say_hello(*a, in);
     co_await begin_blob(*a, 1);
     co_await begin_entry(*a, 1, 100);  // over max_entry_bytes
     asio::steady_timer poll(co_await asio::this_coro::executor);

@@ -242,12 +242,10 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       s->on_yield(ev);
       co_return ev;
     } else if (s->pending.empty() && s->ended) {
-      if (!s->tasks_joined) {
-        // The acker may still be telling the sender why (close_with,
-        // bounded by close_linger); the watchdog ends with end().
-        co_await s->tasks.join();
-        s->tasks_joined = true;
-      }
+      // The acker may still be telling the sender why (close_with, bounded
+      // by close_linger); the watchdog ends with end(). Once they have
+      // ended, a later call joins at once.
+      co_await s->tasks.join();
       co_return s->final_event;
     } else {
       // Waiting on the sender: for bytes, or for the oldest posted read,

@@ -381,7 +381,6 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   // The acker (ack_loop) and the stall watchdog (watch): cancelled by
   // consumer::close(), joined before the first end_of_stream.
   task_group tasks;
-  bool tasks_joined = false;
   consumer_stats stats;
   device_uploads device;
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
