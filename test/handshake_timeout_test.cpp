@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <string>
 #include <system_error>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -59,16 +60,21 @@ BOOST_AUTO_TEST_CASE(sender_start_times_out_on_a_consumer_that_says_nothing) {
   runner r;
   auto [silent, t] = loopback::make_pair(r.ex());
   std::error_code ec;
+  std::string reason;
   auto body = [&]() -> asio::awaitable<void> {
     sender_options o;
     o.handshake_timeout = 100ms;
     auto [sec, s] = co_await sender::start(std::move(t), o);
     ec = sec;
+    reason = s.failure_reason();
   };
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run(20s));
   BOOST_TEST((ec == errc::timed_out), ec.message());
   BOOST_TEST(!silent->is_open());
+  // The failed sender says which limit ended it.
+  BOOST_TEST(reason.find("no handshake with the consumer") != std::string::npos, reason);
+  BOOST_TEST(reason.find("(handshake_timeout)") != std::string::npos, reason);
 }
 
 namespace {
@@ -104,13 +110,15 @@ sender_options resend_bounded(std::chrono::milliseconds handshake,
 }
 
 /// What sender::start(connect, o) of a resend session returns, run to its
-/// end (within the runner's 20 s hang guard).
+/// end (within the runner's 20 s hang guard); `reason`, when given, gets
+/// the failed sender's failure_reason().
 std::error_code resend_start_error(runner& r, const connect_fn& connect,
-                                   const sender_options& o) {
+                                   const sender_options& o, std::string* reason = nullptr) {
   std::error_code ec;
   auto body = [&]() -> asio::awaitable<void> {
     auto [sec, s] = co_await sender::start(connect, o);
     ec = sec;
+    if (reason) *reason = s.failure_reason();
   };
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run(20s));
@@ -123,10 +131,18 @@ std::error_code resend_start_error(runner& r, const connect_fn& connect,
 void expect_attempts_time_out(const sender_options& o) {
   runner r;
   silent_consumers peers{r};
-  const auto ec = resend_start_error(r, peers.connect(), o);
+  std::string reason;
+  const auto ec = resend_start_error(r, peers.connect(), o, &reason);
   BOOST_TEST((ec == errc::timed_out), ec.message());
   BOOST_TEST(peers.connects == static_cast<int>(o.resend.max_attempts));
   for (const auto& end : peers.ends) BOOST_TEST(!end->is_open());
+  // The failed sender names the attempts, their limit and the hint.
+  const std::string attempts = std::to_string(o.resend.max_attempts);
+  BOOST_TEST(reason.find("no handshake with the consumer on " + attempts +
+                         " connection attempts in a row (max_attempts " + attempts + ")") !=
+                 std::string::npos,
+             reason);
+  BOOST_TEST(reason.find("is the consumer listening and accepting?") != std::string::npos, reason);
 }
 
 }  // namespace

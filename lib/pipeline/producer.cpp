@@ -279,8 +279,10 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
   if (ec) {
     const bool timed_out = !s->timeout_reason.empty();
     link->close();
+    if (timed_out) ec = make_error_code(errc::timed_out);
+    if (s->message.empty() && reader) s->message = reader->message;
     s->fail(ec);
-    co_return ret{timed_out ? make_error_code(errc::timed_out) : ec, sender{}};
+    co_return ret{ec, sender(std::move(s))};  // failed: failure_reason() says why
   }
   detail::install(s, std::move(reader));
   co_return ret{std::error_code{}, sender(std::move(s))};
@@ -298,7 +300,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(connect_fn co
   if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   if (auto ec = co_await detail::resend_start(s)) {
     s->fail(ec);
-    co_return ret{ec, sender{}};
+    co_return ret{ec, sender(std::move(s))};  // failed: failure_reason() says why
   }
   s->resend->live = true;  // nothing kept yet: nothing to re-sync
   co_return ret{std::error_code{}, sender(std::move(s))};

@@ -242,10 +242,15 @@ void resend_install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_
 /// Ends the session: max_attempts attempts in a row delivered nothing.
 std::error_code give_up(sender_state& s) {
   auto& rs = *s.resend;
+  // Before the first handshake nothing could be delivered: say that no
+  // consumer was reached, with the hint the plain connect gives.
+  const bool never_connected = s.session.connection() == 0;
   if (s.message.empty())
-    s.message = "no blob delivered on " + std::to_string(rs.failures) +
-                " connection attempts in a row (max_attempts " +
-                std::to_string(s.opt.resend.max_attempts) + "); the last: " + rs.last_reason;
+    s.message = (never_connected ? "no handshake with the consumer on "
+                                 : "no blob delivered on ") +
+                std::to_string(rs.failures) + " connection attempts in a row (max_attempts " +
+                std::to_string(s.opt.resend.max_attempts) + "); the last: " + rs.last_reason +
+                (never_connected ? "; is the consumer listening and accepting?" : "");
   s.fail(rs.last_error);
   return s.error;
 }

@@ -301,7 +301,11 @@ class sender {
   ~sender();
 
   /// Runs the handshake (sends hello, waits for the consumer's) and starts
-  /// reading acknowledgements. On error the transport is closed.
+  /// reading acknowledgements. On error the transport is closed and the
+  /// sender returned is failed: error() is the error, failure_reason()
+  /// says why (the limit that ended the handshake, what a bad hello
+  /// broke), and every call fails with it; for invalid_argument it is
+  /// empty (no state).
   /// Errors: protocol_violation (bad hello: magic, version, role, chunk),
   /// timed_out (handshake_timeout or stall_timeout passed), peer_closed,
   /// peer_failed, closed.
@@ -316,7 +320,9 @@ class sender {
   /// once. REQUIRES: every blob's tag is unique in the session and not
   /// NO_TAG (open_blob's default random tag is). Errors: those of
   /// connect and of the handshake after max_attempts tries,
-  /// protocol_violation (the consumer keeps no delivery log).
+  /// protocol_violation (the consumer keeps no delivery log). On error
+  /// the sender returned is failed, as above: failure_reason() names the
+  /// attempts, max_attempts and the last attempt's cause.
   static asio::awaitable<std::tuple<std::error_code, sender>> start(
       connect_fn connect, sender_options opt = {});
 
