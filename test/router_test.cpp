@@ -156,6 +156,38 @@ BOOST_AUTO_TEST_CASE(round_robin_skips_a_destination_gone_and_refuses_when_none_
   BOOST_TEST(none_left.find("every destination is gone") != std::string::npos, none_left);
 }
 
+// A resend destination that never started says why (router::
+// failure_reason): its session gave up after max_attempts, and the reason
+// names them; a live destination has none.
+BOOST_AUTO_TEST_CASE(a_resend_destination_that_never_started_says_why) {
+  runner r;
+  auto srv = servers(r, "router-why", 1);
+  std::vector<seen> got0;
+  r.spawn(collect_into(srv[0], 1, got0));
+  std::string why0, why1;
+  std::error_code error1;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    router_options opt;
+    opt.resend = true;
+    opt.sender.resend.max_attempts = 2;
+    opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+    std::vector<std::string> dests = {srv[0].url(), "inproc://router-why-nobody"};
+    auto [ec, rt] = co_await router::start(ex, dests, opt);
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    error1 = rt.error(1);
+    why0 = rt.failure_reason(0);
+    why1 = rt.failure_reason(1);
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(bool(error1), "destination 1 was never reached");
+  BOOST_TEST(why0.empty(), why0);
+  BOOST_TEST(why1.find("(max_attempts 2)") != std::string::npos, why1);
+  BOOST_TEST(why1.find("no handshake with the consumer") != std::string::npos, why1);
+}
+
 BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
   runner r;
   server_options held_keep_credit;

@@ -61,6 +61,7 @@ struct rank_state {
   std::string url;
   std::unique_ptr<checker> check;
   std::uint64_t groups_expected = 0, groups_complete = 0, groups_aborted = 0;
+  std::uint64_t blobs_without_group = 0;    // completed blobs that named no group
   std::set<blobpipe::session_id> sessions;  // resend sessions seen
   std::size_t plain_senders = 0;            // connections without one
   std::size_t open = 0;                     // connections open now
@@ -121,10 +122,12 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
   for (std::size_t d = 0; !ec && d < rt.size(); ++d) {
     if (auto e = rt.error(d)) {
       res.ec = e;
+      const std::string& why = rt.failure_reason(d);
       res.what = who + "connect to rank " + std::to_string(d) + " (" + urls[d] + "): " +
-                 error_text(e, remote ? "gave up after " + tried() +
-                                            "; is that rank listening and answering?"
-                                      : "");
+                 error_text(e, !remote ? why
+                               : "gave up after " + tried() +
+                                     (why.empty() ? "; is that rank listening and answering?"
+                                                  : ": " + why));
       rt.close();
       co_return res;
     }
@@ -166,7 +169,8 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
     if (res.ec) break;
     if (auto e = co_await b->blob.finish()) {
       res.ec = e;
-      res.what = who + "finish sample " + std::to_string(n) + ": " + error_text(e);
+      res.what = who + "finish sample " + std::to_string(n) + ": " +
+                 error_text(e, rt.failure_reason(b->destination));
       break;
     }
     ++res.blobs;
@@ -175,7 +179,10 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
     rt.close();
   } else if (auto e = co_await rt.shutdown()) {
     res.ec = e;
-    res.what = who + "shutdown: " + error_text(e);
+    std::string why;  // the first gone destination's reason
+    for (std::size_t d = 0; why.empty() && d < rt.size(); ++d)
+      if (rt.error(d)) why = rt.failure_reason(d);
+    res.what = who + "shutdown: " + error_text(e, why);
   }
   res.stats = rt.stats();
   co_return res;
@@ -396,6 +403,7 @@ class cluster_job {
       }
       case server_event_kind::blob_complete:
         r.check->on_blob(conn, *ev.ev.blob, ev.ev.tag);
+        if (!ev.ev.group) ++r.blobs_without_group;
         break;
       case server_event_kind::blob_aborted:
         if (!ev.ev.resend) r.check->on_aborted(conn, ev.ev);
@@ -455,7 +463,18 @@ class cluster_job {
            << " connection(s), groups complete " << r.groups_complete << "/" << r.groups_expected;
       if (r.groups_aborted) out_ << " (" << r.groups_aborted << " aborted)";
       out_ << ", " << latency(t.latency) << "\n";
-      ok = ok && rank_ok && r.groups_complete == r.groups_expected && r.groups_aborted == 0;
+      const bool groups_ok = r.groups_complete == r.groups_expected && r.groups_aborted == 0;
+      if (!groups_ok && !timed_out_) {
+        out_ << "FAIL: rank " << r.rank << ": " << r.groups_complete << " of " << r.groups_expected
+             << " groups complete";
+        if (r.groups_aborted) out_ << ", " << r.groups_aborted << " aborted";
+        if (r.blobs_without_group)
+          out_ << "; " << r.blobs_without_group
+               << " blob(s) named no group (blob_group): its workers must send each sample "
+                  "with its GRPO group, as this program's --connect workers do";
+        out_ << "\n";
+      }
+      ok = ok && rank_ok && groups_ok;
       total.merge(t);
       groups_complete += r.groups_complete;
       groups_expected += r.groups_expected;

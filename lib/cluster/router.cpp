@@ -106,12 +106,9 @@ asio::awaitable<void> start_one(std::shared_ptr<router_state> s, std::size_t d,
     ec = cec;
     if (!ec) std::tie(ec, snd) = co_await sender::start(std::move(t), s->opt.sender);
   }
-  if (ec) {
-    x.start_error = ec;
-  } else {
-    x.s = std::move(snd);
-    x.started = true;
-  }
+  x.s = std::move(snd);  // failed, it still says why (failure_reason)
+  if (ec) x.start_error = ec;
+  else x.started = true;
 }
 
 /// Shuts destination `d` down; its error into `out`.
@@ -168,6 +165,9 @@ std::error_code router::error(std::size_t d) const noexcept {
   return state_ && d < state_->dests.size() ? state_->gone(d) : make_error_code(errc::closed);
 }
 sender& router::at(std::size_t d) { return state_->dests.at(d).s; }
+const std::string& router::failure_reason(std::size_t d) const {
+  return state_->dests.at(d).s.failure_reason();
+}
 
 result<routed_blob> router::open_blob(const route& r) {
   if (!state_) return {errc::closed, "router: not started"};

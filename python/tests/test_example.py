@@ -75,3 +75,17 @@ def test_trainer_fails_when_workers_send_too_few_samples():
     rc, out = finish(trainer, head)
     assert rc == 1, out
     assert "16 sample(s) incomplete or missing" in out
+
+
+def test_python_workers_to_cpp_rank_say_why_groups_did_not_complete():
+    """A C++ fan-in rank (--listen tcp://...) checks GRPO groups; the Python
+    workers send no blob groups, so the rank fails, and its FAIL line says
+    which groups are missing and why rather than exiting 1 in silence."""
+    rank = start([BIN, "--listen", "tcp://127.0.0.1:0", "--group-size", "4", *ARGS])
+    port, head = port_of(rank, r"tcp://127\.0\.0\.1:(\d+)")
+    rc_w, out_w = finish(start(python("--connect", f"127.0.0.1:{port}")))
+    rc, out = finish(rank, head)
+    assert rc_w == 0, out_w
+    assert rc == 1, out
+    assert "FAIL: rank 0: 0 of 6 groups complete" in out, out
+    assert "24 blob(s) named no group (blob_group)" in out, out

@@ -138,6 +138,11 @@ class router {
   std::error_code error(std::size_t d) const noexcept;
   /// Destination `d`'s sender (flush, stats). REQUIRES: d < size().
   sender& at(std::size_t d);
+  /// Why destination `d` is gone, in one line, when its sender knows more
+  /// than error(d) says (sender::failure_reason: a limit, the consumer's
+  /// close reason, a resend session's give-up); empty otherwise, and for a
+  /// plain destination whose connect failed. REQUIRES: d < size().
+  const std::string& failure_reason(std::size_t d) const;
 
   /// Opens a blob on the destination the policy (or the group) picks.
   /// Errors: invalid_argument (by_rank without a rank; a group of size
