@@ -105,7 +105,10 @@ struct resend_options {
   /// peer_failed, timed_out, ...), and failure_reason() says "no blob
   /// delivered on N connection attempts in a row (max_attempts N); the
   /// last: ..." with the cause (the consumer's close reason, the limit
-  /// that passed). Each such attempt makes the next one wait (below).
+  /// that passed); before any handshake succeeded (sender::start), "no
+  /// handshake with the consumer on N connection attempts in a row
+  /// (max_attempts N); the last: ...; is the consumer listening and
+  /// accepting?". Each such attempt makes the next one wait (below).
   std::uint32_t max_attempts = 8;
   /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
   /// The first reconnect after a connection that delivered broke is
@@ -146,6 +149,11 @@ struct sender_options {
   /// resend session drops the connection and reconnects. Covers waits for
   /// the application on the far side too (credit comes back only when it
   /// releases entries), so set it above the longest it may hold entries.
+  /// 0 by default because a trainer may rightly hold its workers for a
+  /// whole training step; with 0, a consumer that reads and never
+  /// acknowledges or returns credit holds a producer for as long as it
+  /// stays connected (a resend session included: max_attempts counts only
+  /// connections that end). Set it whenever the far side is not trusted.
   std::chrono::milliseconds stall_timeout{0};
   /// The longest a handshake may take: writing this side's hello and
   /// waiting for the consumer's (0: no limit). Past it the connection is
