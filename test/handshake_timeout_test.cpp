@@ -261,3 +261,48 @@ BOOST_AUTO_TEST_CASE(resend_give_up_bound_counts_every_attempt_and_wait) {
   o.stall_timeout = 0ms;
   BOOST_TEST(resend_give_up_bound(o).count() == 0);  // no bound at all
 }
+
+// shutdown() of a resend session joins its tasks, a connection attempt in
+// flight included: with no handshake_timeout and no stall_timeout, an
+// attempt whose consumer never answers would wait for ever; shutdown (all
+// delivered, no connection) ends it by closing its link and returns with
+// no task of the sender running.
+BOOST_AUTO_TEST_CASE(resend_shutdown_ends_a_connection_attempt_in_flight) {
+  runner r;
+  silent_consumers silent{r};
+  auto log = std::make_shared<delivery_log>();
+  std::unique_ptr<transport> first_consumer_end;
+  int connects = 0;
+  const connect_fn to_silent = silent.connect();
+  connect_fn connect = [&]() -> asio::awaitable<connect_result> {
+    if (++connects > 1) co_return co_await to_silent();
+    auto [t, b] = loopback::make_pair(r.ex());
+    first_consumer_end = std::move(b);
+    co_return connect_result{std::error_code{}, std::move(t)};
+  };
+  std::error_code shut;
+  std::uint64_t running_after = 1;
+  auto consume_then_leave = [&]() -> asio::awaitable<void> {
+    consumer_options o;
+    o.delivered = log;
+    while (!first_consumer_end) co_await yield_n(1);
+    auto [ec, c] = co_await consumer::start(std::move(first_consumer_end), o);
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    c.close();  // the session loses its connection, nothing kept
+  };
+  auto produce = [&]() -> asio::awaitable<void> {
+    sender_options o = resend_bounded(0ms, 0ms, 3);
+    auto [sec, s] = co_await sender::start(connect, o);
+    BOOST_TEST_REQUIRE(!sec, sec.message());
+    for (int i = 0; i < 100000 && silent.connects == 0; ++i) co_await yield_n(1);
+    BOOST_TEST_REQUIRE(silent.connects == 1);  // the second attempt waits for its hello
+    shut = co_await s.shutdown();
+    running_after = s.stats().tasks_running;
+  };
+  r.spawn(consume_then_leave());
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(20s));  // a hang guard: without the end, shutdown waits for ever
+  BOOST_TEST(!shut, shut.message());
+  BOOST_TEST(running_after == 0u, "a task of the sender outlived shutdown()");
+  for (const auto& end : silent.ends) BOOST_TEST(!end->is_open());
+}

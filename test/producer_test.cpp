@@ -80,7 +80,10 @@ BOOST_AUTO_TEST_CASE(concurrent_producers_interleave_and_arrive_intact) {
             BLOBPIPE_CO_CHECK(blob.emit(spec.keys[e], value::tensor(spec.data[e])));
           BLOBPIPE_CO_CHECK(blob.finish());
         }
-        if (++done == producers) BLOBPIPE_CO_CHECK(ep.s.shutdown());
+        if (++done == producers) {
+          BLOBPIPE_CO_CHECK(ep.s.shutdown());
+          BOOST_TEST(ep.s.stats().tasks_running == 0u, "a task of the sender outlived shutdown()");
+        }
       };
       auto consume = [&]() -> asio::awaitable<void> {
         for (;;) {
@@ -456,6 +459,7 @@ BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdow
       r.spawn(scripted_consumer(*b, 1u << 20, frame_type::close, reason));
       std::error_code shut;
       sender snd;
+      std::uint64_t running_before = 0, running_after = 0;
       auto produce = [&]() -> asio::awaitable<void> {
         auto [sec, s] = co_await sender::start(std::move(a));
         BOOST_TEST_REQUIRE(!sec, sec.message());
@@ -463,10 +467,16 @@ BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdow
         auto w = snd.open_blob();
         BLOBPIPE_CO_CHECK(w.emit("x", value::tensor(ramp(8, 0.0f))));
         BLOBPIPE_CO_CHECK(w.finish());
+        running_before = snd.stats().tasks_running;
         shut = co_await snd.shutdown();
+        running_after = snd.stats().tasks_running;
       };
       r.spawn(produce());
       BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      // shutdown() returns once the sender's own tasks have ended, in
+      // order or refused.
+      BOOST_TEST(running_before > 0u);
+      BOOST_TEST(running_after == 0u, "a task of the sender outlived shutdown()");
       if (reason.empty()) {
         BOOST_TEST(!shut, shut.message());
       } else {

@@ -336,7 +336,11 @@ asio::awaitable<std::error_code> sender::shutdown() {
   s->stall_watch.begin_wait();
   const std::error_code written = co_await q->wait_written(q->ticket());
   s->stall_watch.end_wait();
-  if (written) co_return s->error ? s->error : written;
+  if (written) {
+    const std::error_code ec = s->error ? s->error : written;
+    co_await detail::end_tasks(s);
+    co_return ec;
+  }
   // The consumer answers our close by closing its end; the ack reader sees
   // that and records `closed`. Anything else is the real outcome.
   while (!s->reader_done) {
@@ -348,7 +352,7 @@ asio::awaitable<std::error_code> sender::shutdown() {
       co_return std::error_code(asio::error::operation_aborted);
     }
   }
-  s->queue->fail(make_error_code(errc::closed));
+  co_await detail::end_tasks(s);
   co_return s->error == errc::closed ? std::error_code{} : s->error;
 }
 

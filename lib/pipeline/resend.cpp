@@ -62,11 +62,24 @@ void connection_lost(const std::shared_ptr<sender_state>& s, std::uint64_t conne
   s->tasks.spawn(reconnect(s));
 }
 
+/// What a connection attempt waits on, for its deadline to end: the
+/// connect function's coroutine (cancelled: connect_fn should honour it),
+/// then the link (closed: the handshake's read or write fails).
+struct attempt_wait {
+  asio::cancellation_signal connecting;
+  std::shared_ptr<transport> link;
+  void end() {
+    if (link) link->close();
+    else connecting.emit(asio::cancellation_type::all);
+  }
+};
+
 void resend_failed(sender_state& s) noexcept {
   auto& rs = *s.resend;
   rs.connected = rs.live = false;
   rs.kept_cv.notify_all();
   rs.retry_wait.notify_all();
+  if (auto a = rs.attempt.lock()) a->end();
 }
 
 namespace {
@@ -167,17 +180,6 @@ struct attempt_result {
   std::shared_ptr<ack_reader> reader;  // set on success: handshake done
 };
 
-/// What a connection attempt waits on, for its deadline to end: the
-/// connect function's coroutine (cancelled: connect_fn should honour it),
-/// then the link (closed: the handshake's read or write fails).
-struct attempt_wait {
-  asio::cancellation_signal connecting;
-  std::shared_ptr<transport> link;
-  void end() {
-    if (link) link->close();
-    else connecting.emit(asio::cancellation_type::all);
-  }
-};
 
 /// `r` of an attempt bounded by `bound`: timed_out with the limit's
 /// reason once it expired (whatever else failed then), its link closed.
@@ -195,6 +197,7 @@ attempt_result bounded(attempt_result r, const deadline& bound, attempt_wait& wa
 /// too): past it the attempt ends with timed_out.
 asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
   auto wait = std::make_shared<attempt_wait>();
+  s->resend->attempt = wait;
   const deadline bound(s->ex, s->opt.stall_timeout, [w = std::weak_ptr<attempt_wait>(wait)] {
     if (auto a = w.lock()) a->end();
   });
@@ -211,11 +214,14 @@ asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
       s->ex, s->resend->connect(),
       asio::bind_cancellation_slot(wait->connecting.slot(), use_tuple));
   if (caller.is_connected()) caller.clear();
-  if (thrown && !bound.expired()) std::rethrow_exception(thrown);
+  // Ended by its deadline or by the sender's end, a connect that threw
+  // (operation_aborted) is a failed attempt, not the caller's exception.
+  if (thrown && !bound.expired() && !s->error) std::rethrow_exception(thrown);
   auto& [ec, t] = connected;
   r.ec = ec;
   if (!r.ec && !t) r.ec = make_error_code(errc::peer_failed);
   if (t) wait->link = std::shared_ptr<transport>(std::move(t));  // closed if it expired
+  if (s->error) wait->end();  // the sender ended meanwhile: no handshake
   if (r.ec || bound.expired()) co_return bounded(std::move(r), bound, *wait);
   auto [hec, reader] = co_await handshake(wait->link, s->opt, s->resend->session);
   r.ec = hec;
@@ -423,10 +429,14 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
   auto& rs = *s->resend;
   // Every ended blob delivered first; open ones are abandoned.
   for (;;) {
-    if (s->error) co_return s->error;
+    if (s->error) {
+      const std::error_code ec = s->error;
+      co_await end_tasks(s);
+      co_return ec;
+    }
     const bool pending = s->session.ended_pending();
     if (!pending && !rs.connected) {  // all delivered, no connection to close
-      s->fail(make_error_code(errc::closed));
+      co_await end_tasks(s);          // a connection attempt in flight ends here
       co_return std::error_code{};
     }
     if (!pending && rs.live) break;
@@ -453,7 +463,7 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
   }
   // Everything ended was delivered: whatever the close did, we are done.
   const bool violated = s->error == errc::protocol_violation;
-  s->fail(make_error_code(errc::closed));
+  co_await end_tasks(s);
   co_return violated ? make_error_code(errc::protocol_violation) : std::error_code{};
 }
 

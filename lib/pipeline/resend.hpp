@@ -34,6 +34,8 @@
 
 namespace blobpipe::detail {
 
+struct attempt_wait;
+
 struct resend_state {
   resend_state(const asio::any_io_executor& ex, connect_fn c)
       : connect(std::move(c)), kept_cv(ex), retry_wait(ex) {}
@@ -57,6 +59,10 @@ struct resend_state {
   std::string last_reason;      // why the last attempt or connection ended
   async_condition kept_cv;  // kept blobs changed, or the connection came or went
   async_condition retry_wait;  // the backoff before a retry; the sender's end cuts it short
+  // The connection attempt in flight: the sender's end ends it (its
+  // connect cancelled, or its link closed), so no task outlives shutdown
+  // by a handshake_timeout.
+  std::weak_ptr<attempt_wait> attempt;
 };
 
 /// blob_writer's operations in a resend session (b->kept is set). The

@@ -82,6 +82,7 @@ sender_stats sender_state::stats() const noexcept {
   st.blobs_delivered = c.blobs_delivered;
   st.budget_waits = c.budget_waits;
   if (queue) st.queued_high_water = std::max<std::uint64_t>(st.queued_high_water, queue->copied_high_water());
+  st.tasks_running = tasks.running() + (queue ? queue->writer_running() : 0);
   return st;
 }
 
@@ -314,6 +315,12 @@ asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
     s->stall_watch.progress();
   }
   co_return std::error_code{};
+}
+
+asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s) {
+  s->fail(make_error_code(errc::closed));  // an earlier error stays; the queue closes its link
+  co_await s->tasks.join();
+  if (auto q = s->queue) co_await q->join_writer();
 }
 
 std::string failure_text(const sender_state& s) {

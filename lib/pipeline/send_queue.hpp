@@ -68,6 +68,12 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   /// Ends the queue: the transport is closed, every waiter wakes with `ec`.
   void fail(std::error_code ec) noexcept;
   std::error_code error() const noexcept { return error_; }
+  /// Completes once the writer (run) has ended: after fail(), at once or
+  /// when its write in flight ends (fail closed the transport). Run on
+  /// the transport's executor; one joiner at a time.
+  asio::awaitable<void> join_writer() { co_await writer_.join(); }
+  /// 1 while the writer runs, else 0.
+  std::size_t writer_running() const noexcept { return writer_.running(); }
   transport& link() noexcept { return *t_; }
   const std::shared_ptr<transport>& link_ptr() const noexcept { return t_; }
 

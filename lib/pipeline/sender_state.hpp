@@ -166,6 +166,15 @@ asio::awaitable<std::error_code> acquire_credit(std::shared_ptr<sender_state> s,
 asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
                                            std::shared_ptr<send_queue> q);
 
+/// Ends the sender (closed, unless it failed before: fail() keeps the
+/// first error) and waits until its tasks and its writer have ended:
+/// what shutdown() does last, so that nothing of the sender runs after it
+/// returns. Each task ends on what fail() closes or stops (the link, the
+/// watchdog, the session's conditions, a connection attempt in flight);
+/// none is cancelled, as a coroutine cancelled inside a UCX wait would
+/// leave its request to nobody.
+asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s);
+
 /// Why the sender failed, for a blob_writer's last_error(): its
 /// failure_reason when it has one, else its error's message.
 std::string failure_text(const sender_state& s);

@@ -215,6 +215,10 @@ struct sender_stats {
   std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
   std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements received
   std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
+  /// The sender's own coroutines still running (its writer, ack reader,
+  /// stall watchdog, a resend session's reconnect and re-sync): 0 once
+  /// shutdown() has returned, which waits for them.
+  std::uint64_t tasks_running = 0;
 };
 
 /// What sender::open_blob takes.
@@ -350,6 +354,10 @@ class sender {
   /// consumer. Errors: closed, peer_failed, protocol_violation.
   /// Resend session: first waits until every ended blob was delivered
   /// (reconnecting as needed); blobs still open are abandoned.
+  /// It returns once the sender's own coroutines have ended
+  /// (sender_stats::tasks_running is 0): nothing of the sender runs on
+  /// its executor after it, except when the awaiting coroutine was
+  /// cancelled (operation_aborted).
   asio::awaitable<std::error_code> shutdown();
 
   /// Closes now: every pending emit/finish/abort/shutdown completes with
