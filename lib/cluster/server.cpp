@@ -5,6 +5,7 @@
 #include "blobpipe/cluster/server.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
@@ -526,6 +527,7 @@ void server_state::account(const server_event& ev) {
   if (it == conns.end()) return;
   conn_home& cn = it->second->home;
   if (cn.queued > 0) --cn.queued;
+  cn.yielded_since_wait = true;
   if (ev.kind != server_event_kind::entry_ready && ev.kind != server_event_kind::connection_opened)
     uncredited_left(it->second);
   endpoint_metrics& m = cn.metrics;
@@ -554,14 +556,15 @@ void server_state::account(const server_event& ev) {
 
 void server_state::sweep() {
   for (auto it = conns.begin(); it != conns.end();) {
-    std::shared_ptr<server_conn> cn = it->second;
     // Its events all yielded (counted), and its buffered bytes all
     // released: the pool let go of its member. (With receive threads an
     // entry's credit may leave the pool, into the held allowance, before
-    // the events queued behind it are yielded.)
-    const conn_home& h = cn->home;
+    // the events queued behind it are yielded.) Run after every event:
+    // the shared_ptr is copied only for a connection that goes.
+    const conn_home& h = it->second->home;
     if (h.state == conn_state::ended && h.queued == 0 &&
         (h.pool_member == 0 || !pool->holds(h.pool_member))) {
+      std::shared_ptr<server_conn> cn = it->second;
       cn->home.metrics.credit_waits = cn->credit_requests.load(std::memory_order_relaxed);
       retired.merge(cn->home.metrics);
       it = conns.erase(it);
@@ -695,7 +698,8 @@ asio::awaitable<server_event> server::next() {
     // The application waits: each connection's held_timeout may count
     // (consumer_options::waits_reported).
     for (auto& [id, cn] : s->conns)
-      if (cn->home.state == detail::conn_state::open)
+      if (cn->home.state == detail::conn_state::open &&
+          std::exchange(cn->home.yielded_since_wait, false))
         detail::server_state::on_conn(*cn, [cn = cn] {
           if (cn->io.c) cn->io.c->application_waits();
         });

@@ -84,6 +84,11 @@ struct conn_home {
   // Its last event (opened, an entry, a blob's end): what makes it useful
   // when slots run out (server_options::idle_reclaim_after).
   std::chrono::steady_clock::time_point useful{};
+  // next() yielded an event of it since the application last waited: the
+  // next wait is told to its consumer (consumer::application_waits). One
+  // that yielded nothing since was told already, so a wait crosses to
+  // the receive threads only for the connections it concerns.
+  bool yielded_since_wait = false;
 };
 
 /// What only the connection's executor (`cx`) touches.
