@@ -24,7 +24,8 @@
 // handshake_timeout), a resend session's connection attempt, connect and
 // handshake together (sender_options stall_timeout), a UCX rendezvous;
 // and for lingers and a backoff: a consumer's close frame (close_linger),
-// a UCX connection's close, the UCX worker's busy backoff.
+// a UCX connection's close, the UCX worker's busy backoff; keep_alive_for
+// (below) holds a UCX worker past a failed wire-up.
 //
 // Not for limits measured in progress (stall_timeout, idle_timeout,
 // held_timeout while a connection runs): the watchdog is the one tool for
@@ -96,5 +97,15 @@ class deadline {
   asio::steady_timer timer_;
   std::chrono::milliseconds limit_;
 };
+
+/// A linger without a waiter: keeps `owner` alive for `d` more on `ex`,
+/// whoever else still owns it (a UCX worker whose failed wire-up may
+/// still be answered, runtime::hold_for). The timer owns itself; nothing
+/// to disarm. Throws only std::bad_alloc.
+inline void keep_alive_for(const asio::any_io_executor& ex, std::chrono::milliseconds d,
+                           std::shared_ptr<const void> owner) {
+  auto timer = std::make_shared<asio::steady_timer>(ex, d);
+  timer->async_wait([timer, owner = std::move(owner)](std::error_code) {});
+}
 
 }  // namespace blobpipe::detail

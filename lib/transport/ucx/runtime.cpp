@@ -8,8 +8,8 @@
 
 #include <asio/execution_context.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
 
+#include "lib/runtime/deadline.hpp"
 #include "lib/transport/ucx/connection.hpp"
 #include "lib/transport/ucx/devices.hpp"
 #include "lib/transport/ucx/status.hpp"
@@ -272,8 +272,7 @@ void runtime::progress_pass() {
 }
 
 void runtime::hold_for(std::chrono::milliseconds d) {
-  auto t = std::make_shared<asio::steady_timer>(ex_, d);
-  t->async_wait([t, self = shared_from_this()](std::error_code) {});
+  blobpipe::detail::keep_alive_for(ex_, d, shared_from_this());
 }
 
 void runtime::kick() {
