@@ -979,6 +979,56 @@ BOOST_AUTO_TEST_CASE(an_application_holding_more_than_the_budget_completes_withi
   BOOST_TEST(st.pool.committed_high_water <= opt.budget_bytes);  // the budget held
 }
 
+// held_timeout runs only while the application waits (consumer_options::
+// waits_reported): next() tells each connection whose entries it handed
+// out when it waits again, with one receive thread or two. Here the
+// application keeps every entry (no held allowance) and waits for more
+// while the sender waits for the credit it holds: the connection ends
+// with timed_out naming held_timeout. Were the wait not told, the held
+// clock would never run and the sender would end at its own stall_timeout
+// instead.
+BOOST_AUTO_TEST_CASE(held_timeout_runs_while_the_application_waits_holding_entries) {
+  for (std::size_t threads : {1u, 2u}) {
+    BOOST_TEST_CONTEXT("threads " << threads) {
+      runner r;
+      server_options opt;
+      opt.threads = threads;
+      opt.budget_bytes = 48 << 10;
+      opt.initial_grant_bytes = 48 << 10;
+      opt.connection.held_bytes = 0;  // held entries keep their credit
+      opt.connection.held_timeout = std::chrono::milliseconds(200);
+      auto srv = server::listen(r.ex(), "inproc://server-test-held-waits-" + std::to_string(threads),
+                                opt).value();
+      std::error_code sent;
+      std::vector<server_event> closed;
+      auto application = [&]() -> asio::awaitable<void> {
+        std::vector<std::shared_ptr<const received_entry>> held;  // never dropped
+        for (;;) {
+          auto ev = co_await srv.next();
+          if (ev.kind == server_event_kind::entry_ready) held.push_back(ev.ev.entry);
+          if (ev.kind == server_event_kind::connection_closed) {
+            closed.push_back(ev);
+            srv.stop_accepting();
+          }
+          if (ev.kind == server_event_kind::end_of_stream) break;
+        }
+      };
+      sender_options sopt;
+      sopt.stall_timeout = std::chrono::seconds(5);  // the mutant's end, not this test's
+      r.spawn(application());
+      r.spawn(send_into(srv.url(),
+                        {.who = 1, .blobs = 1, .entries = 8, .bytes = 16 << 10, .group = {}}, sent,
+                        sopt));
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST_REQUIRE(closed.size() == 1u);
+      BOOST_TEST((closed[0].ev.error == errc::timed_out), closed[0].ev.error.message());
+      BOOST_TEST(closed[0].ev.reason.find("(held_timeout)") != std::string::npos,
+                 closed[0].ev.reason);
+      BOOST_TEST((sent == errc::peer_closed), sent.message());
+    }
+  }
+}
+
 // server::start refuses options it cannot run with (server.hpp): no
 // budget, no connection slot, no receive thread; each names them.
 BOOST_AUTO_TEST_CASE(options_a_server_cannot_run_with_are_refused) {
