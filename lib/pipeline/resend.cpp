@@ -180,7 +180,6 @@ struct attempt_result {
   std::shared_ptr<ack_reader> reader;  // set on success: handshake done
 };
 
-
 /// `r` of an attempt bounded by `bound`: timed_out with the limit's
 /// reason once it expired (whatever else failed then), its link closed.
 attempt_result bounded(attempt_result r, const deadline& bound, attempt_wait& wait) {
