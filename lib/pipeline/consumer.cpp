@@ -4,8 +4,9 @@
 // payload straight into its destination) and lets the decoder turn the
 // bytes into events (consumer_sinks.cpp). Acknowledgements flow back from
 // a separate coroutine (consumer_acks.cpp), coalesced, as the user
-// releases entries. consumer_state.hpp says which part of the state
-// (receive side, credit, delivery acks, device uploads) owns what.
+// releases entries. The session (consumer_session.hpp) decides what the
+// protocol decides; consumer_state.hpp says which part of the state owns
+// what.
 #include "blobpipe/pipeline/consumer.hpp"
 
 #include <algorithm>
@@ -38,15 +39,13 @@ void consumer_state::update_watch() noexcept {
   // sent, a fetch is outstanding, or a blob is open and it holds credit
   // it could send on: not while it waits for credit the application
   // holds (docs/reliability.md "Held entries").
-  const auto& l = frames.limits();
-  const std::uint64_t used = frames.buffered_bytes();
-  const bool has_credit =
-      used < l.window_bytes && credit.credit_wanted == 0 && credit.held_in_window == 0;
+  const decoder& frames = session.frames();
+  const bool has_credit = session.sender_has_credit();
   // An entry begun and not complete is owed whatever else the sender
   // waits for: its credit was taken whole when it was announced.
   stall_watch.owes(frames.in_frame() || !receive.posted.empty() || frames.entries_open() != 0 ||
                    (frames.open_blobs() != 0 && has_credit));
-  stall_watch.held(credit.held_in_window != 0 && (!opt.waits_reported || credit.app_waiting));
+  stall_watch.held(session.held_in_window() != 0 && (!opt.waits_reported || held.app_waiting));
 }
 
 void receive_landing::retire_buffers(transport& t) {
@@ -68,19 +67,19 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   if (s->stall_watch.tripped() == watchdog::limit_kind::held) {
     // The application's doing, not the sender's: say what it holds.
     const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    const auto& c = s->credit;
+    const auto& c = s->session;
     s->timeout_reason =
-        "the application holds received entries of " + n(c.held_credit + c.held_in_window) +
-        " credit bytes (" + n(c.held_credit) + " in the held_bytes allowance of " +
-        n(s->opt.held_bytes) + ", " + n(c.held_in_window) + " of the window of " +
-        n(s->frames.limits().window_bytes) + ") and waited " + ms +
+        "the application holds received entries of " + n(c.held_credit() + c.held_in_window()) +
+        " credit bytes (" + n(c.held_credit()) + " in the held_bytes allowance of " +
+        n(s->opt.held_bytes) + ", " + n(c.held_in_window()) + " of the window of " +
+        n(c.window_bytes()) + ") and waited " + ms +
         " ms for an entry the sender may have no credit to send (held_timeout): "
         "drop received entries and values sooner, or raise held_bytes or window_bytes";
   } else if (s->stall_watch.tripped() == watchdog::limit_kind::pressed) {
     s->timeout_reason = "the sender held " +
-                        std::to_string(s->frames.limits().window_bytes -
-                                       std::min(s->frames.buffered_bytes(),
-                                                s->frames.limits().window_bytes)) +
+                        std::to_string(s->session.window_bytes() -
+                                       std::min(s->session.buffered_bytes(),
+                                                s->session.window_bytes())) +
                         " bytes of unused credit that other connections wait for and sent "
                         "nothing for " + ms + " ms (stall_timeout)";
   } else if (s->stall_watch.tripped() == watchdog::limit_kind::stall) {
@@ -105,11 +104,12 @@ result<void> transport_error(consumer_state& s, std::error_code ec) {
 /// (all of them before the sender's hello: at most hello_receive_bytes, so
 /// a stream pipelined behind the hello is decoded with it).
 result<void> decode_received(consumer_state& s) {
-  auto& d = s.frames;
+  const decoder& d = s.session.frames();
   receive_landing& in = s.receive;
   const std::uint64_t budget =
-      s.peer && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
-  auto took = d.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
+      s.session.peer() && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
+  auto took =
+      s.session.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
   if (!took) return took.err();
   in.rx_at += *took;
   if (in.rx_at != in.rx_end || in.bulk_announced == 0) return {};
@@ -126,19 +126,19 @@ result<void> decode_received(consumer_state& s) {
 }  // namespace
 
 asio::awaitable<result<void>> read_input(consumer_state& s) {
-  auto& d = s.frames;
+  const decoder& d = s.session.frames();
   receive_landing& in = s.receive;
   // Fair turns: a turn's work spent, every other handler ready on this
   // executor (the other connections' turns) runs before this one decodes
   // more (consumer_options::turn_work_bytes).
   if (s.opt.turn_work_bytes != 0 && d.work() >= s.opt.turn_work_bytes) {
-    d.reset_work();
+    s.session.reset_work();
     ++s.stats.turns_yielded;
     co_await asio::post(s.ex, asio::use_awaitable);
   }
   result<void> r;
   const bool buffered = in.rx_at != in.rx_end;
-  if (buffered && (s.acks.stopped || !s.timeout_reason.empty())) {
+  if (buffered && (s.session.acks_stopped() || !s.timeout_reason.empty())) {
     // Closed on this side (close(), the watchdog) while bytes read waited
     // for their turn: they are dropped like bytes never read, and the
     // stream ends as a read would end it now. Decoded after close(), a
@@ -152,7 +152,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
   } else if (d.in_payload() &&
              (in.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
     // A payload with nothing of it buffered: straight into its place.
-    const auto target = d.payload_target();
+    const auto target = s.session.payload_target();
     if (in.bulk_pending != 0 && in.bulk_pending != target.size())
       co_return result<void>(errc::protocol_violation,
                              "a bulk payload of " + std::to_string(in.bulk_pending) +
@@ -174,7 +174,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
-    r = d.commit_payload(target.size());
+    r = s.session.commit_payload(target.size());
   } else {
     auto [ec, got] = co_await s.t->read_some(in.rx);
     if (ec) co_return transport_error(s, ec);
@@ -183,8 +183,6 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     in.bulk_announced = got.bulk_bytes;
     r = decode_received(s);
   }
-  s.collect_returned_credit();
-  if (s.credit.pool_member != 0) s.publish_buffered();  // for the pool's other threads
   if (r && s.close_reason && !s.ended) {
     // An orderly close: what was posted before it lands, then the end.
     while (r && !in.posted.empty()) r = co_await land_oldest(s);
@@ -271,7 +269,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       // more bytes of admitted entries and tails: neither a trickle nor a
       // stream of control frames (blob_begin + blob_abort pairs) keeps a
       // connection that owes bytes or holds credit others wait for.
-      s->stall_watch.progress(s->frames.admitted_bytes(),
+      s->stall_watch.progress(s->session.frames().admitted_bytes(),
                               s->stats.entries_received + s->stats.blobs_completed);
       s->stall_watch.end_wait();
     }
@@ -320,9 +318,8 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   const bool default_held = opt.held_bytes == held_bytes_of_window;
   if (default_held) opt.held_bytes = opt.window_bytes;
-  auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
-  s->credit.one_larger_alone = default_held && !s->opt.pool;
-  s->acks.log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
+  const bool one_larger_alone = default_held && !opt.pool;
+  auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt), one_larger_alone);
   if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   // handshake_timeout: closing the transport ends the read or write below.
   detail::deadline handshake_bound(
@@ -346,45 +343,35 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   // Bytes after the hello in the same read are decoded too; a violation
   // among them (a second hello, say) is the stream's, reported by next().
   result<void> after_hello;
-  while (!s->peer) {
+  while (!s->session.peer()) {
     const auto r = co_await detail::read_input(*s);
     if (r) continue;
-    if (!s->peer) co_return fail(r.code());
+    if (!s->session.peer()) co_return fail(r.code());
     after_hello = r;
   }
   s->stall_watch.end_wait();
   // The hello came: the full receive buffer now (the hello's read was
   // decoded whole: nothing is left in rx). Turns count from here.
   s->receive.rx.resize(detail::receive_buffer_bytes);
-  s->frames.reset_work();
-  // What the decoder negotiated in on_hello, for the sender; file sinks and
-  // device landing read whole entries before yielding them (no posting).
-  const auto& limits = s->frames.limits();
+  s->session.reset_work();
+  // File sinks and device landing read whole entries before yielding them
+  // (no posting).
   s->receive.read_window = (s->opt.assemble == assemble_mode::file || s->opt.landing.enabled)
                                ? 1
                                : std::min(s->opt.payload_window, s->t->read_window());
   if (s->opt.landing.enabled)
     s->device.lander =
-        std::make_unique<detail::device_lander>(s->ex, s->opt.landing, s->chunk_bytes);
-  hello mine{.role = wire_role::consumer,
-             .max_chunk_bytes = s->chunk_bytes,
-             .max_key_bytes = s->opt.max_key_bytes,
-             .window_bytes = s->credit.window_offer,
-             .max_meta_bytes = s->opt.max_meta_bytes,
-             .dedup_window = s->acks.log->window(),
-             .session = s->peer->session,
-             .features = s->credit.features,
-             .inline_bytes = limits.inline_bytes};
-  outbox reply;
-  frame_hello(reply, mine);
+        std::make_unique<detail::device_lander>(s->ex, s->opt.landing,
+                                                s->session.answer().max_chunk_bytes);
+  // The session framed its answer to the hello (consumer_session::answer).
   // A sender that wrote its whole stream at once, close frame included,
   // without waiting for this reply (pipelined) may have ended it within the
   // hello's read: end() has closed the transport, and the stream's events
   // are all decoded, so the consumer is returned to yield them, unanswered
   // (issue 26: it was dropped as "closed").
   if (!s->ended) {
-    if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
-    s->acks.running = true;  // our hello is out: frames may follow it
+    if (auto ec = co_await detail::write_frames(*s->t, s->session.out())) co_return fail(ec);
+    s->acker.running = true;  // our hello is out: frames may follow it
   }
   s->tasks.spawn(detail::ack_loop(s));
   // A violation pipelined behind the hello is told like any other.
@@ -412,14 +399,15 @@ asio::awaitable<event> consumer::next() {
 
 void consumer::application_waits() noexcept {
   if (!state_ || !state_->opt.waits_reported || state_->ended) return;
-  state_->credit.app_waiting = true;
+  state_->held.app_waiting = true;
   state_->promote_held();  // what the application was handed since
   state_->update_watch();
 }
 
 void consumer::close() noexcept {
   if (!state_) return;
-  state_->acks.stop();
+  state_->session.stop_acks();
+  state_->acker.cv.notify_all();
   state_->stall_watch.stop();
   state_->tasks.cancel();
   state_->t->close();
@@ -437,26 +425,36 @@ void consumer::close(std::string reason) noexcept {
   }
 }
 
-std::uint32_t consumer::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
+std::uint32_t consumer::chunk_bytes() const noexcept {
+  return state_ ? state_->session.answer().max_chunk_bytes : 0;
+}
 std::uint64_t consumer::window_bytes() const noexcept {
   return state_ ? state_->opt.window_bytes : 0;
 }
 std::size_t consumer::open_blobs() const noexcept {
-  return state_ ? state_->frames.open_blobs() : 0;
+  return state_ ? state_->session.frames().open_blobs() : 0;
 }
 session_id consumer::session() const noexcept {
-  return state_ ? state_->acks.session : NO_SESSION;
+  return state_ ? state_->session.session() : NO_SESSION;
 }
-std::uint64_t consumer::features() const noexcept { return state_ ? state_->credit.features : 0; }
+std::uint64_t consumer::features() const noexcept {
+  return state_ ? state_->session.answer().features : 0;
+}
 
 consumer_stats consumer::stats() const noexcept {
   if (!state_) return consumer_stats{};
   consumer_stats st = state_->stats;
-  st.buffered_bytes = state_->frames.buffered_bytes();
+  const consumer_session& session = state_->session;
+  st.buffered_bytes = session.buffered_bytes();
+  st.buffered_high_water = session.counts().buffered_high_water;
+  st.credit_requests = session.counts().credit_requests;
+  st.duplicates_dropped = session.counts().duplicates_dropped;
+  st.acks_sent = session.counts().acks_sent;
+  st.held_high_water = session.counts().held_high_water;
   st.recycle_kept_bytes = state_->recycled->kept_bytes();
-  st.held_bytes = state_->credit.held_credit;
-  st.held_in_window_bytes = state_->credit.held_in_window;
-  st.pool_member = state_->credit.pool_member;
+  st.held_bytes = session.held_credit();
+  st.held_in_window_bytes = session.held_in_window();
+  st.pool_member = state_->pool_member;
   st.tasks_running = state_->tasks.running();
   return st;
 }
