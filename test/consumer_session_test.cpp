@@ -7,10 +7,14 @@
 // sender reads them). Each receive rule the session owns has a case: the
 // hello's answer, credit requests and grants, releases to the sender or
 // the pool, the held allowance, acks per batch (one per blob delivered in a
-// resend session), duplicates, and the close frame with its reason.
+// resend session), duplicates, the close frame with its reason, and the
+// clocks (stall, idle, held, credit pressure) with the time fed in by the
+// test: a wait on the sender is open between the steps, as in a consumer
+// that reads, and the test's timer calls on_time().
 #define BOOST_TEST_MODULE consumer_session_test
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -30,6 +34,10 @@ using namespace blobpipe::testing;
 using namespace blobpipe::testing::vectors_detail;
 
 namespace {
+
+using time_point = consumer_session::time_point;
+using ms = std::chrono::milliseconds;
+const time_point t0 = time_point{} + std::chrono::hours(1);
 
 std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
   std::vector<std::uint8_t> v(n);
@@ -71,6 +79,7 @@ class sinks final : public consumer_session_listener {
   bool hold = false;
   bool fail_tails = false;          // blob_complete: the sink fails
   std::uint64_t initial_grant = 4096;
+  bool pressed = false;             // pool_pressed()
   std::vector<std::string> lines;
   std::map<std::uint64_t, std::unique_ptr<blob>> blobs;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> landed;
@@ -141,6 +150,7 @@ class sinks final : public consumer_session_listener {
     lines.push_back("pool released " + std::to_string(n));
   }
   void acks_due() override { ++acks_due_calls; }
+  bool pool_pressed() override { return pressed; }
 };
 
 /// The frames in a session's outbox, as the sender's decoder reads them.
@@ -195,13 +205,29 @@ std::string name_of(feeding f, unsigned seed) {
   return "?";
 }
 
-/// One step of a scenario: bytes to feed, or a call to make between them.
+/// One step of a scenario at `at` after t0: bytes arriving, a call to make
+/// between them, or the caller's timer firing (on_time).
 struct step {
   std::vector<std::byte> bytes;
-  std::function<void(consumer_session&, sinks&)> call;
+  std::function<void(consumer_session&, sinks&, time_point)> call;
+  ms at{0};
+  bool timer = false;
 };
-step bytes(const outbox& o) { return {bytes_of(o), {}}; }
-step call(std::function<void(consumer_session&, sinks&)> f) { return {{}, std::move(f)}; }
+step bytes(const outbox& o, ms at = ms(0)) { return {bytes_of(o), {}, at}; }
+step call(std::function<void(consumer_session&, sinks&, time_point)> f, ms at = ms(0)) {
+  return {{}, std::move(f), at};
+}
+step timer(ms at) { return {{}, {}, at, true}; }
+
+const char* name_of(clock_expiry::limit l) {
+  switch (l) {
+    case clock_expiry::limit::stall: return "stall";
+    case clock_expiry::limit::idle: return "idle";
+    case clock_expiry::limit::held: return "held";
+    case clock_expiry::limit::pressed: return "pressed";
+  }
+  return "?";
+}
 
 struct scenario {
   consumer_session_options opt;
@@ -222,10 +248,11 @@ struct outcome {
   std::uint64_t entry_credit = 0;
   std::uint64_t tail_credit = 0;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::byte>> landed;
+  std::vector<std::string> reasons;  // of the clocks that expired
 };
 
 result<void> feed(consumer_session& s, std::span<const std::byte> in, feeding f,
-                  std::mt19937& rng) {
+                  std::mt19937& rng, time_point now) {
   std::size_t at = 0;
   while (at < in.size()) {
     const std::size_t left = in.size() - at;
@@ -241,14 +268,14 @@ result<void> feed(consumer_session& s, std::span<const std::byte> in, feeding f,
           n = static_cast<std::size_t>(std::min<std::uint64_t>(s.frames().payload_remaining(), left));
           auto target = s.payload_target();
           std::memcpy(target.data(), in.data() + at, n);
-          if (auto r = s.commit_payload(n); !r) return r;
+          if (auto r = s.commit_payload(n, now); !r) return r;
           at += n;
           continue;
         }
         n = std::min(std::max<std::size_t>(s.frames().next_required_size(), 1), left);
         break;
     }
-    if (auto r = s.consume(in.subspan(at, n)); !r) return r;
+    if (auto r = s.consume(in.subspan(at, n), now); !r) return r;
     at += n;
   }
   return {};
@@ -263,15 +290,30 @@ outcome run(const scenario& sc, feeding f, unsigned seed) {
   l.s = &s;
   std::mt19937 rng(seed);
   result<void> r;
+  std::vector<std::string> reasons;
+  // A wait on the sender is open throughout, as in a consumer reading:
+  // bytes end it (what they brought counts) and the next begins at once.
+  s.wait_begins(t0, false);
   for (const auto& st : sc.steps) {
-    if (st.call) st.call(s, l);
-    if (!st.bytes.empty()) r = feed(s, st.bytes, f, rng);
+    const time_point now = t0 + st.at;
+    if (st.call) st.call(s, l, now);
+    if (st.timer) {
+      if (auto e = s.on_time(now)) {
+        l.lines.push_back(std::string("expired ") + name_of(e->which));
+        reasons.push_back(e->reason);
+      }
+    }
+    if (!st.bytes.empty()) {
+      r = feed(s, st.bytes, f, rng, now);
+      s.wait_ends(now);
+      s.wait_begins(now, false);
+    }
     if (!r) break;
   }
   if (s.acks_due()) s.frame_acks();
   if (s.refusal()) s.frame_close();
   outcome o{l.lines, r, read_outbox(s.out()), s.counts(), s.buffered_bytes(), s.window_bytes(),
-            s.credit_wanted(), l.entry_credit, l.tail_credit, l.landed};
+            s.credit_wanted(), l.entry_credit, l.tail_credit, l.landed, reasons};
   return o;
 }
 
@@ -446,7 +488,7 @@ BOOST_AUTO_TEST_CASE(acks_become_due_once_until_framed) {
   auto o1 = hello_and();
   frame_blob_begin(o1, 1, tag_of("a"));
   blob_frames(o1, 1, "a");
-  BOOST_TEST_REQUIRE(s.consume(bytes_of(o1)).has_value());
+  BOOST_TEST_REQUIRE(s.consume(bytes_of(o1), t0).has_value());
   BOOST_TEST(l.acks_due_calls == 1);  // four releases, one wake-up
   BOOST_TEST(s.acks_due());
   s.frame_acks();
@@ -480,7 +522,7 @@ BOOST_AUTO_TEST_CASE(resend_session_acks_each_blob_delivered_in_its_own_ack) {
   blob_frames(o1, 1, "a");
   frame_blob_begin(o1, 2, tag_of("b"));
   blob_frames(o1, 2, "b", true);
-  sc.steps = {call([log](consumer_session&, sinks&) { log->tags.clear(); }), bytes(o1)};
+  sc.steps = {call([log](consumer_session&, sinks&, time_point) { log->tags.clear(); }), bytes(o1)};
   const outcome o = run_every_way(sc);
   BOOST_TEST_REQUIRE(o.r.has_value(), o.r.message());
   BOOST_TEST(o.sent.answer->dedup_window == 77u);
@@ -503,12 +545,12 @@ BOOST_AUTO_TEST_CASE(resend_session_drops_a_duplicate_and_acks_it_at_once) {
   frame_blob_begin(o1, 1, tag_of("a"));
   auto o2 = outbox();
   blob_frames(o2, 1, "a");
-  sc.steps = {call([log](consumer_session&, sinks&) {
+  sc.steps = {call([log](consumer_session&, sinks&, time_point) {
                 log->tags.clear();
                 log->record(session_of('s'), tag_of("a"));
               }),
               bytes(o1),
-              call([](consumer_session& s, sinks&) {
+              call([](consumer_session& s, sinks&, time_point) {
                 // Acknowledged at blob_begin, before any entry of it.
                 BOOST_TEST(s.acks_due());
               }),
@@ -547,8 +589,8 @@ BOOST_AUTO_TEST_CASE(blob_delivered_on_another_connection_meanwhile_is_voided) {
   frame_blob_begin(o1, 1, tag_of("a"));
   auto o2 = outbox();
   blob_frames(o2, 1, "a");
-  sc.steps = {call([log](consumer_session&, sinks&) { log->tags.clear(); }), bytes(o1),
-              call([log](consumer_session&, sinks&) { log->record(session_of('s'), tag_of("a")); }),
+  sc.steps = {call([log](consumer_session&, sinks&, time_point) { log->tags.clear(); }), bytes(o1),
+              call([log](consumer_session&, sinks&, time_point) { log->record(session_of('s'), tag_of("a")); }),
               bytes(o2)};
   const outcome o = run_every_way(sc);
   BOOST_TEST_REQUIRE(o.r.has_value(), o.r.message());
@@ -567,7 +609,7 @@ BOOST_AUTO_TEST_CASE(a_blob_the_sink_failed_is_not_recorded_delivered) {
   auto o1 = hello_and(0, session_of('s'));
   frame_blob_begin(o1, 1, tag_of("a"));
   blob_frames(o1, 1, "a");
-  sc.steps = {call([log](consumer_session&, sinks&) { log->tags.clear(); }), bytes(o1)};
+  sc.steps = {call([log](consumer_session&, sinks&, time_point) { log->tags.clear(); }), bytes(o1)};
   const outcome o = run_every_way(sc);
   BOOST_TEST_REQUIRE(o.r.has_value(), o.r.message());
   BOOST_TEST(o.lines.back() == "abort 1 io disk full");
@@ -594,12 +636,12 @@ BOOST_AUTO_TEST_CASE(a_request_beyond_the_unused_credit_waits_until_covered) {
   scenario sc{.opt = pooled_options(), .initial_grant = 4096};
   auto o1 = hello_and(feature_credit_grants);
   frame_credit_request(o1, 5000);
-  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&) {
+  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&, time_point now) {
                 BOOST_TEST(s.credit_wanted() == 5000u);
                 BOOST_TEST(!s.sender_has_credit());
                 // 1000 granted: 4000 still wanted, but the window (5096) now
                 // covers it, so the request is met.
-                s.grant(1000);
+                s.grant(1000, now);
                 BOOST_TEST(s.credit_wanted() == 0u);
                 BOOST_TEST(s.sender_has_credit());
               })};
@@ -613,7 +655,7 @@ BOOST_AUTO_TEST_CASE(a_grant_short_of_the_request_leaves_the_rest_wanted) {
   scenario sc{.opt = pooled_options(), .initial_grant = 4096};
   auto o1 = hello_and(feature_credit_grants);
   frame_credit_request(o1, 9000);
-  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&) { s.grant(1000); })};
+  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&, time_point now) { s.grant(1000, now); })};
   const outcome o = run_every_way(sc);
   BOOST_TEST(o.credit_wanted == 8000u);  // 5096 of window does not cover it
 }
@@ -653,7 +695,7 @@ BOOST_AUTO_TEST_CASE(pooled_session_publishes_its_buffered_bytes) {
   auto o1 = hello_and(feature_credit_grants);
   frame_blob_begin(o1, 1, tag_of("a"));
   blob_frames(o1, 1, "a");
-  BOOST_TEST_REQUIRE(s.consume(bytes_of(o1)).has_value());
+  BOOST_TEST_REQUIRE(s.consume(bytes_of(o1), t0).has_value());
   const auto published = s.buffered_published();
   BOOST_TEST(published->load() == s.buffered_bytes());
   BOOST_TEST(s.buffered_bytes() == l.entry_credit);
@@ -669,18 +711,18 @@ BOOST_AUTO_TEST_CASE(held_allowance_takes_yielded_entries_while_they_fit) {
   sinks l;
   consumer_session s(opt, l);
   l.s = &s;
-  BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and())).has_value());
+  BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and()), t0).has_value());
   s.yielded(600);
   s.yielded(600);
   BOOST_TEST(s.held_in_window() == 1200u);
   BOOST_TEST(!s.sender_has_credit());  // the application holds part of the window
-  BOOST_TEST(s.hold(600));
+  BOOST_TEST(s.hold(600, t0));
   BOOST_TEST(s.held_credit() == 600u);
   BOOST_TEST(s.held_in_window() == 600u);
-  BOOST_TEST(!s.hold(600));  // 400 of room left
+  BOOST_TEST(!s.hold(600, t0));  // 400 of room left
   BOOST_TEST(s.held_credit() == 600u);
-  s.release_held(600);
-  BOOST_TEST(s.hold(600));
+  s.release_held(600, t0);
+  BOOST_TEST(s.hold(600, t0));
   BOOST_TEST(s.held_in_window() == 0u);
   BOOST_TEST(s.counts().held_high_water == 600u);
   // Moved entries' credit went back to the sender.
@@ -697,11 +739,11 @@ BOOST_AUTO_TEST_CASE(one_entry_larger_than_the_allowance_moves_alone_only_by_def
       sinks l;
       consumer_session s(opt, l);
       l.s = &s;
-      BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and())).has_value());
+      BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and()), t0).has_value());
       s.yielded(5000);
-      BOOST_TEST(s.hold(5000) == alone);  // into an empty allowance
+      BOOST_TEST(s.hold(5000, t0) == alone);  // into an empty allowance
       s.yielded(10);
-      BOOST_TEST(s.hold(10) == !alone);   // never beside it
+      BOOST_TEST(s.hold(10, t0) == !alone);   // never beside it
     }
   }
 }
@@ -713,7 +755,7 @@ BOOST_AUTO_TEST_CASE(refusal_frames_a_close_with_its_reason_after_the_acks_end) 
   auto o1 = hello_and();
   frame_blob_begin(o1, 1, tag_of("a"));
   blob_frames(o1, 1, "a");
-  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&) {
+  sc.steps = {bytes(o1), call([](consumer_session& s, sinks&, time_point) {
                 BOOST_TEST(s.refuse("entry over max_entry_bytes"));
                 BOOST_TEST(!s.refuse("a second reason"));  // the first stands
                 BOOST_TEST(!s.acks_due());                 // acks end with it
@@ -729,7 +771,7 @@ BOOST_AUTO_TEST_CASE(stopped_acks_queue_nothing) {
   sinks l;
   consumer_session s(small_options(), l);
   l.s = &s;
-  BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and())).has_value());
+  BOOST_TEST_REQUIRE(s.consume(bytes_of(hello_and()), t0).has_value());
   s.stop_acks();
   s.release(100);
   BOOST_TEST(!s.acks_due());
@@ -751,4 +793,243 @@ BOOST_AUTO_TEST_CASE(a_refused_frame_fails_the_same_way_every_way) {
   BOOST_TEST((o.r.code() == errc::protocol_violation));
   BOOST_TEST(o.r.message().find("max_entry_bytes") != std::string::npos, o.r.message());
   BOOST_TEST(o.lines.back() == "entry_complete 1/0");
+}
+
+// ---- the clocks: time fed in, the caller's timer calls on_time() ---------------------
+
+namespace {
+
+consumer_session_options clocked(ms stall, ms idle = ms(0), ms held = ms(0)) {
+  auto o = small_options();
+  o.stall_timeout = stall;
+  o.idle_timeout = idle;
+  o.held_timeout = held;
+  return o;
+}
+
+/// hello, blob 1 begun, and entry 0 ("big", `len` bytes) announced with
+/// its first `first` bytes sent.
+outbox entry_half_sent(std::size_t len, std::size_t first, std::vector<std::uint8_t>& bytes_out) {
+  outbox o = hello_and();
+  frame_blob_begin(o, 1, tag_of("a"));
+  layout_builder b;
+  bytes_out = pattern(len, 3);
+  const planned_entry& pe = *b.add("big", bytes_value(bytes_out)).value();
+  frame_entry_begin(o, 1, 0, pe.entry, pe.entry.meta());
+  frame_data(o, 1, 0, std::span(pe.source.data, first), 128, true);
+  return o;
+}
+
+/// The rest of that entry: bytes [from, to) of it.
+outbox entry_rest(const std::vector<std::uint8_t>& v, std::size_t from, std::size_t to) {
+  outbox o;
+  frame_data(o, 1, from, std::as_bytes(std::span(v)).subspan(from, to - from), 128, true);
+  return o;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& what) {
+  for (const auto& s : v)
+    if (s.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stall_ends_a_sender_that_owes_an_entry_and_makes_no_progress) {
+  std::vector<std::uint8_t> v;
+  scenario sc{.opt = clocked(ms(100))};
+  sc.steps = {bytes(entry_half_sent(4000, 1000, v)), timer(ms(99)), timer(ms(100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.r.has_value(), o.r.message());
+  BOOST_TEST(o.lines.back() == "expired stall");
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);  // not at 99 ms
+  BOOST_TEST(has(o.reasons, "(stall_timeout"), o.reasons[0]);
+}
+
+BOOST_AUTO_TEST_CASE(a_trickle_is_no_progress_but_an_entry_completed_is) {
+  std::vector<std::uint8_t> v;
+  scenario sc{.opt = clocked(ms(100))};
+  sc.steps = {bytes(entry_half_sent(4000, 1000, v)),
+              bytes(entry_rest(v, 1000, 2000), ms(60)),  // bytes, fewer than 1 MiB
+              timer(ms(100)),                            // stalled all the same
+              call([](consumer_session&, sinks& l, time_point) { l.lines.push_back("--"); },
+                   ms(100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST(o.lines.back() == "--");
+  BOOST_TEST(o.lines[o.lines.size() - 2] == "expired stall");
+
+  scenario done{.opt = clocked(ms(100))};
+  done.steps = {bytes(entry_half_sent(4000, 1000, v)),
+                bytes(entry_rest(v, 1000, 4000), ms(60)),  // the entry completes
+                timer(ms(159)), timer(ms(160))};           // owed still: its blob is open
+  const outcome p = run_every_way(done);
+  BOOST_TEST_REQUIRE(p.reasons.size() == 1u);
+  BOOST_TEST(p.lines.back() == "expired stall");
+}
+
+BOOST_AUTO_TEST_CASE(a_mebibyte_of_admitted_bytes_is_progress) {
+  std::vector<std::uint8_t> v;
+  const std::size_t mib = std::size_t{1} << 20;
+  scenario sc{.opt = clocked(ms(100))};
+  sc.steps = {bytes(entry_half_sent(3 * mib, 1000, v)),
+              bytes(entry_rest(v, 1000, 1000 + mib), ms(60)),  // 1 MiB more
+              timer(ms(159)), timer(ms(160))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);  // at 160, not at 100
+  BOOST_TEST(o.lines.back() == "expired stall");
+}
+
+BOOST_AUTO_TEST_CASE(blob_begin_and_abort_pairs_are_no_progress) {
+  // Blob 1 stays open while the sender holds credit: it owes bytes. Pairs
+  // of blob_begin + blob_abort every 30 ms keep nothing alive.
+  scenario sc{.opt = clocked(ms(100))};
+  auto o1 = hello_and();
+  frame_blob_begin(o1, 1, tag_of("a"));
+  sc.steps = {bytes(o1)};
+  for (std::uint64_t id = 2; id <= 4; ++id) {
+    outbox pair;
+    frame_blob_begin(pair, id, tag_of("p"));
+    frame_blob_abort(pair, id, std::string(4096, 'x'));
+    sc.steps.push_back(bytes(pair, ms(30 * (id - 1))));
+  }
+  sc.steps.push_back(timer(ms(100)));
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.r.has_value(), o.r.message());
+  BOOST_TEST(o.lines.back() == "expired stall");
+}
+
+BOOST_AUTO_TEST_CASE(the_hello_is_owed_from_the_start) {
+  scenario sc{.opt = clocked(ms(100))};
+  sc.steps = {timer(ms(100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST((o.lines == std::vector<std::string>{"expired stall"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_sender_owing_nothing_is_not_stalled_but_idle_ends_its_silence) {
+  scenario sc{.opt = clocked(ms(100), ms(300))};
+  sc.steps = {bytes(hello_and()), timer(ms(299)), bytes(outbox(), ms(0)), timer(ms(300))};
+  // Owing nothing (no blob open): only the idle clock runs.
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);
+  BOOST_TEST(o.lines.back() == "expired idle");
+  BOOST_TEST(has(o.reasons, "(idle_timeout)"), o.reasons[0]);
+
+  // Any bytes end a silence.
+  scenario again{.opt = clocked(ms(0), ms(100))};
+  auto o1 = hello_and();
+  auto o2 = outbox();
+  frame_blob_begin(o2, 1, tag_of("a"));
+  again.steps = {bytes(o1), bytes(o2, ms(80)), timer(ms(179)), timer(ms(180))};
+  const outcome p = run_every_way(again);
+  BOOST_TEST_REQUIRE(p.reasons.size() == 1u);
+  BOOST_TEST(p.lines.back() == "expired idle");
+}
+
+BOOST_AUTO_TEST_CASE(a_covered_credit_request_leaves_the_stall_clock_running) {
+  // The initial grant covers the request: the sender waits for nothing,
+  // holds a blob open, and is stalled.
+  scenario sc{.opt = pooled_options(), .initial_grant = 4096};
+  sc.opt.stall_timeout = ms(100);
+  auto o1 = hello_and(feature_credit_grants);
+  frame_blob_begin(o1, 1, tag_of("a"));
+  frame_credit_request(o1, 4096);
+  sc.steps = {bytes(o1), timer(ms(100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST(o.lines.back() == "expired stall");
+}
+
+BOOST_AUTO_TEST_CASE(a_request_waiting_for_credit_stops_the_stall_clock_until_met) {
+  scenario sc{.opt = pooled_options(), .initial_grant = 4096};
+  sc.opt.stall_timeout = ms(100);
+  auto o1 = hello_and(feature_credit_grants);
+  frame_blob_begin(o1, 1, tag_of("a"));
+  frame_credit_request(o1, 5000);
+  sc.steps = {bytes(o1), timer(ms(1000)),
+              // 1000 granted: 4000 still wanted, but the window covers it: the
+              // request is met and the clock runs from the grant.
+              call([](consumer_session& s, sinks&, time_point now) { s.grant(1000, now); },
+                   ms(1000)),
+              timer(ms(1099)), timer(ms(1100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);
+  BOOST_TEST(o.lines.back() == "expired stall");
+}
+
+BOOST_AUTO_TEST_CASE(credit_pressure_adds_up_and_ends_the_holder) {
+  scenario sc{.opt = pooled_options(), .initial_grant = 1 << 20};
+  sc.opt.stall_timeout = ms(100);
+  sc.steps = {bytes(hello_and(feature_credit_grants)),
+              call([](consumer_session&, sinks& l, time_point) { l.pressed = true; }),
+              timer(ms(50)), timer(ms(100)), timer(ms(149)), timer(ms(150))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);  // 100 ms pressed counted from the first sight
+  BOOST_TEST(o.lines.back() == "expired pressed");
+  BOOST_TEST(has(o.reasons, "unused credit that other connections wait for"), o.reasons[0]);
+  BOOST_TEST(has(o.reasons, "(stall_timeout)"), o.reasons[0]);
+}
+
+BOOST_AUTO_TEST_CASE(holding_the_window_past_held_timeout_names_it) {
+  auto opt = clocked(ms(0), ms(0), ms(100));
+  opt.held_bytes = 0;
+  scenario sc{.opt = opt};
+  sc.steps = {bytes(hello_and()),
+              // An entry yielded; the application calls next() again.
+              call([](consumer_session& s, sinks&, time_point now) {
+                s.yielded(500);
+                s.wait_ends(now);
+                s.wait_begins(now, false);
+              }),
+              timer(ms(99)), timer(ms(100))};
+  const outcome o = run_every_way(sc);
+  BOOST_TEST_REQUIRE(o.reasons.size() == 1u);
+  BOOST_TEST(o.lines.back() == "expired held");
+  BOOST_TEST(has(o.reasons, "(held_timeout)"), o.reasons[0]);
+
+  // With waits reported, holding counts only once the application waits.
+  opt.waits_reported = true;
+  scenario w{.opt = opt};
+  w.steps = {bytes(hello_and()),
+             // An entry yielded; the application calls next() again.
+              call([](consumer_session& s, sinks&, time_point now) {
+                s.yielded(500);
+                s.wait_ends(now);
+                s.wait_begins(now, false);
+              }),
+             timer(ms(500)),
+             call([](consumer_session& s, sinks&, time_point now) { s.application_waits(now); },
+                  ms(500)),
+             timer(ms(599)), timer(ms(600))};
+  const outcome p = run_every_way(w);
+  BOOST_TEST_REQUIRE(p.reasons.size() == 1u);
+  BOOST_TEST(p.lines.back() == "expired held");
+}
+
+BOOST_AUTO_TEST_CASE(time_not_waiting_is_not_the_senders) {
+  sinks l;
+  consumer_session s(clocked(ms(100)), l);
+  l.s = &s;
+  std::vector<std::uint8_t> v;
+  s.wait_begins(t0, false);
+  BOOST_TEST_REQUIRE(s.consume(bytes_of(entry_half_sent(4000, 1000, v)), t0).has_value());
+  s.wait_ends(t0 + ms(50));
+  BOOST_TEST(!s.on_time(t0 + ms(5000)).has_value());  // no wait open
+  s.wait_begins(t0 + ms(5000), false);
+  BOOST_TEST(!s.on_time(t0 + ms(5049)).has_value());
+  const auto e = s.on_time(t0 + ms(5050));  // 50 ms before, 50 ms after
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST((e->which == clock_expiry::limit::stall));
+}
+
+BOOST_AUTO_TEST_CASE(the_timer_is_asked_a_quarter_of_the_shortest_limit_on_and_stops) {
+  sinks l;
+  consumer_session none(small_options(), l);
+  BOOST_TEST(!none.next_deadline(t0).has_value());  // no limit: no timer
+  consumer_session s(clocked(ms(400), ms(1000), ms(200)), l);
+  l.s = &s;
+  BOOST_TEST_REQUIRE(s.next_deadline(t0).has_value());
+  BOOST_TEST((*s.next_deadline(t0) == t0 + ms(50)));
+  s.wait_begins(t0, false);
+  s.stop_clocks();
+  BOOST_TEST(!s.next_deadline(t0).has_value());
+  BOOST_TEST(!s.on_time(t0 + ms(10000)).has_value());
 }

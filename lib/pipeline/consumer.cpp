@@ -13,6 +13,7 @@
 #include <array>
 
 #include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -34,20 +35,6 @@ asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out) {
   co_return co_await t.write(bufs);
 }
 
-void consumer_state::update_watch() noexcept {
-  // The sender is to blame for a silence while a frame of it is half
-  // sent, a fetch is outstanding, or a blob is open and it holds credit
-  // it could send on: not while it waits for credit the application
-  // holds (docs/reliability.md "Held entries").
-  const decoder& frames = session.frames();
-  const bool has_credit = session.sender_has_credit();
-  // An entry begun and not complete is owed whatever else the sender
-  // waits for: its credit was taken whole when it was announced.
-  stall_watch.owes(frames.in_frame() || !receive.posted.empty() || frames.entries_open() != 0 ||
-                   (frames.open_blobs() != 0 && has_credit));
-  stall_watch.held(session.held_in_window() != 0 && (!opt.waits_reported || held.app_waiting));
-}
-
 void receive_landing::retire_buffers(transport& t) {
   for (auto& r : posted) t.retire(r.lands_in);
   for (auto& [id, b] : blobs) {
@@ -58,42 +45,27 @@ void receive_landing::retire_buffers(transport& t) {
 
 namespace {
 
-/// Closes the connection when the sender stalls (consumer_options
-/// stall_timeout, idle_timeout); next() then reports timed_out.
+/// The session's timer: calls on_time() when the session says, and closes
+/// the connection when a clock expires (consumer_options stall_timeout,
+/// idle_timeout, held_timeout, credit pressure), telling the sender why;
+/// next() then reports timed_out. Ends when the clocks stop.
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
-  const bool expired = co_await s->stall_watch.expired();
-  if (!expired) co_return;
-  const auto ms = std::to_string(s->stall_watch.limit().count());
-  if (s->stall_watch.tripped() == watchdog::limit_kind::held) {
-    // The application's doing, not the sender's: say what it holds.
-    const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    const auto& c = s->session;
-    s->timeout_reason =
-        "the application holds received entries of " + n(c.held_credit() + c.held_in_window()) +
-        " credit bytes (" + n(c.held_credit()) + " in the held_bytes allowance of " +
-        n(s->opt.held_bytes) + ", " + n(c.held_in_window()) + " of the window of " +
-        n(c.window_bytes()) + ") and waited " + ms +
-        " ms for an entry the sender may have no credit to send (held_timeout): "
-        "drop received entries and values sooner, or raise held_bytes or window_bytes";
-  } else if (s->stall_watch.tripped() == watchdog::limit_kind::pressed) {
-    s->timeout_reason = "the sender held " +
-                        std::to_string(s->session.window_bytes() -
-                                       std::min(s->session.buffered_bytes(),
-                                                s->session.window_bytes())) +
-                        " bytes of unused credit that other connections wait for and sent "
-                        "nothing for " + ms + " ms (stall_timeout)";
-  } else if (s->stall_watch.tripped() == watchdog::limit_kind::stall) {
-    s->timeout_reason = "no progress from the sender for " + ms +
-                        " ms while it owed bytes (stall_timeout: no entry or blob ended and "
-                        "fewer than " + std::to_string(watchdog::progress_bytes) +
-                        " bytes arrived)";
-  } else {
-    s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
-                        s->stall_watch.tripped_name() + "_timeout)";
+  constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+  using clock = std::chrono::steady_clock;
+  for (;;) {
+    const auto at = s->session.next_deadline(clock::now());
+    if (!at) co_return;
+    s->session_timer.expires_at(*at);
+    const auto [ec] = co_await s->session_timer.async_wait(use_tuple);
+    if (ec) co_return;  // stop_clocks(), or the consumer's close()
+    auto expired = s->session.on_time(clock::now());
+    if (!expired) continue;
+    s->timeout_reason = std::move(expired->reason);
+    // The read waiting on the sender ends once the transport closes, after
+    // the sender has been told why.
+    s->close_with(s->timeout_reason);
+    co_return;
   }
-  // The read waiting on the sender ends once the transport closes, after
-  // the sender has been told why.
-  s->close_with(s->timeout_reason);
 }
 
 result<void> transport_error(consumer_state& s, std::error_code ec) {
@@ -108,8 +80,8 @@ result<void> decode_received(consumer_state& s) {
   receive_landing& in = s.receive;
   const std::uint64_t budget =
       s.session.peer() && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
-  auto took =
-      s.session.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
+  auto took = s.session.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at),
+                                     budget, s.clock_now());
   if (!took) return took.err();
   in.rx_at += *took;
   if (in.rx_at != in.rx_end || in.bulk_announced == 0) return {};
@@ -139,7 +111,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
   result<void> r;
   const bool buffered = in.rx_at != in.rx_end;
   if (buffered && (s.session.acks_stopped() || !s.timeout_reason.empty())) {
-    // Closed on this side (close(), the watchdog) while bytes read waited
+    // Closed on this side (close(), an expired clock) while bytes read waited
     // for their turn: they are dropped like bytes never read, and the
     // stream ends as a read would end it now. Decoded after close(), a
     // resend session's blob would complete without being recorded as
@@ -174,7 +146,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
-    r = s.session.commit_payload(target.size());
+    r = s.session.commit_payload(target.size(), s.clock_now());
   } else {
     auto [ec, got] = co_await s.t->read_some(in.rx);
     if (ec) co_return transport_error(s, ec);
@@ -241,7 +213,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       co_return ev;
     } else if (s->pending.empty() && s->ended) {
       // The acker may still be telling the sender why (close_with, bounded
-      // by close_linger); the watchdog ends with end(). Once they have
+      // by close_linger); the session's timer ends with end(). Once they have
       // ended, a later call joins at once.
       co_await s->tasks.join();
       co_return s->final_event;
@@ -257,26 +229,20 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       const bool read_on = !fenced || (!s->ended && !landed && in.posted.size() < in.read_window &&
                                        (in.bulk_pending != 0 || in.rx_at != in.rx_end ||
                                         s->t->readable()));
-      s->update_watch();
-      s->stall_watch.begin_wait();
+      s->session.wait_begins(s->wait_now(), !in.posted.empty());
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
       if (read_on) {
         r = co_await read_input(*s);
       } else {
         r = co_await land_oldest(*s);
       }
-      // Progress is an entry or blob completed, or watchdog::progress_bytes
-      // more bytes of admitted entries and tails: neither a trickle nor a
-      // stream of control frames (blob_begin + blob_abort pairs) keeps a
-      // connection that owes bytes or holds credit others wait for.
-      s->stall_watch.progress(s->session.frames().admitted_bytes(),
-                              s->stats.entries_received + s->stats.blobs_completed);
-      s->stall_watch.end_wait();
+      // What the wait brought counts as progress (consumer_session::wait_ends).
+      s->session.wait_ends(s->wait_now());
     }
     if (r) continue;
     co_await abandon_posted(*s);
     if (!s->timeout_reason.empty()) {
-      // The watchdog closed the transport; the read failed with `closed`.
+      // An expired clock closed the transport; the read failed with `closed`.
       s->end(make_error_code(errc::timed_out), s->timeout_reason);
     } else {
       s->end(r.code(), r.message());
@@ -320,7 +286,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (default_held) opt.held_bytes = opt.window_bytes;
   const bool one_larger_alone = default_held && !opt.pool;
   auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt), one_larger_alone);
-  if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
+  if (s->session.next_deadline({})) s->tasks.spawn(detail::watch(s));
   // handshake_timeout: closing the transport ends the read or write below.
   detail::deadline handshake_bound(
       s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
@@ -330,16 +296,15 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
             "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
         st->t->close();
       });
-  // A failed start cancels its watchdog, which ends on its own soon after.
+  // A failed start stops its clocks and cancels their timer.
   auto fail = [&](std::error_code ec) {
-    s->stall_watch.stop();
+    s->stop_clocks();
     s->tasks.cancel();
     s->t->close();
     return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
   };
-  // The sender's hello: read until the decoder has it (on_hello).
-  s->stall_watch.owes(true);  // the hello is due
-  s->stall_watch.begin_wait();
+  // The sender's hello: read until the session has it (the hello is owed).
+  s->session.wait_begins(s->wait_now(), false);
   // Bytes after the hello in the same read are decoded too; a violation
   // among them (a second hello, say) is the stream's, reported by next().
   result<void> after_hello;
@@ -349,7 +314,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
     if (!s->session.peer()) co_return fail(r.code());
     after_hello = r;
   }
-  s->stall_watch.end_wait();
+  s->session.wait_ends(s->wait_now());
   // The hello came: the full receive buffer now (the hello's read was
   // decoded whole: nothing is left in rx). Turns count from here.
   s->receive.rx.resize(detail::receive_buffer_bytes);
@@ -399,23 +364,22 @@ asio::awaitable<event> consumer::next() {
 
 void consumer::application_waits() noexcept {
   if (!state_ || !state_->opt.waits_reported || state_->ended) return;
-  state_->held.app_waiting = true;
+  state_->session.application_waits(state_->clock_now());
   state_->promote_held();  // what the application was handed since
-  state_->update_watch();
 }
 
 void consumer::close() noexcept {
   if (!state_) return;
   state_->session.stop_acks();
   state_->acker.cv.notify_all();
-  state_->stall_watch.stop();
+  state_->stop_clocks();
   state_->tasks.cancel();
   state_->t->close();
 }
 
 void consumer::close(std::string reason) noexcept {
   if (!state_) return;
-  state_->stall_watch.stop();
+  state_->stop_clocks();
   // The acker writes the frame and then closes (not cancelled: it is the
   // one that tells the sender).
   try {

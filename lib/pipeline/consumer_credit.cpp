@@ -65,34 +65,26 @@ std::uint64_t consumer_state::pool_join() {
         return s ? s->session.buffered_bytes() : 0;
       });
   pool_member = id;
-  // Credit others wait for and this sender does not use ends it after
-  // stall_timeout (credit_pool::pressed).
-  stall_watch.pressure([w = weak_from_this()] {
-    auto s = w.lock();
-    return s && s->pool_member != 0 && s->opt.pool->pressed(s->pool_member);
-  });
   return first;
 }
 
-void consumer_state::pool_request(std::uint64_t n) {
-  update_watch();  // a request not covered: the silence is not the sender's
-  opt.pool->request(pool_member, n);
+bool consumer_state::pool_pressed() {
+  return pool_member != 0 && opt.pool->pressed(pool_member);
 }
+
+void consumer_state::pool_request(std::uint64_t n) { opt.pool->request(pool_member, n); }
 
 void consumer_state::pool_released(std::uint64_t n) {
   if (pool_member != 0) opt.pool->released(pool_member, n);
 }
 
-void consumer_state::grant(std::uint64_t n) noexcept {
-  session.grant(n);
-  update_watch();
-}
+void consumer_state::grant(std::uint64_t n) noexcept { session.grant(n, clock_now()); }
 
 // ---- credit coming back ----------------------------------------------------------
 
 void consumer_state::release(std::uint64_t n, bool yielded) noexcept {
-  session.release(n, yielded);
-  if (yielded) update_watch();
+  if (yielded) session.release_yielded(n, clock_now());
+  else session.release(n);
 }
 
 // ---- the held allowance ----------------------------------------------------------
@@ -106,14 +98,15 @@ void held_entries::queue_unpromoted(std::weak_ptr<const void> storage) {
 }
 
 void consumer_state::release_held(std::uint64_t n) noexcept {
-  session.release_held(n);
+  session.release_held(n, clock_now());
   promote_held();
-  update_watch();
 }
 
 void consumer_state::on_yield(const event& ev) {
-  if (opt.waits_reported) held.app_waiting = false;
-  if (ev.kind != event_kind::entry_ready || !ev.entry || !ev.entry->storage) return;
+  if (ev.kind != event_kind::entry_ready || !ev.entry || !ev.entry->storage) {
+    session.yielded(0);
+    return;
+  }
   entry_lease& lease = lease_of(ev.entry->storage);
   lease.yielded = true;
   session.yielded(lease.credit);
@@ -126,6 +119,7 @@ void consumer_state::on_yield(const event& ev) {
 }
 
 void consumer_state::promote_held() noexcept {
+  const auto now = clock_now();
   while (!held.unpromoted.empty()) {
     auto storage = held.unpromoted.front().lock();
     if (!storage) {  // dropped already: its release is on its way
@@ -136,7 +130,7 @@ void consumer_state::promote_held() noexcept {
     // A reader's queue is not the application's hands: entries move once
     // delivered, which happens in yield order.
     if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
-    if (!session.hold(lease.credit)) break;  // its credit went back if it moved
+    if (!session.hold(lease.credit, now)) break;  // its credit went back if it moved
     held.unpromoted.pop_front();
     lease.held = true;
   }

@@ -25,8 +25,6 @@ namespace {
 
 using status = result<void>;
 
-status violation(std::string what) { return {errc::protocol_violation, std::move(what)}; }
-
 std::string num(std::uint64_t v) { return std::to_string(v); }
 
 /// One heap block for a received entry and its lease (a small entry's
@@ -155,6 +153,10 @@ consumer_session_options session_options(const consumer_options& opt, bool one_l
   o.pooled = opt.pool != nullptr;
   o.held_bytes = opt.held_bytes;
   o.one_larger_alone = one_larger_alone;
+  o.stall_timeout = opt.stall_timeout;
+  o.idle_timeout = opt.idle_timeout;
+  o.held_timeout = opt.held_timeout;
+  o.waits_reported = opt.waits_reported;
   auto log = opt.delivered ? opt.delivered : delivery_log::process_default();
   o.dedup_window = log->window();
   o.delivered = std::move(log);
@@ -170,7 +172,7 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       opt(std::move(o)),
       session(session_options(opt, one_larger_alone), *this),
       acker(ex),
-      stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
+      session_timer(ex),
       tasks(ex),
       recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
   receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
@@ -425,7 +427,7 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   for (auto& [id, b] : receive.blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
   if (ec) receive.retire_buffers(*t);  // a read cut short may still be landing
   session.stop_acks();
-  stall_watch.stop();
+  stop_clocks();
   if (tells_sender(ec)) close_with(reason);
   else t->close();
   receive.posted.clear();  // empty: next() lands or abandons every posted read first

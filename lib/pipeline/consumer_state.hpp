@@ -32,6 +32,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "blobpipe/pipeline/consumer.hpp"
 #include "blobpipe/protocol/consumer_session.hpp"
@@ -41,7 +42,6 @@
 #include "lib/runtime/task_group.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
-#include "lib/runtime/watchdog.hpp"
 #include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
@@ -191,7 +191,6 @@ struct receive_landing {
 struct held_entries {
   std::deque<std::weak_ptr<const void>> unpromoted;
   std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
-  bool app_waiting = false;  // opt.waits_reported: application_waits() since the last yield
 
   /// Queues a yielded entry's storage to move into the held allowance,
   /// sweeping out dropped ones once the queue doubled since the last sweep.
@@ -249,6 +248,7 @@ struct consumer_state final : consumer_session_listener,
   void pool_request(std::uint64_t credit) override;
   void pool_released(std::uint64_t credit) override;
   void acks_due() override { acker.cv.notify_all(); }
+  bool pool_pressed() override;
 
   /// The pool granted `credit` to this connection: tell the sender.
   void grant(std::uint64_t credit) noexcept;
@@ -265,10 +265,22 @@ struct consumer_state final : consumer_session_listener,
   /// first, while they fit; their credit goes back to the sender.
   void promote_held() noexcept;
 
-  /// Tells the watchdog whether the sender is to blame for a silence (it
-  /// holds credit, or a frame is half sent) and whether the application
-  /// is (held_timeout). (consumer.cpp)
-  void update_watch() noexcept;
+  /// The time for a session call that may change what its clocks see:
+  /// the clock's while they run (a wait open), else none (not read).
+  consumer_session::time_point clock_now() const noexcept {
+    return session.clocks_running() ? std::chrono::steady_clock::now()
+                                     : consumer_session::time_point{};
+  }
+  /// The time for wait_begins()/wait_ends(): the clock's while a limit is set.
+  consumer_session::time_point wait_now() const noexcept {
+    return session.clocks_set() ? std::chrono::steady_clock::now()
+                                : consumer_session::time_point{};
+  }
+  /// Stops the session's clocks and their timer (the watch coroutine ends).
+  void stop_clocks() noexcept {
+    session.stop_clocks();
+    session_timer.cancel();
+  }
   /// Queues `ev` behind the posted reads so far.
   void push(event ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
@@ -299,13 +311,14 @@ struct consumer_state final : consumer_session_listener,
   receive_landing receive;
   held_entries held;
   ack_writer acker;
-  // Stall detection: the watchdog closes the transport; next() then
+  // The timer that calls the session's on_time() when it says (watch,
+  // consumer.cpp); an expired clock closes the transport, and next() then
   // reports timed_out with this reason (the handshake's deadline too).
-  watchdog stall_watch;
+  asio::steady_timer session_timer;
   std::string timeout_reason;
   // close_with(): closes the transport once close_linger has passed.
   std::optional<deadline> close_bound;
-  // The acker (ack_loop) and the stall watchdog (watch): cancelled by
+  // The acker (ack_loop) and the session's timer (watch): cancelled by
   // consumer::close(), joined before the first end_of_stream.
   task_group tasks;
   consumer_stats stats;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "lib/runtime/progress_clocks.hpp"
+
 namespace blobpipe {
 namespace {
 
@@ -18,24 +20,33 @@ session_blob& blob_of(void* blob) { return *static_cast<session_blob*>(blob); }
 
 consumer_session::consumer_session(consumer_session_options opt,
                                    consumer_session_listener& listener)
-    : opt_(std::move(opt)), listener_(listener), frames_(wire_role::sender, opt_.limits, *this) {}
+    : opt_(std::move(opt)),
+      listener_(listener),
+      frames_(wire_role::sender, opt_.limits, *this),
+      clocks_(std::make_unique<detail::progress_clocks>(opt_.stall_timeout, opt_.idle_timeout,
+                                                        opt_.held_timeout)) {}
+
+consumer_session::~consumer_session() = default;
 
 // ---- input ------------------------------------------------------------------------
 
-result<void> consumer_session::consume(std::span<const std::byte> in) {
+result<void> consumer_session::consume(std::span<const std::byte> in, time_point now) {
+  now_ = now;
   auto r = frames_.consume(in);
   collect_returned_credit();
   return r;
 }
 
 result<std::size_t> consumer_session::consume_some(std::span<const std::byte> in,
-                                                   std::uint64_t budget) {
+                                                   std::uint64_t budget, time_point now) {
+  now_ = now;
   auto r = frames_.consume_some(in, budget);
   collect_returned_credit();
   return r;
 }
 
-result<void> consumer_session::commit_payload(std::size_t n) {
+result<void> consumer_session::commit_payload(std::size_t n, time_point now) {
+  now_ = now;
   auto r = frames_.commit_payload(n);
   collect_returned_credit();
   return r;
@@ -184,23 +195,30 @@ result<void> consumer_session::on_credit_request(std::uint64_t n) {
   // at once: it waits for nothing, so it cannot keep the stall clock (and
   // idle reclaim) off by asking for what it holds.
   credit_wanted_ = unused_credit_covers(n) ? 0 : n;
+  watch(now_);
   if (!(frames_.limits().features & feature_credit_grants)) return {};
   publish();
   listener_.pool_request(n);
   return {};
 }
 
-void consumer_session::grant(std::uint64_t n) noexcept {
+void consumer_session::grant(std::uint64_t n, time_point now) noexcept {
   frames_.grant(n);
   credit_wanted_ -= std::min(n, credit_wanted_);
   // The pool grants a request's deficit: the request is met once the
   // unused credit covers it, and the stall clock may run again.
   if (unused_credit_covers(credit_wanted_)) credit_wanted_ = 0;
+  watch(now);
   return_credit(n);
 }
 
-void consumer_session::release(std::uint64_t n, bool yielded) noexcept {
-  if (yielded) held_in_window_ -= std::min(n, held_in_window_);
+void consumer_session::release_yielded(std::uint64_t n, time_point now) noexcept {
+  held_in_window_ -= std::min(n, held_in_window_);
+  release(n);
+  watch(now);
+}
+
+void consumer_session::release(std::uint64_t n) noexcept {
   frames_.release(n);
   if (frames_.limits().features & feature_credit_grants) {
     // The pool decides who gets it.
@@ -224,7 +242,7 @@ void consumer_session::collect_returned_credit() noexcept {
 
 // ---- the held allowance -----------------------------------------------------------
 
-bool consumer_session::hold(std::uint64_t n) noexcept {
+bool consumer_session::hold(std::uint64_t n, time_point now) noexcept {
   // With the default allowance and no pool, one entry larger than the
   // allowance moves alone, into an empty one (as the window admits one
   // larger entry alone): the loop that keeps the previous event while it
@@ -233,12 +251,13 @@ bool consumer_session::hold(std::uint64_t n) noexcept {
   if (n > room && (held_credit_ != 0 || !opt_.one_larger_alone)) return false;
   held_credit_ += n;
   counts_.held_high_water = std::max(counts_.held_high_water, held_credit_);
-  release(n, true);
+  release_yielded(n, now);
   return true;
 }
 
-void consumer_session::release_held(std::uint64_t n) noexcept {
+void consumer_session::release_held(std::uint64_t n, time_point now) noexcept {
   held_credit_ -= std::min(n, held_credit_);
+  watch(now);
 }
 
 // ---- acks and the close frame -----------------------------------------------------
@@ -285,6 +304,100 @@ bool consumer_session::refuse(std::string reason) {
 
 void consumer_session::frame_close() {
   blobpipe::frame_close(out_, refusal_ ? std::string_view(*refusal_) : std::string_view());
+}
+
+// ---- clocks -----------------------------------------------------------------------
+
+void consumer_session::watch(time_point now) noexcept {
+  if (!clocks_running()) return;  // wait_begins() looks when the next wait begins
+  // The sender is to blame for a silence while its hello is due, a frame
+  // of it is half sent, a fetch is outstanding, or a blob is open and it
+  // holds credit it could send on: not while it waits for credit the
+  // application holds (docs/reliability.md "Held entries").
+  const bool has_credit = sender_has_credit();
+  // An entry begun and not complete is owed whatever else the sender
+  // waits for: its credit was taken whole when it was announced.
+  clocks_->owes(!peer_ || frames_.in_frame() || fetches_ || frames_.entries_open() != 0 ||
+                    (frames_.open_blobs() != 0 && has_credit),
+                now);
+  clocks_->held(held_in_window_ != 0 && (!opt_.waits_reported || app_waiting_), now);
+}
+
+bool consumer_session::clocks_set() const noexcept {
+  return clocks_->enabled() && !clocks_->stopped();
+}
+
+bool consumer_session::clocks_running() const noexcept {
+  return clocks_->waiting() && clocks_set();
+}
+
+void consumer_session::wait_begins(time_point now, bool fetches) noexcept {
+  fetches_ = fetches;
+  clocks_->begin_wait(now);
+  watch(now);
+}
+
+void consumer_session::wait_ends(time_point now) noexcept {
+  // Progress is an entry or blob completed, or progress_bytes more bytes
+  // of admitted entries and tails: neither a trickle nor a stream of
+  // control frames (blob_begin + blob_abort pairs) keeps a connection that
+  // owes bytes or holds credit others wait for.
+  clocks_->progress(frames_.admitted_bytes(), counts_.items_completed, now);
+  clocks_->end_wait(now);
+}
+
+void consumer_session::application_waits(time_point now) noexcept {
+  if (!opt_.waits_reported) return;
+  app_waiting_ = true;
+  watch(now);
+}
+
+std::optional<consumer_session::time_point> consumer_session::next_deadline(
+    time_point now) const noexcept {
+  if (!clocks_->enabled() || clocks_->stopped()) return std::nullopt;
+  return now + clocks_->tick();
+}
+
+void consumer_session::stop_clocks() noexcept { clocks_->stop(); }
+
+std::optional<clock_expiry> consumer_session::on_time(time_point now) {
+  // Credit others wait for and this sender does not use ends it after
+  // stall_timeout (credit_pool::pressed).
+  const bool pressed = clocks_->pressure_counts() &&
+                       (frames_.limits().features & feature_credit_grants) &&
+                       listener_.pool_pressed();
+  const auto tripped = clocks_->check(now, pressed);
+  if (!tripped) return std::nullopt;
+  using kind = detail::progress_clocks::limit_kind;
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  const std::string ms = n(static_cast<std::uint64_t>(clocks_->limit().count()));
+  clock_expiry e;
+  if (*tripped == kind::held) {
+    // The application's doing, not the sender's: say what it holds.
+    e.which = clock_expiry::limit::held;
+    e.reason = "the application holds received entries of " +
+               n(held_credit_ + held_in_window_) + " credit bytes (" + n(held_credit_) +
+               " in the held_bytes allowance of " + n(opt_.held_bytes) + ", " +
+               n(held_in_window_) + " of the window of " + n(window_bytes()) +
+               ") and waited " + ms +
+               " ms for an entry the sender may have no credit to send (held_timeout): "
+               "drop received entries and values sooner, or raise held_bytes or window_bytes";
+  } else if (*tripped == kind::pressed) {
+    e.which = clock_expiry::limit::pressed;
+    e.reason = "the sender held " +
+               n(window_bytes() - std::min(buffered_bytes(), window_bytes())) +
+               " bytes of unused credit that other connections wait for and sent nothing for " +
+               ms + " ms (stall_timeout)";
+  } else if (*tripped == kind::stall) {
+    e.which = clock_expiry::limit::stall;
+    e.reason = "no progress from the sender for " + ms +
+               " ms while it owed bytes (stall_timeout: no entry or blob ended and fewer than " +
+               n(detail::progress_clocks::progress_bytes) + " bytes arrived)";
+  } else {
+    e.which = clock_expiry::limit::idle;
+    e.reason = "no bytes from the sender for " + ms + " ms (idle_timeout)";
+  }
+  return e;
 }
 
 }  // namespace blobpipe

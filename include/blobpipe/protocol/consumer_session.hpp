@@ -6,10 +6,14 @@
 // features it accepts, the window and credit grants, the credit the sender
 // asked for, the held allowance's figures, the acks owed (credit returned
 // and blobs delivered), the resend session's duplicate decision, and the
-// close frame with the consumer's reason. Bytes go in through consume();
-// what happened comes out through a consumer_session_listener; frames to
-// send (our hello, acks, close) collect in an outbox. It never reads a
-// clock, a socket or a thread (nghttp2's session_mem_recv / mem_send).
+// close frame with the consumer's reason, and the clocks that end a
+// connection whose sender makes no progress (stall_timeout, idle_timeout,
+// held_timeout, credit pressure). Bytes go in through consume(); what
+// happened comes out through a consumer_session_listener; frames to send
+// (our hello, acks, close) collect in an outbox. It never reads a clock, a
+// socket or a thread (nghttp2's session_mem_recv / mem_send): the time is
+// passed in, and the caller's timer calls on_time() when next_deadline()
+// says.
 // Where an entry's bytes land (memory, a file, device memory) is the
 // listener's business: the session asks it, as the decoder asks the
 // session.
@@ -17,10 +21,13 @@
 //   struct sinks : blobpipe::consumer_session_listener { ... };
 //   sinks l;
 //   blobpipe::consumer_session s({.limits = {...}}, l);
-//   auto took = s.consume_some(bytes, budget);        // events reach `l`
+//   s.wait_begins(now, fetches);                     // about to read
+//   auto took = s.consume_some(bytes, budget, now);   // events reach `l`
+//   s.wait_ends(now);                                 // progress counted
 //   if (s.acks_due()) s.frame_acks();                 // when the writer is free
 //   write s.out().pieces(), then s.out().clear();
-//   ... an entry the application dropped: s.release(credit, yielded);
+//   ... an entry the application dropped: s.release(credit);
+//   ... the caller's timer, at s.next_deadline(now): s.on_time(now)
 //
 // Credit: without credit grants the window is the consumer's own
 // (consumer_session_options::limits.window_bytes); released credit goes
@@ -33,10 +40,12 @@
 // Threading: none; one session per connection, used by one thread at a
 // time (buffered_published() may be read from any).
 // Source: docs/wire.md "Consumer", "Flow control", "Delivery", "Closing";
-// docs/wire_features.md "Credit grants"; docs/reliability.md "Held entries".
+// docs/wire_features.md "Credit grants"; docs/reliability.md "Held entries",
+// "Timeouts".
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -55,6 +64,10 @@
 #include "blobpipe/protocol/wire.hpp"
 
 namespace blobpipe {
+
+namespace detail {
+class progress_clocks;
+}  // namespace detail
 
 /// A blob between blob_begin and its end as the session sees it. The
 /// listener makes it (consumer_session_listener::blob_begin), usually as
@@ -117,6 +130,9 @@ class consumer_session_listener {
   /// Acks (or the close frame) became due: frame_acks() when the writer
   /// is free. Called once until frame_acks() or frame_close() takes them.
   virtual void acks_due() = 0;
+  /// A pooled session's sender holds credit other connections wait for
+  /// and does not use (credit_pool::pressed). Asked by on_time().
+  virtual bool pool_pressed() = 0;
 };
 
 /// Session options; sizes in bytes.
@@ -141,6 +157,18 @@ struct consumer_session_options {
   /// hello's dedup_window).
   std::shared_ptr<delivered_tags> delivered;
   std::uint32_t dedup_window = 0;
+  /// The clocks (docs/reliability.md "Timeouts"), 0 disabling each:
+  /// longest wait without progress while the sender owes bytes or holds
+  /// credit others need; longest wait with nothing arriving; longest wait
+  /// with nothing arriving while the application holds what the sender
+  /// may wait for.
+  std::chrono::milliseconds stall_timeout{0};
+  std::chrono::milliseconds idle_timeout{0};
+  std::chrono::milliseconds held_timeout{0};
+  /// The application says when it waits (application_waits()): only then
+  /// does holding count against held_timeout, and a yielded entry moves
+  /// into the held allowance only once delivered.
+  bool waits_reported = false;
 };
 
 /// What the session counted.
@@ -153,22 +181,35 @@ struct consumer_session_counts {
   std::uint64_t items_completed = 0;     ///< entries and blobs completed (progress)
 };
 
+/// A clock of the session's that expired (on_time).
+struct clock_expiry {
+  enum class limit { stall, idle, held, pressed };
+  limit which = limit::stall;
+  /// The reason to end the stream with, naming the option
+  /// ("... (stall_timeout)").
+  std::string reason;
+};
+
 /// The sans-IO receiving half (see the file comment).
 class consumer_session final : private decoder_listener {
  public:
+  using time_point = std::chrono::steady_clock::time_point;
+
   /// `listener` must outlive the session.
   consumer_session(consumer_session_options opt, consumer_session_listener& listener);
+  ~consumer_session() override;
   consumer_session(const consumer_session&) = delete;
   consumer_session& operator=(const consumer_session&) = delete;
 
   // ---- input ----------------------------------------------------------
-  /// Decodes `in` whole. Errors: as decoder::consume.
-  result<void> consume(std::span<const std::byte> in);
+  /// Decodes `in` whole at time `now`. Errors: as decoder::consume.
+  result<void> consume(std::span<const std::byte> in, time_point now);
   /// Decodes `in` until the turn's `budget` of work is spent
   /// (decoder::consume_some); returns the bytes taken.
-  result<std::size_t> consume_some(std::span<const std::byte> in, std::uint64_t budget);
+  result<std::size_t> consume_some(std::span<const std::byte> in, std::uint64_t budget,
+                                   time_point now);
   /// A payload landed straight at payload_target(): `n` bytes of it.
-  result<void> commit_payload(std::size_t n);
+  result<void> commit_payload(std::size_t n, time_point now);
   /// Where the rest of the current payload goes. REQUIRES: in_payload().
   std::span<std::byte> payload_target() { return frames_.payload_target(); }
   void reset_work() noexcept { frames_.reset_work(); }
@@ -185,21 +226,31 @@ class consumer_session final : private decoder_listener {
   const session_id& session() const noexcept { return answer_.session; }
 
   // ---- credit ---------------------------------------------------------
+  // Calls that take `now` may change what the clocks see: `now` must be
+  // the time while clocks_running(); otherwise it is not used (what they
+  // changed is seen when the next wait begins), so a caller reads its
+  // clock only then.
+
   /// The pool granted `credit` bytes: the window grows, the sender is told
   /// in the next ack, and a request the unused credit now covers is met.
-  void grant(std::uint64_t credit) noexcept;
-  /// An entry of `credit` bytes was dropped by the application
-  /// (`yielded`: it had been yielded, counted by yielded()): the window
-  /// takes it back; the sender gets it in an ack, or a pooled session hands
-  /// it to the pool.
-  void release(std::uint64_t credit, bool yielded = false) noexcept;
-  /// An entry of `credit` bytes was yielded to the application.
-  void yielded(std::uint64_t credit) noexcept { held_in_window_ += credit; }
+  void grant(std::uint64_t credit, time_point now) noexcept;
+  /// An entry of `credit` bytes, never yielded, was dropped: the window
+  /// takes it back; the sender gets it in an ack, or a pooled session
+  /// hands it to the pool.
+  void release(std::uint64_t credit) noexcept;
+  /// As release(), for an entry that was yielded (counted by yielded()).
+  void release_yielded(std::uint64_t credit, time_point now) noexcept;
+  /// An event was yielded to the application: for an entry, its `credit`
+  /// bytes (0 for any other event). Ends an application_waits().
+  void yielded(std::uint64_t credit) noexcept {
+    held_in_window_ += credit;
+    app_waiting_ = false;
+  }
   /// Moves a yielded entry of `credit` bytes into the held allowance if it
-  /// fits (its credit goes back as release(credit, true)); false if not.
-  bool hold(std::uint64_t credit) noexcept;
+  /// fits (its credit goes back as release_yielded()); false if not.
+  bool hold(std::uint64_t credit, time_point now) noexcept;
   /// A held entry of `credit` bytes was dropped: its allowance is free.
-  void release_held(std::uint64_t credit) noexcept;
+  void release_held(std::uint64_t credit, time_point now) noexcept;
   /// What the sender's last credit request asks and is not yet met, bytes.
   std::uint64_t credit_wanted() const noexcept { return credit_wanted_; }
   std::uint64_t buffered_bytes() const noexcept { return frames_.buffered_bytes(); }
@@ -239,6 +290,36 @@ class consumer_session final : private decoder_listener {
   /// REQUIRES: refusal().
   void frame_close();
 
+  // ---- clocks ---------------------------------------------------------
+  /// A wait on the sender begins at `now` (the caller is about to read,
+  /// or to wait for a posted read to land): the clocks run until
+  /// wait_ends(). `fetches`: reads posted and not yet landed, whose bytes
+  /// the sender owes.
+  void wait_begins(time_point now, bool fetches) noexcept;
+  /// The wait ended at `now`: what it brought counts as progress if it
+  /// completed an entry or a blob, or brought progress_bytes (1 MiB) more
+  /// of admitted entry and tail bytes; any bytes end a silence.
+  void wait_ends(time_point now) noexcept;
+  /// The application waits for the next event (waits_reported).
+  void application_waits(time_point now) noexcept;
+  /// Whether a clock is set and not stopped: wait_begins() and
+  /// wait_ends() need the real time.
+  bool clocks_set() const noexcept;
+  /// Whether a wait is open and a clock is set: calls that take `now` then
+  /// need the real time.
+  bool clocks_running() const noexcept;
+  /// When the caller's timer should next call on_time() (a quarter of the
+  /// shortest limit from `now`); none when no limit is set or after
+  /// stop_clocks().
+  std::optional<time_point> next_deadline(time_point now) const noexcept;
+  /// The caller's timer fired at `now`: the clock that expired, with the
+  /// reason to end the stream with, or none. Nothing expires while no wait
+  /// is open. In this order: idle, stall, pressed (asks the listener's
+  /// pool_pressed()), held.
+  std::optional<clock_expiry> on_time(time_point now);
+  /// No clock expires from now on; idempotent.
+  void stop_clocks() noexcept;
+
   const consumer_session_counts& counts() const noexcept { return counts_; }
 
  private:
@@ -266,6 +347,10 @@ class consumer_session final : private decoder_listener {
   void publish() noexcept {
     buffered_published_->store(frames_.buffered_bytes(), std::memory_order_relaxed);
   }
+  /// Tells the clocks whether the sender owes bytes and whether the
+  /// application holds what it waits for, as of `now` (while a wait is
+  /// open; else wait_begins() does).
+  void watch(time_point now) noexcept;
 
   consumer_session_options opt_;
   consumer_session_listener& listener_;
@@ -286,6 +371,11 @@ class consumer_session final : private decoder_listener {
   bool acks_stopped_ = false;
   std::optional<std::string> refusal_;
   consumer_session_counts counts_;
+  // Clocks.
+  std::unique_ptr<detail::progress_clocks> clocks_;
+  time_point now_{};        // the time of the consume call in progress
+  bool fetches_ = false;    // reads posted, not landed (wait_begins)
+  bool app_waiting_ = false;  // application_waits() since the last yield
 };
 
 }  // namespace blobpipe
