@@ -55,15 +55,15 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   for (;;) {
     const auto at = s->session.next_deadline(clock::now());
     if (!at) co_return;
-    s->session_timer.expires_at(*at);
-    const auto [ec] = co_await s->session_timer.async_wait(use_tuple);
+    s->ending.timer.expires_at(*at);
+    const auto [ec] = co_await s->ending.timer.async_wait(use_tuple);
     if (ec) co_return;  // stop_clocks(), or the consumer's close()
     auto expired = s->session.on_time(clock::now());
     if (!expired) continue;
-    s->timeout_reason = std::move(expired->reason);
+    s->ending.timeout_reason = std::move(expired->reason);
     // The read waiting on the sender ends once the transport closes, after
     // the sender has been told why.
-    s->close_with(s->timeout_reason);
+    s->close_with(s->ending.timeout_reason);
     co_return;
   }
 }
@@ -110,7 +110,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
   }
   result<void> r;
   const bool buffered = in.rx_at != in.rx_end;
-  if (buffered && (s.session.acks_stopped() || !s.timeout_reason.empty())) {
+  if (buffered && (s.session.acks_stopped() || !s.ending.timeout_reason.empty())) {
     // Closed on this side (close(), an expired clock) while bytes read waited
     // for their turn: they are dropped like bytes never read, and the
     // stream ends as a read would end it now. Decoded after close(), a
@@ -155,10 +155,10 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     in.bulk_announced = got.bulk_bytes;
     r = decode_received(s);
   }
-  if (r && s.close_reason && !s.ended) {
+  if (r && s.events.close_reason && !s.events.ended) {
     // An orderly close: what was posted before it lands, then the end.
     while (r && !in.posted.empty()) r = co_await land_oldest(s);
-    if (r) s.end(std::error_code{}, *s.close_reason);
+    if (r) s.end(std::error_code{}, *s.events.close_reason);
   }
   co_return r;
 }
@@ -197,26 +197,27 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     // A cancellation that came between two reads (after one completed,
     // before the next began) still ends the stream.
     const auto cancel = co_await asio::this_coro::cancellation_state;
-    if (!s->ended && cancel.cancelled() != asio::cancellation_type::none) {
+    if (!s->events.ended && cancel.cancelled() != asio::cancellation_type::none) {
       r = result<void>(error{std::error_code(asio::error::operation_aborted),
                              "next() was cancelled"});
-    } else if (!s->pending.empty() && s->pending.front().after_read <= s->receive.reads_landed) {
-      ready_event& front = s->pending.front();
+    } else if (!s->events.pending.empty() &&
+               s->events.pending.front().after_read <= s->receive.reads_landed) {
+      ready_event& front = s->events.pending.front();
       if (front.upload) {
         auto up = co_await s->device.upload(front, s->stats);
         if (!up) s->lose_blob(front.ev.blob_id, up.code(), up.message());
         continue;
       }
       event ev = std::move(front.ev);
-      s->pending.pop_front();
+      s->events.pending.pop_front();
       s->on_yield(ev);
       co_return ev;
-    } else if (s->pending.empty() && s->ended) {
+    } else if (s->events.pending.empty() && s->events.ended) {
       // The acker may still be telling the sender why (close_with, bounded
       // by close_linger); the session's timer ends with end(). Once they have
       // ended, a later call joins at once.
       co_await s->tasks.join();
-      co_return s->final_event;
+      co_return s->events.final_event;
     } else {
       // Waiting on the sender: for bytes, or for the oldest posted read,
       // which an event waits for (its bytes, or an earlier entry's, are
@@ -224,11 +225,11 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       // come as soon as they can; else the fetches are kept overlapping
       // while more is waiting (a bulk payload announced already posts).
       const receive_landing& in = s->receive;
-      const bool fenced = !s->pending.empty();
+      const bool fenced = !s->events.pending.empty();
       const bool landed = !in.posted.empty() && in.posted.front().receipt.ready();
-      const bool read_on = !fenced || (!s->ended && !landed && in.posted.size() < in.read_window &&
-                                       (in.bulk_pending != 0 || in.rx_at != in.rx_end ||
-                                        s->t->readable()));
+      const bool read_on =
+          !fenced || (!s->events.ended && !landed && in.posted.size() < in.read_window &&
+                      (in.bulk_pending != 0 || in.rx_at != in.rx_end || s->t->readable()));
       s->session.wait_begins(s->wait_now(), !in.posted.empty());
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
       if (read_on) {
@@ -241,9 +242,9 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     }
     if (r) continue;
     co_await abandon_posted(*s);
-    if (!s->timeout_reason.empty()) {
+    if (!s->ending.timeout_reason.empty()) {
       // An expired clock closed the transport; the read failed with `closed`.
-      s->end(make_error_code(errc::timed_out), s->timeout_reason);
+      s->end(make_error_code(errc::timed_out), s->ending.timeout_reason);
     } else {
       s->end(r.code(), r.message());
     }
@@ -292,7 +293,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
       s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
         auto st = weak.lock();
         if (!st) return;
-        st->timeout_reason = detail::deadline::reason(
+        st->ending.timeout_reason = detail::deadline::reason(
             "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
         st->t->close();
       });
@@ -301,7 +302,8 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
     s->stop_clocks();
     s->tasks.cancel();
     s->t->close();
-    return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
+    return ret{s->ending.timeout_reason.empty() ? ec : make_error_code(errc::timed_out),
+               consumer{}};
   };
   // The sender's hello: read until the session has it (the hello is owed).
   s->session.wait_begins(s->wait_now(), false);
@@ -334,7 +336,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   // hello's read: end() has closed the transport, and the stream's events
   // are all decoded, so the consumer is returned to yield them, unanswered
   // (issue 26: it was dropped as "closed").
-  if (!s->ended) {
+  if (!s->events.ended) {
     if (auto ec = co_await detail::write_frames(*s->t, s->session.out())) co_return fail(ec);
     s->acker.running = true;  // our hello is out: frames may follow it
   }
@@ -363,7 +365,7 @@ asio::awaitable<event> consumer::next() {
 }
 
 void consumer::application_waits() noexcept {
-  if (!state_ || !state_->opt.waits_reported || state_->ended) return;
+  if (!state_ || !state_->opt.waits_reported || state_->events.ended) return;
   state_->session.application_waits(state_->clock_now());
   state_->promote_held();  // what the application was handed since
 }
@@ -415,7 +417,7 @@ consumer_stats consumer::stats() const noexcept {
   st.duplicates_dropped = session.counts().duplicates_dropped;
   st.acks_sent = session.counts().acks_sent;
   st.held_high_water = session.counts().held_high_water;
-  st.recycle_kept_bytes = state_->recycled->kept_bytes();
+  st.recycle_kept_bytes = state_->receive.recycled->kept_bytes();
   st.held_bytes = session.held_credit();
   st.held_in_window_bytes = session.held_in_window();
   st.pool_member = state_->pool_member;

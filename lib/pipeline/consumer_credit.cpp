@@ -112,7 +112,7 @@ void consumer_state::on_yield(const event& ev) {
   session.yielded(lease.credit);
   // An assembled blob's entries share its region, which only the whole
   // blob frees: they stay in the window.
-  if (opt.held_bytes != 0 && !lease.region && !ended) {
+  if (opt.held_bytes != 0 && !lease.region && !events.ended) {
     held.queue_unpromoted(ev.entry->storage);
     promote_held();
   }

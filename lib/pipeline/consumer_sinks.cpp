@@ -172,9 +172,9 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       opt(std::move(o)),
       session(session_options(opt, one_larger_alone), *this),
       acker(ex),
-      session_timer(ex),
-      tasks(ex),
-      recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
+      ending(ex),
+      tasks(ex) {
+  receive.recycled = std::make_shared<buffer_pool>(opt.recycle_bytes);
   receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
 }
 
@@ -245,7 +245,7 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
     }
     if (!b.discard) {
       bool reused = false;
-      lease.own = recycled->acquire(e.len, reused);
+      lease.own = receive.recycled->acquire(e.len, reused);
       if (!lease.own && e.len != 0)
         return make_error(errc::too_large, "cannot allocate " + num(e.len) + " bytes for entry " +
                                            quote(e.key));
@@ -289,8 +289,8 @@ status consumer_state::entry_complete(session_blob& blob) {
   ev.entry = cur;
   push(std::move(ev));
   if (b.device) {
-    pending.back().upload = std::move(cur);
-    pending.back().device = std::move(b.device);
+    events.pending.back().upload = std::move(cur);
+    events.pending.back().device = std::move(b.device);
   }
   return {};
 }
@@ -336,7 +336,7 @@ void consumer_state::blob_end(session_blob& b) {
 
 void consumer_state::closed(std::string_view reason) {
   // The stream ends once the reads still posted have landed (read_input).
-  close_reason = std::string(reason);
+  events.close_reason = std::string(reason);
 }
 
 void consumer_state::blob_in_group(session_blob& b, const blob_group& g) {
@@ -349,7 +349,7 @@ void consumer_state::push(event ev) {
   ready_event r;
   r.ev = std::move(ev);
   r.after_read = receive.reads_posted;
-  pending.push_back(std::move(r));
+  events.pending.push_back(std::move(r));
 }
 
 void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
@@ -360,8 +360,8 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
   std::uint64_t after_read = 0;
   std::optional<blob_group> group;
   bool ended_here = false;
-  for (std::size_t i = 0; i < pending.size();) {
-    const auto& r = pending[i];
+  for (std::size_t i = 0; i < events.pending.size();) {
+    const auto& r = events.pending[i];
     if (r.ev.blob_id != blob_id || r.ev.kind == event_kind::blob_aborted) {
       ++i;
       continue;
@@ -371,7 +371,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
       ended_here = true;
       --stats.blobs_completed;
     }
-    pending.erase(i);
+    events.pending.erase(i);
   }
   if (auto it = receive.blobs.find(blob_id); it != receive.blobs.end()) {
     abort_blob(*this, it->second, ec, reason);
@@ -383,7 +383,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
     r.ev.reason = reason_for(ec, reason);
     r.ev.group = group;
     r.after_read = after_read;
-    pending.insert(*first, std::move(r));
+    events.pending.insert(*first, std::move(r));
     ++stats.blobs_aborted;
   }
 }
@@ -409,14 +409,14 @@ void consumer_state::close_with(std::string reason) {
     return;
   }
   if (!session.refuse(std::move(reason))) return;
-  close_bound.emplace(ex, close_linger, [w = weak_from_this()] {
+  ending.close_bound.emplace(ex, close_linger, [w = weak_from_this()] {
     if (auto s = w.lock()) s->t->close();
   });
 }
 
 void consumer_state::end(std::error_code ec, std::string reason) {
-  if (ended) return;
-  ended = true;
+  if (events.ended) return;
+  events.ended = true;
   const auto blob_ec = ec ? ec : make_error_code(errc::peer_closed);
   const std::string blob_reason =
       ec ? reason : std::string("sender closed the connection with the blob open");
@@ -434,10 +434,10 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   receive.blobs.clear();   // partial entries return their credit (no acks any more)
   if (pool_member != 0) opt.pool->close(pool_member);  // no more grants
   acker.cv.notify_all();
-  final_event = event{};
-  final_event.kind = event_kind::end_of_stream;
-  final_event.error = ec;
-  final_event.reason = reason_for(ec, std::move(reason));
+  events.final_event = event{};
+  events.final_event.kind = event_kind::end_of_stream;
+  events.final_event.error = ec;
+  events.final_event.reason = reason_for(ec, std::move(reason));
 }
 
 }  // namespace blobpipe::detail

@@ -8,14 +8,19 @@
 // the state weakly, so releasing an entry after the consumer is gone is
 // harmless.
 //
+//   consumer_session the protocol's decisions (blobpipe/protocol)
+//   event_delivery   events for next(), and the end once decided
 //   receive_landing  the receive side: buffer, posted reads, open blobs'
-//                    sinks (I/O in consumer.cpp, sinks in consumer_sinks.cpp)
+//                    sinks, recycled entry buffers (I/O in consumer.cpp,
+//                    sinks in consumer_sinks.cpp)
 //   held_entries     yielded entries waiting to move into the held
 //                    allowance, whose figures are the session's
 //                    (consumer_credit.cpp)
 //   ack_writer       the coroutine that writes the session's acks and close
 //                    frame (consumer_acks.cpp)
 //   device_uploads   entries copied to device memory (consumer_uploads.cpp)
+//   stream_ending    this side ending the stream: the session's timer, the
+//                    timeout's reason, the close frame's linger
 #pragma once
 
 #include <atomic>
@@ -177,6 +182,8 @@ struct receive_landing {
   std::uint64_t reads_posted = 0;  // numbered from 1
   std::uint64_t reads_landed = 0;  // reads 1..reads_landed have been waited for
   std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
+  // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
+  std::shared_ptr<buffer_pool> recycled;
 
   /// Hands the memory a read cut short may still write into (UCX lands
   /// such fetches late) to `t`.retire: the buffers of posted reads and of
@@ -195,6 +202,26 @@ struct held_entries {
   /// Queues a yielded entry's storage to move into the held allowance,
   /// sweeping out dropped ones once the queue doubled since the last sweep.
   void queue_unpromoted(std::weak_ptr<const void> storage);
+};
+
+/// Delivery to next(): events decided and not yet yielded, and the end
+/// of the stream once decided.
+struct event_delivery {
+  event_queue pending;
+  bool ended = false;
+  event final_event;                        // end_of_stream, repeated forever
+  std::optional<std::string> close_reason;  // the sender's close frame, once decoded
+};
+
+/// Ending the stream from this side: the timer that calls the session's
+/// on_time() when it says (watch, consumer.cpp), the reason an expired
+/// clock or the handshake's deadline gave (next() then reports timed_out
+/// with it), and the bound on the close frame's write (close_with()).
+struct stream_ending {
+  explicit stream_ending(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  std::string timeout_reason;
+  std::optional<deadline> close_bound;  // closes the transport after close_linger
 };
 
 /// The ack writer (ack_loop, consumer_acks.cpp): wakes when the session
@@ -279,7 +306,7 @@ struct consumer_state final : consumer_session_listener,
   /// Stops the session's clocks and their timer (the watch coroutine ends).
   void stop_clocks() noexcept {
     session.stop_clocks();
-    session_timer.cancel();
+    ending.timer.cancel();
   }
   /// Queues `ev` behind the posted reads so far.
   void push(event ev);
@@ -303,28 +330,16 @@ struct consumer_state final : consumer_session_listener,
   consumer_options opt;
   consumer_session session;
   std::uint64_t pool_member = 0;  // opt.pool's id for us (0: not pooled)
-  // Delivery to next(): events decided, not yet yielded.
-  event_queue pending;
-  bool ended = false;
-  event final_event;                        // end_of_stream, repeated forever
-  std::optional<std::string> close_reason;  // the sender's close frame, once decoded
+  event_delivery events;
   receive_landing receive;
   held_entries held;
   ack_writer acker;
-  // The timer that calls the session's on_time() when it says (watch,
-  // consumer.cpp); an expired clock closes the transport, and next() then
-  // reports timed_out with this reason (the handshake's deadline too).
-  asio::steady_timer session_timer;
-  std::string timeout_reason;
-  // close_with(): closes the transport once close_linger has passed.
-  std::optional<deadline> close_bound;
+  stream_ending ending;
   // The acker (ack_loop) and the session's timer (watch): cancelled by
   // consumer::close(), joined before the first end_of_stream.
   task_group tasks;
   consumer_stats stats;
   device_uploads device;
-  // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
-  std::shared_ptr<buffer_pool> recycled;
 };
 
 /// Writes `out` (frames the consumer sends: hello, acks) in one write.
