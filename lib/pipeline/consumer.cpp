@@ -4,14 +4,16 @@
 // payload straight into its destination) and lets the decoder turn the
 // bytes into events (consumer_sinks.cpp). Acknowledgements flow back from
 // a separate coroutine (consumer_acks.cpp), coalesced, as the user
-// releases entries. consumer_state.hpp says which part of the state
-// (receive side, credit, delivery acks, device uploads) owns what.
+// releases entries. The session (consumer_session.hpp) decides what the
+// protocol decides; consumer_state.hpp says which part of the state owns
+// what.
 #include "blobpipe/pipeline/consumer.hpp"
 
 #include <algorithm>
 #include <array>
 
 #include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -33,22 +35,6 @@ asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out) {
   co_return co_await t.write(bufs);
 }
 
-void consumer_state::update_watch() noexcept {
-  // The sender is to blame for a silence while a frame of it is half
-  // sent, a fetch is outstanding, or a blob is open and it holds credit
-  // it could send on: not while it waits for credit the application
-  // holds (docs/reliability.md "Held entries").
-  const auto& l = frames.limits();
-  const std::uint64_t used = frames.buffered_bytes();
-  const bool has_credit =
-      used < l.window_bytes && credit.credit_wanted == 0 && credit.held_in_window == 0;
-  // An entry begun and not complete is owed whatever else the sender
-  // waits for: its credit was taken whole when it was announced.
-  stall_watch.owes(frames.in_frame() || !receive.posted.empty() || frames.entries_open() != 0 ||
-                   (frames.open_blobs() != 0 && has_credit));
-  stall_watch.held(credit.held_in_window != 0 && (!opt.waits_reported || credit.app_waiting));
-}
-
 void receive_landing::retire_buffers(transport& t) {
   for (auto& r : posted) t.retire(r.lands_in);
   for (auto& [id, b] : blobs) {
@@ -59,42 +45,27 @@ void receive_landing::retire_buffers(transport& t) {
 
 namespace {
 
-/// Closes the connection when the sender stalls (consumer_options
-/// stall_timeout, idle_timeout); next() then reports timed_out.
+/// The session's timer: calls on_time() when the session says, and closes
+/// the connection when a clock expires (consumer_options stall_timeout,
+/// idle_timeout, held_timeout, credit pressure), telling the sender why;
+/// next() then reports timed_out. Ends when the clocks stop.
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
-  const bool expired = co_await s->stall_watch.expired();
-  if (!expired) co_return;
-  const auto ms = std::to_string(s->stall_watch.limit().count());
-  if (s->stall_watch.tripped() == watchdog::limit_kind::held) {
-    // The application's doing, not the sender's: say what it holds.
-    const auto n = [](std::uint64_t v) { return std::to_string(v); };
-    const auto& c = s->credit;
-    s->timeout_reason =
-        "the application holds received entries of " + n(c.held_credit + c.held_in_window) +
-        " credit bytes (" + n(c.held_credit) + " in the held_bytes allowance of " +
-        n(s->opt.held_bytes) + ", " + n(c.held_in_window) + " of the window of " +
-        n(s->frames.limits().window_bytes) + ") and waited " + ms +
-        " ms for an entry the sender may have no credit to send (held_timeout): "
-        "drop received entries and values sooner, or raise held_bytes or window_bytes";
-  } else if (s->stall_watch.tripped() == watchdog::limit_kind::pressed) {
-    s->timeout_reason = "the sender held " +
-                        std::to_string(s->frames.limits().window_bytes -
-                                       std::min(s->frames.buffered_bytes(),
-                                                s->frames.limits().window_bytes)) +
-                        " bytes of unused credit that other connections wait for and sent "
-                        "nothing for " + ms + " ms (stall_timeout)";
-  } else if (s->stall_watch.tripped() == watchdog::limit_kind::stall) {
-    s->timeout_reason = "no progress from the sender for " + ms +
-                        " ms while it owed bytes (stall_timeout: no entry or blob ended and "
-                        "fewer than " + std::to_string(watchdog::progress_bytes) +
-                        " bytes arrived)";
-  } else {
-    s->timeout_reason = "no bytes from the sender for " + ms + " ms (" +
-                        s->stall_watch.tripped_name() + "_timeout)";
+  constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+  using clock = std::chrono::steady_clock;
+  for (;;) {
+    const auto at = s->session.next_deadline(clock::now());
+    if (!at) co_return;
+    s->ending.timer.expires_at(*at);
+    const auto [ec] = co_await s->ending.timer.async_wait(use_tuple);
+    if (ec) co_return;  // stop_clocks(), or the consumer's close()
+    auto expired = s->session.on_time(clock::now());
+    if (!expired) continue;
+    s->ending.timeout_reason = std::move(expired->reason);
+    // The read waiting on the sender ends once the transport closes, after
+    // the sender has been told why.
+    s->close_with(s->ending.timeout_reason);
+    co_return;
   }
-  // The read waiting on the sender ends once the transport closes, after
-  // the sender has been told why.
-  s->close_with(s->timeout_reason);
 }
 
 result<void> transport_error(consumer_state& s, std::error_code ec) {
@@ -105,11 +76,12 @@ result<void> transport_error(consumer_state& s, std::error_code ec) {
 /// (all of them before the sender's hello: at most hello_receive_bytes, so
 /// a stream pipelined behind the hello is decoded with it).
 result<void> decode_received(consumer_state& s) {
-  auto& d = s.frames;
+  const decoder& d = s.session.frames();
   receive_landing& in = s.receive;
   const std::uint64_t budget =
-      s.peer && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
-  auto took = d.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at), budget);
+      s.session.peer() && s.opt.turn_work_bytes != 0 ? s.opt.turn_work_bytes : ~std::uint64_t{0};
+  auto took = s.session.consume_some(std::span(in.rx).subspan(in.rx_at, in.rx_end - in.rx_at),
+                                     budget, s.clock_now());
   if (!took) return took.err();
   in.rx_at += *took;
   if (in.rx_at != in.rx_end || in.bulk_announced == 0) return {};
@@ -126,20 +98,20 @@ result<void> decode_received(consumer_state& s) {
 }  // namespace
 
 asio::awaitable<result<void>> read_input(consumer_state& s) {
-  auto& d = s.frames;
+  const decoder& d = s.session.frames();
   receive_landing& in = s.receive;
   // Fair turns: a turn's work spent, every other handler ready on this
   // executor (the other connections' turns) runs before this one decodes
   // more (consumer_options::turn_work_bytes).
   if (s.opt.turn_work_bytes != 0 && d.work() >= s.opt.turn_work_bytes) {
-    d.reset_work();
+    s.session.reset_work();
     ++s.stats.turns_yielded;
     co_await asio::post(s.ex, asio::use_awaitable);
   }
   result<void> r;
   const bool buffered = in.rx_at != in.rx_end;
-  if (buffered && (s.acks.stopped || !s.timeout_reason.empty())) {
-    // Closed on this side (close(), the watchdog) while bytes read waited
+  if (buffered && (s.session.acks_stopped() || !s.ending.timeout_reason.empty())) {
+    // Closed on this side (close(), an expired clock) while bytes read waited
     // for their turn: they are dropped like bytes never read, and the
     // stream ends as a read would end it now. Decoded after close(), a
     // resend session's blob would complete without being recorded as
@@ -152,7 +124,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
   } else if (d.in_payload() &&
              (in.bulk_pending != 0 || d.payload_remaining() >= direct_read_bytes)) {
     // A payload with nothing of it buffered: straight into its place.
-    const auto target = d.payload_target();
+    const auto target = s.session.payload_target();
     if (in.bulk_pending != 0 && in.bulk_pending != target.size())
       co_return result<void>(errc::protocol_violation,
                              "a bulk payload of " + std::to_string(in.bulk_pending) +
@@ -174,7 +146,7 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     } else if (auto ec = co_await s.t->read_exact(target)) {
       co_return transport_error(s, ec);
     }
-    r = d.commit_payload(target.size());
+    r = s.session.commit_payload(target.size(), s.clock_now());
   } else {
     auto [ec, got] = co_await s.t->read_some(in.rx);
     if (ec) co_return transport_error(s, ec);
@@ -183,12 +155,10 @@ asio::awaitable<result<void>> read_input(consumer_state& s) {
     in.bulk_announced = got.bulk_bytes;
     r = decode_received(s);
   }
-  s.collect_returned_credit();
-  if (s.credit.pool_member != 0) s.publish_buffered();  // for the pool's other threads
-  if (r && s.close_reason && !s.ended) {
+  if (r && s.events.close_reason && !s.events.ended) {
     // An orderly close: what was posted before it lands, then the end.
     while (r && !in.posted.empty()) r = co_await land_oldest(s);
-    if (r) s.end(std::error_code{}, *s.close_reason);
+    if (r) s.end(std::error_code{}, *s.events.close_reason);
   }
   co_return r;
 }
@@ -227,26 +197,27 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     // A cancellation that came between two reads (after one completed,
     // before the next began) still ends the stream.
     const auto cancel = co_await asio::this_coro::cancellation_state;
-    if (!s->ended && cancel.cancelled() != asio::cancellation_type::none) {
+    if (!s->events.ended && cancel.cancelled() != asio::cancellation_type::none) {
       r = result<void>(error{std::error_code(asio::error::operation_aborted),
                              "next() was cancelled"});
-    } else if (!s->pending.empty() && s->pending.front().after_read <= s->receive.reads_landed) {
-      ready_event& front = s->pending.front();
+    } else if (!s->events.pending.empty() &&
+               s->events.pending.front().after_read <= s->receive.reads_landed) {
+      ready_event& front = s->events.pending.front();
       if (front.upload) {
         auto up = co_await s->device.upload(front, s->stats);
         if (!up) s->lose_blob(front.ev.blob_id, up.code(), up.message());
         continue;
       }
       event ev = std::move(front.ev);
-      s->pending.pop_front();
+      s->events.pending.pop_front();
       s->on_yield(ev);
       co_return ev;
-    } else if (s->pending.empty() && s->ended) {
+    } else if (s->events.pending.empty() && s->events.ended) {
       // The acker may still be telling the sender why (close_with, bounded
-      // by close_linger); the watchdog ends with end(). Once they have
+      // by close_linger); the session's timer ends with end(). Once they have
       // ended, a later call joins at once.
       co_await s->tasks.join();
-      co_return s->final_event;
+      co_return s->events.final_event;
     } else {
       // Waiting on the sender: for bytes, or for the oldest posted read,
       // which an event waits for (its bytes, or an earlier entry's, are
@@ -254,32 +225,26 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
       // come as soon as they can; else the fetches are kept overlapping
       // while more is waiting (a bulk payload announced already posts).
       const receive_landing& in = s->receive;
-      const bool fenced = !s->pending.empty();
+      const bool fenced = !s->events.pending.empty();
       const bool landed = !in.posted.empty() && in.posted.front().receipt.ready();
-      const bool read_on = !fenced || (!s->ended && !landed && in.posted.size() < in.read_window &&
-                                       (in.bulk_pending != 0 || in.rx_at != in.rx_end ||
-                                        s->t->readable()));
-      s->update_watch();
-      s->stall_watch.begin_wait();
+      const bool read_on =
+          !fenced || (!s->events.ended && !landed && in.posted.size() < in.read_window &&
+                      (in.bulk_pending != 0 || in.rx_at != in.rx_end || s->t->readable()));
+      s->session.wait_begins(s->wait_now(), !in.posted.empty());
       // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
       if (read_on) {
         r = co_await read_input(*s);
       } else {
         r = co_await land_oldest(*s);
       }
-      // Progress is an entry or blob completed, or watchdog::progress_bytes
-      // more bytes of admitted entries and tails: neither a trickle nor a
-      // stream of control frames (blob_begin + blob_abort pairs) keeps a
-      // connection that owes bytes or holds credit others wait for.
-      s->stall_watch.progress(s->frames.admitted_bytes(),
-                              s->stats.entries_received + s->stats.blobs_completed);
-      s->stall_watch.end_wait();
+      // What the wait brought counts as progress (consumer_session::wait_ends).
+      s->session.wait_ends(s->wait_now());
     }
     if (r) continue;
     co_await abandon_posted(*s);
-    if (!s->timeout_reason.empty()) {
-      // The watchdog closed the transport; the read failed with `closed`.
-      s->end(make_error_code(errc::timed_out), s->timeout_reason);
+    if (!s->ending.timeout_reason.empty()) {
+      // An expired clock closed the transport; the read failed with `closed`.
+      s->end(make_error_code(errc::timed_out), s->ending.timeout_reason);
     } else {
       s->end(r.code(), r.message());
     }
@@ -320,71 +285,60 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   if (auto r = detail::device_lander::check(opt); !r) co_return ret{r.code(), consumer{}};
   const bool default_held = opt.held_bytes == held_bytes_of_window;
   if (default_held) opt.held_bytes = opt.window_bytes;
-  auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt));
-  s->credit.one_larger_alone = default_held && !s->opt.pool;
-  s->acks.log = s->opt.delivered ? s->opt.delivered : delivery_log::process_default();
-  if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
+  const bool one_larger_alone = default_held && !opt.pool;
+  auto s = std::make_shared<detail::consumer_state>(std::move(t), std::move(opt), one_larger_alone);
+  if (s->session.next_deadline({})) s->tasks.spawn(detail::watch(s));
   // handshake_timeout: closing the transport ends the read or write below.
   detail::deadline handshake_bound(
       s->ex, s->opt.handshake_timeout, [weak = std::weak_ptr<detail::consumer_state>(s)] {
         auto st = weak.lock();
         if (!st) return;
-        st->timeout_reason = detail::deadline::reason(
+        st->ending.timeout_reason = detail::deadline::reason(
             "no handshake with the sender", st->opt.handshake_timeout, "handshake_timeout");
         st->t->close();
       });
-  // A failed start cancels its watchdog, which ends on its own soon after.
+  // A failed start stops its clocks and cancels their timer.
   auto fail = [&](std::error_code ec) {
-    s->stall_watch.stop();
+    s->stop_clocks();
     s->tasks.cancel();
     s->t->close();
-    return ret{s->timeout_reason.empty() ? ec : make_error_code(errc::timed_out), consumer{}};
+    return ret{s->ending.timeout_reason.empty() ? ec : make_error_code(errc::timed_out),
+               consumer{}};
   };
-  // The sender's hello: read until the decoder has it (on_hello).
-  s->stall_watch.owes(true);  // the hello is due
-  s->stall_watch.begin_wait();
+  // The sender's hello: read until the session has it (the hello is owed).
+  s->session.wait_begins(s->wait_now(), false);
   // Bytes after the hello in the same read are decoded too; a violation
   // among them (a second hello, say) is the stream's, reported by next().
   result<void> after_hello;
-  while (!s->peer) {
+  while (!s->session.peer()) {
     const auto r = co_await detail::read_input(*s);
     if (r) continue;
-    if (!s->peer) co_return fail(r.code());
+    if (!s->session.peer()) co_return fail(r.code());
     after_hello = r;
   }
-  s->stall_watch.end_wait();
+  s->session.wait_ends(s->wait_now());
   // The hello came: the full receive buffer now (the hello's read was
   // decoded whole: nothing is left in rx). Turns count from here.
   s->receive.rx.resize(detail::receive_buffer_bytes);
-  s->frames.reset_work();
-  // What the decoder negotiated in on_hello, for the sender; file sinks and
-  // device landing read whole entries before yielding them (no posting).
-  const auto& limits = s->frames.limits();
+  s->session.reset_work();
+  // File sinks and device landing read whole entries before yielding them
+  // (no posting).
   s->receive.read_window = (s->opt.assemble == assemble_mode::file || s->opt.landing.enabled)
                                ? 1
                                : std::min(s->opt.payload_window, s->t->read_window());
   if (s->opt.landing.enabled)
     s->device.lander =
-        std::make_unique<detail::device_lander>(s->ex, s->opt.landing, s->chunk_bytes);
-  hello mine{.role = wire_role::consumer,
-             .max_chunk_bytes = s->chunk_bytes,
-             .max_key_bytes = s->opt.max_key_bytes,
-             .window_bytes = s->credit.window_offer,
-             .max_meta_bytes = s->opt.max_meta_bytes,
-             .dedup_window = s->acks.log->window(),
-             .session = s->peer->session,
-             .features = s->credit.features,
-             .inline_bytes = limits.inline_bytes};
-  outbox reply;
-  frame_hello(reply, mine);
+        std::make_unique<detail::device_lander>(s->ex, s->opt.landing,
+                                                s->session.answer().max_chunk_bytes);
+  // The session framed its answer to the hello (consumer_session::answer).
   // A sender that wrote its whole stream at once, close frame included,
   // without waiting for this reply (pipelined) may have ended it within the
   // hello's read: end() has closed the transport, and the stream's events
   // are all decoded, so the consumer is returned to yield them, unanswered
   // (issue 26: it was dropped as "closed").
-  if (!s->ended) {
-    if (auto ec = co_await detail::write_frames(*s->t, reply)) co_return fail(ec);
-    s->acks.running = true;  // our hello is out: frames may follow it
+  if (!s->events.ended) {
+    if (auto ec = co_await detail::write_frames(*s->t, s->session.out())) co_return fail(ec);
+    s->acker.running = true;  // our hello is out: frames may follow it
   }
   s->tasks.spawn(detail::ack_loop(s));
   // A violation pipelined behind the hello is told like any other.
@@ -411,23 +365,23 @@ asio::awaitable<event> consumer::next() {
 }
 
 void consumer::application_waits() noexcept {
-  if (!state_ || !state_->opt.waits_reported || state_->ended) return;
-  state_->credit.app_waiting = true;
+  if (!state_ || !state_->opt.waits_reported || state_->events.ended) return;
+  state_->session.application_waits(state_->clock_now());
   state_->promote_held();  // what the application was handed since
-  state_->update_watch();
 }
 
 void consumer::close() noexcept {
   if (!state_) return;
-  state_->acks.stop();
-  state_->stall_watch.stop();
+  state_->session.stop_acks();
+  state_->acker.cv.notify_all();
+  state_->stop_clocks();
   state_->tasks.cancel();
   state_->t->close();
 }
 
 void consumer::close(std::string reason) noexcept {
   if (!state_) return;
-  state_->stall_watch.stop();
+  state_->stop_clocks();
   // The acker writes the frame and then closes (not cancelled: it is the
   // one that tells the sender).
   try {
@@ -437,26 +391,36 @@ void consumer::close(std::string reason) noexcept {
   }
 }
 
-std::uint32_t consumer::chunk_bytes() const noexcept { return state_ ? state_->chunk_bytes : 0; }
+std::uint32_t consumer::chunk_bytes() const noexcept {
+  return state_ ? state_->session.answer().max_chunk_bytes : 0;
+}
 std::uint64_t consumer::window_bytes() const noexcept {
   return state_ ? state_->opt.window_bytes : 0;
 }
 std::size_t consumer::open_blobs() const noexcept {
-  return state_ ? state_->frames.open_blobs() : 0;
+  return state_ ? state_->session.frames().open_blobs() : 0;
 }
 session_id consumer::session() const noexcept {
-  return state_ ? state_->acks.session : NO_SESSION;
+  return state_ ? state_->session.session() : NO_SESSION;
 }
-std::uint64_t consumer::features() const noexcept { return state_ ? state_->credit.features : 0; }
+std::uint64_t consumer::features() const noexcept {
+  return state_ ? state_->session.answer().features : 0;
+}
 
 consumer_stats consumer::stats() const noexcept {
   if (!state_) return consumer_stats{};
   consumer_stats st = state_->stats;
-  st.buffered_bytes = state_->frames.buffered_bytes();
-  st.recycle_kept_bytes = state_->recycled->kept_bytes();
-  st.held_bytes = state_->credit.held_credit;
-  st.held_in_window_bytes = state_->credit.held_in_window;
-  st.pool_member = state_->credit.pool_member;
+  const consumer_session& session = state_->session;
+  st.buffered_bytes = session.buffered_bytes();
+  st.buffered_high_water = session.counts().buffered_high_water;
+  st.credit_requests = session.counts().credit_requests;
+  st.duplicates_dropped = session.counts().duplicates_dropped;
+  st.acks_sent = session.counts().acks_sent;
+  st.held_high_water = session.counts().held_high_water;
+  st.recycle_kept_bytes = state_->receive.recycled->kept_bytes();
+  st.held_bytes = session.held_credit();
+  st.held_in_window_bytes = session.held_in_window();
+  st.pool_member = state_->pool_member;
   st.tasks_running = state_->tasks.running();
   return st;
 }

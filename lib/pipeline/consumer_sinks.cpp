@@ -1,5 +1,5 @@
-// The consumer's side of the push decoder (docs/wire.md "Consumer"): the
-// decoder has checked each frame; these callbacks choose where entry bytes
+// The consumer's sinks (docs/wire.md "Consumer"): the session has checked
+// each frame and decided what the protocol decides; these callbacks choose where entry bytes
 // land (their own buffer, the blob's assembly region, a host buffer bound
 // for the device), write file sinks, and turn what happened into events.
 #include <algorithm>
@@ -24,8 +24,6 @@ namespace blobpipe::detail {
 namespace {
 
 using status = result<void>;
-
-status violation(std::string what) { return {errc::protocol_violation, std::move(what)}; }
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
 
@@ -137,66 +135,58 @@ void abort_blob(consumer_state& s, sink_blob& b, std::error_code ec, std::string
   b.discard = true;
 }
 
-sink_blob& blob_of(void* blob) { return *static_cast<sink_blob*>(blob); }
+sink_blob& blob_of(session_blob& blob) { return static_cast<sink_blob&>(blob); }
+
+consumer_session_options session_options(const consumer_options& opt, bool one_larger_alone) {
+  consumer_session_options o;
+  o.limits = {.window_bytes = opt.window_bytes,
+              .max_chunk_bytes = opt.max_chunk_bytes,
+              .inline_bytes = opt.inline_bytes,
+              .max_key_bytes = opt.max_key_bytes,
+              .max_meta_bytes = opt.max_meta_bytes,
+              .max_entry_bytes = opt.max_entry_bytes,
+              .max_tail_bytes = opt.max_tail_bytes,
+              .max_blob_bytes = opt.max_blob_bytes,
+              .max_open_blobs = opt.max_open_blobs,
+              .max_entries_per_blob = opt.max_entries_per_blob};
+  o.accept_features = opt.accept_features;
+  o.pooled = opt.pool != nullptr;
+  o.held_bytes = opt.held_bytes;
+  o.one_larger_alone = one_larger_alone;
+  o.stall_timeout = opt.stall_timeout;
+  o.idle_timeout = opt.idle_timeout;
+  o.held_timeout = opt.held_timeout;
+  o.waits_reported = opt.waits_reported;
+  auto log = opt.delivered ? opt.delivered : delivery_log::process_default();
+  o.dedup_window = log->window();
+  o.delivered = std::move(log);
+  return o;
+}
 
 }  // namespace
 
-consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o)
+consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o,
+                               bool one_larger_alone)
     : t(std::move(tr)),
       ex(t->get_executor()),
       opt(std::move(o)),
-      frames(wire_role::sender, decoder_limits{}, *this),
-      acks(ex),
-      stall_watch(ex, opt.stall_timeout, opt.idle_timeout, opt.held_timeout),
-      tasks(ex),
-      recycled(std::make_shared<buffer_pool>(opt.recycle_bytes)) {
+      session(session_options(opt, one_larger_alone), *this),
+      acker(ex),
+      ending(ex),
+      tasks(ex) {
+  receive.recycled = std::make_shared<buffer_pool>(opt.recycle_bytes);
   receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
-  frames.set_limits({.window_bytes = opt.window_bytes,
-                     .max_chunk_bytes = opt.max_chunk_bytes,
-                     .inline_bytes = opt.inline_bytes,
-                     .max_key_bytes = opt.max_key_bytes,
-                     .max_meta_bytes = opt.max_meta_bytes,
-                     .max_entry_bytes = opt.max_entry_bytes,
-                     .max_tail_bytes = opt.max_tail_bytes,
-                     .max_blob_bytes = opt.max_blob_bytes,
-                     .max_open_blobs = opt.max_open_blobs,
-                     .max_entries_per_blob = opt.max_entries_per_blob});
 }
 
-// ---- the decoder's events ----------------------------------------------------
+// ---- the session's events ----------------------------------------------------
 
-status consumer_state::on_hello(const hello& h) {
-  if (peer) return violation("a second hello");
-  // Checked before `peer` is set, so the handshake fails. A shared budget
-  // (consumer_options::pool: a fan-in server) bounds only senders that
-  // take their credit from it: one offering no credit grants would get a
-  // window of its own, outside the budget (docs/cluster.md).
-  if (opt.pool && !(h.features & feature_credit_grants))
-    return violation(
-        "hello: the sender does not offer credit grants (feature_credit_grants), which a "
-        "consumer sharing a receive budget (a fan-in server) requires");
-  peer = h;
-  // Negotiated: the smaller chunk and copy threshold; no optional feature
-  // is known to this release (decode_hello checked the rest).
-  auto l = frames.limits();
-  l.max_chunk_bytes = chunk_bytes = std::min(h.max_chunk_bytes, opt.max_chunk_bytes);
-  l.inline_bytes = std::min(h.inline_bytes, opt.inline_bytes);
-  credit.window_offer = negotiate_features(h, l);  // consumer_credit.cpp
-  frames.set_limits(l);
-  acks.session = h.session;
-  return {};
-}
-
-result<void*> consumer_state::on_blob_begin(std::uint64_t blob_id, const tag_t& tag) {
+result<session_blob*> consumer_state::blob_begin(std::uint64_t blob_id, const tag_t& tag,
+                                                 bool duplicate) {
   sink_blob& b = receive.blobs[blob_id];
   b.id = blob_id;
   b.tag = tag;
-  if (acks.session != NO_SESSION && acks.log->contains(acks.session, tag)) {
-    // Resent after a lost acknowledgement: delivered already. Its frames
-    // are still checked and read, then dropped; the sender may let it go.
-    b.duplicate = b.discard = true;
-    ++stats.duplicates_dropped;
-    acks.acknowledge(b.id);
+  if (duplicate) {
+    // its bytes are dropped (the session marks it discarded)
   } else if (opt.assemble == assemble_mode::memory) {
     auto r = reserved_region::make(opt.max_blob_bytes);
     if (r) b.region = std::move(*r);
@@ -208,11 +198,11 @@ result<void*> consumer_state::on_blob_begin(std::uint64_t blob_id, const tag_t& 
     if (slot) b.file = *slot;
     else abort_blob(*this, b, slot.code(), slot.message());
   }
-  return static_cast<void*>(&b);
+  return static_cast<session_blob*>(&b);
 }
 
-result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
-                                                            const entry_announcement& a) {
+result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
+                                                         const entry_announcement& a) {
   sink_blob& b = blob_of(blob);
   const Entry& e = *a.entry;
   std::byte* dest = nullptr;
@@ -255,7 +245,7 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
     }
     if (!b.discard) {
       bool reused = false;
-      lease.own = recycled->acquire(e.len, reused);
+      lease.own = receive.recycled->acquire(e.len, reused);
       if (!lease.own && e.len != 0)
         return make_error(errc::too_large, "cannot allocate " + num(e.len) + " bytes for entry " +
                                            quote(e.key));
@@ -279,7 +269,7 @@ result<std::span<std::byte>> consumer_state::on_entry_begin(void* blob,
   return std::span<std::byte>(dest, dest ? len : 0);
 }
 
-status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
+status consumer_state::entry_complete(session_blob& blob) {
   sink_blob& b = blob_of(blob);
   auto cur = std::move(b.cur);  // a discarded entry's credit goes back here
   if (b.discard) return {};
@@ -299,34 +289,15 @@ status consumer_state::on_entry_complete(void* blob, std::uint64_t) {
   ev.entry = cur;
   push(std::move(ev));
   if (b.device) {
-    pending.back().upload = std::move(cur);
-    pending.back().device = std::move(b.device);
+    events.pending.back().upload = std::move(cur);
+    events.pending.back().device = std::move(b.device);
   }
   return {};
 }
 
-status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_index index,
-                                        std::span<const std::byte> tail) {
-  // A pool must see the tail's credit released before the next frame.
-  if (credit.pool_member != 0) collect_returned_credit();
+result<bool> consumer_state::blob_complete(session_blob& blob, blob_index index,
+                                           std::span<const std::byte> tail) {
   sink_blob& b = blob_of(blob);
-  auto erase = [&] { receive.blobs.erase(blob_id); };  // `b` dies here
-  if (b.discard) {
-    if (!b.duplicate) acks.delivered(b.tag, b.id);  // reported aborted already: final
-    erase();
-    return {};
-  }
-  if (acks.session != NO_SESSION && acks.log->contains(acks.session, b.tag)) {
-    // Another connection of the session delivered this tag while this
-    // attempt was in flight (the sender resent it after losing that
-    // connection). This attempt's entries were yielded: void them.
-    abort_blob(*this, b, make_error_code(errc::aborted),
-               "delivered on another connection of the session", true);
-    ++stats.duplicates_dropped;
-    acks.acknowledge(b.id);
-    erase();
-    return {};
-  }
   auto done = std::make_shared<completed_blob>();
   done->blob_id = b.id;
   done->nbytes = index.nbytes;
@@ -341,8 +312,7 @@ status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_
     if (r) r = write_at(b.file.fd, b.file.offset + data_end, tail);
     if (!r) {
       abort_blob(*this, b, r.code(), r.message());
-      erase();
-      return {};
+      return false;
     }
     done->file = b.file;
   }
@@ -351,28 +321,26 @@ status consumer_state::on_blob_complete(void* blob, std::uint64_t blob_id, blob_
   ev.blob = std::move(done);
   push(std::move(ev));
   ++stats.blobs_completed;
-  acks.delivered(b.tag, b.id);
-  erase();
-  return {};
+  return true;
 }
 
-status consumer_state::on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason) {
-  sink_blob& b = blob_of(blob);
-  abort_blob(*this, b, make_error_code(errc::aborted), std::string(reason));
-  if (!b.duplicate) acks.delivered(b.tag, b.id);  // the producer's abort is final
-  receive.blobs.erase(blob_id);  // drops a partial entry, returning its credit
-  return {};
+void consumer_state::blob_abort(session_blob& b, std::error_code ec, std::string reason,
+                                bool resend) {
+  abort_blob(*this, blob_of(b), ec, std::move(reason), resend);
 }
 
-status consumer_state::on_close(std::string_view reason) {
+void consumer_state::blob_end(session_blob& b) {
+  const std::uint64_t id = b.id;  // `b` dies with its node
+  receive.blobs.erase(id);        // drops a partial entry, returning its credit
+}
+
+void consumer_state::closed(std::string_view reason) {
   // The stream ends once the reads still posted have landed (read_input).
-  close_reason = std::string(reason);
-  return {};
+  events.close_reason = std::string(reason);
 }
 
-status consumer_state::on_blob_group(void* blob, std::uint64_t, const blob_group& g) {
-  blob_of(blob).group = g;  // feature_blob_groups (docs/wire_features.md)
-  return {};
+void consumer_state::blob_in_group(session_blob& b, const blob_group& g) {
+  blob_of(b).group = g;  // feature_blob_groups (docs/wire_features.md)
 }
 
 // ---- bookkeeping --------------------------------------------------------------
@@ -381,7 +349,7 @@ void consumer_state::push(event ev) {
   ready_event r;
   r.ev = std::move(ev);
   r.after_read = receive.reads_posted;
-  pending.push_back(std::move(r));
+  events.pending.push_back(std::move(r));
 }
 
 void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
@@ -392,8 +360,8 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
   std::uint64_t after_read = 0;
   std::optional<blob_group> group;
   bool ended_here = false;
-  for (std::size_t i = 0; i < pending.size();) {
-    const auto& r = pending[i];
+  for (std::size_t i = 0; i < events.pending.size();) {
+    const auto& r = events.pending[i];
     if (r.ev.blob_id != blob_id || r.ev.kind == event_kind::blob_aborted) {
       ++i;
       continue;
@@ -403,7 +371,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
       ended_here = true;
       --stats.blobs_completed;
     }
-    pending.erase(i);
+    events.pending.erase(i);
   }
   if (auto it = receive.blobs.find(blob_id); it != receive.blobs.end()) {
     abort_blob(*this, it->second, ec, reason);
@@ -415,14 +383,14 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
     r.ev.reason = reason_for(ec, reason);
     r.ev.group = group;
     r.after_read = after_read;
-    pending.insert(*first, std::move(r));
+    events.pending.insert(*first, std::move(r));
     ++stats.blobs_aborted;
   }
 }
 
 consumer_state::~consumer_state() {
   // Entries still held can no longer report their release.
-  if (credit.pool_member != 0) opt.pool->forget(credit.pool_member);
+  if (pool_member != 0) opt.pool->forget(pool_member);
   if (receive.posted.empty()) return;
   t->close();
   try {
@@ -436,43 +404,40 @@ bool tells_sender(std::error_code ec) noexcept {
 }
 
 void consumer_state::close_with(std::string reason) {
-  if (!acks.running || !t->is_open()) {
+  if (!acker.running || !t->is_open()) {
     t->close();
     return;
   }
-  if (acks.close_reason) return;
-  acks.close_reason = std::move(reason);
-  acks.stopped = true;
-  acks.cv.notify_all();
-  close_bound.emplace(ex, close_linger, [w = weak_from_this()] {
+  if (!session.refuse(std::move(reason))) return;
+  ending.close_bound.emplace(ex, close_linger, [w = weak_from_this()] {
     if (auto s = w.lock()) s->t->close();
   });
 }
 
 void consumer_state::end(std::error_code ec, std::string reason) {
-  if (ended) return;
-  ended = true;
+  if (events.ended) return;
+  events.ended = true;
   const auto blob_ec = ec ? ec : make_error_code(errc::peer_closed);
   const std::string blob_reason =
       ec ? reason : std::string("sender closed the connection with the blob open");
   // In a resend session the sender keeps every blob it has not seen
   // delivered and sends it again on its next connection, unless it ended
   // the session itself (an orderly close).
-  const bool resend = ec && acks.session != NO_SESSION;
+  const bool resend = ec && session.session() != NO_SESSION;
   for (auto& [id, b] : receive.blobs) abort_blob(*this, b, blob_ec, blob_reason, resend);
   if (ec) receive.retire_buffers(*t);  // a read cut short may still be landing
-  acks.stopped = true;
-  stall_watch.stop();
+  session.stop_acks();
+  stop_clocks();
   if (tells_sender(ec)) close_with(reason);
   else t->close();
   receive.posted.clear();  // empty: next() lands or abandons every posted read first
   receive.blobs.clear();   // partial entries return their credit (no acks any more)
-  if (credit.pool_member != 0) opt.pool->close(credit.pool_member);  // no more grants
-  acks.cv.notify_all();
-  final_event = event{};
-  final_event.kind = event_kind::end_of_stream;
-  final_event.error = ec;
-  final_event.reason = reason_for(ec, std::move(reason));
+  if (pool_member != 0) opt.pool->close(pool_member);  // no more grants
+  acker.cv.notify_all();
+  events.final_event = event{};
+  events.final_event.kind = event_kind::end_of_stream;
+  events.final_event.error = ec;
+  events.final_event.reason = reason_for(ec, std::move(reason));
 }
 
 }  // namespace blobpipe::detail

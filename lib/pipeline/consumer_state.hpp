@@ -1,20 +1,26 @@
-// Shared state of a consumer (internal): an I/O loop around the push
-// decoder (blobpipe/protocol/decoder.hpp). The loop reads bytes into a
-// receive buffer and hands them to the decoder, which checks every frame
-// and calls this state back (it is the decoder's listener); the callbacks
-// pick each entry's destination (sinks) and queue events for next().
-// Entry leases (entry_lease.hpp) point back at the state weakly, so
-// releasing an entry after the consumer is gone is harmless.
+// Shared state of a consumer (internal): the I/O around a consumer_session
+// (blobpipe/protocol/consumer_session.hpp), which decides what the
+// protocol decides (the hello's answer, credit, duplicates, acks, the close
+// frame) and asks this state where each entry's bytes go. The state reads
+// bytes into a receive buffer and hands them to the session, runs the
+// sinks (memory, file, device), queues events for next() and writes what
+// the session's outbox holds. Entry leases (entry_lease.hpp) point back at
+// the state weakly, so releasing an entry after the consumer is gone is
+// harmless.
 //
-// The state is split by responsibility, each part held by value:
+//   consumer_session the protocol's decisions (blobpipe/protocol)
+//   event_delivery   events for next(), and the end once decided
 //   receive_landing  the receive side: buffer, posted reads, open blobs'
-//                    sinks (I/O in consumer.cpp, sinks in consumer_sinks.cpp)
-//   consumer_credit  features, the pool, the held allowance (consumer_credit.cpp)
-//   delivery_acks    the resend session's delivery log and the acker
-//                    (consumer_acks.cpp)
+//                    sinks, recycled entry buffers (I/O in consumer.cpp,
+//                    sinks in consumer_sinks.cpp)
+//   held_entries     yielded entries waiting to move into the held
+//                    allowance, whose figures are the session's
+//                    (consumer_credit.cpp)
+//   ack_writer       the coroutine that writes the session's acks and close
+//                    frame (consumer_acks.cpp)
 //   device_uploads   entries copied to device memory (consumer_uploads.cpp)
-// consumer_state composes them with the decoder, the event queue for
-// next() and the stall watchdog, and is the decoder's listener.
+//   stream_ending    this side ending the stream: the session's timer, the
+//                    timeout's reason, the close frame's linger
 #pragma once
 
 #include <atomic>
@@ -31,15 +37,16 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "blobpipe/pipeline/consumer.hpp"
+#include "blobpipe/protocol/consumer_session.hpp"
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
 #include "lib/runtime/task_group.hpp"
 #include "lib/pipeline/device_landing.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
-#include "lib/runtime/watchdog.hpp"
 #include "lib/runtime/async_sync.hpp"
 
 namespace blobpipe::detail {
@@ -72,16 +79,12 @@ inline constexpr std::uint64_t direct_read_bytes = 64u << 10;
 static_assert(server_turn_work_bytes == receive_buffer_bytes);
 
 /// A blob between blob_begin and its end, as the consumer's sinks see it
-/// (the decoder keeps the protocol's view of it).
-struct sink_blob {
-  std::uint64_t id = 0;
-  tag_t tag = NO_TAG;
+/// (the session's view, session_blob, is its base).
+struct sink_blob : session_blob {
   std::shared_ptr<received_entry> cur;      // the entry receiving bytes
   std::shared_ptr<reserved_region> region;  // assemble_mode::memory
   file_slot file;                           // assemble_mode::file
   std::uint64_t file_end = 0;               // blob bytes written to the file
-  bool discard = false;    // reported aborted already (sink failed): drop its bytes
-  bool duplicate = false;  // resend session: delivered before; drop silently
   // consumer_options::landing: cur goes to this device buffer.
   std::shared_ptr<cuda::device_buffer> device;
   std::optional<blob_group> group;  // feature_blob_groups: named at blob_begin
@@ -179,6 +182,8 @@ struct receive_landing {
   std::uint64_t reads_posted = 0;  // numbered from 1
   std::uint64_t reads_landed = 0;  // reads 1..reads_landed have been waited for
   std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
+  // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
+  std::shared_ptr<buffer_pool> recycled;
 
   /// Hands the memory a read cut short may still write into (UCX lands
   /// such fetches late) to `t`.retire: the buffers of posted reads and of
@@ -186,92 +191,45 @@ struct receive_landing {
   void retire_buffers(transport& t);
 };
 
-/// Credit (docs/wire.md "Flow control", docs/wire_features.md): what was
-/// negotiated, membership in a shared pool (consumer_options::pool), what
-/// the sender asked for, and the held allowance (consumer_options::
-/// held_bytes): credit of yielded entries moved out of the window, and of
-/// yielded entries still in it, whose storage (entry leases) waits in
-/// `unpromoted`, oldest first, to move later. Invariants: held_credit <=
-/// opt.held_bytes; pool_member != 0 once joined to the pool; the functions
-/// that move credit (grant, release, release_held, promote_held,
-/// collect_returned_credit) are consumer_state's, in consumer_credit.cpp,
-/// as each also moves the decoder's window and the acker's credit.
-struct consumer_credit {
-  std::uint64_t features = 0;      // negotiated (our hello's answer)
-  std::uint64_t window_offer = 0;  // our hello's window_bytes
-  std::uint64_t pool_member = 0;   // opt.pool's id for us (0: not pooled)
-  // frames.buffered_bytes() as of our last read or pool call, for the
-  // pool's calls from other threads (shared: the pool may read it after
-  // we are gone).
-  std::shared_ptr<std::atomic<std::uint64_t>> buffered_published =
-      std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::uint64_t credit_wanted = 0;  // the sender's last credit request not yet met
-  std::uint64_t held_credit = 0;
-  std::uint64_t held_in_window = 0;
-  // held_bytes left at its default and no pool: one entry larger than the
-  // allowance may move alone into an empty one (promote_held). An explicit
-  // held_bytes is a cap, and a pooled connection's entries stay charged to
-  // the pool, where the one oversized grant at a time bounds them.
-  bool one_larger_alone = false;
+/// Yielded entries waiting to move into the held allowance
+/// (consumer_options::held_bytes, docs/reliability.md "Held entries"): the
+/// allowance's figures are the session's (consumer_session::hold); their
+/// storage (entry leases) waits here, oldest first.
+struct held_entries {
   std::deque<std::weak_ptr<const void>> unpromoted;
   std::size_t unpromoted_compacted = 0;  // size after the last sweep of expired ones
-  bool app_waiting = false;  // opt.waits_reported: application_waits() since the last yield
 
-  /// Publishes `buffered` (the decoder's buffered bytes) for the pool's
-  /// calls from other threads (credit_pool.hpp "Threading").
-  void publish(std::uint64_t buffered) noexcept {
-    buffered_published->store(buffered, std::memory_order_relaxed);
-  }
   /// Queues a yielded entry's storage to move into the held allowance,
   /// sweeping out dropped ones once the queue doubled since the last sweep.
   void queue_unpromoted(std::weak_ptr<const void> storage);
 };
 
-/// The delivery log and the acker's state (docs/wire.md "Delivery"): the
-/// sender's resend session, the log of delivered tags, and what the ack
-/// loop (ack_loop, consumer_acks.cpp) is to send: credit returned and
-/// blobs delivered. Invariants: `due` is true from the first notify()
-/// until the acker took what was queued; once stopped, return_credit()
-/// and delivered() queue nothing.
-struct delivery_acks {
-  explicit delivery_acks(const asio::any_io_executor& ex) : cv(ex) {}
+/// Delivery to next(): events decided and not yet yielded, and the end
+/// of the stream once decided.
+struct event_delivery {
+  event_queue pending;
+  bool ended = false;
+  event final_event;                        // end_of_stream, repeated forever
+  std::optional<std::string> close_reason;  // the sender's close frame, once decoded
+};
 
-  // Resend session of the sender (NO_SESSION: none, no delivery acks).
-  session_id session = NO_SESSION;
-  std::shared_ptr<delivery_log> log;
-  std::uint64_t pending_ack = 0;            // credit to return, bytes
-  std::deque<std::uint64_t> delivered_ids;  // blobs to acknowledge as delivered
-  bool due = false;                         // cv notified, ack not yet sent
-  bool stopped = false;                     // the stream ended: no more acks
-  bool running = false;                     // ack_loop started (our hello is sent)
-  // The consumer refuses the stream (consumer_state::close_with): the
-  // acker's last write is a close frame with this reason.
-  std::optional<std::string> close_reason;
+/// Ending the stream from this side: the timer that calls the session's
+/// on_time() when it says (watch, consumer.cpp), the reason an expired
+/// clock or the handshake's deadline gave (next() then reports timed_out
+/// with it), and the bound on the close frame's write (close_with()).
+struct stream_ending {
+  explicit stream_ending(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  std::string timeout_reason;
+  std::optional<deadline> close_bound;  // closes the transport after close_linger
+};
+
+/// The ack writer (ack_loop, consumer_acks.cpp): wakes when the session
+/// says acks are due, and writes what it framed.
+struct ack_writer {
+  explicit ack_writer(const asio::any_io_executor& ex) : cv(ex) {}
   async_condition cv;
-
-  /// Wakes the acker, once per ack it owes.
-  void notify() noexcept {
-    if (!std::exchange(due, true)) cv.notify_all();
-  }
-  /// Queues `credit` bytes to return to the sender (none once stopped).
-  void return_credit(std::uint64_t credit) noexcept {
-    if (stopped) return;
-    pending_ack += credit;
-    notify();
-  }
-  /// Queues blob `blob_id` to acknowledge as delivered.
-  void acknowledge(std::uint64_t blob_id) {
-    delivered_ids.push_back(blob_id);
-    notify();
-  }
-  /// Resend sessions: blob `blob_id` of tag `tag` reached its end for good;
-  /// remembers the tag and tells the sender to let it go.
-  void delivered(const tag_t& tag, std::uint64_t blob_id);
-  /// Ends the acker (it sends nothing more).
-  void stop() noexcept {
-    stopped = true;
-    cv.notify_all();
-  }
+  bool running = false;  // ack_loop started (our hello is sent)
 };
 
 /// Device uploads (consumer_options::landing, docs/cuda.md): entries whose
@@ -288,42 +246,41 @@ struct device_uploads {
   asio::awaitable<result<void>> upload(ready_event& r, consumer_stats& stats);
 };
 
-/// The consumer: the composition of its parts, and the decoder's listener
-/// glue that drives them (consumer_sinks.cpp).
-struct consumer_state final : decoder_listener, std::enable_shared_from_this<consumer_state> {
-  consumer_state(std::unique_ptr<transport> tr, consumer_options o);
+/// The consumer: the session's listener (consumer_sinks.cpp) and the I/O
+/// around it.
+struct consumer_state final : consumer_session_listener,
+                              std::enable_shared_from_this<consumer_state> {
+  /// `one_larger_alone`: held_bytes was left at its default (see
+  /// consumer_session_options::one_larger_alone).
+  consumer_state(std::unique_ptr<transport> tr, consumer_options o, bool one_larger_alone);
   /// With reads still posted (the application dropped the consumer between
   /// next() calls), hands their buffers to the transport to keep.
   ~consumer_state() override;
   consumer_state(const consumer_state&) = delete;
   consumer_state& operator=(const consumer_state&) = delete;
 
-  // decoder_listener (consumer_sinks.cpp)
-  result<void> on_hello(const hello& h) override;
-  result<void*> on_blob_begin(std::uint64_t blob_id, const tag_t& tag) override;
-  result<std::span<std::byte>> on_entry_begin(void* blob, const entry_announcement& a) override;
-  result<void> on_entry_complete(void* blob, std::uint64_t blob_id) override;
-  result<void> on_blob_complete(void* blob, std::uint64_t blob_id, blob_index index,
-                                std::span<const std::byte> tail) override;
-  result<void> on_blob_abort(void* blob, std::uint64_t blob_id, std::string_view reason) override;
-  result<void> on_close(std::string_view reason) override;
-  result<void> on_blob_group(void* blob, std::uint64_t blob_id, const blob_group& g) override;
-  // Credit (consumer_credit.cpp).
-  result<void> on_credit_request(std::uint64_t credit) override;
+  // consumer_session_listener: sinks (consumer_sinks.cpp)
+  result<session_blob*> blob_begin(std::uint64_t blob_id, const tag_t& tag,
+                                   bool duplicate) override;
+  result<std::span<std::byte>> entry_begin(session_blob& b, const entry_announcement& a) override;
+  result<void> entry_complete(session_blob& b) override;
+  result<bool> blob_complete(session_blob& b, blob_index index,
+                             std::span<const std::byte> tail) override;
+  void blob_abort(session_blob& b, std::error_code ec, std::string reason, bool resend) override;
+  void blob_end(session_blob& b) override;
+  void blob_in_group(session_blob& b, const blob_group& g) override;
+  void closed(std::string_view reason) override;
+  // consumer_session_listener: the pool and the ack writer (consumer_credit.cpp)
+  std::uint64_t pool_join() override;
+  void pool_request(std::uint64_t credit) override;
+  void pool_released(std::uint64_t credit) override;
+  void acks_due() override { acker.cv.notify_all(); }
+  bool pool_pressed() override;
 
-  /// Negotiates the features of the sender's hello `h` (on_hello): which
-  /// it accepts, and with credit grants joins opt.pool. Returns the window
-  /// to advertise (the pool's initial grant, or opt.window_bytes).
-  std::uint64_t negotiate_features(const hello& h, decoder_limits& l);
   /// The pool granted `credit` to this connection: tell the sender.
   void grant(std::uint64_t credit) noexcept;
-  /// Hands `credit` released here to the pool; false when not pooled.
-  bool pool_released(std::uint64_t credit) noexcept;
-  /// Publishes the decoder's buffered bytes for the pool's calls from
-  /// other threads (credit_pool.hpp "Threading").
-  void publish_buffered() noexcept;
-  /// Returns `credit` bytes (an entry released); the acker tells the sender.
-  /// `yielded`: the application had it, in the window (held_in_window).
+  /// Returns `credit` bytes (an entry released); the session tells the
+  /// sender or the pool. `yielded`: the application had it, in the window.
   void release(std::uint64_t credit, bool yielded = false) noexcept;
   /// An entry held outside the window (consumer_options::held_bytes) was
   /// dropped: its allowance is free again (its credit went back already).
@@ -334,13 +291,23 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   /// Moves yielded entries still held into the held allowance, oldest
   /// first, while they fit; their credit goes back to the sender.
   void promote_held() noexcept;
-  /// Takes the credit the decoder released itself, for the next ack.
-  void collect_returned_credit() noexcept;
 
-  /// Tells the watchdog whether the sender is to blame for a silence (it
-  /// holds credit, or a frame is half sent) and whether the application
-  /// is (held_timeout). (consumer.cpp)
-  void update_watch() noexcept;
+  /// The time for a session call that may change what its clocks see:
+  /// the clock's while they run (a wait open), else none (not read).
+  consumer_session::time_point clock_now() const noexcept {
+    return session.clocks_running() ? std::chrono::steady_clock::now()
+                                     : consumer_session::time_point{};
+  }
+  /// The time for wait_begins()/wait_ends(): the clock's while a limit is set.
+  consumer_session::time_point wait_now() const noexcept {
+    return session.clocks_set() ? std::chrono::steady_clock::now()
+                                : consumer_session::time_point{};
+  }
+  /// Stops the session's clocks and their timer (the watch coroutine ends).
+  void stop_clocks() noexcept {
+    session.stop_clocks();
+    ending.timer.cancel();
+  }
   /// Queues `ev` behind the posted reads so far.
   void push(event ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
@@ -361,38 +328,26 @@ struct consumer_state final : decoder_listener, std::enable_shared_from_this<con
   std::unique_ptr<transport> t;
   asio::any_io_executor ex;
   consumer_options opt;
-  decoder frames;
-  std::optional<hello> peer;      // the sender's hello, once read
-  std::uint32_t chunk_bytes = 0;  // negotiated
-  // Delivery to next(): events decided, not yet yielded.
-  event_queue pending;
-  bool ended = false;
-  event final_event;                        // end_of_stream, repeated forever
-  std::optional<std::string> close_reason;  // the sender's close frame, once decoded
+  consumer_session session;
+  std::uint64_t pool_member = 0;  // opt.pool's id for us (0: not pooled)
+  event_delivery events;
   receive_landing receive;
-  consumer_credit credit;
-  delivery_acks acks;
-  // Stall detection: the watchdog closes the transport; next() then
-  // reports timed_out with this reason (the handshake's deadline too).
-  watchdog stall_watch;
-  std::string timeout_reason;
-  // close_with(): closes the transport once close_linger has passed.
-  std::optional<deadline> close_bound;
-  // The acker (ack_loop) and the stall watchdog (watch): cancelled by
+  held_entries held;
+  ack_writer acker;
+  stream_ending ending;
+  // The acker (ack_loop) and the session's timer (watch): cancelled by
   // consumer::close(), joined before the first end_of_stream.
   task_group tasks;
   consumer_stats stats;
   device_uploads device;
-  // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
-  std::shared_ptr<buffer_pool> recycled;
 };
 
 /// Writes `out` (frames the consumer sends: hello, acks) in one write.
 asio::awaitable<std::error_code> write_frames(transport& t, const outbox& out);
 
-/// Sends the credit released and the blobs delivered (delivery_acks),
-/// coalesced: one write of one ack per delivered blob (the first carrying
-/// the credit), or one ack for the credit alone, each time it runs.
+/// Writes the acks the session owes (consumer_session::frame_acks),
+/// coalesced: one write of what was owed each time it runs; then, when the
+/// session refused the stream, its close frame, and closes the transport.
 asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s);
 
 /// consumer::next() with the caller's cancellation turned into errors.

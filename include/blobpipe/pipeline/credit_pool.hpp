@@ -62,10 +62,12 @@
 // under the mutex and their grant_fn is called after it is unlocked, on
 // the calling thread; a consumer's grant_fn dispatches to its own executor
 // (consumer_options::pool). A buffered_fn is called under the mutex, so it
-// must not call the pool; a consumer's reads its decoder when called on
-// its own thread and otherwise the count it published after its last read
-// or release (so a member's own calls see its exact buffered bytes, and
-// other members' decisions use what it had at its last read).
+// must not call the pool; a consumer's asks its session (the one owner of
+// its credit, blobpipe/protocol/consumer_session.hpp) when called on its
+// own thread and otherwise reads the count the session published after its
+// last read, release or request (so a member's own calls see its exact
+// buffered bytes, and other members' decisions use what it had at its
+// last read).
 // Source: docs/cluster.md "Fan-in", docs/wire_features.md "Credit grants".
 #pragma once
 
@@ -138,7 +140,7 @@ class credit_pool {
 
   /// Sends `bytes` of credit to a member's sender (an ack).
   using grant_fn = std::function<void(std::uint64_t bytes)>;
-  /// The credit a member's decoder holds buffered now, bytes.
+  /// The credit a member's session holds buffered now, bytes.
   using buffered_fn = std::function<std::uint64_t()>;
 
   /// A connection joins. Returns its member id and its initial grant

@@ -35,6 +35,7 @@
 #include <unordered_map>
 
 #include "blobpipe/format/footer.hpp"
+#include "blobpipe/protocol/delivered_tags.hpp"
 #include "blobpipe/protocol/wire.hpp"
 
 namespace blobpipe {
@@ -42,12 +43,12 @@ namespace blobpipe {
 inline constexpr std::uint32_t default_dedup_window = 4096;   ///< tags per session
 inline constexpr std::size_t default_max_sessions = 256;
 
-class delivery_log {
+class delivery_log final : public delivered_tags {
  public:
   /// REQUIRES: window >= 1, max_sessions >= 1.
   explicit delivery_log(std::uint32_t window = default_dedup_window,
                         std::size_t max_sessions = default_max_sessions);
-  ~delivery_log();
+  ~delivery_log() override;
   delivery_log(const delivery_log&) = delete;
   delivery_log& operator=(const delivery_log&) = delete;
 
@@ -55,12 +56,12 @@ class delivery_log {
   std::uint32_t window() const noexcept { return window_; }
 
   /// True when `tag` was recorded for `session` and is still remembered.
-  bool contains(const session_id& session, const tag_t& tag) const;
+  bool contains(const session_id& session, const tag_t& tag) const override;
 
   /// Records `tag` as delivered for `session`. Beyond the window the
   /// session's oldest tag is forgotten; beyond max_sessions, the least
   /// recently used session. Recording a remembered tag again changes nothing.
-  void record(const session_id& session, const tag_t& tag);
+  void record(const session_id& session, const tag_t& tag) override;
 
   std::size_t sessions() const;   ///< sessions remembered now
   std::size_t tags() const;       ///< tags remembered now, all sessions
