@@ -60,8 +60,15 @@ asio::awaitable<void> start_sender(std::unique_ptr<transport> t, connect_fn conn
                                    std::error_code& out) {
   sender_options opt{.chunk_bytes = 4096, .inline_bytes = 256};
   opt.resend.max_attempts = 1;
-  auto [ec, s] = connect ? co_await sender::start(std::move(connect), opt)
-                         : co_await sender::start(std::move(t), opt);
+  // Two statements, not `connect ? co_await a : co_await b`: GCC 12
+  // evaluates co_await inside a conditional wrongly.
+  std::tuple<std::error_code, sender> started;
+  if (connect) {
+    started = co_await sender::start(std::move(connect), opt);
+  } else {
+    started = co_await sender::start(std::move(t), opt);
+  }
+  auto& [ec, s] = started;
   out = ec;
   s.close();
 }
