@@ -187,6 +187,7 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   b.reserve(static_cast<std::size_t>(n));
   PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
   PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
+  python_call encoding;  // torch and pickle may release the GIL (runtime.hpp)
   for (Py_ssize_t i = 0; i < n; ++i) {
     encoded e = encode_value(v[i]);
     const planned_entry* pe = unwrap(b.add(key_string(k[i]), std::move(e.v)));
@@ -457,6 +458,7 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                                   std::array<const char*, 2>{"view", "e"}, a, true);
     const Entry& e = entry_arg(a[1], "decode_entry");
     read_buffer b(a[0]);
+    python_call decoding;  // torch and pickle may release the GIL (runtime.hpp)
     return decode_entry_bytes(a[0], b.bytes, e, allow, -1);
   });
 }
@@ -482,6 +484,7 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
       es[static_cast<std::size_t>(i)] = &e;
     }
     py::list out(n);
+    python_call decoding_all;  // torch and pickle may release the GIL (runtime.hpp)
     for (std::size_t i = 0; i < es.size();) {
       // A run of like entries (same kind, dtype and shape at a constant
       // stride, as plan() lays out a batch of samples) is one strided array,

@@ -417,6 +417,10 @@ class sender_handle {
 
   void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val) {
     check("Blob");
+    // Encoding calls torch (whose methods release the GIL and take it back
+    // in a noexcept destructor), numpy and pickle; the waits below park at
+    // exit and leave this count as they do (runtime.hpp).
+    python_call encoding;
     send_command cmd;
     cmd.what = op::emit;
     cmd.blob = b;
