@@ -94,6 +94,16 @@ std::string exit_reason(py::handle exc) {
   return "exception in the with block: " + std::string(py::repr(exc));
 }
 
+// How long leaving a `with` block by `exc` waits for its aborts to reach
+// the transport: exit_flush_grace, but not at all for Ctrl-C, which the
+// user means to act at once (the aborts still go if the transport takes
+// them before the close; the consumer sees the blobs aborted either way).
+std::chrono::milliseconds exit_grace(py::handle exc) {
+  if (exc && PyErr_GivenExceptionMatches(exc.ptr(), PyExc_KeyboardInterrupt))
+    return std::chrono::milliseconds{0};
+  return exit_flush_grace;
+}
+
 // The queue limit when connect() names none: the consumer's window, but
 // never more than this, bytes, whatever window the consumer grants. The
 // consumer's default window, so a default pair behaves as before.
@@ -381,9 +391,9 @@ class sender_handle {
   /// The end of a `with` block left by an exception: every blob still
   /// open is aborted with `reason` (so the consumer yields BlobAborted,
   /// not only the end of the connection), what is queued is handed to the
-  /// transport (for at most exit_flush_grace: a consumer that reads
+  /// transport (for at most `grace`, exit_grace: a consumer that reads
   /// nothing cannot hold the exception up), then the Sender is closed.
-  void abort_open_and_close(const std::string& reason) {
+  void abort_open_and_close(const std::string& reason, std::chrono::milliseconds grace) {
     std::vector<std::shared_ptr<blob_slot>> open;
     {
       std::lock_guard lk(core_->mu);
@@ -399,12 +409,14 @@ class sender_handle {
         cmd.text = reason;
         push(std::move(cmd), b.get());
       }
-      auto flushed = std::make_shared<completion>();
-      send_command cmd;
-      cmd.what = op::flush;
-      cmd.done = flushed;
-      push(std::move(cmd), nullptr);
-      flushed->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+      if (grace.count() > 0) {
+        auto flushed = std::make_shared<completion>();
+        send_command cmd;
+        cmd.what = op::flush;
+        cmd.done = flushed;
+        push(std::move(cmd), nullptr);
+        flushed->wait(std::chrono::steady_clock::now() + grace);
+      }
     } catch (py::error_already_set& e) {
       // A failed connection or a closed Sender: closing is all that is
       // left. Ctrl-C while waiting still interrupts, once closed.
@@ -573,7 +585,7 @@ class sender_handle {
       cmd.blob = b;
       push(std::move(cmd), b.get());
     } catch (py::error_already_set& e) {
-      abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())));
+      abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())), exit_grace(e.value()));
       drop_blob(std::move(b));
       throw;
     }
@@ -597,11 +609,12 @@ class sender_handle {
   }
 
   /// An exception left the Blob's with block: queues the abort and waits
-  /// for it at most exit_flush_grace (the entries ahead of it may wait for
+  /// for it at most `grace`, exit_grace (the entries ahead of it may wait for
   /// window space a consumer that is not reading never gives; the abort
   /// then goes when they do, or with close()). Raises nothing: the block's
   /// own exception matters more.
-  void abort_on_exit(const std::shared_ptr<blob_slot>& b, std::string reason) {
+  void abort_on_exit(const std::shared_ptr<blob_slot>& b, std::string reason,
+                     std::chrono::milliseconds grace) {
     if (generation_ != fork_generation()) return;
     {
       std::lock_guard lk(core_->mu);
@@ -618,7 +631,7 @@ class sender_handle {
     } catch (py::error_already_set&) {
       return;  // closed or failed: the consumer sees the blob aborted anyway
     }
-    done->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+    if (grace.count() > 0) done->wait(std::chrono::steady_clock::now() + grace);
     drop_released();
   }
 
@@ -1093,7 +1106,7 @@ figures read.)")
              if (type.is_none()) {
                s.h->shutdown();
              } else {
-               s.h->abort_open_and_close(exit_reason(value));
+               s.h->abort_open_and_close(exit_reason(value), exit_grace(value));
              }
              return false;
            });
@@ -1107,7 +1120,9 @@ figures read.)")
 
 As a context manager it finishes at the end of the block, or aborts with
 "exception in the with block: " and the exception's repr when one is
-raised. Dropping an open blob aborts it.)")
+raised, waiting up to 5 s for the abort to be queued behind the entries
+(not at all for KeyboardInterrupt: Ctrl-C acts at once). Dropping an open
+blob aborts it.)")
       .def("emit", [](py_blob& b, py::handle key, py::handle v) { b.h->emit(b.slot, key, v); },
            py::arg("key"), py::arg("value"),
            R"(Adds entry `key` (str(key)) with `value` to the blob.
@@ -1159,7 +1174,7 @@ before, or the connection's error.)")
           b.h->end_blob(b.slot, op::finish, {});
           return false;
         }
-        b.h->abort_on_exit(b.slot, exit_reason(value));
+        b.h->abort_on_exit(b.slot, exit_reason(value), exit_grace(value));
         return false;
       });
 }

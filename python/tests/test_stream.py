@@ -13,6 +13,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -491,6 +492,40 @@ def test_ctrl_c_interrupts_a_blocked_iterator():
         with pytest.raises(KeyboardInterrupt):
             next(iter(consumer))
         t.join_result()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_leaves_nested_with_blocks_at_once_and_the_blob_is_aborted(transport):
+    """SIGINT while emit waits for window space inside the README's nested
+    `with sender:` / `with blob:` blocks: KeyboardInterrupt leaves both
+    without waiting exit_flush_grace (5 s) for each abort to be queued, and
+    the consumer reports the blob aborted. The bound, 4 s from the signal,
+    is under one grace: a hang guard, not a timing of the path."""
+    main = threading.get_ident()
+    sent = []
+    with Pair(transport, consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+        def interrupt():
+            wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+            sent.append(time.monotonic())
+            signal.pthread_kill(main, signal.SIGINT)
+
+        t = Thread(interrupt)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            with sender:
+                with sender.open_blob(tag=b"cut") as blob:
+                    for i in range(64):
+                        blob.emit(f"k{i}", np.zeros(1 << 19, np.uint8))
+        left = time.monotonic()
+        t.join_result()
+        assert left - sent[0] < 4.0, f"the with blocks took {left - sent[0]:.1f} s to leave"
+        events = []
+        with pytest.raises(bf.StreamError):  # closed, not shut down
+            for ev in consumer:
+                events.append(ev)
+    aborted = [ev for ev in events if isinstance(ev, bf.BlobAborted)]
+    assert [ev.tag for ev in aborted] == [b"cut".ljust(16, b"\0")], events
+    assert not any(isinstance(ev, bf.BlobComplete) for ev in events)
 
 
 def test_ctrl_c_ends_a_resend_connect_at_once():
