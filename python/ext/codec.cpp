@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "blobpipe/format.hpp"
@@ -203,19 +204,31 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   return p;
 }
 
-// A read-only or non-contiguous `out`: the buffer protocol says
-// BufferError, the reference's memoryview TypeError; the error is both.
+// Runs f(); a BufferError it raises (a read-only or non-contiguous
+// buffer: the buffer protocol's error) is raised as BufferTypeError, also
+// the TypeError the reference's memoryview.cast raises.
 template <class F>
-void with_out_buffer(py::handle out, F&& f) {
+void with_buffer_errors(F&& f) {
   try {
-    held_buffer b(out, true);
-    f(b);
+    f();
   } catch (py::error_already_set& e) {
     if (!e.matches(PyExc_BufferError)) throw;
     py::object cls = py::module_::import("blobpipe._errors").attr("BufferTypeError");
     PyErr_SetObject(cls.ptr(), py::str(e.value()).ptr());
     throw py::error_already_set();
   }
+}
+
+// f(out's bytes). While it runs (the copy, without the GIL), numpy
+// refuses to resize the array `out` is or views: resizing it would free
+// the bytes being written.
+template <class F>
+void with_out_buffer(py::handle out, F&& f) {
+  const py::object pin = numpy_pin(out);
+  with_buffer_errors([&] {
+    held_buffer b(out, true);
+    f(b);
+  });
 }
 
 void write_blob(const py_plan& p, py::handle out) {
@@ -299,7 +312,9 @@ also_builtin reference_index_error(std::span<const std::byte> index) {
 }
 
 py::list read_blob_index(py::handle blob) {
-  held_buffer b(blob, false);
+  std::optional<held_buffer> held;
+  with_buffer_errors([&] { held.emplace(blob, false); });
+  const held_buffer& b = *held;
   result<blob_index> r = [&] {
     gil_released nogil;
     return read_index(b.bytes());

@@ -247,7 +247,10 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       ec = co_await c.s.shutdown();
       break;
     case op::drop:
-      b->w = blob_writer{};  // the last handle: aborts the blob if still open
+      // Aborted with a reason the user can act on (the C++ writer's own
+      // would name blob_writer); a no-op once finished or aborted.
+      (void)co_await b->w.abort("the Python Blob was dropped without finish() or abort()");
+      b->w = blob_writer{};
       break;
   }
   if (ec && why.empty()) why = ends_stream(ec) ? stream_text(c.s, ec) : ec.message();

@@ -375,6 +375,20 @@ def test_connect_with_nobody_listening_raises_peer_failed():
     assert "is a consumer listening there?" in str(e.value), str(e.value)
 
 
+def test_listen_on_an_address_in_use_raises_listen_error_an_os_error():
+    # No peer is involved: not a PeerFailedError (a ConnectionError).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(bf.ListenError) as e:
+            bf.listen(f"tcp://127.0.0.1:{port}")
+    assert isinstance(e.value, OSError) and isinstance(e.value, bf.StreamError)
+    assert not isinstance(e.value, ConnectionError)
+    assert e.value.category == "peer_failed"
+    assert f"127.0.0.1:{port}" in str(e.value) and "in use" in str(e.value), str(e.value)
+
+
 def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
     with bf.listen("inproc://py-test-18") as listener:
         assert listener.url == "inproc://py-test-18"
@@ -393,6 +407,27 @@ def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
 def test_unknown_option_is_refused():
     with pytest.raises(TypeError):
         bf.loopback_pair(sender_options={"no_such_option": 1})
+
+
+@pytest.mark.parametrize("option", [{"unacked_bytes": 1 << 20}, {"max_attempts": 3},
+                                    {"retry_delay": 0.1}, {"max_retry_delay": 2}])
+def test_a_resend_limit_without_resend_is_refused_naming_it(option):
+    # A plain sender would ignore it: the caller meant a resend session.
+    name = next(iter(option))
+    with pytest.raises(ValueError) as e:
+        bf.connect("tcp://127.0.0.1:1", **option)
+    assert name in str(e.value) and "resend=True" in str(e.value), str(e.value)
+
+
+def test_queue_bytes_zero_is_refused_naming_it():
+    # 0 would silently mean the default: the window, at most 64 MiB.
+    with pytest.raises(ValueError) as e:
+        bf.loopback_pair(sender_options={"queue_bytes": 0})
+    assert "queue_bytes" in str(e.value) and "not 0" in str(e.value), str(e.value)
+    sender, consumer = bf.loopback_pair(sender_options={"queue_bytes": 1})
+    assert sender.queue_bytes == 1
+    sender.close()
+    consumer.close()
 
 
 def test_objects_are_unusable_after_close():
@@ -895,6 +930,20 @@ def test_an_exception_in_a_sender_with_block_aborts_its_open_blob_naming_it(tran
     assert len(aborted) == 1 and aborted[0].tag == b"open".ljust(16, b"\0"), events
     assert "ValueError('rollout failed')" in aborted[0].reason, aborted[0].reason
     assert sum(isinstance(ev, bf.BlobComplete) for ev in events) == 1
+
+
+def test_a_dropped_open_blob_is_aborted_with_a_reason_naming_the_python_blob():
+    # Not the C++ writer's own reason ("blob_writer dropped"), an internal name.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"lost")
+        blob.emit("x", 1)
+        del blob  # CPython frees it here: its reference count reaches zero
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobAborted"], events
+    reason = events[1].reason
+    assert "Blob was dropped without finish() or abort()" in reason, reason
+    assert "blob_writer" not in reason, reason
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

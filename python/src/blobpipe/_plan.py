@@ -300,7 +300,10 @@ class BlobPlan:
         if name in _FIELDS and "_native" in d:
             for f in _FIELDS:  # the other fields as planned, then no native plan
                 getattr(self, f)
-            del d["_native"]
+            # The native plan stays alive, unused: its weak references to
+            # the numpy arrays that ``buffers`` view make numpy refuse to
+            # resize them (even with refcheck=False) while this plan lives.
+            d["_pins"] = d.pop("_native")
         object.__setattr__(self, name, value)
 
     @property
