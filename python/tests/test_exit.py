@@ -161,6 +161,17 @@ INSIDE = {
     "decode_entries": "p = bf.plan(['k'], [SlowLoad()]); blob = np.zeros(p.nbytes, np.uint8)\n"
                       "bf.write(p, blob)\n"
                       "def work(): bf.decode_entries(blob, bf.read_index(blob))\n",
+    # The value an EntryReady holds is freed with it: a torch tensor's
+    # dealloc releases the GIL; here the value's __del__ sleeps.
+    "entry_ready_freed": "class SlowDel:\n"
+                         "    def __del__(self):\n"
+                         "        entered.set(); time.sleep(0.3); print('done', flush=True)\n"
+                         "class Dying:\n"
+                         "    def __reduce__(self): return (SlowDel, ())\n"
+                         "s, c = bf.loopback_pair()\n"
+                         "s.send_blob(['k'], [Dying()])\n"
+                         "def work():\n"
+                         "    for ev in c: getattr(ev, 'value', None)\n",
     "entry_ready_value": "s, c = bf.loopback_pair()\n"
                          "s.send_blob(['k'], [SlowLoad()])\n"
                          "def work():\n"
