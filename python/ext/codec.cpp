@@ -5,6 +5,7 @@
 // python/src/blobpipe/__init__.py, and typed in _blobpipe.pyi.
 #include "codec.hpp"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <msgpack.hpp>
@@ -229,6 +230,43 @@ void with_out_buffer(py::handle out, F&& f) {
     held_buffer b(out, true);
     f(b);
   });
+}
+
+// BlobPlan.buffers and .keepalive as the reference defines them, in one
+// call: per value (memoryview, owner) where the value's bytes are used in
+// place (a C-contiguous CPU tensor, a C-contiguous numpy array of rank
+// >= 1, a pickle's bytes), None where the reference copies or reshapes
+// (blobpipe/_plan.py makes those). The memoryview is 1-d, format "B", over a uint8 ndarray
+// viewing the value's memory with the owner as its base, as the
+// reference's .numpy() and .view(uint8) give.
+py::list plan_buffers(const py_plan& p) {
+  python_call building;  // numpy may run code that releases the GIL (runtime.hpp)
+  const std::size_t n = p.plan.entries.size();
+  py::list out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const planned_entry& pe = p.plan.entries[i];
+    const py::object& owner = p.keep[i];
+    py::object item = py::none();
+    if (pe.entry.kind == KIND_PICKLE) {
+      PyObject* mv = PyMemoryView_FromObject(owner.ptr());
+      if (mv == nullptr) throw py::error_already_set();
+      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+    } else if (pe.contiguous && pe.entry.len > 0 && pe.entry.shape &&
+               (pe.entry.kind == KIND_NDARRAY
+                    // numpy.ascontiguousarray makes a 0-d array a 1-d copy
+                    ? py::isinstance<py::array>(owner) && !pe.entry.shape->empty()
+                    : !py::isinstance<py::array>(owner))) {
+      // numpy's ndarray(shape=(len,), dtype=uint8, buffer=...) cannot take
+      // a raw address: pybind11 makes the array with `owner` as its base.
+      py::array bytes(py::dtype::of<std::uint8_t>(), {static_cast<py::ssize_t>(pe.entry.len)},
+                      {py::ssize_t{1}}, pe.source.data, owner);
+      PyObject* mv = PyMemoryView_FromObject(bytes.ptr());
+      if (mv == nullptr) throw py::error_already_set();
+      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+    }
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), item.release().ptr());
+  }
+  return out;
 }
 
 void write_blob(const py_plan& p, py::handle out) {
@@ -756,6 +794,7 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
                                    .ptr());
              return out;
            })
+      .def("_buffers", &plan_buffers)
       .def("__repr__", [](const py_plan& p) {
         return "BlobPlan(" + std::to_string(p.plan.entries.size()) +
                " entries, nbytes=" + std::to_string(p.plan.nbytes) +

@@ -281,8 +281,12 @@ class BlobPlan:
         d = self.__dict__
         if name in ("buffers", "keepalive"):
             buffers, owners = [], []
-            for owner, kind in native._owners():
-                if kind == KIND_TENSOR and not isinstance(owner, np.ndarray):
+            # Made natively where the value's bytes are used in place;
+            # here (as the reference makes them) where they are copied.
+            for made, (owner, kind) in zip(native._buffers(), native._owners()):
+                if made is not None:
+                    mv, owner = made
+                elif kind == KIND_TENSOR and not isinstance(owner, np.ndarray):
                     mv, owner = _tensor_bytes(owner)
                 elif isinstance(owner, np.ndarray):
                     mv, owner = _numpy_bytes(owner)
