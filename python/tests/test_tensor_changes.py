@@ -215,11 +215,13 @@ def test_a_numpy_destination_cannot_be_resized_away_during_write():
     # write() copies into `out` without the GIL. A tensor subclass whose
     # storage's data_ptr() (which write() asks, with the GIL, right before
     # the copy) resizes the destination stands in for another thread doing
-    # it then: numpy must refuse, or the copy writes freed memory.
+    # it then: numpy must refuse (a buffer export does not stop it), or the
+    # copy writes freed memory.
     out = run_child(f"""
         class Hook:
             def __init__(self, s): self.s = s
             def data_ptr(self):
+                print("asked", flush=True)
                 try:
                     dest.resize(dest.size * 16, refcheck=False)
                     print("resized")
@@ -227,8 +229,10 @@ def test_a_numpy_destination_cannot_be_resized_away_during_write():
                     assert "referenced" in str(e), str(e)
                 return self.s.data_ptr()
             def nbytes(self): return self.s.nbytes()
-        class Sneaky(torch.Tensor):
-            def storage(self): return Hook(super().storage())
+        class Sneaky(torch.Tensor):  # write() holds and asks the untyped storage
+            __torch_function__ = torch._C._disabled_torch_function_impl
+            def _storage(self): return Hook(super()._storage())
+            def untyped_storage(self): return Hook(super().untyped_storage())
         t = torch.arange({BIG}, dtype=torch.float32).as_subclass(Sneaky)
         p = bf.plan(["x"], [t])
         dest = np.zeros(p.nbytes, dtype=np.uint8)
@@ -239,6 +243,7 @@ def test_a_numpy_destination_cannot_be_resized_away_during_write():
         assert torch.equal(got, torch.arange({BIG}, dtype=torch.float32)), got[:4]
         print("written")
     """)
+    assert "asked" in out  # the hook ran
     assert "resized" not in out
     assert "written" in out
 
