@@ -946,6 +946,20 @@ def test_a_dropped_open_blob_is_aborted_with_a_reason_naming_the_python_blob():
     assert "blob_writer" not in reason, reason
 
 
+def test_blob_aborted_repr_shows_the_reason_as_python_writes_it():
+    # A reason that quotes a key reads as written (no literal \' escapes);
+    # a newline in it stays escaped, so a peer cannot forge a line.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"r")
+        blob.emit("x", 1)
+        blob.abort("entry 'k': refused\nOK: forged")
+        sender.shutdown()
+        events = list(consumer)
+    text = repr(events[-1])
+    assert "reason=\"entry 'k': refused\\nOK: forged\")" in text, text
+    assert "\\'" not in text and "\n" not in text, text
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_an_exception_in_a_blob_with_block_aborts_it_naming_it(transport):
     with Pair(transport) as (sender, consumer):
