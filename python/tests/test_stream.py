@@ -946,6 +946,30 @@ def test_a_dropped_open_blob_is_aborted_with_a_reason_naming_the_python_blob():
     assert "blob_writer" not in reason, reason
 
 
+@pytest.mark.parametrize("copy", [True, False])
+def test_emit_copy_false_sends_a_large_tensor_from_its_own_memory(copy):
+    # The tensor waits for window space behind a filler that takes the
+    # whole window. Copied (the default), the consumer gets its values at
+    # emit; held (copy=False, zero-copy), the bytes the background thread
+    # reads when it sends: a write made meanwhile shows (the caller's
+    # promise covers reallocation, not writes).
+    with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+        t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
+        blob = sender.open_blob(tag=b"z")
+        blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window
+        blob.emit("t", t, copy=copy)
+        t.fill_(7)
+        ender = Thread(lambda: (blob.finish(), sender.shutdown()))
+        ender.start()
+        got = []  # a copy of t's value; no event held (their bytes are the window)
+        for ev in consumer:
+            if isinstance(ev, bf.EntryReady) and ev.key == "t":
+                got.append(ev.value.clone())
+        ender.join_result()
+    assert len(got) == 1
+    assert torch.equal(got[0], torch.full((1 << 18,), 0.0 if copy else 7.0))
+
+
 def test_blob_aborted_repr_shows_the_reason_as_python_writes_it():
     # A reason that quotes a key reads as written (no literal \' escapes);
     # a newline in it stays escaped, so a peer cannot forge a line.
