@@ -5,6 +5,7 @@
 // python/src/blobpipe/__init__.py, and typed in _blobpipe.pyi.
 #include "codec.hpp"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <msgpack.hpp>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "blobpipe/format.hpp"
@@ -187,6 +189,7 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   b.reserve(static_cast<std::size_t>(n));
   PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
   PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
+  python_call encoding;  // torch and pickle may release the GIL (runtime.hpp)
   for (Py_ssize_t i = 0; i < n; ++i) {
     encoded e = encode_value(v[i]);
     const planned_entry* pe = unwrap(b.add(key_string(k[i]), std::move(e.v)));
@@ -202,19 +205,68 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   return p;
 }
 
-// A read-only or non-contiguous `out`: the buffer protocol says
-// BufferError, the reference's memoryview TypeError; the error is both.
+// Runs f(); a BufferError it raises (a read-only or non-contiguous
+// buffer: the buffer protocol's error) is raised as BufferTypeError, also
+// the TypeError the reference's memoryview.cast raises.
 template <class F>
-void with_out_buffer(py::handle out, F&& f) {
+void with_buffer_errors(F&& f) {
   try {
-    held_buffer b(out, true);
-    f(b);
+    f();
   } catch (py::error_already_set& e) {
     if (!e.matches(PyExc_BufferError)) throw;
     py::object cls = py::module_::import("blobpipe._errors").attr("BufferTypeError");
     PyErr_SetObject(cls.ptr(), py::str(e.value()).ptr());
     throw py::error_already_set();
   }
+}
+
+// f(out's bytes). While it runs (the copy, without the GIL), numpy
+// refuses to resize the array `out` is or views: resizing it would free
+// the bytes being written.
+template <class F>
+void with_out_buffer(py::handle out, F&& f) {
+  const py::object pin = numpy_pin(out);
+  with_buffer_errors([&] {
+    held_buffer b(out, true);
+    f(b);
+  });
+}
+
+// BlobPlan.buffers and .keepalive as the reference defines them, in one
+// call: per value (memoryview, owner) where the value's bytes are used in
+// place (a C-contiguous CPU tensor, a C-contiguous numpy array of rank
+// >= 1, a pickle's bytes), None where the reference copies or reshapes
+// (blobpipe/_plan.py makes those). The memoryview is 1-d, format "B", over a uint8 ndarray
+// viewing the value's memory with the owner as its base, as the
+// reference's .numpy() and .view(uint8) give.
+py::list plan_buffers(const py_plan& p) {
+  python_call building;  // numpy may run code that releases the GIL (runtime.hpp)
+  const std::size_t n = p.plan.entries.size();
+  py::list out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const planned_entry& pe = p.plan.entries[i];
+    const py::object& owner = p.keep[i];
+    py::object item = py::none();
+    if (pe.entry.kind == KIND_PICKLE) {
+      PyObject* mv = PyMemoryView_FromObject(owner.ptr());
+      if (mv == nullptr) throw py::error_already_set();
+      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+    } else if (pe.contiguous && pe.entry.len > 0 && pe.entry.shape &&
+               (pe.entry.kind == KIND_NDARRAY
+                    // numpy.ascontiguousarray makes a 0-d array a 1-d copy
+                    ? py::isinstance<py::array>(owner) && !pe.entry.shape->empty()
+                    : !py::isinstance<py::array>(owner))) {
+      // numpy's ndarray(shape=(len,), dtype=uint8, buffer=...) cannot take
+      // a raw address: pybind11 makes the array with `owner` as its base.
+      py::array bytes(py::dtype::of<std::uint8_t>(), {static_cast<py::ssize_t>(pe.entry.len)},
+                      {py::ssize_t{1}}, pe.source.data, owner);
+      PyObject* mv = PyMemoryView_FromObject(bytes.ptr());
+      if (mv == nullptr) throw py::error_already_set();
+      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+    }
+    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), item.release().ptr());
+  }
+  return out;
 }
 
 void write_blob(const py_plan& p, py::handle out) {
@@ -298,7 +350,9 @@ also_builtin reference_index_error(std::span<const std::byte> index) {
 }
 
 py::list read_blob_index(py::handle blob) {
-  held_buffer b(blob, false);
+  std::optional<held_buffer> held;
+  with_buffer_errors([&] { held.emplace(blob, false); });
+  const held_buffer& b = *held;
   result<blob_index> r = [&] {
     gil_released nogil;
     return read_index(b.bytes());
@@ -457,6 +511,7 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                                   std::array<const char*, 2>{"view", "e"}, a, true);
     const Entry& e = entry_arg(a[1], "decode_entry");
     read_buffer b(a[0]);
+    python_call decoding;  // torch and pickle may release the GIL (runtime.hpp)
     return decode_entry_bytes(a[0], b.bytes, e, allow, -1);
   });
 }
@@ -482,6 +537,7 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
       es[static_cast<std::size_t>(i)] = &e;
     }
     py::list out(n);
+    python_call decoding_all;  // torch and pickle may release the GIL (runtime.hpp)
     for (std::size_t i = 0; i < es.size();) {
       // A run of like entries (same kind, dtype and shape at a constant
       // stride, as plan() lays out a batch of samples) is one strided array,
@@ -738,6 +794,7 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
                                    .ptr());
              return out;
            })
+      .def("_buffers", &plan_buffers)
       .def("__repr__", [](const py_plan& p) {
         return "BlobPlan(" + std::to_string(p.plan.entries.size()) +
                " entries, nbytes=" + std::to_string(p.plan.nbytes) +

@@ -338,7 +338,16 @@ py::object listen_consumers(const std::string& url, const py::dict& kw) {
   });
   done->wait();
   if (done->code() == errc::invalid_argument) raise_url_error(url, *refused);
-  done->raise_if_failed("listen on " + url + ": ");
+  if (const std::error_code ec = done->code()) {
+    // This host refused the address (in use, not local): an OSError, as
+    // bind() raises, not a failure of a peer.
+    const std::string m = done->message();
+    py::object exc = py::module_::import("blobpipe._errors")
+                         .attr("ListenError")("listen on " + url + ": " + (m.empty() ? ec.message() : m),
+                                              errc_name(ec));
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    throw py::error_already_set();
+  }
   guard.dismiss();
   return py::cast(py_listener{
       std::make_shared<listener_handle>(std::move(rt), std::move(core), std::move(settings),

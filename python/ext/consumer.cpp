@@ -502,8 +502,14 @@ before it, and its index and footer agree with them.
       .def_property_readonly("category", [](const py_blob_aborted& b) { return b.category; })
       .def_property_readonly("resend", [](const py_blob_aborted& b) { return b.resend; })
       .def("__repr__", [](const py_blob_aborted& b) {
+        // Python's repr of the reason (as .reason gives it): quotes chosen
+        // so that a reason quoting a key reads as written, control
+        // characters escaped so that a peer's reason cannot forge a line.
+        py::object reason = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+            b.reason.data(), static_cast<Py_ssize_t>(b.reason.size()), "backslashreplace"));
+        if (!reason) throw py::error_already_set();
         return "BlobAborted(tag=" + tag_hex(b.tag) + ", category=" + b.category +
-               ", reason=" + quote(b.reason) + ")";
+               ", reason=" + std::string(py::repr(reason)) + ")";
       });
 
   m.attr("BlobAborted").attr("__match_args__") = py::make_tuple("tag", "reason");

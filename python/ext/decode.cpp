@@ -253,6 +253,13 @@ py::object decode_entry_bytes(py::handle owner, std::span<const std::byte> bytes
     } else if (e.kind == KIND_TENSOR && v.err().code == errc::shape_mismatch && m != nullptr &&
                e.len != 0 && m->itemsize != 0 && e.len % m->itemsize == 0) {
       also = also_builtin::runtime_error;  // whole elements: Tensor.view(shape) raises
+    } else if (e.kind == KIND_TENSOR && v.err().code == errc::entry_out_of_range &&
+               !bytes.empty()) {
+      value_maker t_scratch;
+      const value_maker* t = maker_for(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32",
+                                       t_scratch);
+      if (t != nullptr && t->itemsize != 0 && bytes.size() % t->itemsize == 0)
+        also = also_builtin::runtime_error;  // a view of whole elements, too many or too few
     }
     raise(v.err(), also);
   }

@@ -183,19 +183,7 @@ encoded array_value(const py::array& a) {
     }
   }
   e.v.data = static_cast<const std::byte*>(src.data());
-  // Holding src keeps its memory only against numpy's reference-count
-  // check: a.resize(..., refcheck=False) on the array that owns the bytes
-  // reallocates them anyway (a use after free in write_entry, issue 26).
-  // A weak reference to that owner makes numpy refuse the resize.
-  py::handle owner = src;
-  for (int hops = 0; owner && hops < 64; ++hops) {
-    const auto arr = py::reinterpret_borrow<py::array>(owner);
-    if (arr.owndata()) break;
-    py::handle base = arr.base();
-    owner = base && py::isinstance<py::array>(base) ? base : py::handle();
-  }
-  if (owner && py::reinterpret_borrow<py::array>(owner).owndata())
-    e.pin = py::weakref(owner);
+  e.pin = numpy_pin(src);
   e.keep = std::move(src);
   return e;
 }
@@ -218,6 +206,24 @@ encoded raw_value(py::handle raw) {
 }
 
 }  // namespace
+
+py::object numpy_pin(py::handle obj) {
+  // Holding an array keeps its memory only against numpy's reference-count
+  // check: a.resize(..., refcheck=False) on the array that owns the bytes
+  // reallocates them anyway. A weak reference to that owner makes numpy
+  // refuse the resize.
+  py::handle owner = obj;
+  if (PyMemoryView_Check(owner.ptr())) owner = PyMemoryView_GET_BASE(owner.ptr());
+  if (!owner || !py::isinstance<py::array>(owner)) return {};
+  for (int hops = 0; owner && hops < 64; ++hops) {
+    const auto arr = py::reinterpret_borrow<py::array>(owner);
+    if (arr.owndata()) break;
+    py::handle base = arr.base();
+    owner = base && py::isinstance<py::array>(base) ? base : py::handle();
+  }
+  if (owner && py::reinterpret_borrow<py::array>(owner).owndata()) return py::weakref(owner);
+  return {};
+}
 
 encoded encode_value(py::handle obj) {
   if (const torch_state* torch = torch_if_loaded()) {

@@ -56,6 +56,12 @@ struct encoded {
 /// Describes `obj` as a value (see above). REQUIRES: the GIL.
 encoded encode_value(pybind11::handle obj);
 
+/// A weak reference to the numpy array that owns the bytes of `obj` (an
+/// ndarray, or a memoryview of one): while it lives, numpy refuses to
+/// resize that array, even with refcheck=False. None (an empty object)
+/// for anything else. REQUIRES: the GIL.
+pybind11::object numpy_pin(pybind11::handle obj);
+
 /// The key as the reference writes it: str(key), UTF-8.
 std::string key_string(pybind11::handle key);
 

@@ -7,6 +7,7 @@
 
 #include <new>
 
+#include "runtime.hpp"
 #include "state.hpp"
 #include "tags.hpp"
 
@@ -29,7 +30,12 @@ entry_ready_object* self_of(PyObject* o) { return reinterpret_cast<entry_ready_o
 
 void dealloc(PyObject* o) {
   entry_ready_object* self = self_of(o);
-  Py_CLEAR(self->value);
+  if (self->value != nullptr) {
+    // Freeing a torch tensor releases the GIL and takes it back in torch's
+    // dealloc, where finalization would end this thread (runtime.hpp).
+    python_call freeing;
+    Py_CLEAR(self->value);
+  }
   Py_CLEAR(self->entry);
   Py_CLEAR(self->buffer);
   self->ref.~received_ref();

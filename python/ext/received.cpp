@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "decode.hpp"
+#include "runtime.hpp"
 #include "state.hpp"
 
 namespace blobpipe::python {
@@ -156,6 +157,7 @@ py::object received_buffer(received_ref ref) {
 }
 
 py::object received_value(const received_ref& ref, bool allow_pickle) {
+  python_call decoding;  // torch and pickle may release the GIL (runtime.hpp)
   const entry_view& v = ref.e->view;
   if (v.entry->kind == KIND_TENSOR && !v.bytes.empty()) {
     if (const torch_state* torch = torch_for_decode(); torch && torch->from_dlpack) {

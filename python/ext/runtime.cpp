@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "state.hpp"
@@ -28,10 +29,13 @@ bool exiting = false;                 // under exit_mu
 int returning = 0;                    // under exit_mu
 std::thread::id finalizer;            // the thread that ran the hook
 std::atomic<bool> exiting_flag{false};
+// Threads inside a python_call (outermost only). With exiting_flag, a
+// Dekker pair (both sequentially consistent): a thread entering either
+// sees the flag and parks, or is counted before the hook looks.
+std::atomic<int> in_calls{0};
+thread_local int call_depth = 0;
 
-[[noreturn]] void park_forever() noexcept {
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
+[[noreturn]] void park_forever() noexcept;
 
 bool must_park() noexcept {
   return (exiting_flag.load(std::memory_order_acquire) || _Py_IsFinalizing()) &&
@@ -43,13 +47,21 @@ void on_exit_hook() {
     std::lock_guard lk(exit_mu);
     exiting = true;
     finalizer = std::this_thread::get_id();
-    exiting_flag.store(true, std::memory_order_release);
+    exiting_flag.store(true);  // sequentially consistent: see in_calls
   }
   // Threads on their way back to the GIL get it (the interpreter is not
   // finalizing yet) and run on; any later return parks.
   py::gil_scoped_release nogil;
   std::unique_lock lk(exit_mu);
-  exit_cv.wait(lk, [] { return returning == 0; });
+  const bool calls_done = exit_cv.wait_for(
+      lk, exit_call_grace, [] { return in_calls.load() == 0 && returning == 0; });
+  if (!calls_done) {
+    std::fprintf(stderr,
+                 "blobpipe: at exit, a thread was still encoding or decoding a value after %lld s "
+                 "(a long pickle?); the interpreter finalizes without waiting for it\n",
+                 static_cast<long long>(exit_call_grace.count()));
+    exit_cv.wait(lk, [] { return returning == 0; });
+  }
 }
 
 // Runs in the child right after fork(), before anything else there: only
@@ -113,6 +125,39 @@ gil_released::~gil_released() {
   PyEval_RestoreThread(state_);
   std::lock_guard lk(exit_mu);
   if (--returning == 0 && exiting) exit_cv.notify_all();
+}
+
+namespace {
+
+// A parked thread never leaves its python_call: it leaves the count here,
+// so that the exit hook does not wait for it.
+[[noreturn]] void park_forever() noexcept {
+  if (call_depth > 0) {
+    call_depth = 0;
+    in_calls.fetch_sub(1);
+    std::lock_guard lk(exit_mu);
+    exit_cv.notify_all();
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+}  // namespace
+
+python_call::python_call() {
+  if (call_depth++ > 0) return;
+  in_calls.fetch_add(1);
+  if (!exiting_flag.load() || std::this_thread::get_id() == finalizer) return;
+  // After the exit hook: park, the GIL released for the finalizing thread.
+  PyEval_SaveThread();
+  park_forever();
+}
+
+python_call::~python_call() {
+  if (--call_depth > 0) return;
+  if (in_calls.fetch_sub(1) == 1 && exiting_flag.load()) {
+    std::lock_guard lk(exit_mu);  // the hook checks under it: no lost wake-up
+    exit_cv.notify_all();
+  }
 }
 
 io_runtime::io_runtime(private_tag)

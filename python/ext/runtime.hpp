@@ -170,6 +170,33 @@ class gil_released {
   PyThreadState* state_;
 };
 
+/// Marks, on a Python thread holding the GIL, a call into code that may
+/// release the GIL and take it back on its own: torch's tensor methods do
+/// it in pybind11's gil_scoped_release, whose destructor is noexcept, so a
+/// thread that finalization ends there (pthread_exit's forced unwind)
+/// aborts the process; numpy's copies and pickling's Python code release
+/// it too. Every encode and decode of a value runs inside one. The exit
+/// hook waits (without the GIL, at most exit_call_grace) until no thread
+/// is inside one, and a thread that would enter one after the hook ran
+/// parks instead (releasing the GIL), so no thread is in such code when
+/// the interpreter finalizes. A thread that parks inside one (a wait
+/// through gil_released) leaves it as it parks. Two atomic operations; a
+/// nested one costs nothing. REQUIRES: the GIL; every wait inside goes
+/// through gil_released (an uninterruptible one would hold the exit up for
+/// exit_call_grace).
+class python_call {
+ public:
+  python_call();
+  ~python_call();
+  python_call(const python_call&) = delete;
+  python_call& operator=(const python_call&) = delete;
+};
+
+/// How long the exit hook waits for threads inside a python_call (a long
+/// pickle); past it the interpreter finalizes anyway and the hook says so
+/// on stderr.
+inline constexpr std::chrono::seconds exit_call_grace{10};
+
 /// Waits until `done()` holds, with the GIL released. `done` is called
 /// with `mu` locked. Every signal_slice the GIL is taken back (with `mu`
 /// unlocked) and PyErr_CheckSignals runs: a handler that raises

@@ -94,6 +94,16 @@ std::string exit_reason(py::handle exc) {
   return "exception in the with block: " + std::string(py::repr(exc));
 }
 
+// How long leaving a `with` block by `exc` waits for its aborts to reach
+// the transport: exit_flush_grace, but not at all for Ctrl-C, which the
+// user means to act at once (the aborts still go if the transport takes
+// them before the close; the consumer sees the blobs aborted either way).
+std::chrono::milliseconds exit_grace(py::handle exc) {
+  if (exc && PyErr_GivenExceptionMatches(exc.ptr(), PyExc_KeyboardInterrupt))
+    return std::chrono::milliseconds{0};
+  return exit_flush_grace;
+}
+
 // The queue limit when connect() names none: the consumer's window, but
 // never more than this, bytes, whatever window the consumer grants. The
 // consumer's default window, so a default pair behaves as before.
@@ -237,7 +247,10 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       ec = co_await c.s.shutdown();
       break;
     case op::drop:
-      b->w = blob_writer{};  // the last handle: aborts the blob if still open
+      // Aborted with a reason the user can act on (the C++ writer's own
+      // would name blob_writer); a no-op once finished or aborted.
+      (void)co_await b->w.abort("the Python Blob was dropped without finish() or abort()");
+      b->w = blob_writer{};
       break;
   }
   if (ec && why.empty()) why = ends_stream(ec) ? stream_text(c.s, ec) : ec.message();
@@ -381,9 +394,9 @@ class sender_handle {
   /// The end of a `with` block left by an exception: every blob still
   /// open is aborted with `reason` (so the consumer yields BlobAborted,
   /// not only the end of the connection), what is queued is handed to the
-  /// transport (for at most exit_flush_grace: a consumer that reads
+  /// transport (for at most `grace`, exit_grace: a consumer that reads
   /// nothing cannot hold the exception up), then the Sender is closed.
-  void abort_open_and_close(const std::string& reason) {
+  void abort_open_and_close(const std::string& reason, std::chrono::milliseconds grace) {
     std::vector<std::shared_ptr<blob_slot>> open;
     {
       std::lock_guard lk(core_->mu);
@@ -399,12 +412,14 @@ class sender_handle {
         cmd.text = reason;
         push(std::move(cmd), b.get());
       }
-      auto flushed = std::make_shared<completion>();
-      send_command cmd;
-      cmd.what = op::flush;
-      cmd.done = flushed;
-      push(std::move(cmd), nullptr);
-      flushed->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+      if (grace.count() > 0) {
+        auto flushed = std::make_shared<completion>();
+        send_command cmd;
+        cmd.what = op::flush;
+        cmd.done = flushed;
+        push(std::move(cmd), nullptr);
+        flushed->wait(std::chrono::steady_clock::now() + grace);
+      }
     } catch (py::error_already_set& e) {
       // A failed connection or a closed Sender: closing is all that is
       // left. Ctrl-C while waiting still interrupts, once closed.
@@ -415,8 +430,16 @@ class sender_handle {
     close_now();
   }
 
-  void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val) {
+  /// `copy` false: a torch tensor above inline_bytes is held and sent from
+  /// its own memory, as a numpy array is (the caller's promise that torch
+  /// will not reallocate it until finish() or flush() returns).
+  void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val,
+            bool copy = true) {
     check("Blob");
+    // Encoding calls torch (whose methods release the GIL and take it back
+    // in a noexcept destructor), numpy and pickle; the waits below park at
+    // exit and leave this count as they do (runtime.hpp).
+    python_call encoding;
     send_command cmd;
     cmd.what = op::emit;
     cmd.blob = b;
@@ -444,7 +467,7 @@ class sender_handle {
     // without the GIL, could not tell that its bytes were freed
     // (storage_guard.hpp).
     const bool small = len <= core_->inline_bytes;
-    if (small || (e.storage && storage_resizable(e.storage))) {
+    if (small || (copy && e.storage && storage_resizable(e.storage))) {
       // Copied now (as the C++ sender copies small ones), so the caller may
       // change the value as soon as emit returns.
       cmd.copy.resize(len);
@@ -499,14 +522,15 @@ class sender_handle {
 
   /// emit() of each (keys[i], values[i]) in order: one call for many
   /// entries. Raises as emit (entries before the bad one stay emitted).
-  void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values) {
+  void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values,
+                 bool copy = true) {
     auto [ks, vs] = paired_sequences(keys, values);
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
     for (Py_ssize_t i = 0; i < n; ++i) {
       try {
-        emit(b, k[i], v[i]);
+        emit(b, k[i], v[i], copy);
       } catch (py::builtin_exception& e) {
         e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
         py::error_already_set raised;
@@ -559,17 +583,17 @@ class sender_handle {
   /// here aborts the blob and raises; a failure the background thread
   /// meets later (the consumer refusing an entry) raises from the next call
   /// on the Sender (flush() and shutdown() included). Returns the tag.
-  py::bytes send_blob(py::handle keys, py::handle values, py::handle tag) {
+  py::bytes send_blob(py::handle keys, py::handle values, py::handle tag, bool copy = true) {
     auto [ks, vs] = paired_sequences(keys, values);
     std::shared_ptr<blob_slot> b = open_blob(tag);
     try {
-      emit_many(b, ks, vs);
+      emit_many(b, ks, vs, copy);
       send_command cmd;
       cmd.what = op::finish;
       cmd.blob = b;
       push(std::move(cmd), b.get());
     } catch (py::error_already_set& e) {
-      abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())));
+      abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())), exit_grace(e.value()));
       drop_blob(std::move(b));
       throw;
     }
@@ -593,11 +617,12 @@ class sender_handle {
   }
 
   /// An exception left the Blob's with block: queues the abort and waits
-  /// for it at most exit_flush_grace (the entries ahead of it may wait for
+  /// for it at most `grace`, exit_grace (the entries ahead of it may wait for
   /// window space a consumer that is not reading never gives; the abort
   /// then goes when they do, or with close()). Raises nothing: the block's
   /// own exception matters more.
-  void abort_on_exit(const std::shared_ptr<blob_slot>& b, std::string reason) {
+  void abort_on_exit(const std::shared_ptr<blob_slot>& b, std::string reason,
+                     std::chrono::milliseconds grace) {
     if (generation_ != fork_generation()) return;
     {
       std::lock_guard lk(core_->mu);
@@ -614,7 +639,7 @@ class sender_handle {
     } catch (py::error_already_set&) {
       return;  // closed or failed: the consumer sees the blob aborted anyway
     }
-    done->wait(std::chrono::steady_clock::now() + exit_flush_grace);
+    if (grace.count() > 0) done->wait(std::chrono::steady_clock::now() + grace);
     drop_released();
   }
 
@@ -1025,17 +1050,19 @@ ValueError, a tag longer than 16 bytes (two such tags could be cut to one)
 and one of 16 zero bytes (NO_TAG). Nothing is sent until its first emit,
 finish or abort. Raises ClosedError, or the connection's error.)")
       .def("send_blob",
-           [](py_sender& s, py::handle keys, py::handle values, py::handle tag) {
-             return s.h->send_blob(keys, values, tag);
+           [](py_sender& s, py::handle keys, py::handle values, py::handle tag, bool copy) {
+             return s.h->send_blob(keys, values, tag, copy);
            },
-           py::arg("keys"), py::arg("values"), py::arg("tag") = py::none(),
+           py::arg("keys"), py::arg("values"), py::arg("tag") = py::none(), py::kw_only(),
+           py::arg("copy") = true,
            R"(Streams a whole blob in one call: open_blob(tag), emit of each
 (keys[i], values[i]) in order, and a finish that is queued, not waited
 for. The RL worker's call: one per sample. Returns the blob's 16-byte tag.
 `tag` as open_blob's (a resend session refuses a tag longer than 16 bytes
 or all zeros, with ValueError).
 
-Each value is taken as Blob.emit takes it (copied or held). Blocks only
+Each value is taken as Blob.emit takes it (copied or held; copy=False
+as Blob.emit's). Blocks only
 while the queue is full, as emit. Raises as emit for a value or key
 refused here (the blob is then aborted, nothing of it completes), and
 ValueError (FormatError invalid_argument) when keys and values differ in
@@ -1089,7 +1116,7 @@ figures read.)")
              if (type.is_none()) {
                s.h->shutdown();
              } else {
-               s.h->abort_open_and_close(exit_reason(value));
+               s.h->abort_open_and_close(exit_reason(value), exit_grace(value));
              }
              return false;
            });
@@ -1103,9 +1130,14 @@ figures read.)")
 
 As a context manager it finishes at the end of the block, or aborts with
 "exception in the with block: " and the exception's repr when one is
-raised. Dropping an open blob aborts it.)")
-      .def("emit", [](py_blob& b, py::handle key, py::handle v) { b.h->emit(b.slot, key, v); },
-           py::arg("key"), py::arg("value"),
+raised, waiting up to 5 s for the abort to be queued behind the entries
+(not at all for KeyboardInterrupt: Ctrl-C acts at once). Dropping an open
+blob aborts it.)")
+      .def("emit",
+           [](py_blob& b, py::handle key, py::handle v, bool copy) {
+             b.h->emit(b.slot, key, v, copy);
+           },
+           py::arg("key"), py::arg("value"), py::kw_only(), py::arg("copy") = true,
            R"(Adds entry `key` (str(key)) with `value` to the blob.
 
 Returns without waiting for the network: an entry of at most inline_bytes
@@ -1114,7 +1146,11 @@ tensor whose bytes torch may reallocate (resize_; with torch 1.13 every
 tensor: its storage cannot say); a larger numpy array, pickle or RawEntry
 is held and sent from its own memory by the background thread (do not
 change it until finish() or flush() returns; it is released by a later
-call on the sender). Blocks only while the queue is full (queue_bytes, by default
+call on the sender). copy=False (keyword) holds a larger torch tensor too,
+zero-copy, as pyzmq's copy=False: the caller promises that torch does not
+reallocate its bytes (resize_ to a larger size, set_ or a resize of its
+storage) until finish() or flush() returns, as it would free the bytes
+the background thread reads. Blocks only while the queue is full (queue_bytes, by default
 the consumer's window, at most 64 MiB), i.e. when the consumer holds a
 window's worth and another is queued: Ctrl-C interrupts the wait, close()
 ends it, and so does the Sender's stall_timeout when the consumer reads
@@ -1130,9 +1166,11 @@ the error of an earlier entry of this blob that could not be sent (the
 consumer refused it, e.g. a key longer than its max_key_bytes), after
 which the blob is aborted.)")
       .def("emit_many",
-           [](py_blob& b, py::handle keys, py::handle values) { b.h->emit_many(b.slot, keys, values); },
-           py::arg("keys"), py::arg("values"),
-           R"(emit(keys[i], values[i]) for each i, in order, in one call (two
+           [](py_blob& b, py::handle keys, py::handle values, bool copy) {
+             b.h->emit_many(b.slot, keys, values, copy);
+           },
+           py::arg("keys"), py::arg("values"), py::kw_only(), py::arg("copy") = true,
+           R"(emit(keys[i], values[i], copy=copy) for each i, in order, in one call (two
 sequences of equal length, as plan() takes them). Raises as emit, and
 ValueError (FormatError invalid_argument) when the lengths differ (nothing
 is emitted then); the entries before a refused one stay emitted.)")
@@ -1155,7 +1193,7 @@ before, or the connection's error.)")
           b.h->end_blob(b.slot, op::finish, {});
           return false;
         }
-        b.h->abort_on_exit(b.slot, exit_reason(value));
+        b.h->abort_on_exit(b.slot, exit_reason(value), exit_grace(value));
         return false;
       });
 }

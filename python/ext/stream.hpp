@@ -44,6 +44,8 @@ class completion {
   /// with the message, prefixed by `what` ("connect to tcp://...: ").
   void raise_if_failed(const std::string& what = {}) const;
   std::error_code code() const;
+  /// The message set with the error (empty when none was given).
+  std::string message() const;
 
  private:
   mutable std::mutex mu_;

@@ -69,6 +69,11 @@ std::error_code completion::code() const {
   return ec_;
 }
 
+std::string completion::message() const {
+  std::lock_guard lk(mu_);
+  return message_;
+}
+
 void completion::raise_if_failed(const std::string& what) const {
   std::error_code ec;
   std::string message;
@@ -88,6 +93,7 @@ void raise_code(std::error_code ec, const std::string& message) {
 sender_settings sender_settings_from(const py::dict& kw) {
   sender_settings s;
   sender_options& o = s.opt;
+  std::string resend_only;  // the first resend session limit given
   for (auto [k, v] : kw) {
     const std::string name = py::cast<std::string>(k);
     if (name == "chunk_bytes") {
@@ -98,7 +104,11 @@ sender_settings sender_settings_from(const py::dict& kw) {
     } else if (name == "max_queued_bytes") {
       o.max_queued_bytes = sized<std::size_t>(v, name, 1);
     } else if (name == "queue_bytes") {
+      // 0 is how the default is kept internally, never a value to pass.
       s.queue_bytes = sized<std::uint64_t>(v, name);
+      if (s.queue_bytes == 0)
+        throw py::value_error("queue_bytes must be at least 1 byte, not 0 (leave it out for the "
+                              "default: the consumer's window, at most 64 MiB)");
     } else if (name == "stall_timeout") {
       o.stall_timeout = timeout_ms(v, "stall_timeout");
     } else if (name == "handshake_timeout") {
@@ -107,16 +117,23 @@ sender_settings sender_settings_from(const py::dict& kw) {
       s.resend = flag(v, name);
     } else if (name == "unacked_bytes") {
       o.resend.unacked_bytes = sized<std::uint64_t>(v, name, 1);
+      if (resend_only.empty()) resend_only = name;
     } else if (name == "max_attempts") {
       o.resend.max_attempts = sized<std::uint32_t>(v, name, 1);
+      if (resend_only.empty()) resend_only = name;
     } else if (name == "retry_delay") {
       o.resend.retry_delay = timeout_ms(v, "retry_delay");
+      if (resend_only.empty()) resend_only = name;
     } else if (name == "max_retry_delay") {
       o.resend.max_retry_delay = timeout_ms(v, "max_retry_delay");
+      if (resend_only.empty()) resend_only = name;
     } else {
       unknown(name, "Sender");
     }
   }
+  // A limit the plain sender would ignore: the caller meant a resend session.
+  if (!resend_only.empty() && !s.resend)
+    throw py::value_error(resend_only + " applies to resend sessions only: pass resend=True with it");
   return s;
 }
 

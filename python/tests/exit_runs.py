@@ -1,11 +1,17 @@
-"""Issue 24 item 4, by hand (not a timed test): interpreter exit with daemon
-threads inside a Sender, a Consumer or a Listener, RUNS times per scenario
-and way of ending (test_stream.py's EXIT_SCENARIOS x EXIT_WAYS, which the
-test runs 3 times each). Counts the runs that abort, hang (60 s), end with
-another status, or print "terminate called". Exit status 1 if any did.
+"""By hand (not a timed test): interpreter exit with daemon threads inside a
+Sender, a Consumer or a Listener, RUNS times per scenario and way of ending
+(test_stream.py's EXIT_SCENARIOS x EXIT_WAYS, which the test runs 3 times
+each). Counts the runs that abort, hang (60 s), end with another status,
+or print "terminate called". Exit status 1 if any did.
+
+With --values: test_exit.py's matrix instead, daemon threads streaming
+torch, numpy or pickled values through emit, emit_many and send_blob (and
+a consumer decoding them) for each way of ending (EXIT_VALUES x
+EXIT_WAYS, 2 runs each in the test), and the torch-only control, whose
+aborts are torch's own (counted apart, not as failures).
 
     bazel/bazelw build //python:blobpipe
-    PYTHONPATH=bazel-bin/python:python/tests /usr/bin/python3 python/tests/exit_runs.py [RUNS] [JOBS]
+    PYTHONPATH=bazel-bin/python:python/tests /usr/bin/python3 python/tests/exit_runs.py [--values] [RUNS] [JOBS]
 """
 
 from __future__ import annotations
@@ -44,9 +50,34 @@ def one(scenario: str, way: str) -> str:
     return "ok"
 
 
+def values_main(runs: int, jobs: int) -> int:
+    import test_exit as t
+    bad = 0
+    print(f"{'values':<10} {'way':<10} {'runs':>5} {'ok':>5}  failures")
+    for values in sorted(t.EXIT_VALUES) + ["control"]:
+        body = t.CONTROL if values == "control" else t.EXIT_VALUES[values] + t.EXIT_CALLS
+        for way in sorted(t.EXIT_WAYS):
+            code = t.exit_script(body, way)
+            with ThreadPoolExecutor(jobs) as pool:
+                results = list(pool.map(lambda _: t.outcome(t.run_script(code), way), range(runs)))
+            failed = [r for r in results if r != "ok"]
+            if values != "control":
+                bad += len(failed)
+            print(f"{values:<10} {way:<10} {runs:>5} {runs - len(failed):>5}  "
+                  f"{', '.join(f'{r} x{failed.count(r)}' for r in sorted(set(failed))) or '-'}"
+                  f"{'  (torch alone: not counted)' if values == 'control' else ''}", flush=True)
+    print(f"total: {bad} runs with blobpipe failed")
+    return 1 if bad else 0
+
+
 def main() -> int:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-    jobs = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    args = sys.argv[1:]
+    with_values = "--values" in args
+    args = [a for a in args if a != "--values"]
+    runs = int(args[0]) if len(args) > 0 else 50
+    jobs = int(args[1]) if len(args) > 1 else 2
+    if with_values:
+        return values_main(runs, jobs)
     bad = 0
     print(f"{'scenario':<26} {'way':<9} {'runs':>5} {'ok':>5}  failures")
     for scenario in sorted(EXIT_SCENARIOS):

@@ -339,6 +339,54 @@ def test_decode_entry_checks_the_entry_against_its_bytes():
     assert bf.decode_entry(np.float32([1, 2]).tobytes(), no_dtype).tolist() == [1, 2]
 
 
+def test_decode_entry_of_a_wrong_length_view_raises_the_references_built_in_types():
+    # The reference: torch's view(shape) raises RuntimeError, numpy's
+    # reshape ValueError; blobpipe's FormatError is also that type.
+    p = bf.plan(["t", "n"], [torch.arange(6, dtype=torch.float32), np.arange(6, dtype=np.int32)])
+    blob = np.zeros(p.nbytes, np.uint8)
+    bf.write(p, blob)
+    t, n = bf.read_index(blob)
+    for delta in (-4, 4):
+        with pytest.raises(RuntimeError) as e:
+            bf.decode_entry(memoryview(blob)[t.off:t.off + t.len + delta], t)
+        assert isinstance(e.value, bf.FormatError) and e.value.category == "entry_out_of_range"
+        with pytest.raises(ValueError) as e:
+            bf.decode_entry(memoryview(blob)[n.off:n.off + n.len + delta], n)
+        assert isinstance(e.value, bf.FormatError)
+
+
+def test_read_index_of_a_non_contiguous_buffer_raises_type_error_as_the_reference():
+    # The reference's memoryview.cast("B") raises TypeError; the buffer
+    # protocol BufferError: the error is both.
+    every_other_byte = memoryview(np.zeros((256, 2), np.uint8)[:, 0])
+    with pytest.raises(TypeError) as e:
+        bf.read_index(every_other_byte)
+    assert isinstance(e.value, BufferError)
+
+
+def test_a_crash_after_import_is_reported_by_pythons_faulthandler_not_ucx():
+    # UCX's library constructor installs its own handler of SIGSEGV.
+    import os
+    import subprocess
+    import sys
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("under ASan its own SIGSEGV handler reports the crash first")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("UCX_HANDLE_ERRORS", None)
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
+                           "import blobpipe, ctypes; ctypes.string_at(0)"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert "Fatal Python error: Segmentation fault" in done.stderr, done.stderr[-2000:]
+    assert "Caught signal" not in done.stderr, done.stderr[-2000:]
+
+
+def test_entry_signature_names_the_dataclass_fields():
+    import inspect
+    sig = inspect.signature(bf.Entry)
+    assert list(sig.parameters) == ["key", "off", "len", "kind", "dtype", "shape"], str(sig)
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in sig.parameters.values())
+
+
 def test_entry_behaves_like_the_reference_dataclass():
     e = bf.Entry(key="k", off=64, len=12, kind="t", dtype="int32", shape=(3,))
     assert (e.key, e.off, e.len, e.kind, e.dtype, e.shape) == ("k", 64, 12, "t", "int32", (3,))

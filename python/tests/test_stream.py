@@ -13,6 +13,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -374,6 +375,20 @@ def test_connect_with_nobody_listening_raises_peer_failed():
     assert "is a consumer listening there?" in str(e.value), str(e.value)
 
 
+def test_listen_on_an_address_in_use_raises_listen_error_an_os_error():
+    # No peer is involved: not a PeerFailedError (a ConnectionError).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(bf.ListenError) as e:
+            bf.listen(f"tcp://127.0.0.1:{port}")
+    assert isinstance(e.value, OSError) and isinstance(e.value, bf.StreamError)
+    assert not isinstance(e.value, ConnectionError)
+    assert e.value.category == "peer_failed"
+    assert f"127.0.0.1:{port}" in str(e.value) and "in use" in str(e.value), str(e.value)
+
+
 def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
     with bf.listen("inproc://py-test-18") as listener:
         assert listener.url == "inproc://py-test-18"
@@ -392,6 +407,27 @@ def test_inproc_urls_join_a_sender_and_a_consumer_in_this_process():
 def test_unknown_option_is_refused():
     with pytest.raises(TypeError):
         bf.loopback_pair(sender_options={"no_such_option": 1})
+
+
+@pytest.mark.parametrize("option", [{"unacked_bytes": 1 << 20}, {"max_attempts": 3},
+                                    {"retry_delay": 0.1}, {"max_retry_delay": 2}])
+def test_a_resend_limit_without_resend_is_refused_naming_it(option):
+    # A plain sender would ignore it: the caller meant a resend session.
+    name = next(iter(option))
+    with pytest.raises(ValueError) as e:
+        bf.connect("tcp://127.0.0.1:1", **option)
+    assert name in str(e.value) and "resend=True" in str(e.value), str(e.value)
+
+
+def test_queue_bytes_zero_is_refused_naming_it():
+    # 0 would silently mean the default: the window, at most 64 MiB.
+    with pytest.raises(ValueError) as e:
+        bf.loopback_pair(sender_options={"queue_bytes": 0})
+    assert "queue_bytes" in str(e.value) and "not 0" in str(e.value), str(e.value)
+    sender, consumer = bf.loopback_pair(sender_options={"queue_bytes": 1})
+    assert sender.queue_bytes == 1
+    sender.close()
+    consumer.close()
 
 
 def test_objects_are_unusable_after_close():
@@ -491,6 +527,40 @@ def test_ctrl_c_interrupts_a_blocked_iterator():
         with pytest.raises(KeyboardInterrupt):
             next(iter(consumer))
         t.join_result()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_leaves_nested_with_blocks_at_once_and_the_blob_is_aborted(transport):
+    """SIGINT while emit waits for window space inside the README's nested
+    `with sender:` / `with blob:` blocks: KeyboardInterrupt leaves both
+    without waiting exit_flush_grace (5 s) for each abort to be queued, and
+    the consumer reports the blob aborted. The bound, 4 s from the signal,
+    is under one grace: a hang guard, not a timing of the path."""
+    main = threading.get_ident()
+    sent = []
+    with Pair(transport, consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+        def interrupt():
+            wait_until(lambda: sender._waiting == 1, "emit to block on the full window")
+            sent.append(time.monotonic())
+            signal.pthread_kill(main, signal.SIGINT)
+
+        t = Thread(interrupt)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            with sender:
+                with sender.open_blob(tag=b"cut") as blob:
+                    for i in range(64):
+                        blob.emit(f"k{i}", np.zeros(1 << 19, np.uint8))
+        left = time.monotonic()
+        t.join_result()
+        assert left - sent[0] < 4.0, f"the with blocks took {left - sent[0]:.1f} s to leave"
+        events = []
+        with pytest.raises(bf.StreamError):  # closed, not shut down
+            for ev in consumer:
+                events.append(ev)
+    aborted = [ev for ev in events if isinstance(ev, bf.BlobAborted)]
+    assert [ev.tag for ev in aborted] == [b"cut".ljust(16, b"\0")], events
+    assert not any(isinstance(ev, bf.BlobComplete) for ev in events)
 
 
 def test_ctrl_c_ends_a_resend_connect_at_once():
@@ -860,6 +930,58 @@ def test_an_exception_in_a_sender_with_block_aborts_its_open_blob_naming_it(tran
     assert len(aborted) == 1 and aborted[0].tag == b"open".ljust(16, b"\0"), events
     assert "ValueError('rollout failed')" in aborted[0].reason, aborted[0].reason
     assert sum(isinstance(ev, bf.BlobComplete) for ev in events) == 1
+
+
+def test_a_dropped_open_blob_is_aborted_with_a_reason_naming_the_python_blob():
+    # Not the C++ writer's own reason ("blob_writer dropped"), an internal name.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"lost")
+        blob.emit("x", 1)
+        del blob  # CPython frees it here: its reference count reaches zero
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobAborted"], events
+    reason = events[1].reason
+    assert "Blob was dropped without finish() or abort()" in reason, reason
+    assert "blob_writer" not in reason, reason
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_emit_copy_false_sends_a_large_tensor_from_its_own_memory(copy):
+    # The tensor waits for window space behind a filler that takes the
+    # whole window. Copied (the default), the consumer gets its values at
+    # emit; held (copy=False, zero-copy), the bytes the background thread
+    # reads when it sends: a write made meanwhile shows (the caller's
+    # promise covers reallocation, not writes).
+    with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+        t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
+        blob = sender.open_blob(tag=b"z")
+        blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window
+        blob.emit("t", t, copy=copy)
+        t.fill_(7)
+        ender = Thread(lambda: (blob.finish(), sender.shutdown()))
+        ender.start()
+        got = []  # a copy of t's value; no event held (their bytes are the window)
+        for ev in consumer:
+            if isinstance(ev, bf.EntryReady) and ev.key == "t":
+                got.append(ev.value.clone())
+        ender.join_result()
+    assert len(got) == 1
+    assert torch.equal(got[0], torch.full((1 << 18,), 0.0 if copy else 7.0))
+
+
+def test_blob_aborted_repr_shows_the_reason_as_python_writes_it():
+    # A reason that quotes a key reads as written (no literal \' escapes);
+    # a newline in it stays escaped, so a peer cannot forge a line.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"r")
+        blob.emit("x", 1)
+        blob.abort("entry 'k': refused\nOK: forged")
+        sender.shutdown()
+        events = list(consumer)
+    text = repr(events[-1])
+    assert "reason=\"entry 'k': refused\\nOK: forged\")" in text, text
+    assert "\\'" not in text and "\n" not in text, text
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -190,6 +190,64 @@ def test_numpy_array_under_a_plan_cannot_be_resized_away(view):
     assert "written" in out
 
 
+def test_numpy_array_under_a_callers_plan_cannot_be_resized_away():
+    # Assigning a field makes the plan a caller's plan, written from its
+    # fields: its buffers still view the array, so the guard must stay.
+    out = run_child(f"""
+        a = np.arange({BIG}, dtype=np.float32)
+        want = a.copy()
+        p = bf.plan(["x"], [a])
+        p.tag = b"a caller's plan"
+        try:
+            a.resize({BIG} * 16, refcheck=False)
+            print("resized")
+        except ValueError as e:
+            assert "referenced" in str(e), str(e)
+        got = written(p)
+        assert np.array_equal(got, want), got[:4]
+        print("written")
+    """)
+    assert "resized" not in out
+    assert "written" in out
+
+
+def test_a_numpy_destination_cannot_be_resized_away_during_write():
+    # write() copies into `out` without the GIL. A tensor subclass whose
+    # storage's data_ptr() (which write() asks, with the GIL, right before
+    # the copy) resizes the destination stands in for another thread doing
+    # it then: numpy must refuse (a buffer export does not stop it), or the
+    # copy writes freed memory.
+    out = run_child(f"""
+        class Hook:
+            def __init__(self, s): self.s = s
+            def data_ptr(self):
+                print("asked", flush=True)
+                try:
+                    dest.resize(dest.size * 16, refcheck=False)
+                    print("resized")
+                except ValueError as e:
+                    assert "referenced" in str(e), str(e)
+                return self.s.data_ptr()
+            def nbytes(self): return self.s.nbytes()
+        class Sneaky(torch.Tensor):  # write() holds and asks the untyped storage
+            __torch_function__ = torch._C._disabled_torch_function_impl
+            def _storage(self): return Hook(super()._storage())
+            def untyped_storage(self): return Hook(super().untyped_storage())
+        t = torch.arange({BIG}, dtype=torch.float32).as_subclass(Sneaky)
+        p = bf.plan(["x"], [t])
+        dest = np.zeros(p.nbytes, dtype=np.uint8)
+        for target in (dest, memoryview(dest)):
+            bf.write(p, target)
+        e = bf.read_index(dest)[0]
+        got = bf.decode_entry(memoryview(dest)[e.off : e.off + e.len], e)
+        assert torch.equal(got, torch.arange({BIG}, dtype=torch.float32)), got[:4]
+        print("written")
+    """)
+    assert "asked" in out  # the hook ran
+    assert "resized" not in out
+    assert "written" in out
+
+
 def test_numpy_array_under_an_emit_cannot_be_resized_away():
     out = run_child(f"""
         a = np.arange({BIG}, dtype=np.float32)

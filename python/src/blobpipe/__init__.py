@@ -43,7 +43,8 @@ Errors: ``FormatError`` (a ``ValueError``) for bytes that are not a valid
 blob and for arguments the codec refuses, ``FileError`` (an ``OSError``)
 for files, ``StreamError`` subclasses for connections (``ClosedError``,
 ``PeerClosedError``, ``PeerFailedError``, ``ProtocolViolationError``,
-``TimedOutError``, ``AbortedError``; ``ForkedError``), ``URLError`` (a
+``TimedOutError``, ``AbortedError``; ``ForkedError``; ``ListenError``, also
+an ``OSError``, for an address ``listen()`` cannot use), ``URLError`` (a
 ``ValueError``) for URLs; all carry blobpipe's error category in
 ``.category``.
 
@@ -56,12 +57,19 @@ Sources: the reference's ``blob_format.py``; blobpipe's C++ headers
 from typing import Any as _Any, Optional as _Optional, Sequence as _Sequence
 
 import operator as _operator
+import os as _os
 import numpy as _np
+
+# Loading the extension loads UCX, whose library constructor replaces the
+# handlers of fatal signals (SIGSEGV, ...) with its own, so Python's
+# faulthandler would print a UCX backtrace instead of Python's traceback.
+# Unless the user chose otherwise, UCX leaves those signals to Python.
+_os.environ.setdefault("UCX_HANDLE_ERRORS", "none")
 
 # The extension module loads these two, so they come first.
 from ._errors import (AbortedError, ClosedError, Error, FileError, ForkedError, FormatError,
-                      PeerClosedError, PeerFailedError, ProtocolViolationError, StreamError,
-                      TimedOutError, URLError)
+                      ListenError, PeerClosedError, PeerFailedError, ProtocolViolationError,
+                      StreamError, TimedOutError, URLError)
 from ._raw import RawEntry
 from . import _blobpipe
 from ._blobpipe import (Blob, BlobAborted, BlobComplete, Consumer, Entry, EntryReady, Listener,
@@ -93,6 +101,10 @@ def _entry_as_dataclass() -> None:
     native = _blobpipe.Entry
     for name in ("__dataclass_fields__", "__dataclass_params__", "__match_args__"):
         setattr(native, name, getattr(Entry, name))
+    # inspect.signature(Entry): the dataclass's fields, not pybind11's
+    # (*args, **kwargs).
+    import inspect
+    native.__signature__ = inspect.signature(Entry)
 
     # Frozen as the dataclass is: assigning or deleting any attribute raises
     # dataclasses.FrozenInstanceError (an AttributeError) with its message.
@@ -249,7 +261,8 @@ __all__ = [
     "Sender", "Blob", "Consumer", "Listener", "EntryReady", "BlobComplete", "BlobAborted",
     "ReceivedBuffer",
     "StreamError", "ClosedError", "PeerClosedError", "PeerFailedError",
-    "ProtocolViolationError", "TimedOutError", "AbortedError", "ForkedError", "URLError",
+    "ProtocolViolationError", "TimedOutError", "AbortedError", "ForkedError", "ListenError",
+    "URLError",
 ]
 
 
@@ -292,9 +305,10 @@ def plan(keys: _Sequence[_Any], values: _Sequence[_Any], tag: _Any = NO_TAG) -> 
         FormatError: ``invalid_argument`` (keys and values differ in
             length; a tensor layout with no dense bytes such as sparse CSR;
             a structured dtype holding objects; a RawEntry whose data is not
-            the length its dtype and shape need), ``unknown_dtype`` (a torch
-            dtype blobpipe cannot carry, e.g. ``complex32`` or quantized
-            types), ``too_large`` (data or index reaching 4 GiB, which the
+            the length its dtype and shape need), ``unknown_dtype`` (a dtype
+            the format has no size for, e.g. numpy's ``longdouble``; every
+            torch 1.13 dtype is stored, ``complex32`` and the quantized
+            ones included: their integers), ``too_large`` (data or index reaching 4 GiB, which the
             v3 footer cannot address).
         Whatever pickling a value raises.
     """

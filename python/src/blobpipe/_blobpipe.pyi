@@ -86,16 +86,19 @@ class Blob:
     @property
     def tag(self) -> bytes:
         """The blob's 16-byte tag."""
-    def emit(self, key: Any, value: Any) -> None:
+    def emit(self, key: Any, value: Any, *, copy: bool = True) -> None:
         """Adds entry ``str(key)``; returns without waiting for the network
         (entries up to Sender.inline_bytes copied, and torch tensors whose
-        bytes torch may reallocate; larger ones held until a later call on
-        the sender). Blocks only while the queue is full.
+        bytes torch may reallocate unless ``copy=False``, the caller's
+        promise not to reallocate them until finish() or flush() returns;
+        larger ones held until a later call on the sender). Blocks only
+        while the queue is full.
         Raises FormatError (value refused, a key longer than
         Sender.max_key_bytes, or an entry whose meta is longer than
         Sender.max_meta_bytes: nothing sent, the blob stays usable),
         ClosedError, or the connection's StreamError."""
-    def emit_many(self, keys: Sequence[Any], values: Sequence[Any]) -> None:
+    def emit_many(self, keys: Sequence[Any], values: Sequence[Any], *,
+                  copy: bool = True) -> None:
         """emit(keys[i], values[i]) for each i, in one call. Raises as emit,
         and ValueError (FormatError invalid_argument) when the lengths
         differ (then nothing is emitted)."""
@@ -142,7 +145,7 @@ class Sender:
         blob to the consumer (the second is dropped): keep them unique.
         Raises ClosedError, StreamError."""
     def send_blob(self, keys: Sequence[Any], values: Sequence[Any],
-                  tag: Any = None) -> bytes:
+                  tag: Any = None, *, copy: bool = True) -> bytes:
         """A whole blob in one call (open_blob, emit of each entry, finish),
         its finish queued and not waited for; returns its 16-byte tag.
         Raises as emit (the blob then aborted); a failure met after it

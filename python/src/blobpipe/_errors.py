@@ -10,7 +10,8 @@ bad blob, keeps working: ``FormatError`` is a ``ValueError``.
 Streaming (``Sender``, ``Consumer``, ``Listener``) raises a ``StreamError``
 subclass per transport category (``ClosedError``, ``PeerClosedError``,
 ``PeerFailedError``, ``ProtocolViolationError``, ``TimedOutError``,
-``AbortedError``), ``URLError`` (a ``ValueError``) for a URL it cannot
+``AbortedError``; ``ListenError``, an ``OSError``, for an address
+``listen()`` cannot use), ``URLError`` (a ``ValueError``) for a URL it cannot
 use, and ``ForkedError`` (a ``ClosedError``) for an object used in a child
 process forked after it was made.
 """
@@ -93,8 +94,9 @@ _FORMAT_ALSO = {"TypeError": FormatTypeError, "KeyError": FormatKeyError,
 
 class BufferTypeError(BufferError, TypeError):
     """``out`` given to ``write``/``write_tail`` is read-only or not
-    C-contiguous: a BufferError as Python's buffer protocol reports it,
-    and a TypeError as the reference's memoryview reports it."""
+    C-contiguous, or the blob given to ``read_index`` is not C-contiguous:
+    a BufferError as Python's buffer protocol reports it, and a TypeError
+    as the reference's ``memoryview.cast`` reports it."""
 
 
 class FileError(Error, OSError):
@@ -121,6 +123,13 @@ class PeerClosedError(StreamError, ConnectionError):
 class PeerFailedError(StreamError, ConnectionError):
     """The connection could not be made (refused, host unknown) or broke
     (reset, an I/O error). ``peer_failed``."""
+
+
+class ListenError(StreamError, OSError):
+    """``listen()`` cannot listen at its address on this host: the address is
+    in use, not one of this host's, or not permitted (an ``OSError``, as a
+    socket's ``bind`` raises; no peer is involved). ``.category`` is the
+    library's (``peer_failed``)."""
 
 
 class ProtocolViolationError(StreamError):

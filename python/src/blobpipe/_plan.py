@@ -281,8 +281,12 @@ class BlobPlan:
         d = self.__dict__
         if name in ("buffers", "keepalive"):
             buffers, owners = [], []
-            for owner, kind in native._owners():
-                if kind == KIND_TENSOR and not isinstance(owner, np.ndarray):
+            # Made natively where the value's bytes are used in place;
+            # here (as the reference makes them) where they are copied.
+            for made, (owner, kind) in zip(native._buffers(), native._owners()):
+                if made is not None:
+                    mv, owner = made
+                elif kind == KIND_TENSOR and not isinstance(owner, np.ndarray):
                     mv, owner = _tensor_bytes(owner)
                 elif isinstance(owner, np.ndarray):
                     mv, owner = _numpy_bytes(owner)
@@ -300,7 +304,10 @@ class BlobPlan:
         if name in _FIELDS and "_native" in d:
             for f in _FIELDS:  # the other fields as planned, then no native plan
                 getattr(self, f)
-            del d["_native"]
+            # The native plan stays alive, unused: its weak references to
+            # the numpy arrays that ``buffers`` view make numpy refuse to
+            # resize them (even with refcheck=False) while this plan lives.
+            d["_pins"] = d.pop("_native")
         object.__setattr__(self, name, value)
 
     @property

@@ -72,9 +72,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             max_queued_bytes: copied bytes the C++ sender queues for its
                 writer before it waits, bytes (default 4 MiB).
             queue_bytes: bytes emitted and not yet taken by the C++ sender
-                beyond which ``emit`` blocks (default: the consumer's
-                window, at most 64 MiB: a consumer may grant any window,
-                and the Sender's memory keeps its own bound).
+                beyond which ``emit`` blocks, at least 1 (default: the
+                consumer's window, at most 64 MiB: a consumer may grant any
+                window, and the Sender's memory keeps its own bound).
             stall_timeout: seconds the sender waits on a consumer that
                 sends nothing and reads nothing (default and None or 0: no
                 limit: a trainer busy with a step while its window is full
@@ -102,7 +102,8 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 a blob each time); then every call raises, the message
                 naming max_attempts and the last cause. A connection
                 dropped while nothing is kept (an idle worker whose
-                consumer closes idle connections) does not count.
+                consumer closes idle connections) does not count. Given
+                without ``resend=True`` they raise ValueError.
 
     First checks, once, what no retry can fix (C++ ``check_connect_url``):
     the URL, and that its host resolves. Then waits for the connection and
@@ -112,7 +113,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
         URLError: a URL that cannot be used (see ``parse_url``), or a host
             that does not resolve ("cannot resolve 'HOST'", ``.part``
             ``"host"``).
-        TypeError, ValueError: an unknown option, or a value out of range.
+        TypeError, ValueError: an unknown option, a value out of range
+            (``queue_bytes=0`` included), or a resend session limit
+            without ``resend=True`` (the message names the option).
         PeerFailedError: nobody accepted the connection ("is a consumer
             listening there?").
         ProtocolViolationError: the peer is not a blobpipe consumer.
@@ -182,7 +185,8 @@ def listen(url: str, **options: Any) -> "_blobpipe.Listener":
     Raises:
         URLError, TypeError, ValueError: as ``connect`` (URLError also for
             an address the transport refuses, e.g. IPv6 over ucx).
-        PeerFailedError: the address cannot be bound (in use, not local).
+        ListenError: the address cannot be bound (in use, not local); an
+            ``OSError`` and a ``StreamError``.
     """
     return _blobpipe._listen(_url(url), options)
 
