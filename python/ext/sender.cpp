@@ -980,7 +980,10 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
                    : "handshake_timeout (" + std::to_string(handshake_ms)) +
             " ms); is the consumer's application accepting (Listener.accept(), a server)?";
     } else if (ec) {
-      why = "handshake: " + ec.message() + " (" + errc_name(ec) + ")";
+      // The failed sender says why when it knows more than the code (a
+      // bad hello's field, a resend session's attempts and max_attempts).
+      const std::string& told = s.failure_reason();
+      why = "handshake: " + (told.empty() ? ec.message() : told) + " (" + errc_name(ec) + ")";
     }
     done->set(ec, why);
   };

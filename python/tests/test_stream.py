@@ -375,6 +375,19 @@ def test_connect_with_nobody_listening_raises_peer_failed():
     assert "is a consumer listening there?" in str(e.value), str(e.value)
 
 
+def test_resend_connect_with_nobody_listening_names_its_attempts():
+    """A resend session's connect gives up after max_attempts, and its
+    error says so (the sender's failure_reason), with a hint."""
+    with bf.listen("tcp://127.0.0.1:0") as l:
+        port = l.port  # free now that it is closed
+    with pytest.raises(bf.PeerFailedError) as e:
+        bf.connect(f"tcp://127.0.0.1:{port}", resend=True, max_attempts=2,
+                   retry_delay=0.001, max_retry_delay=0.001)
+    text = str(e.value)
+    assert "no handshake with the consumer on 2 connection attempts in a row" in text, text
+    assert "(max_attempts 2)" in text and "is the consumer listening" in text, text
+
+
 def test_listen_on_an_address_in_use_raises_listen_error_an_os_error():
     # No peer is involved: not a PeerFailedError (a ConnectionError).
     with socket.socket() as taken:
