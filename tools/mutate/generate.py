@@ -17,7 +17,11 @@ no operator fires inside a comment or a string:
              names or both literals (the types are not known here: a swap
              that does not compile is reported unbuildable, outside the score)
   default    a returned value replaced by its type's default: return {};
-             (co_return {}; Python: return None)
+             (co_return {}; for blobpipe's result<T>, which has none, a
+             default T: a success; Python: return None). The type is the
+             return type of the enclosing function defined at column 0;
+             where there is none (a lambda's or an in-class body's return
+             only), no mutant.
 
 C++ `<` and `>` are taken as operators only with a space on each side, as
 the project's formatting writes them (templates have none). A mutant's
@@ -365,7 +369,40 @@ def op_default(path, text, blank):
         if value in ("{}", "true", "false", "0", "nullptr") or not _balanced(value):
             # true/false are flipped by negate; `return {}` is the default already.
             continue
-        yield m.start(3), m.end(3), "{}"
+        default = _cpp_default(_enclosing_return_type(blank, m.start()))
+        if default is not None and value != default:
+            yield m.start(3), m.end(3), default
+
+
+# A function definition's head at column 0: its return type, then its name.
+_FUNC_HEAD = re.compile(
+    r"^(?:template\s*<[^\n]*>\s*)?(?:(?:static|inline|constexpr|\[\[nodiscard\]\])\s+)*"
+    r"([A-Za-z_][\w:<>, *&]*?)\s+[*&]?[\w:~]+(?:<[^\n(]*>)?\(", re.M)
+
+
+def _enclosing_return_type(blank, at):
+    """The declared return type of the function defined at column 0 that
+    encloses offset `at` (the last such head before it), or None."""
+    head = None
+    for m in _FUNC_HEAD.finditer(blank, 0, at):
+        head = m
+    return head.group(1).strip() if head else None
+
+
+def _cpp_default(rtype):
+    """What `return X;` becomes: `{}` (a value-initialized result), except
+    that blobpipe's result<T> has no default, so its default is a
+    default T, a success. None when the type is not known."""
+    if rtype is None or rtype in ("auto", "void"):
+        return None
+    inner = rtype
+    for wrapper in ("asio::awaitable<", "awaitable<"):
+        if inner.startswith(wrapper) and inner.endswith(">"):
+            inner = inner[len(wrapper):-1].strip()
+    if inner.startswith("result<") and inner.endswith(">"):
+        t = inner[len("result<"):-1].strip()
+        return "{}" if t == "void" else t + "{}"
+    return "{}"
 
 
 OPERATOR_FUNCS = {"flip": op_flip, "bound": op_bound, "negate": op_negate, "false": op_false,

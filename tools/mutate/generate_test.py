@@ -164,6 +164,24 @@ def test_default_returns_the_types_default():
     assert changes("x.cpp", src, "default") == [("a * 2", "{}"), ("make(1)", "{}")]
 
 
+def test_default_of_a_result_is_a_default_value():
+    src = ("result<blob_index> read(int a) {\n  if (a) return make_error(errc::io, \"x\");\n"
+           "  return index;\n}\n"
+           "result<void> check(int a) {\n  if (a) return make_error(errc::io, \"x\");\n"
+           "  return ok();\n}\n"
+           "asio::awaitable<result<std::size_t>> pump() {\n  co_return n;\n}\n"
+           "static std::string name(int a) {\n  return \"x\";\n}\n")
+    assert changes("x.cpp", src, "default") == [
+        ('make_error(errc::io, "x")', "blob_index{}"), ("index", "blob_index{}"),
+        ('make_error(errc::io, "x")', "{}"), ("ok()", "{}"), ("n", "std::size_t{}"),
+        ('"x"', "{}")]
+
+
+def test_no_default_without_a_known_return_type():
+    src = "  auto f = [] { return 3 + x; };\nauto g() {\n  return 1 + y;\n}\n"
+    assert changes("x.cpp", src, "default") == []
+
+
 def test_python_default_is_none():
     src = "def f(a):\n    if a:\n        return a + 1\n    return None\n"
     assert changes("x.py", src, "default") == [("a + 1", "None")]

@@ -68,6 +68,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -441,6 +442,9 @@ def score_lines(rows, equivalents):
 
 
 def run_generated(args, repo):
+    # A run stopped with kill (SIGTERM) still restores the mutated file
+    # (the `finally` below); SIGINT may be ignored in a background job.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ops = [o for o in args.ops.split(",") if o]
     bad = [o for o in ops if o not in generate.OPERATORS]
     if bad:
