@@ -34,9 +34,11 @@ depend on its file (bazel query rdeps), nearest tests first:
   tools/mutate/mutate.py --generate 300 --seed 7 --budget 60   # a slice
 
 Results go to a file (--results, default beside the scratch clone) as one
-JSON line per mutant; a run with the same seed on the same commit skips
-the mutants it already has, so slices of --budget minutes add up to the
-whole sample. Mutants named in tools/mutate/equivalent.txt (with the reason
+JSON line per mutant; a run with the same seed skips the mutants it
+already has a verdict for that still holds (a kill while the file is
+unchanged; a survivor only on the same commit), so slices of --budget
+minutes add up to the whole sample, and survivors are tried again after a
+test is added. Mutants named in tools/mutate/equivalent.txt (with the reason
 no test can kill them) are left out of the score; the rest are scored per
 folder: killed / (killed + survived). A mutant that does not compile is
 unbuildable and outside the score.
@@ -64,6 +66,7 @@ separated by spaces.
 """
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -78,8 +81,11 @@ import generate
 
 KEYS = ("file", "find", "replace", "tests", "rule")
 
-# Generated mutants come from these, minus tools/mutate itself.
-DEFAULT_PATHS = ("lib", "python/ext", "python/src", "tools")
+# Generated mutants come from these: the library, the Python package and
+# the CLI (the C++ files at the top of tools/; tools/mutate and the scripts
+# are not the product). A folder given with --paths is taken whole, less
+# tools/mutate.
+DEFAULT_PATHS = ("lib", "python/ext", "python/src", "tools/*.cpp", "tools/*.hpp")
 EXCLUDED_PATHS = ("tools/mutate",)
 
 
@@ -166,10 +172,10 @@ def prepare_scratch(repo, scratch):
     return git("rev-parse", "--short", "HEAD", cwd=scratch).strip()
 
 
-def bazel_test(scratch, targets, timeout, log_path, env):
+def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
     """Runs the targets' tests; returns (status, seconds)."""
     start = time.monotonic()
-    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *targets]
+    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *flags, *targets]
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             r = subprocess.run(cmd, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
@@ -226,6 +232,10 @@ def main():
     ap.add_argument("--results", help="JSON lines file of verdicts, resumed from (--generate; "
                     "default: <scratch>-seed<SEED>.jsonl)")
     ap.add_argument("--equivalents", default=os.path.join(here, "equivalent.txt"))
+    ap.add_argument("--test-timeout", type=int, metavar="SECONDS",
+                    help="Bazel's --test_timeout for every test of a generated mutant: a test "
+                    "that hangs fails (killed) after this, not after its size's limit; give "
+                    "it a few times the slowest test's time")
     ap.add_argument("--nearest-only", action="store_true",
                     help="run only the nearest ring of dependent tests (--generate): faster, "
                     "and a survivor is then only a candidate")
@@ -341,7 +351,10 @@ def source_files(root, paths):
     out = []
     for p in paths:
         full = os.path.join(root, p)
-        if os.path.isfile(full):
+        if any(c in p for c in "*?["):
+            walk = [(os.path.dirname(f), [], [os.path.basename(f)])
+                    for f in sorted(glob.glob(full))]
+        elif os.path.isfile(full):
             walk = [(os.path.dirname(full), [], [os.path.basename(full)])]
         else:
             walk = os.walk(full)
@@ -402,14 +415,40 @@ def dependent_tests(scratch, rel, env):
 
 
 def load_results(path):
+    """{mutant name: [its rows, oldest first]}."""
     out = {}
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             for ln in f:
                 if ln.strip():
                     r = json.loads(ln)
-                    out[(r["head"], r["name"])] = r
+                    out.setdefault(r["name"], []).append(r)
     return out
+
+
+def reusable(rows, head, repo, nearest_only):
+    """The latest earlier verdict that still holds at `head`, or None. A
+    kill (or a mutant that did not build) holds while its file is the same
+    (tests are only ever added); a survivor is run again after any commit,
+    as a new test may kill it, and a survivor of the nearest ring alone when
+    the whole run is asked for."""
+    for r in reversed(rows):
+        if r["verdict"] == "not run":
+            continue
+        if r["head"] == head:
+            if r["verdict"] == "survived (nearest)" and not nearest_only:
+                return None
+            return r
+        if r["verdict"].startswith("killed") or r["verdict"] in ("unbuildable", "no tests"):
+            try:
+                same = (git("rev-parse", f"{r['head']}:{r['file']}", cwd=repo) ==
+                        git("rev-parse", f"{head}:{r['file']}", cwd=repo))
+            except subprocess.CalledProcessError:
+                same = False
+            if same:
+                return r
+        return None
+    return None
 
 
 def folder_of(rel):
@@ -480,14 +519,15 @@ def run_generated(args, repo):
     logs = os.path.join(scratch, ".mutate-logs")
     os.makedirs(logs, exist_ok=True)
     print(f"mutate: results {results_path}, logs {logs}")
+    # A mutant that hangs a test is killed once Bazel times the test out;
+    # a shorter limit than the size's (300 s for medium) spends less on it.
+    test_flags = [f"--test_timeout={args.test_timeout}"] if args.test_timeout else []
     t0 = time.monotonic()
     rings_of = {}
     rows = []
     for m in drawn:
-        old = done.get((head, m.name))
-        # A survivor of the nearest ring alone is run again when the whole
-        # run is asked for.
-        if old and not (old["verdict"] == "survived (nearest)" and not args.nearest_only):
+        old = reusable(done.get(m.name, []), head, repo, args.nearest_only)
+        if old:
             rows.append(old)
             print(f"{old['verdict']:15} {'(earlier)':>8}  {m.describe()}", flush=True)
             continue
@@ -512,7 +552,8 @@ def run_generated(args, repo):
                 log = os.path.join(logs, m.name.replace("/", "_").replace(":", "_") + ".log")
                 for ring in rings:
                     ran += ring
-                    status, t = bazel_test(scratch, ring, args.mutant_timeout, log, env)
+                    status, t = bazel_test(scratch, ring, args.mutant_timeout, log, env,
+                                           test_flags)
                     took += t
                     if status != "passed":
                         verdict = {"failed": "killed", "timeout": "killed (timeout)"}.get(
