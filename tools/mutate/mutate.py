@@ -463,6 +463,8 @@ def score_lines(rows, equivalents):
         f = folders.setdefault(folder_of(r["file"]), {})
         v = "equivalent" if r["name"] in equivalents else r["verdict"]
         v = "killed" if v.startswith("killed") else v
+        # A survivor of the nearest ring alone counts as a survivor.
+        v = "survived" if v.startswith("survived") else v
         f[v] = f.get(v, 0) + 1
     total = {}
     lines = []
