@@ -15,8 +15,13 @@ export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 # test (abort_on_error, -fno-sanitize-recover), alloc-dealloc mismatches
 # included (docs/reliability.md "Sanitizers"). Child processes (the C++
 # example, a second python3) inherit all of it.
+# (Tests that do not import the package, such as tools/mutate's, have no
+# extension in their runfiles: nothing to preload.)
 ext=$root/python/blobpipe/_blobpipe.so
-runtimes=$(ldd "$ext" 2>/dev/null | awk '$1 ~ /^lib(asan|ubsan)\.so/ {print $3}' | tr '\n' ' ')
+runtimes=
+if [[ -e $ext ]]; then
+  runtimes=$(ldd "$ext" 2>/dev/null | awk '$1 ~ /^lib(asan|ubsan)\.so/ {print $3}' | tr '\n' ' ')
+fi
 if [[ -n ${runtimes// /} ]]; then
   export LD_PRELOAD="${runtimes% }${LD_PRELOAD:+ $LD_PRELOAD}"
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"

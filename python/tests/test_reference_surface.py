@@ -5,14 +5,16 @@ buffers and keepalive; Entry as a frozen dataclass; every dtype the
 reference accepts; and a storage client laying blobs out the way NeMo RL's
 does, byte-identical to ``write``.
 
-The reference itself cannot be committed. Cases marked ``reference`` run
-against it when ``BLOBPIPE_REFERENCE`` names its ``blob_format.py`` (with
-msgspec shimmed onto Debian's python3-msgpack when missing)::
+The reference itself cannot be committed. The cases that take the ``ref``
+fixture run against it when ``BLOBPIPE_REFERENCE`` names its
+``blob_format.py`` (with msgspec shimmed onto Debian's python3-msgpack when
+missing). ``bazel/bazelw`` sets it to ``../shared/reference/blob_format.py``
+beside the clone when that exists; another copy::
 
-    bazel/bazelw test //python:test_reference_surface \\
-        --test_env=BLOBPIPE_REFERENCE=/path/to/blob_format.py
+    BLOBPIPE_REFERENCE=/path/to/blob_format.py bazel/bazelw test //python:test_reference_surface
 
-and skip otherwise, saying why.
+They skip, saying so, only when no reference is there; a path that names
+no file fails them.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from reference_shim import shim_msgspec
 def ref():
     path = os.environ.get("BLOBPIPE_REFERENCE")
     if not path:
-        pytest.skip("BLOBPIPE_REFERENCE is not set (path of the reference's blob_format.py)")
+        pytest.skip("no reference codec: BLOBPIPE_REFERENCE is unset and bazel/bazelw found "
+                    "no ../shared/reference/blob_format.py beside the clone")
+    assert os.path.isfile(path), f"BLOBPIPE_REFERENCE={path}: no such file"
     try:
         shim_msgspec()
     except ImportError as ex:

@@ -24,6 +24,25 @@ Usage (from anywhere in the repository):
   tools/mutate/mutate.py --only 'decoder|group' # names matching a regex
   tools/mutate/mutate.py --budget 30            # stop starting mutants after 30 min
 
+Generated mutants (tools/mutate/generate.py; docs/reliability.md
+"Generated mutants"): made by operators from the sources instead of the
+catalogue, drawn at random with a seed, each run against the tests that
+depend on its file (bazel query rdeps), nearest tests first:
+
+  tools/mutate/mutate.py --generate 50 --seed 7 --paths lib/format python/ext
+  tools/mutate/mutate.py --generate 50 --seed 7 --list    # the draw, no run
+  tools/mutate/mutate.py --generate 300 --seed 7 --budget 60   # a slice
+
+Results go to a file (--results, default beside the scratch clone) as one
+JSON line per mutant; a run with the same seed skips the mutants it
+already has a verdict for that still holds (a kill while the file is
+unchanged; a survivor only on the same commit), so slices of --budget
+minutes add up to the whole sample, and survivors are tried again after a
+test is added. Mutants named in tools/mutate/equivalent.txt (with the reason
+no test can kill them) are left out of the score; the rest are scored per
+folder: killed / (killed + survived). A mutant that does not compile is
+unbuildable and outside the score.
+
 Options: --scratch DIR (default $TMPDIR/blobpipe-mutate), --catalogue FILE,
 --mutant-timeout SECONDS (default 900; a mutant whose tests run longer is
 reported as "timeout" and counted as killed, since the suite would fail),
@@ -47,15 +66,27 @@ separated by spaces.
 """
 
 import argparse
+import glob
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+import generate
+
 KEYS = ("file", "find", "replace", "tests", "rule")
+
+# Generated mutants come from these: the library, the Python package and
+# the CLI (the C++ files at the top of tools/; tools/mutate and the scripts
+# are not the product). A folder given with --paths is taken whole, less
+# tools/mutate.
+DEFAULT_PATHS = ("lib", "python/ext", "python/src", "tools/*.cpp", "tools/*.hpp")
+EXCLUDED_PATHS = ("tools/mutate",)
 
 
 class Mutant:
@@ -141,10 +172,10 @@ def prepare_scratch(repo, scratch):
     return git("rev-parse", "--short", "HEAD", cwd=scratch).strip()
 
 
-def bazel_test(scratch, targets, timeout, log_path, env):
+def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
     """Runs the targets' tests; returns (status, seconds)."""
     start = time.monotonic()
-    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *targets]
+    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *flags, *targets]
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             r = subprocess.run(cmd, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
@@ -191,7 +222,26 @@ def main():
                     help="skip running the selected tests unmutated first")
     ap.add_argument("--keep-server", action="store_true",
                     help="leave the scratch clone's Bazel server running")
+    ap.add_argument("--generate", type=int, metavar="N",
+                    help="draw N generated mutants instead of running the catalogue")
+    ap.add_argument("--seed", type=int, default=1, help="the draw's seed (--generate)")
+    ap.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
+                    help="folders or files to draw from (--generate; default: %(default)s)")
+    ap.add_argument("--ops", default=",".join(generate.OPERATORS),
+                    help="operators, comma separated (--generate; default: all)")
+    ap.add_argument("--results", help="JSON lines file of verdicts, resumed from (--generate; "
+                    "default: <scratch>-seed<SEED>.jsonl)")
+    ap.add_argument("--equivalents", default=os.path.join(here, "equivalent.txt"))
+    ap.add_argument("--test-timeout", type=int, metavar="SECONDS",
+                    help="Bazel's --test_timeout for every test of a generated mutant: a test "
+                    "that hangs fails (killed) after this, not after its size's limit; give "
+                    "it a few times the slowest test's time")
+    ap.add_argument("--nearest-only", action="store_true",
+                    help="run only the nearest ring of dependent tests (--generate): faster, "
+                    "and a survivor is then only a candidate")
     args = ap.parse_args()
+    if args.generate is not None:
+        return run_generated(args, repo)
 
     mutants = parse_catalogue(args.catalogue)
     if args.only:
@@ -291,6 +341,254 @@ def main():
           f"of {len(results)} in {total / 60:.1f} min ({head})")
     bad = sum(n for k, n in counts.items() if k not in ("killed", "not run"))
     return 1 if bad else 0
+
+
+# ---------------------------------------------------------------- generated mutants
+
+def source_files(root, paths):
+    """The C++ and Python sources under `paths` (relative to root), sorted,
+    tools/mutate left out."""
+    out = []
+    for p in paths:
+        full = os.path.join(root, p)
+        if any(c in p for c in "*?["):
+            walk = [(os.path.dirname(f), [], [os.path.basename(f)])
+                    for f in sorted(glob.glob(full))]
+        elif os.path.isfile(full):
+            walk = [(os.path.dirname(full), [], [os.path.basename(full)])]
+        else:
+            walk = os.walk(full)
+        for d, dirs, files in walk:
+            dirs.sort()
+            for f in sorted(files):
+                rel = os.path.relpath(os.path.join(d, f), root)
+                if rel.startswith(tuple(x + os.sep for x in EXCLUDED_PATHS)):
+                    continue
+                if f.endswith(generate.CPP_SUFFIXES + generate.PY_SUFFIXES) and \
+                        not f.endswith("_test.py"):
+                    out.append(rel)
+    return sorted(set(out))
+
+
+def file_label(root, rel):
+    """The Bazel label of a source file: its nearest package."""
+    d = os.path.dirname(rel)
+    while True:
+        if any(os.path.isfile(os.path.join(root, d, b)) for b in ("BUILD.bazel", "BUILD")):
+            pkg = d
+            break
+        if not d:
+            return None
+        d = os.path.dirname(d)
+    name = os.path.relpath(rel, pkg) if pkg else rel
+    return f"//{pkg}:{name}"
+
+
+def bazel_query(scratch, expr, env, *flags):
+    r = subprocess.run(["bazel/bazelw", "query", "--keep_going", *flags, expr], cwd=scratch,
+                       env=env, capture_output=True, text=True)
+    if r.returncode not in (0, 3):  # 3: some of it could not be evaluated
+        return None
+    return [ln for ln in r.stdout.splitlines() if ln.strip()]
+
+
+def dependent_tests(scratch, rel, env):
+    """The test targets that depend on the file, not manual, in two rings:
+    [[the nearest: fewest dependency edges away], [the rest]] (empty rings
+    left out)."""
+    label = file_label(scratch, rel)
+    if label is None:
+        return []
+
+    def tests(depth=None):
+        within = f"rdeps(//..., {label}{'' if depth is None else f', {depth}'})"
+        return set(bazel_query(scratch, f'kind(".*_test", {within}) '
+                               f'except attr(tags, "manual", //...)', env) or [])
+
+    every = tests()
+    nearest = set()
+    for depth in range(1, 9):
+        nearest = tests(depth)
+        if nearest:
+            break
+    return [sorted(r) for r in (nearest, every - nearest) if r]
+
+
+def load_results(path):
+    """{mutant name: [its rows, oldest first]}."""
+    out = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for ln in f:
+                if ln.strip():
+                    r = json.loads(ln)
+                    out.setdefault(r["name"], []).append(r)
+    return out
+
+
+def reusable(rows, head, repo, nearest_only):
+    """The latest earlier verdict that still holds at `head`, or None. A
+    kill (or a mutant that did not build) holds while its file is the same
+    (tests are only ever added); a survivor is run again after any commit,
+    as a new test may kill it, and a survivor of the nearest ring alone when
+    the whole run is asked for."""
+    for r in reversed(rows):
+        if r["verdict"] == "not run":
+            continue
+        if r["head"] == head:
+            if r["verdict"] == "survived (nearest)" and not nearest_only:
+                return None
+            return r
+        if r["verdict"].startswith("killed") or r["verdict"] in ("unbuildable", "no tests"):
+            try:
+                same = (git("rev-parse", f"{r['head']}:{r['file']}", cwd=repo) ==
+                        git("rev-parse", f"{head}:{r['file']}", cwd=repo))
+            except subprocess.CalledProcessError:
+                same = False
+            if same:
+                return r
+        return None
+    return None
+
+
+def folder_of(rel):
+    return os.path.dirname(rel)
+
+
+def score_lines(rows, equivalents):
+    """Per folder and in all: killed, survived, equivalent, unbuildable,
+    and the score killed / (killed + survived)."""
+    folders = {}
+    for r in rows:
+        f = folders.setdefault(folder_of(r["file"]), {})
+        v = "equivalent" if r["name"] in equivalents else r["verdict"]
+        v = "killed" if v.startswith("killed") else v
+        # A survivor of the nearest ring alone counts as a survivor.
+        v = "survived" if v.startswith("survived") else v
+        f[v] = f.get(v, 0) + 1
+    total = {}
+    lines = []
+    for folder in sorted(folders) + ["all"]:
+        c = folders.get(folder, total)
+        if folder != "all":
+            for k, n in c.items():
+                total[k] = total.get(k, 0) + n
+        k, sv = c.get("killed", 0), c.get("survived", 0)
+        score = f"{100 * k / (k + sv):5.1f} %" if k + sv else "    -  "
+        lines.append(f"  {folder:22} {score}  killed {k:3}  survived {sv:3}  "
+                     f"equivalent {c.get('equivalent', 0):3}  unbuildable {c.get('unbuildable', 0):3}"
+                     + (f"  other {sum(n for x, n in c.items() if x not in ('killed', 'survived', 'equivalent', 'unbuildable'))}"
+                        if set(c) - {"killed", "survived", "equivalent", "unbuildable"} else ""))
+    return lines
+
+
+def run_generated(args, repo):
+    # A run stopped with kill (SIGTERM) still restores the mutated file
+    # (the `finally` below); SIGINT may be ignored in a background job.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ops = [o for o in args.ops.split(",") if o]
+    bad = [o for o in ops if o not in generate.OPERATORS]
+    if bad:
+        sys.exit(f"mutate: unknown operators {bad}; known: {', '.join(generate.OPERATORS)}")
+    equivalents = generate.parse_equivalents(args.equivalents) if os.path.isfile(
+        args.equivalents) else {}
+    scratch = os.path.abspath(args.scratch)
+    if args.list:
+        root, head = repo, git("rev-parse", "--short", "HEAD", cwd=repo).strip()
+    else:
+        if scratch == repo or scratch.startswith(repo + os.sep):
+            sys.exit("mutate: the scratch clone must be outside the repository")
+        if git("status", "--porcelain", "--untracked-files=no", cwd=repo).strip():
+            print("mutate: the working tree has uncommitted changes; the run mutates HEAD only")
+        head = prepare_scratch(repo, scratch)
+        root = scratch
+    candidates = []
+    for rel in source_files(root, args.paths):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            candidates += generate.mutants_of(rel, f.read(), ops)
+    drawn = generate.sample(candidates, args.generate, args.seed)
+    print(f"mutate: {len(drawn)} of {len(candidates)} generated mutants, seed {args.seed}, "
+          f"on {head}, from {' '.join(args.paths)}")
+    if args.list:
+        for m in drawn:
+            mark = "  [equivalent]" if m.name in equivalents else ""
+            print(f"{m.name}{mark}\n    {m.describe()}")
+        return 0
+
+    results_path = os.path.abspath(args.results or f"{scratch}-seed{args.seed}.jsonl")
+    done = load_results(results_path)
+    env = dict(os.environ)
+    logs = os.path.join(scratch, ".mutate-logs")
+    os.makedirs(logs, exist_ok=True)
+    print(f"mutate: results {results_path}, logs {logs}")
+    # A mutant that hangs a test is killed once Bazel times the test out;
+    # a shorter limit than the size's (300 s for medium) spends less on it.
+    test_flags = [f"--test_timeout={args.test_timeout}"] if args.test_timeout else []
+    t0 = time.monotonic()
+    rings_of = {}
+    rows = []
+    for m in drawn:
+        old = reusable(done.get(m.name, []), head, repo, args.nearest_only)
+        if old:
+            rows.append(old)
+            print(f"{old['verdict']:15} {'(earlier)':>8}  {m.describe()}", flush=True)
+            continue
+        if args.budget and time.monotonic() - t0 > args.budget * 60:
+            print(f"mutate: budget of {args.budget:g} min spent; run again to go on")
+            break
+        if m.file not in rings_of:
+            rings_of[m.file] = dependent_tests(scratch, m.file, env)
+        rings = rings_of[m.file]
+        if args.nearest_only:
+            rings = rings[:1]
+        if not rings:
+            verdict, took, ran = "no tests", 0.0, []
+        else:
+            path = os.path.join(scratch, m.file)
+            with open(path, encoding="utf-8") as f:
+                original = f.read()
+            verdict, took, ran = "survived", 0.0, []
+            try:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(m.apply(original))
+                log = os.path.join(logs, m.name.replace("/", "_").replace(":", "_") + ".log")
+                for ring in rings:
+                    ran += ring
+                    status, t = bazel_test(scratch, ring, args.mutant_timeout, log, env,
+                                           test_flags)
+                    took += t
+                    if status != "passed":
+                        verdict = {"failed": "killed", "timeout": "killed (timeout)"}.get(
+                            status, status)
+                        break
+                if verdict == "survived" and args.nearest_only and len(rings_of[m.file]) > 1:
+                    verdict = "survived (nearest)"
+            finally:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(original)
+        row = {"head": head, "seed": args.seed, "name": m.name, "file": m.file, "line": m.line,
+               "op": m.op, "before": m.before, "after": m.after, "verdict": verdict,
+               "seconds": round(took, 1), "tests": ran}
+        with open(results_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        rows.append(row)
+        mark = "  [equivalent]" if m.name in equivalents else ""
+        print(f"{verdict:15} {took:6.0f} s  {m.describe()}{mark}", flush=True)
+
+    if not args.keep_server:
+        subprocess.run(["bazel/bazelw", "shutdown"], cwd=scratch, env=env, capture_output=True)
+    print()
+    for r in rows:
+        if r["verdict"] not in ("killed", "killed (timeout)") and r["name"] not in equivalents:
+            print(f"{r['verdict']}: [{r['name']}] {r['file']}:{r['line']} "
+                  f"{r['before'].strip()!r} -> {r['after'].strip()!r}")
+    print(f"mutate: {len(rows)} of {len(drawn)} run, seed {args.seed}, {head}, "
+          f"{(time.monotonic() - t0) / 60:.1f} min this run; score per folder "
+          "(killed / (killed + survived), equivalents excluded):")
+    print("\n".join(score_lines(rows, equivalents)))
+    open_ = [r for r in rows if r["name"] not in equivalents
+             and not r["verdict"].startswith("killed") and r["verdict"] != "unbuildable"]
+    return 1 if open_ or len(rows) < len(drawn) else 0
 
 
 if __name__ == "__main__":
