@@ -45,14 +45,18 @@ for round in $(seq 1 "$ROUNDS"); do
   fi
   if ! "$job" --connect "tcp://127.0.0.1:$port" "${shape[@]}" >"$work/workers" 2>&1; then
     echo "round $round: the workers failed:" >&2; cat "$work/workers" >&2
+    kill "$rank" 2>/dev/null || true
   fi
   if ! wait "$rank"; then
     echo "round $round: the rank failed:" >&2; cat "$work/rank" >&2; exit 1
   fi
-  rank_mbps=$(grep -m1 -oE '^  rank 0: [0-9.]+ [kMG]?B in [0-9.]+ s, [0-9.]+ MB/s' "$work/rank" |
-              grep -oE '[0-9.]+ MB/s$' | cut -d' ' -f1)
-  lib_gbps=$("$lib" --senders 1 --process-runs 1 --samples "$BATCH" --seq-len "$SEQ_LEN" |
-             grep -m1 -E '^round 1  1 sender, 1 connection' | grep -oE '[0-9.]+ GB/s' | cut -d' ' -f1)
+  # Outputs to files first, then read: a grep that stops early must not
+  # break the writer's pipe, and a missing line must reach the message below.
+  "$lib" --senders 1 --process-runs 1 --samples "$BATCH" --seq-len "$SEQ_LEN" >"$work/lib" 2>&1 || true
+  rank_mbps=$( (grep -m1 -oE '^  rank 0: [0-9.]+ [kMG]?B in [0-9.]+ s, [0-9.]+ MB/s' "$work/rank" |
+                grep -oE '[0-9.]+ MB/s$' | cut -d' ' -f1) || true)
+  lib_gbps=$( (grep -m1 -E '^round 1  1 sender, 1 connection' "$work/lib" |
+               grep -oE '[0-9.]+ GB/s' | cut -d' ' -f1) || true)
   if [[ -z $rank_mbps || -z $lib_gbps ]]; then
     echo "round $round: no rate read (rank '$rank_mbps' MB/s, library '$lib_gbps' GB/s)" >&2; exit 1
   fi

@@ -487,6 +487,30 @@ BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdow
   }
 }
 
+// shutdown() after close() (a sender failed by its owner, or by the peer,
+// the moment before) still waits for the sender's tasks: they are ending,
+// not ended, when close() returns.
+BOOST_AUTO_TEST_CASE(shutdown_of_a_failed_sender_ends_its_tasks) {
+  runner r;
+  auto [a, b] = r.await(raw_pair(link_kind::loopback));
+  r.spawn(scripted_consumer(*b, 1u << 20, frame_type::hello, ""));
+  std::error_code shut;
+  std::uint64_t running_before = 0, running_after = 1;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto [sec, snd] = co_await sender::start(std::move(a));
+    BOOST_TEST_REQUIRE(!sec, sec.message());
+    snd.close();
+    running_before = snd.stats().tasks_running;
+    shut = co_await snd.shutdown();
+    running_after = snd.stats().tasks_running;
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  BOOST_TEST((shut == errc::closed), shut.message());
+  BOOST_TEST(running_before > 0u);  // still ending when close() returned
+  BOOST_TEST(running_after == 0u, "a task of the failed sender outlived shutdown()");
+}
+
 namespace {
 
 /// A sender over TCP to a consumer that grants a window of 2^64 - 1 and
@@ -497,6 +521,8 @@ struct unread_run {
   sender_stats stats;
   std::error_code error;
   std::string reason;
+  std::error_code shutdown_ec;       // shutdown() of the failed sender
+  std::uint64_t tasks_after = 1;     // its tasks running once shutdown() returned
 };
 
 template <class Produce>
@@ -516,7 +542,8 @@ unread_run against_a_consumer_that_reads_nothing(std::size_t max_queued, Produce
     out.stats = snd.stats();
     out.error = snd.error();
     out.reason = snd.failure_reason();
-    snd.close();
+    out.shutdown_ec = co_await snd.shutdown();
+    out.tasks_after = snd.stats().tasks_running;
   };
   r.spawn(run());
   BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(60)));
@@ -548,6 +575,9 @@ BOOST_AUTO_TEST_CASE(the_sender_bounds_its_own_queue_whatever_window_the_consume
   BOOST_TEST(entries.stats.entries_sent < std::uint64_t{cap});
   BOOST_TEST(entries.stats.queued_high_water > max_queued);  // it did fill up
   BOOST_TEST(entries.stats.queued_high_water <= bound);
+  // shutdown() of a sender that failed before still ends its tasks.
+  BOOST_TEST((entries.shutdown_ec == errc::timed_out), entries.shutdown_ec.message());
+  BOOST_TEST(entries.tasks_after == 0u, "a task of the failed sender outlived shutdown()");
 
   std::error_code finish_ec;
   auto blobs = against_a_consumer_that_reads_nothing(max_queued, [&](sender& snd) -> asio::awaitable<void> {

@@ -328,7 +328,11 @@ asio::awaitable<std::error_code> sender::shutdown() {
   auto s = state_;
   if (!s) co_return make_error_code(errc::closed);
   if (s->resend) co_return co_await detail::resend_shutdown(s);
-  if (s->error) co_return s->error;
+  if (s->error) {  // failed before (the peer, a limit, a failed start): its tasks still end here
+    const std::error_code ec = s->error;
+    co_await detail::end_tasks(s);
+    co_return ec;
+  }
   s->closing = true;
   auto q = s->queue;
   frame_close(q->frames(), {});

@@ -248,14 +248,16 @@ void resend_install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_
 std::error_code give_up(sender_state& s) {
   auto& rs = *s.resend;
   // Before the first handshake nothing could be delivered: say that no
-  // consumer was reached, with the hint the plain connect gives.
+  // consumer was reached, with the hint the plain connect gives unless one
+  // answered and refused (a bad hello: the reason says what).
   const bool never_connected = s.session.connection() == 0;
+  const bool refused = rs.last_error == errc::protocol_violation;
   if (s.message.empty())
     s.message = (never_connected ? "no handshake with the consumer on "
                                  : "no blob delivered on ") +
                 std::to_string(rs.failures) + " connection attempts in a row (max_attempts " +
                 std::to_string(s.opt.resend.max_attempts) + "); the last: " + rs.last_reason +
-                (never_connected ? "; is the consumer listening and accepting?" : "");
+                (never_connected && !refused ? "; is the consumer listening and accepting?" : "");
   s.fail(rs.last_error);
   return s.error;
 }
@@ -457,7 +459,10 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
       s->stall_watch.begin_wait();
       const bool cancelled = co_await s->reader_cv.wait();
       s->stall_watch.end_wait();
-      if (cancelled) break;
+      if (cancelled) {
+        s->fail(make_error_code(errc::closed));
+        co_return std::error_code(asio::error::operation_aborted);
+      }
     }
   }
   // Everything ended was delivered: whatever the close did, we are done.

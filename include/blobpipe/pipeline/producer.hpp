@@ -107,8 +107,9 @@ struct resend_options {
   /// last: ..." with the cause (the consumer's close reason, the limit
   /// that passed); before any handshake succeeded (sender::start), "no
   /// handshake with the consumer on N connection attempts in a row
-  /// (max_attempts N); the last: ...; is the consumer listening and
-  /// accepting?". Each such attempt makes the next one wait (below).
+  /// (max_attempts N); the last: ...", with the hint "is the consumer
+  /// listening and accepting?" unless one answered and refused the hello.
+  /// Each such attempt makes the next one wait (below).
   std::uint32_t max_attempts = 8;
   /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
   /// The first reconnect after a connection that delivered broke is
