@@ -22,7 +22,11 @@
 // meta (T = --seq-len). Every phase sends --samples samples in all; the
 // consumer drops each entry at once, except in the slow phase, where it
 // waits --slow-us microseconds per entry before taking the next.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +66,7 @@ struct config {
   std::uint64_t stream_kb = blobpipe::credit_pool::default_stream_bytes >> 10;
   std::size_t threads = 1;        // the server's receive threads
   std::size_t process_runs = 0;   // > 0: senders in other processes, this many rounds
+  bool one_phase = false;         // --one-phase: one process phase only (for a profiler)
 };
 
 struct sample_data {
@@ -352,6 +357,42 @@ pid_t spawn_sender(const std::string& url, std::size_t first, std::size_t count,
   return pid;
 }
 
+// ---- the raw-socket floor (--process-runs) ------------------------------
+//
+// The same bytes with no protocol: each sender process writes every
+// sample's five entries with one send() each on a plain TCP socket, and the
+// server reads each ready socket into a 256 KiB buffer (epoll, level
+// triggered) and counts. No framing, no flow control: what the kernel and
+// the reads cost per byte with one connection and with N, on this machine.
+
+/// The child: `--send-raw PORT FIRST COUNT SEQ_LEN` writes its share and exits 0.
+int run_raw_sender(std::uint16_t port, std::size_t count, std::size_t seq_len) {
+  const sample_data s(seq_len);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) return 1;
+  const auto put = [fd](const void* p, std::size_t n) {
+    const auto* b = static_cast<const char*>(p);
+    while (n != 0) {
+      const ssize_t k = ::send(fd, b, n, MSG_NOSIGNAL);
+      if (k <= 0) return false;
+      b += k;
+      n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  };
+  for (std::size_t k = 0; k < count; ++k)
+    if (!put(s.ids.data(), s.ids.size() * 8) || !put(s.logprobs.data(), s.logprobs.size() * 4) ||
+        !put(s.mask.data(), s.mask.size()) || !put(&s.reward, 4) ||
+        !put(s.meta.data(), s.meta.size()))
+      return 1;
+  ::close(fd);
+  return 0;
+}
+
 struct process_phase {
   double seconds = 0;  // first to last entry
   double cpu = 0;      // this process (the server), user + system, over the phase
@@ -410,6 +451,83 @@ process_phase run_process_phase(const config& cfg, std::size_t senders, std::siz
   return r;
 }
 
+/// A raw-socket server here, `senders` raw sender processes.
+process_phase run_raw_phase(const config& cfg, std::size_t senders) {
+  process_phase r;
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(lfd, 128) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
+    std::fprintf(stderr, "cluster_bench: raw listen failed\n");
+    std::exit(1);
+  }
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  const int ep = ::epoll_create1(0);
+  epoll_event lev{};
+  lev.events = EPOLLIN;
+  lev.data.fd = lfd;
+  ::epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &lev);
+  const usage u0 = usage_now();
+  std::vector<pid_t> pids;
+  const sample_data probe(cfg.seq_len);
+  for (std::size_t i = 0; i < senders; ++i) {
+    const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
+    const std::string c = std::to_string(hi - lo), t = std::to_string(cfg.seq_len);
+    const char* argv[] = {"cluster_bench", "--send-raw", port.c_str(), c.c_str(), t.c_str(),
+                          nullptr};
+    pid_t pid = 0;
+    if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, const_cast<char* const*>(argv),
+                      environ) != 0)
+      std::exit(1);
+    pids.push_back(pid);
+  }
+  std::vector<std::byte> buf(256 << 10);
+  std::size_t accepted = 0, closed = 0;
+  clock::time_point first{}, last{};
+  std::array<epoll_event, 64> evs{};
+  while (closed < senders) {
+    const int n = ::epoll_wait(ep, evs.data(), static_cast<int>(evs.size()), 10000);
+    if (n <= 0) break;  // a sender died: its failure is counted below
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[static_cast<std::size_t>(i)].data.fd;
+      if (fd == lfd) {
+        const int c = ::accept(lfd, nullptr, nullptr);
+        if (c < 0) continue;
+        ++accepted;
+        epoll_event cev{};
+        cev.events = EPOLLIN;
+        cev.data.fd = c;
+        ::epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev);
+        continue;
+      }
+      const ssize_t k = ::recv(fd, buf.data(), buf.size(), 0);
+      if (k > 0) {
+        if (r.bytes == 0) first = clock::now();
+        last = clock::now();
+        r.bytes += static_cast<std::uint64_t>(k);
+      } else {
+        ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        ::close(fd);
+        ++closed;
+      }
+    }
+  }
+  r.cpu = usage_now().cpu - u0.cpu;
+  r.seconds = std::chrono::duration<double>(last - first).count();
+  ::close(ep);
+  ::close(lfd);
+  for (pid_t p : pids) {
+    int status = 0;
+    if (::waitpid(p, &status, 0) != p || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++r.failures;
+  }
+  if (r.bytes != cfg.samples * probe.bytes()) ++r.failures;
+  return r;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -423,6 +541,7 @@ int process_runs(const config& cfg) {
   std::printf("senders in other processes; %zu interleaved rounds; server CPU from getrusage "
               "(this process only)\n", cfg.process_runs);
   std::vector<double> one_gbps, many_gbps, thr_gbps, one_cpu, many_cpu, thr_cpu;
+  std::vector<double> raw_one_cpu, raw_many_cpu, raw_one_gbps, raw_many_gbps;
   int failures = 0;
   const auto line = [](const char* name, std::size_t round, const process_phase& p) {
     std::printf("round %zu  %-34s %7.3f GB/s  server cpu %6.3f s  %7.3f ns/byte%s\n", round, name,
@@ -432,6 +551,8 @@ int process_runs(const config& cfg) {
   std::snprintf(many_name, sizeof many_name, "%zu senders, 1 receive thread", cfg.senders);
   std::snprintf(thr_name, sizeof thr_name, "%zu senders, %zu receive threads", cfg.senders,
                 many_threads);
+  char raw_many_name[64];
+  std::snprintf(raw_many_name, sizeof raw_many_name, "raw socket, %zu connections", cfg.senders);
   for (std::size_t k = 1; k <= cfg.process_runs; ++k) {
     const auto one = run_process_phase(cfg, 1, 1);
     line("1 sender, 1 connection", k, one);
@@ -439,8 +560,16 @@ int process_runs(const config& cfg) {
     line(many_name, k, many);
     const auto thr = run_process_phase(cfg, cfg.senders, many_threads);
     line(thr_name, k, thr);
+    const auto raw_one = run_raw_phase(cfg, 1);
+    line("raw socket, 1 connection", k, raw_one);
+    const auto raw_many = run_raw_phase(cfg, cfg.senders);
+    line(raw_many_name, k, raw_many);
     std::fflush(stdout);
-    failures += one.failures + many.failures + thr.failures;
+    failures += one.failures + many.failures + thr.failures + raw_one.failures + raw_many.failures;
+    raw_one_gbps.push_back(raw_one.gbps());
+    raw_many_gbps.push_back(raw_many.gbps());
+    raw_one_cpu.push_back(raw_one.cpu_ns_per_byte());
+    raw_many_cpu.push_back(raw_many.cpu_ns_per_byte());
     one_gbps.push_back(one.gbps());
     many_gbps.push_back(many.gbps());
     thr_gbps.push_back(thr.gbps());
@@ -460,12 +589,23 @@ int process_runs(const config& cfg) {
               median(many_cpu));
   std::printf("  %-35s %7.3f GB/s  %7.3f ns/byte\n", thr_name, median(thr_gbps),
               median(thr_cpu));
+  std::printf("  raw socket, 1 connection             %7.3f GB/s  %7.3f ns/byte\n",
+              median(raw_one_gbps), median(raw_one_cpu));
+  std::printf("  %-35s %7.3f GB/s  %7.3f ns/byte\n", raw_many_name, median(raw_many_gbps),
+              median(raw_many_cpu));
   std::printf("  fan-in bytes/s over one connection's: %.2fx (1 thread), %.2fx (%zu threads)\n",
               median(ratios(many_gbps, one_gbps)), median(ratios(thr_gbps, one_gbps)),
               many_threads);
   std::printf("  server CPU per byte over one connection's: %.2fx (1 thread; target <= 1.1), "
               "%.2fx (%zu threads)\n",
               median(ratios(many_cpu, one_cpu)), median(ratios(thr_cpu, one_cpu)), many_threads);
+  std::printf("  raw socket CPU per byte, %zu connections over 1: %.2fx (the machine's own "
+              "fan-in cost, no protocol)\n",
+              cfg.senders, median(ratios(raw_many_cpu, raw_one_cpu)));
+  std::printf("  server CPU per byte over the raw socket's: %.2fx (1 connection), %.2fx (%zu "
+              "senders, 1 thread)\n",
+              median(ratios(one_cpu, raw_one_cpu)), median(ratios(many_cpu, raw_many_cpu)),
+              cfg.senders);
   std::printf("  %zu receive threads over 1: %.2fx bytes/s, %.2fx CPU per byte\n", many_threads,
               median(ratios(thr_gbps, many_gbps)), median(ratios(thr_cpu, many_cpu)));
   return failures ? 1 : 0;
@@ -485,6 +625,11 @@ bool number(std::string_view v, std::uint64_t& out) {
 
 int main(int argc, char** argv) {
   config cfg;
+  if (argc == 5 && std::string_view(argv[1]) == "--send-raw") {
+    std::uint64_t port = 0, count = 0, seq_len = 0;
+    if (!number(argv[2], port) || !number(argv[3], count) || !number(argv[4], seq_len)) return 2;
+    return run_raw_sender(static_cast<std::uint16_t>(port), count, seq_len);
+  }
   if (argc == 6 && std::string_view(argv[1]) == "--send") {
     std::uint64_t first = 0, count = 0, seq_len = 0;
     if (!number(argv[3], first) || !number(argv[4], count) || !number(argv[5], seq_len)) return 2;
@@ -492,11 +637,15 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
+    if (a == "--one-phase") {
+      cfg.one_phase = true;
+      continue;
+    }
     std::uint64_t v = 0;
     if (i + 1 >= argc || !number(argv[i + 1], v) || v == 0) {
       std::fprintf(stderr,
                    "usage: cluster_bench [--senders N] [--samples N] [--seq-len T] [--slow-us U] "
-                   "[--budget-mb M] [--stream-kb K] [--threads N] [--process-runs R] "
+                   "[--budget-mb M] [--stream-kb K] [--threads N] [--process-runs R] [--one-phase] "
                    "(positive numbers)\n");
       return 2;
     }
@@ -520,6 +669,15 @@ int main(int argc, char** argv) {
               cfg.samples, static_cast<unsigned long long>(probe.bytes()), cfg.seq_len,
               static_cast<unsigned long long>(cfg.budget_mb),
               static_cast<unsigned long long>(cfg.stream_kb));
+  if (cfg.one_phase) {
+    // One phase, senders in processes: what a profiler attached to this
+    // process sees is the server alone with cfg.senders connections.
+    const auto p = run_process_phase(cfg, cfg.senders, cfg.threads);
+    std::printf("%zu senders, %zu receive threads: %.3f GB/s  server cpu %.3f s  %.3f ns/byte%s\n",
+                cfg.senders, cfg.threads, p.gbps(), p.cpu, p.cpu_ns_per_byte(),
+                p.failures ? "  (FAILURES)" : "");
+    return p.failures ? 1 : 0;
+  }
   if (cfg.process_runs > 0) return process_runs(cfg);
   std::printf("server receive threads: %zu\n", cfg.threads);
   const auto one = run_phase(cfg, 1, 0);

@@ -3,7 +3,9 @@
 #define BOOST_TEST_MODULE credit_pool_test
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "blobpipe/pipeline/credit_pool.hpp"
@@ -17,8 +19,10 @@ namespace {
 struct fake {
   std::uint64_t id = 0;
   std::uint64_t granted = 0;   // initial + grants
-  std::uint64_t buffered = 0;
-  std::uint64_t allowance() const { return granted - buffered - released; }
+  // What the member's session publishes (consumer_session::buffered_published).
+  std::shared_ptr<std::atomic<std::uint64_t>> buffered =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::uint64_t allowance() const { return granted - *buffered - released; }
   std::uint64_t released = 0;
 };
 
@@ -32,8 +36,7 @@ struct harness {
 
   fake& join(int k) {
     fake& f = m[k];
-    auto [id, first] = pool.join([&f](std::uint64_t g) { f.granted += g; },
-                                 [&f] { return f.buffered; });
+    auto [id, first] = pool.join([&f](std::uint64_t g) { f.granted += g; }, f.buffered);
     f.id = id;
     f.granted = first;
     return f;
@@ -41,11 +44,11 @@ struct harness {
   /// The sender uses `n` of its allowance (an item decoded).
   void use(fake& f, std::uint64_t n) {
     BOOST_TEST_REQUIRE(f.allowance() >= n);
-    f.buffered += n;
+    *f.buffered += n;
   }
   /// The application drops `n` buffered bytes.
   void drop(fake& f, std::uint64_t n) {
-    f.buffered -= n;
+    *f.buffered -= n;
     f.released += n;
     pool.released(f.id, n);
   }
@@ -317,7 +320,7 @@ BOOST_AUTO_TEST_CASE(random_traffic_never_commits_beyond_the_budget_without_an_o
         break;
       }
       case 1:  // the application drops some
-        if (f.buffered) h.drop(f, 1 + rng() % f.buffered);
+        if (*f.buffered) h.drop(f, 1 + rng() % *f.buffered);
         break;
       case 2:  // a waiting sender whose credit came
         if (auto it = want.find(f.id); it != want.end() && f.allowance() >= it->second) {
@@ -327,7 +330,7 @@ BOOST_AUTO_TEST_CASE(random_traffic_never_commits_beyond_the_budget_without_an_o
         break;
     }
     std::uint64_t buffered = 0;
-    for (auto* m : members) buffered += m->buffered;
+    for (auto* m : members) buffered += *m->buffered;
     const auto st = h.pool.stats();
     BOOST_TEST_REQUIRE(buffered <= st.committed_bytes);
     BOOST_TEST_REQUIRE(st.committed_bytes <= budget);

@@ -420,7 +420,7 @@ consumer_stats consumer::stats() const noexcept {
   st.recycle_kept_bytes = state_->receive.recycled->kept_bytes();
   st.held_bytes = session.held_credit();
   st.held_in_window_bytes = session.held_in_window();
-  st.pool_member = state_->pool_member;
+  st.pool_member = state_->credit.pool_member;
   st.tasks_running = state_->tasks.running();
   return st;
 }

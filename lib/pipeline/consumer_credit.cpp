@@ -25,31 +25,63 @@ bool running_in_this_thread(const asio::any_io_executor& ex) noexcept {
 
 entry_lease::~entry_lease() {
   own.reset();  // back to the pool before the credit lets the next entry in
-  // The consumer gone, there is no credit to give back, and `ex` may
-  // name an io_context that is gone too (entries may outlive both).
-  if (owner.expired()) return;
-  auto back = [n = credit, y = yielded, h = held](consumer_state& s) {
-    if (h) s.release_held(n);
-    else s.release(n, y);
-  };
-  if (running_in_this_thread(ex)) {
-    if (auto s = owner.lock()) back(*s);
-  } else {
-    try {
-      asio::post(ex, [owner = std::move(owner), back] {
-        if (auto s = owner.lock()) back(*s);
-      });
-    } catch (...) {  // out of memory for the handler: the credit is lost
-    }
+  if (home) home->give_back(credit, yielded, held);
+}
+
+lease_home::lease_home(std::weak_ptr<consumer_state> owner, asio::any_io_executor ex)
+    : owner_(std::move(owner)), ex_(std::move(ex)) {}
+
+void lease_home::apply(consumer_state& s, const sums& back) noexcept {
+  if (back.held != 0) s.release_held(back.held);
+  if (back.yielded != 0) s.release(back.yielded, true);
+  if (back.window != 0) s.release(back.window);
+}
+
+void lease_home::give_back(std::uint64_t credit, bool yielded, bool held) noexcept {
+  // The consumer gone, there is no credit to give back, and ex_ may name
+  // an io_context that is gone too (entries may outlive both).
+  if (owner_.expired()) return;
+  sums back;
+  (held ? back.held : yielded ? back.yielded : back.window) = credit;
+  if (running_in_this_thread(ex_)) {
+    if (auto s = owner_.lock()) apply(*s, back);
+    return;
   }
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    pending_.held += back.held;
+    pending_.yielded += back.yielded;
+    pending_.window += back.window;
+    post = !std::exchange(posted_, true);
+  }
+  if (!post) return;  // the drain on its way takes this too
+  try {
+    asio::post(ex_, [home = shared_from_this()] { home->drain(); });
+  } catch (...) {
+    // Out of memory for the handler: the credit stays gathered, and the
+    // next drop posts again.
+    std::lock_guard lock(mu_);
+    posted_ = false;
+  }
+}
+
+void lease_home::drain() noexcept {
+  sums back;
+  {
+    std::lock_guard lock(mu_);
+    back = std::exchange(pending_, sums{});
+    posted_ = false;
+  }
+  if (auto s = owner_.lock()) apply(*s, back);
 }
 
 // ---- the pool ---------------------------------------------------------------------
 
 std::uint64_t consumer_state::pool_join() {
   // The pool may be called from another connection's thread (a server's
-  // receive threads): the grant is made on ours, and from there our
-  // buffered bytes are what the session published (credit_pool.hpp
+  // receive threads): the grant is made on ours, and our buffered bytes
+  // are read from what the session published (credit_pool.hpp
   // "Threading"); the state itself is never locked there, so its last
   // reference cannot go on a thread that is not ours.
   auto [id, first] = opt.pool->join(
@@ -58,24 +90,19 @@ std::uint64_t consumer_state::pool_join() {
           if (auto s = w.lock()) s->grant(credit);
         });
       },
-      [w = weak_from_this(), ex = ex,
-       seen = session.buffered_published()]() -> std::uint64_t {
-        if (!running_in_this_thread(ex)) return seen->load(std::memory_order_relaxed);
-        auto s = w.lock();
-        return s ? s->session.buffered_bytes() : 0;
-      });
-  pool_member = id;
+      session.buffered_published());
+  credit.pool_member = id;
   return first;
 }
 
 bool consumer_state::pool_pressed() {
-  return pool_member != 0 && opt.pool->pressed(pool_member);
+  return credit.pool_member != 0 && opt.pool->pressed(credit.pool_member);
 }
 
-void consumer_state::pool_request(std::uint64_t n) { opt.pool->request(pool_member, n); }
+void consumer_state::pool_request(std::uint64_t n) { opt.pool->request(credit.pool_member, n); }
 
 void consumer_state::pool_released(std::uint64_t n) {
-  if (pool_member != 0) opt.pool->released(pool_member, n);
+  if (credit.pool_member != 0) opt.pool->released(credit.pool_member, n);
 }
 
 void consumer_state::grant(std::uint64_t n) noexcept { session.grant(n, clock_now()); }

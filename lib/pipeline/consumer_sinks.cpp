@@ -221,9 +221,11 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
     std::tie(owned, owned_lease) = make_entry<entry_lease>();
   }
   entry_lease& lease = *owned_lease;
-  lease.owner = weak_from_this();
-  // Untracked: a held entry must not keep the io_context's run() going.
-  lease.ex = asio::prefer(ex, asio::execution::outstanding_work.untracked);
+  if (!credit.leases)
+    // Untracked: a held entry must not keep the io_context's run() going.
+    credit.leases = std::make_shared<lease_home>(
+        weak_from_this(), asio::prefer(ex, asio::execution::outstanding_work.untracked));
+  lease.home = credit.leases;
   lease.credit = a.credit;
   b.device.reset();
   if (small) {
@@ -390,7 +392,7 @@ void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,
 
 consumer_state::~consumer_state() {
   // Entries still held can no longer report their release.
-  if (pool_member != 0) opt.pool->forget(pool_member);
+  if (credit.pool_member != 0) opt.pool->forget(credit.pool_member);
   if (receive.posted.empty()) return;
   t->close();
   try {
@@ -432,7 +434,7 @@ void consumer_state::end(std::error_code ec, std::string reason) {
   else t->close();
   receive.posted.clear();  // empty: next() lands or abandons every posted read first
   receive.blobs.clear();   // partial entries return their credit (no acks any more)
-  if (pool_member != 0) opt.pool->close(pool_member);  // no more grants
+  if (credit.pool_member != 0) opt.pool->close(credit.pool_member);  // no more grants
   acker.cv.notify_all();
   events.final_event = event{};
   events.final_event.kind = event_kind::end_of_stream;

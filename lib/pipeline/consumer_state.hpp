@@ -46,6 +46,7 @@
 #include "lib/runtime/deadline.hpp"
 #include "lib/runtime/task_group.hpp"
 #include "lib/pipeline/device_landing.hpp"
+#include "lib/pipeline/entry_lease.hpp"
 #include "lib/pipeline/receive_buffers.hpp"
 #include "lib/runtime/async_sync.hpp"
 
@@ -204,6 +205,14 @@ struct held_entries {
   void queue_unpromoted(std::weak_ptr<const void> storage);
 };
 
+/// Where the consumer's credit comes back from, besides its own reads:
+/// its entries' leases (dropped on any thread) and the pool it is a
+/// member of.
+struct credit_returns {
+  std::shared_ptr<lease_home> leases;  // every entry's lease shares it (made with the first)
+  std::uint64_t pool_member = 0;       // opt.pool's id for us (0: not pooled)
+};
+
 /// Delivery to next(): events decided and not yet yielded, and the end
 /// of the stream once decided.
 struct event_delivery {
@@ -329,7 +338,7 @@ struct consumer_state final : consumer_session_listener,
   asio::any_io_executor ex;
   consumer_options opt;
   consumer_session session;
-  std::uint64_t pool_member = 0;  // opt.pool's id for us (0: not pooled)
+  credit_returns credit;
   event_delivery events;
   receive_landing receive;
   held_entries held;

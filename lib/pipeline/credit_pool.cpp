@@ -76,13 +76,24 @@ bool credit_pool::holds(std::uint64_t id) const {
 }
 
 std::uint64_t credit_pool::buffered_of(const member& m) const {
-  return std::min(m.buffered ? m.buffered() : 0, m.outstanding);
+  return std::min(m.buffered->load(std::memory_order_relaxed), m.outstanding);
 }
 
-std::uint64_t credit_pool::active_members() const {
+std::uint64_t credit_pool::scan_members() {
   std::uint64_t active = 0;
-  for (const auto& [id, m] : members_)
-    if (m.open && (m.want != 0 || buffered_of(m) != 0)) ++active;
+  waiting_.clear();
+  for (auto& [id, m] : members_) {
+    if (!m.open) continue;
+    if (m.want != 0) {
+      ++active;
+      waiting_.emplace_back(id, &m);
+    } else if (buffered_of(m) != 0) {
+      ++active;
+    }
+  }
+  if (waiting_.size() > 1)
+    std::sort(waiting_.begin(), waiting_.end(),
+              [](const auto& x, const auto& y) { return x.second->want_seq < y.second->want_seq; });
   return std::max<std::uint64_t>(active, 1);
 }
 
@@ -112,7 +123,8 @@ void credit_pool::drop_if_done(std::map<std::uint64_t, member>::iterator it) {
   if (!it->second.open && it->second.outstanding == 0) members_.erase(it);
 }
 
-std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant, buffered_fn buffered) {
+std::pair<std::uint64_t, std::uint64_t> credit_pool::join(grant_fn grant,
+                                                          buffered_figure buffered) {
   std::lock_guard lock(mu_);
   const std::uint64_t id = ++next_id_;
   member& m = members_[id];
@@ -203,14 +215,9 @@ void credit_pool::distribute(std::uint64_t returning, std::uint64_t returned, du
   // member's share, from the free budget; one that cannot be met now
   // waits without holding up the others. Step 2 brings a window back to
   // its target.
-  const std::uint64_t active = active_members();
+  const std::uint64_t active = scan_members();
   const std::uint64_t goal = target(active);
   const std::uint64_t share = std::max<std::uint64_t>(budget_ / active, 1);
-  waiting_.clear();
-  for (auto& [id, m] : members_)
-    if (m.open && m.want != 0) waiting_.emplace_back(id, &m);
-  std::sort(waiting_.begin(), waiting_.end(),
-            [](const auto& x, const auto& y) { return x.second->want_seq < y.second->want_seq; });
   unmet_ = 0;
   starved_ = 0;
   for (auto& [id, mp] : waiting_) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include <asio/any_io_executor.hpp>
 
@@ -23,14 +24,48 @@ struct consumer_state;
 /// strands of them; false for any other kind, which is then posted to).
 bool running_in_this_thread(const asio::any_io_executor& ex) noexcept;
 
+/// Where the leases of one consumer give their credit back. An
+/// application may drop entries on any thread (a trainer hands them to
+/// its own threads, a fan-in server's application runs on its home
+/// thread), but the consumer's state belongs to its executor: from
+/// elsewhere the credit goes back through a post there, and the state is
+/// never touched (nor kept alive) on the dropping thread. Drops on other
+/// threads add their credit to sums here, and one post returns all that
+/// gathered before it ran: one wake of the consumer's thread for a batch
+/// of drops, however many.
+class lease_home : public std::enable_shared_from_this<lease_home> {
+ public:
+  /// `ex`: the owner's executor (held untracked: leases do not keep its
+  /// io_context running).
+  lease_home(std::weak_ptr<consumer_state> owner, asio::any_io_executor ex);
+
+  /// An entry of `credit` bytes was dropped, on any thread. `yielded`:
+  /// the application had it, in the window; `held`: it was in the held
+  /// allowance (its credit went back already). Nothing happens once the
+  /// consumer is gone: its executor may be gone too.
+  void give_back(std::uint64_t credit, bool yielded, bool held) noexcept;
+
+ private:
+  /// Credit gathered from other threads, by how it goes back.
+  struct sums {
+    std::uint64_t window = 0;   // consumer_state::release(n)
+    std::uint64_t yielded = 0;  // consumer_state::release(n, true)
+    std::uint64_t held = 0;     // consumer_state::release_held(n)
+  };
+  static void apply(consumer_state& s, const sums& back) noexcept;
+  /// On the owner's executor: returns what gathered.
+  void drain() noexcept;
+
+  std::weak_ptr<consumer_state> owner_;
+  asio::any_io_executor ex_;
+  std::mutex mu_;      // guards pending_ and posted_ (any thread)
+  sums pending_;
+  bool posted_ = false;  // a drain() is on its way to ex_
+};
+
 /// Owns an entry's bytes and its window credit; see received_entry::storage.
-/// An application may drop entries on any thread (a trainer hands them to
-/// its own threads), but the consumer's state belongs to its executor:
-/// from elsewhere the credit goes back through a post there, and the
-/// state is never touched (nor kept alive) on the dropping thread.
 struct entry_lease {
-  std::weak_ptr<consumer_state> owner;
-  asio::any_io_executor ex;  // the owner's
+  std::shared_ptr<lease_home> home;  // its consumer's (null: no credit to give back)
   std::uint64_t credit = 0;
   aligned_bytes own;
   std::shared_ptr<reserved_region> region;

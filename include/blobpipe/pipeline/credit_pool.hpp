@@ -61,16 +61,17 @@
 // one mutex, and every budget update happens under it. Grants are counted
 // under the mutex and their grant_fn is called after it is unlocked, on
 // the calling thread; a consumer's grant_fn dispatches to its own executor
-// (consumer_options::pool). A buffered_fn is called under the mutex, so it
-// must not call the pool; a consumer's asks its session (the one owner of
-// its credit, blobpipe/protocol/consumer_session.hpp) when called on its
-// own thread and otherwise reads the count the session published after its
-// last read, release or request (so a member's own calls see its exact
-// buffered bytes, and other members' decisions use what it had at its
-// last read).
+// (consumer_options::pool). What a member buffers is read from the figure
+// its session publishes (consumer_session::buffered_published, the one
+// owner of its credit, blobpipe/protocol/consumer_session.hpp) after
+// every read, release and request, and before each of its calls here: so
+// a member's own calls see its exact buffered bytes, and other members'
+// decisions use what it had at its last read. Reading it is one relaxed
+// load, so a decision costs no call into any member.
 // Source: docs/cluster.md "Fan-in", docs/wire_features.md "Credit grants".
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -140,12 +141,14 @@ class credit_pool {
 
   /// Sends `bytes` of credit to a member's sender (an ack).
   using grant_fn = std::function<void(std::uint64_t bytes)>;
-  /// The credit a member's session holds buffered now, bytes.
-  using buffered_fn = std::function<std::uint64_t()>;
+  /// The credit a member's session holds buffered, bytes, as it last
+  /// published it (stored by the member's thread, read under the mutex).
+  using buffered_figure = std::shared_ptr<const std::atomic<std::uint64_t>>;
 
   /// A connection joins. Returns its member id and its initial grant
   /// (bytes; for its hello), already counted as committed.
-  std::pair<std::uint64_t, std::uint64_t> join(grant_fn grant, buffered_fn buffered);
+  /// REQUIRES: `buffered` is not null.
+  std::pair<std::uint64_t, std::uint64_t> join(grant_fn grant, buffered_figure buffered);
   /// Member `id` released `bytes` (entries dropped, a tail checked).
   void released(std::uint64_t id, std::uint64_t bytes);
   /// Member `id`'s sender waits for credit: its waiting items need
@@ -190,7 +193,7 @@ class credit_pool {
  private:
   struct member {
     std::shared_ptr<const grant_fn> grant;  // shared: called after the mutex is let go
-    buffered_fn buffered;
+    buffered_figure buffered;
     std::uint64_t outstanding = 0;  // granted, not yet released
     std::uint64_t want = 0;         // a credit request not yet met (0: none)
     std::uint64_t want_seq = 0;     // its age, for first-come order
@@ -203,8 +206,9 @@ class credit_pool {
 
   std::uint64_t free_bytes() const noexcept;
   std::uint64_t buffered_of(const member& m) const;
-  /// Open members with something buffered or a request waiting (at least 1).
-  std::uint64_t active_members() const;
+  /// Open members with something buffered or a request waiting (at least
+  /// 1); lists the waiting requests, oldest first, in waiting_.
+  std::uint64_t scan_members();
   /// What each of `members` active members may hold (see the constructor).
   std::uint64_t target(std::uint64_t members) const noexcept;
   /// Lowers member `id`'s outstanding credit by `n` (<= it): the
