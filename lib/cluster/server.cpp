@@ -95,6 +95,39 @@ void arrived(server_state& s, const std::shared_ptr<server_conn>& conn, event ev
   s.watch_groups();
 }
 
+/// On connection `conn`'s executor: hands `ev` home, where arrived()
+/// takes it. From a receive thread, events gather in conn.homebound and
+/// one post takes each batch home, in order: an event handed after the
+/// batch was taken starts the next one, and every post here or in
+/// at_home() runs in the order it was made.
+void hand_home(server_state& s, const std::shared_ptr<server_conn>& conn, event ev) {
+  if (conn->at_home) {
+    arrived(s, conn, std::move(ev));
+    return;
+  }
+  homebound_events& hb = conn->homebound;
+  {
+    std::lock_guard lock(hb.mu);
+    hb.queue.push_back(std::move(ev));
+    if (std::exchange(hb.posted, true)) return;  // the batch on its way takes it
+  }
+  try {
+    asio::post(s.ex, [state = s.shared_from_this(), conn] {
+      std::vector<event> batch;
+      {
+        std::lock_guard lock(conn->homebound.mu);
+        batch.swap(conn->homebound.queue);
+        conn->homebound.posted = false;
+      }
+      for (event& e : batch) arrived(*state, conn, std::move(e));
+    });
+  } catch (...) {
+    std::lock_guard lock(hb.mu);
+    hb.posted = false;  // the next event posts again
+    throw;
+  }
+}
+
 /// One connection, on its executor (cx): the handshake (bounded by
 /// handshake_timeout), then its consumer's events handed home until its
 /// end of stream.
@@ -169,7 +202,7 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
     if (end && !io.closed_why.empty()) ev.reason = io.closed_why;
     if (ev.kind != event_kind::entry_ready)
       cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
-    s->at_home(*cn, [s, cn, ev = std::move(ev)]() mutable { arrived(*s, cn, std::move(ev)); });
+    hand_home(*s, cn, std::move(ev));
     if (end) break;
     s->drain_one(io);
   }

@@ -102,6 +102,16 @@ struct conn_io {
   std::optional<async_condition> room;
 };
 
+/// A connection's events on their way home from its receive thread, in
+/// order: the thread adds them, and one post per batch takes them home
+/// (however many an input step decoded), where a post per event was one
+/// wake of the home thread each.
+struct homebound_events {
+  std::mutex mu;             // guards both (the connection's thread and home)
+  std::vector<event> queue;  // handed over, not yet taken home
+  bool posted = false;       // a take home is on its way
+};
+
 /// One connection: its home part and its io part, each touched on its own
 /// executor only (server_state::at_home and on_conn are the one way
 /// across), what both read and is fixed once accepted, and two atomics.
@@ -119,6 +129,8 @@ struct server_conn {
   // Its events that hold no credit (all but entry_ready) handed home and
   // not yet yielded: its pump adds, home subtracts (uncredited_left).
   std::atomic<std::size_t> uncredited_queued{0};
+  // With a receive thread of its own: its events going home.
+  homebound_events homebound;
 };
 
 struct server_state : std::enable_shared_from_this<server_state> {
