@@ -90,6 +90,27 @@ BOOST_AUTO_TEST_CASE(a_request_that_cannot_be_met_now_does_not_hold_up_the_ones_
   BOOST_TEST(h.pool.stats().overcommits == 0u);
 }
 
+// Requests that wait for free budget are granted oldest first, whatever
+// the order in which their connections joined.
+BOOST_AUTO_TEST_CASE(waiting_requests_are_granted_oldest_first) {
+  harness h(1200, 0);  // no initial grants
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  auto& later = h.join(3);    // joined before `earlier`, asks after it
+  auto& earlier = h.join(4);
+  h.pool.request(a.id, 500);
+  h.use(a, 500);
+  h.pool.request(b.id, 500);
+  h.use(b, 500);  // 200 free; four active members: shares of 300
+  h.pool.request(earlier.id, 300);
+  h.pool.request(later.id, 300);
+  BOOST_TEST_REQUIRE(h.pool.stats().requests_waiting == 2u);
+  h.drop(a, 300);  // 500 free: room for one request of 300
+  BOOST_TEST(earlier.allowance() == 300u);
+  BOOST_TEST(later.allowance() == 0u);
+  BOOST_TEST(h.pool.stats().requests_waiting == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(outstanding_credit_is_capped_by_the_share_of_the_active_members) {
   harness h(1000, 0);  // no initial grants
   auto& a = h.join(1);

@@ -99,6 +99,39 @@ BOOST_AUTO_TEST_CASE(cancel_stops_waiting_tasks_and_a_later_spawn_never_runs) {
   BOOST_TEST(tasks.running() == 0u);
 }
 
+// A task waiting on a condition (or a timed poll of one) and cancelled
+// there sees wait() return true and goes on to its own cleanup: the wait
+// does not throw operation_aborted out of the task (which Asio's
+// throw_if_cancelled default would do at a nested co_await).
+BOOST_AUTO_TEST_CASE(a_cancelled_condition_wait_returns_true_without_throwing) {
+  asio::io_context ctx;
+  task_group tasks(ctx.get_executor());
+  async_condition never(ctx.get_executor()), polled(ctx.get_executor());
+  int returned_true = 0;
+  bool joined = false;
+  auto waiter = [&]() -> asio::awaitable<void> {
+    const bool cancelled = co_await never.wait();
+    if (cancelled) ++returned_true;
+  };
+  auto poller = [&]() -> asio::awaitable<void> {
+    const bool cancelled = co_await polled.wait_for(1h);
+    if (cancelled) ++returned_true;
+  };
+  auto joiner = [&]() -> asio::awaitable<void> {
+    co_await tasks.join();
+    joined = true;
+  };
+  tasks.spawn(waiter());
+  tasks.spawn(poller());
+  asio::co_spawn(ctx, joiner(), [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+  ctx.poll();
+  BOOST_TEST_REQUIRE(tasks.running() == 2u);
+  tasks.cancel();
+  BOOST_TEST_REQUIRE(run_until(ctx, [&] { return joined; }));
+  BOOST_TEST(returned_true == 2);
+  BOOST_TEST(tasks.failures() == 0u);  // neither ended by an exception
+}
+
 BOOST_AUTO_TEST_CASE(a_task_on_another_thread_is_cancelled_there_and_joined_here) {
   asio::io_context home;
   asio::io_context other;

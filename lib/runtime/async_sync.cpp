@@ -14,9 +14,8 @@ namespace blobpipe::detail {
 namespace {
 constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 
-asio::awaitable<bool> cancelled() {
-  auto cs = co_await asio::this_coro::cancellation_state;
-  co_return cs.cancelled() != asio::cancellation_type::none;
+bool is_cancelled(const asio::cancellation_state& cs) noexcept {
+  return cs.cancelled() != asio::cancellation_type::none;
 }
 }  // namespace
 
@@ -31,16 +30,25 @@ async_condition::async_condition(asio::any_io_executor ex) : timer_(std::move(ex
   timer_.expires_at(asio::steady_timer::time_point::max());
 }
 
+// The cancellation state is read through this_coro, never by co_await of
+// another awaitable once the wait is over: Asio throws operation_aborted
+// from such a co_await in a cancelled coroutine (throw_if_cancelled, on by
+// default), and the caller is promised `true` instead. A coroutine
+// cancelled before it waits does not wait: no signal would come again.
 asio::awaitable<bool> async_condition::wait() {
+  const auto cs = co_await asio::this_coro::cancellation_state;
+  if (is_cancelled(cs)) co_return true;
   co_await timer_.async_wait(use_tuple);
-  co_return co_await cancelled();
+  co_return is_cancelled(cs);
 }
 
 asio::awaitable<bool> async_condition::wait_for(std::chrono::milliseconds d) {
+  const auto cs = co_await asio::this_coro::cancellation_state;
+  if (is_cancelled(cs)) co_return true;
   timer_.expires_after(d);
   co_await timer_.async_wait(use_tuple);
   timer_.expires_at(asio::steady_timer::time_point::max());
-  co_return co_await cancelled();
+  co_return is_cancelled(cs);
 }
 
 void async_condition::notify_all() noexcept { timer_.cancel(); }

@@ -36,7 +36,10 @@ class async_condition {
  public:
   explicit async_condition(asio::any_io_executor ex);
   /// Suspends until notify_all(). Returns true when the awaiting coroutine
-  /// was cancelled (its cancellation state is set), so loops can stop.
+  /// was cancelled (its cancellation state is set: before the wait, which
+  /// then does not suspend, or during it), so loops can stop; it does not
+  /// throw for cancellation. The caller's own next co_await does, unless
+  /// it turned asio::this_coro::throw_if_cancelled off.
   asio::awaitable<bool> wait();
   /// As wait(), for at most `d`: a poll that a notify_all() cuts short (the
   /// waiter re-checks what it waits for either way). One waiter at a time.
