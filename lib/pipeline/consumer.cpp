@@ -204,7 +204,7 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
                s->events.pending.front().after_read <= s->receive.reads_landed) {
       ready_event& front = s->events.pending.front();
       if (front.upload) {
-        auto up = co_await s->device.upload(front, s->stats);
+        auto up = co_await s->receive.device.upload(front, s->stats);
         if (!up) s->lose_blob(front.ev.blob_id, up.code(), up.message());
         continue;
       }
@@ -327,7 +327,7 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
                                ? 1
                                : std::min(s->opt.payload_window, s->t->read_window());
   if (s->opt.landing.enabled)
-    s->device.lander =
+    s->receive.device.lander =
         std::make_unique<detail::device_lander>(s->ex, s->opt.landing,
                                                 s->session.answer().max_chunk_bytes);
   // The session framed its answer to the hello (consumer_session::answer).

@@ -140,17 +140,17 @@ void consumer_state::on_yield(const event& ev) {
   // An assembled blob's entries share its region, which only the whole
   // blob frees: they stay in the window.
   if (opt.held_bytes != 0 && !lease.region && !events.ended) {
-    held.queue_unpromoted(ev.entry->storage);
+    credit.held.queue_unpromoted(ev.entry->storage);
     promote_held();
   }
 }
 
 void consumer_state::promote_held() noexcept {
   const auto now = clock_now();
-  while (!held.unpromoted.empty()) {
-    auto storage = held.unpromoted.front().lock();
+  while (!credit.held.unpromoted.empty()) {
+    auto storage = credit.held.unpromoted.front().lock();
     if (!storage) {  // dropped already: its release is on its way
-      held.unpromoted.pop_front();
+      credit.held.unpromoted.pop_front();
       continue;
     }
     entry_lease& lease = lease_of(storage);
@@ -158,7 +158,7 @@ void consumer_state::promote_held() noexcept {
     // delivered, which happens in yield order.
     if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
     if (!session.hold(lease.credit, now)) break;  // its credit went back if it moved
-    held.unpromoted.pop_front();
+    credit.held.unpromoted.pop_front();
     lease.held = true;
   }
 }

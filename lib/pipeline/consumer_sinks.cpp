@@ -207,7 +207,7 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
   const Entry& e = *a.entry;
   std::byte* dest = nullptr;
   const bool small = !b.discard && !b.region && e.len != 0 && e.len <= small_entry_bytes &&
-                     !device.selects(e);
+                     !receive.device.selects(e);
   // The entry and its lease share one allocation (entry_block), each with
   // its own count: storage may outlive the entry.
   std::shared_ptr<received_entry> owned;
@@ -234,10 +234,10 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
     dest = b.region->data() + e.off;  // validate_entry: off + len <= max_blob_bytes
     lease.region = b.region;
   } else if (!b.discard) {
-    if (device.selects(e)) {
+    if (receive.device.selects(e)) {
       // consumer_options::landing: its home is device memory (docs/cuda.md);
       // the bytes land here first and are copied there before the yield.
-      auto buf = device.lander->allocate(e.len);
+      auto buf = receive.device.lander->allocate(e.len);
       if (buf) {
         lease.device = *buf;
         b.device = std::move(*buf);

@@ -160,10 +160,25 @@ struct posted_read {
   payload_receipt receipt;
 };
 
+/// Device uploads (consumer_options::landing, docs/cuda.md): entries whose
+/// home is device memory land on the host first, then upload() copies them
+/// before they are yielded. `lander` is set once the hello came, only with
+/// landing enabled.
+struct device_uploads {
+  std::unique_ptr<device_lander> lander;
+
+  /// Whether entry `e` goes to the device.
+  bool selects(const Entry& e) const { return lander && lander->selects(e); }
+  /// Copies `r`'s entry to its device buffer and makes it a device entry;
+  /// counts it in `stats`. Errors: cuda_failure.
+  asio::awaitable<result<void>> upload(ready_event& r, consumer_stats& stats);
+};
+
 /// The receive side ("landing"): where bytes from the transport go before
 /// the decoder and the sinks have them. Owns the receive buffer, a bulk
-/// payload announced and not yet read, the open blobs' sink state, and
-/// the reads posted (transport::post_read) and not yet waited for.
+/// payload announced and not yet read, the open blobs' sink state, the
+/// reads posted (transport::post_read) and not yet waited for, and the
+/// uploads of entries whose home is device memory.
 /// Invariants: reads are numbered from 1 in posting order; reads
 /// 1..reads_landed have been waited for, and `posted` holds exactly
 /// reads_landed+1..reads_posted, oldest first, at most read_window of
@@ -185,6 +200,8 @@ struct receive_landing {
   std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
   std::shared_ptr<buffer_pool> recycled;
+  // Entries whose home is device memory (consumer_options::landing).
+  device_uploads device;
 
   /// Hands the memory a read cut short may still write into (UCX lands
   /// such fetches late) to `t`.retire: the buffers of posted reads and of
@@ -206,11 +223,13 @@ struct held_entries {
 };
 
 /// Where the consumer's credit comes back from, besides its own reads:
-/// its entries' leases (dropped on any thread) and the pool it is a
-/// member of.
+/// its entries' leases (dropped on any thread), the pool it is a member
+/// of, and the held allowance (entries the application holds move there,
+/// and their credit goes back).
 struct credit_returns {
   std::shared_ptr<lease_home> leases;  // every entry's lease shares it (made with the first)
   std::uint64_t pool_member = 0;       // opt.pool's id for us (0: not pooled)
+  held_entries held;                   // yielded, waiting for the held allowance
 };
 
 /// Delivery to next(): events decided and not yet yielded, and the end
@@ -239,20 +258,6 @@ struct ack_writer {
   explicit ack_writer(const asio::any_io_executor& ex) : cv(ex) {}
   async_condition cv;
   bool running = false;  // ack_loop started (our hello is sent)
-};
-
-/// Device uploads (consumer_options::landing, docs/cuda.md): entries whose
-/// home is device memory land on the host first, then upload() copies them
-/// before they are yielded. `lander` is set once the hello came, only with
-/// landing enabled.
-struct device_uploads {
-  std::unique_ptr<device_lander> lander;
-
-  /// Whether entry `e` goes to the device.
-  bool selects(const Entry& e) const { return lander && lander->selects(e); }
-  /// Copies `r`'s entry to its device buffer and makes it a device entry;
-  /// counts it in `stats`. Errors: cuda_failure.
-  asio::awaitable<result<void>> upload(ready_event& r, consumer_stats& stats);
 };
 
 /// The consumer: the session's listener (consumer_sinks.cpp) and the I/O
@@ -341,14 +346,12 @@ struct consumer_state final : consumer_session_listener,
   credit_returns credit;
   event_delivery events;
   receive_landing receive;
-  held_entries held;
   ack_writer acker;
   stream_ending ending;
   // The acker (ack_loop) and the session's timer (watch): cancelled by
   // consumer::close(), joined before the first end_of_stream.
   task_group tasks;
   consumer_stats stats;
-  device_uploads device;
 };
 
 /// Writes `out` (frames the consumer sends: hello, acks) in one write.
