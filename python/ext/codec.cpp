@@ -565,6 +565,7 @@ PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, 
     const module_state& s = state();
     PyTypeObject* t = Py_TYPE(v);
     PyObject* args[] = {v};
+    python_call copying;  // clone() and copy() may release the GIL (runtime.hpp)
     const torch_state* torch = torch_if_loaded();  // a tensor exists only once torch does
     if (torch && PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr())))
       return checked_call(PyObject_VectorcallMethod(s.s_clone.ptr(), args,
