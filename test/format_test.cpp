@@ -134,11 +134,28 @@ BOOST_AUTO_TEST_CASE(numpy_dtype_str_gives_order_kind_and_item_size) {
   BOOST_TEST(!be->is_native_order());
 }
 
+BOOST_AUTO_TEST_CASE(numpy_long_double_dtypes_have_their_item_sizes) {
+  // What numpy's longdouble and clongdouble write as dtype.str on x86-64
+  // (16, 32) and on 32-bit x86 (12, 24).
+  for (auto [s, n] : {std::pair{"<f16", 16u}, {"<f12", 12u}, {">f16", 16u}}) {
+    auto d = bp::parse_numpy_dtype(s);
+    BOOST_TEST_REQUIRE(d.has_value(), s);
+    BOOST_TEST(d->itemsize == n);
+    BOOST_TEST((d->type == bp::scalar_type::longdouble));
+  }
+  for (auto [s, n] : {std::pair{"<c32", 32u}, {"<c24", 24u}}) {
+    auto d = bp::parse_numpy_dtype(s);
+    BOOST_TEST_REQUIRE(d.has_value(), s);
+    BOOST_TEST(d->itemsize == n);
+    BOOST_TEST((d->type == bp::scalar_type::clongdouble));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(unknown_dtypes_fail_with_unknown_dtype) {
   for (const char* s : {"float33", "", "torch.", "Float32"})
     BOOST_TEST((bp::parse_torch_dtype(s).code() == bp::errc::unknown_dtype), s);
   for (const char* s : {"<f3", "|O8", "<i", "f4", "<M8[parsec]", "<f4[s]", "<U99999999999999",
-                        "<i4x", "<c32"})
+                        "<i4x", "<c12", "<f32"})
     BOOST_TEST((bp::parse_numpy_dtype(s).code() == bp::errc::unknown_dtype), s);
   BOOST_TEST((bp::parse_dtype('p', "float32").code() == bp::errc::unknown_kind));
 }

@@ -167,9 +167,14 @@ result<dtype> parse_numpy_dtype(std::string_view str) {
       return fixed({{1, scalar_type::uint8}, {2, scalar_type::uint16},
                     {4, scalar_type::uint32}, {8, scalar_type::uint64}});
     case 'f':
+      // 12 and 16: numpy's longdouble, as the platform that wrote it pads
+      // C's long double (the reference stores whatever dtype.str says).
       return fixed({{2, scalar_type::float16}, {4, scalar_type::float32},
-                    {8, scalar_type::float64}});
-    case 'c': return fixed({{8, scalar_type::complex64}, {16, scalar_type::complex128}});
+                    {8, scalar_type::float64}, {12, scalar_type::longdouble},
+                    {16, scalar_type::longdouble}});
+    case 'c':
+      return fixed({{8, scalar_type::complex64}, {16, scalar_type::complex128},
+                    {24, scalar_type::clongdouble}, {32, scalar_type::clongdouble}});
     case 'M':
     case 'm':
       d.unit = std::string(unit);

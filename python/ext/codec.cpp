@@ -47,7 +47,11 @@ py::object optional_str(const std::optional<std::string>& s) {
 py::object shape_or_none(const std::optional<shape_t>& s) {
   if (!s) return py::none();
   py::tuple t(s->size());
-  for (std::size_t i = 0; i < s->size(); ++i) t[i] = py::int_((*s)[i]);
+  for (std::size_t i = 0; i < s->size(); ++i) {
+    PyObject* d = PyLong_FromLongLong((*s)[i]);
+    if (d == nullptr) throw py::error_already_set();
+    PyTuple_SET_ITEM(t.ptr(), static_cast<Py_ssize_t>(i), d);
+  }
   return t;
 }
 
@@ -233,24 +237,27 @@ void with_out_buffer(py::handle out, F&& f) {
 }
 
 // BlobPlan.buffers and .keepalive as the reference defines them, in one
-// call: per value (memoryview, owner) where the value's bytes are used in
-// place (a C-contiguous CPU tensor, a C-contiguous numpy array of rank
-// >= 1, a pickle's bytes), None where the reference copies or reshapes
-// (blobpipe/_plan.py makes those). The memoryview is 1-d, format "B", over a uint8 ndarray
-// viewing the value's memory with the owner as its base, as the
-// reference's .numpy() and .view(uint8) give.
-py::list plan_buffers(const py_plan& p) {
+// call: (buffers, owners, missing). buffers[i] is a memoryview where the
+// value's bytes are used in place (a C-contiguous CPU tensor, a
+// C-contiguous numpy array of rank >= 1, a pickle's bytes), None where the
+// reference copies or reshapes (blobpipe/_plan.py makes those: their
+// indices are `missing`); owners[i] is the planned value's owner. The
+// memoryview is 1-d, format "B", over a uint8 ndarray viewing the value's
+// memory with the owner as its base, as the reference's .numpy() and
+// .view(uint8) give.
+py::tuple plan_buffers(const py_plan& p) {
   python_call building;  // numpy may run code that releases the GIL (runtime.hpp)
   const std::size_t n = p.plan.entries.size();
-  py::list out(n);
+  py::list out(n), owners(n), missing;
   for (std::size_t i = 0; i < n; ++i) {
     const planned_entry& pe = p.plan.entries[i];
     const py::object& owner = p.keep[i];
+    PyList_SET_ITEM(owners.ptr(), static_cast<Py_ssize_t>(i), py::object(owner).release().ptr());
     py::object item = py::none();
     if (pe.entry.kind == KIND_PICKLE) {
       PyObject* mv = PyMemoryView_FromObject(owner.ptr());
       if (mv == nullptr) throw py::error_already_set();
-      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+      item = py::reinterpret_steal<py::object>(mv);
     } else if (pe.contiguous && pe.entry.len > 0 && pe.entry.shape &&
                (pe.entry.kind == KIND_NDARRAY
                     // numpy.ascontiguousarray makes a 0-d array a 1-d copy
@@ -262,11 +269,13 @@ py::list plan_buffers(const py_plan& p) {
                       {py::ssize_t{1}}, pe.source.data, owner);
       PyObject* mv = PyMemoryView_FromObject(bytes.ptr());
       if (mv == nullptr) throw py::error_already_set();
-      item = py::make_tuple(py::reinterpret_steal<py::object>(mv), owner);
+      item = py::reinterpret_steal<py::object>(mv);
+    } else {
+      missing.append(i);
     }
     PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), item.release().ptr());
   }
-  return out;
+  return py::make_tuple(std::move(out), std::move(owners), std::move(missing));
 }
 
 void write_blob(const py_plan& p, py::handle out) {
@@ -565,6 +574,7 @@ PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, 
     const module_state& s = state();
     PyTypeObject* t = Py_TYPE(v);
     PyObject* args[] = {v};
+    python_call copying;  // clone() and copy() may release the GIL (runtime.hpp)
     const torch_state* torch = torch_if_loaded();  // a tensor exists only once torch does
     if (torch && PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr())))
       return checked_call(PyObject_VectorcallMethod(s.s_clone.ptr(), args,
@@ -576,6 +586,49 @@ PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, 
     return py::reinterpret_borrow<py::object>(v);
   });
 }
+
+// ---- Entry's fields as CPython getset descriptors: pybind11's properties
+// dispatch through its function records (argument casting, overloads),
+// several times the cost of reading the field, and a storage client reads
+// off and len of every entry.
+
+const Entry& entry_self(PyObject* self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self);
+  if (inst->simple_layout && inst->simple_value_holder[0] != nullptr)
+    return *static_cast<const Entry*>(inst->simple_value_holder[0]);
+  return py::handle(self).cast<const Entry&>();  // raises for an uninitialised one
+}
+
+PyObject* utf8_str(const std::string& s) {
+  return PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), nullptr);
+}
+
+template <PyObject* (*Field)(const Entry&)>
+PyObject* entry_field(PyObject* self, void*) {
+  return fastcall([&] { return checked_call(Field(entry_self(self))); });
+}
+
+PyObject* field_key(const Entry& e) { return utf8_str(e.key); }
+PyObject* field_off(const Entry& e) { return PyLong_FromUnsignedLongLong(e.off); }
+PyObject* field_len(const Entry& e) { return PyLong_FromUnsignedLongLong(e.len); }
+PyObject* field_kind(const Entry& e) { return PyUnicode_FromStringAndSize(&e.kind, 1); }
+PyObject* field_dtype(const Entry& e) {
+  if (!e.dtype) Py_RETURN_NONE;
+  return utf8_str(*e.dtype);
+}
+PyObject* field_shape(const Entry& e) { return shape_or_none(e.shape).release().ptr(); }
+
+PyGetSetDef entry_getsets[] = {
+    {"key", entry_field<field_key>, nullptr, "the entry's name (str)", nullptr},
+    {"off", entry_field<field_off>, nullptr, "offset of its bytes from the blob's start, bytes",
+     nullptr},
+    {"len", entry_field<field_len>, nullptr, "length of its bytes, bytes", nullptr},
+    {"kind", entry_field<field_kind>, nullptr, "'t', 'n' or 'p'", nullptr},
+    {"dtype", entry_field<field_dtype>, nullptr, "torch's name, numpy's dtype.str, or None",
+     nullptr},
+    {"shape", entry_field<field_shape>, nullptr, "elements per dimension (tuple), or None",
+     nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 constexpr const char* decode_entry_doc = R"(decode_entry(view, e, *, allow_pickle=True)
 --
@@ -703,12 +756,6 @@ invalid_argument).
 Source: Entry (Python reference); blobpipe/format/entry.hpp.)")
       .def(py::init(&make_entry), py::arg("key"), py::arg("off"), py::arg("len"), py::arg("kind"),
            py::arg("dtype"), py::arg("shape"))
-      .def_property_readonly("key", [](const Entry& e) { return e.key; })
-      .def_property_readonly("off", [](const Entry& e) { return e.off; })
-      .def_property_readonly("len", [](const Entry& e) { return e.len; })
-      .def_property_readonly("kind", [](const Entry& e) { return std::string(1, e.kind); })
-      .def_property_readonly("dtype", [](const Entry& e) { return optional_str(e.dtype); })
-      .def_property_readonly("shape", [](const Entry& e) { return shape_or_none(e.shape); })
       .def("meta", &entry_meta,
            "The location map {'o': off, 'n': len, 'k': kind, 'd': dtype, 's': list(shape or ())},\n"
            "as the reference returns it (a dict).")
@@ -783,17 +830,6 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
       .def_property_readonly("tag", [](const py_plan& p) { return tag_bytes(p.plan.tag); })
       .def_property_readonly("index_off", [](const py_plan& p) { return p.plan.index_off(); })
       .def("__len__", [](const py_plan& p) { return p.plan.entries.size(); })
-      .def("_owners",
-           [](const py_plan& p) {
-             // (owner, kind) per value: what BlobPlan.buffers views.
-             py::list out(p.keep.size());
-             for (std::size_t i = 0; i < p.keep.size(); ++i)
-               PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i),
-                               py::make_tuple(p.keep[i], std::string(1, p.plan.entries[i].entry.kind))
-                                   .release()
-                                   .ptr());
-             return out;
-           })
       .def("_buffers", &plan_buffers)
       .def("__repr__", [](const py_plan& p) {
         return "BlobPlan(" + std::to_string(p.plan.entries.size()) +
@@ -809,6 +845,12 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
   m.def("read_index_file", &read_blob_index_file, py::arg("f"), py::arg("off") = 0,
         py::arg("nbytes") = 0);
   entry_type = reinterpret_cast<PyTypeObject*>(py::type::of<Entry>().ptr());
+  for (PyGetSetDef* d = entry_getsets; d->name != nullptr; ++d) {
+    py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewGetSet(entry_type, d));
+    if (!descr || PyObject_SetAttrString(reinterpret_cast<PyObject*>(entry_type), d->name,
+                                         descr.ptr()) != 0)
+      throw py::error_already_set();
+  }
   for (PyMethodDef* d = fast_methods; d->ml_name != nullptr; ++d) {
     py::object f = py::reinterpret_steal<py::object>(PyCFunction_NewEx(d, nullptr, m.attr("__name__").ptr()));
     if (!f) throw py::error_already_set();

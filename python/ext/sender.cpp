@@ -865,6 +865,11 @@ class sender_handle {
   }
 
   static void drop_now(std::vector<PyObject*>& objs) {
+    if (objs.empty()) return;
+    // A held value's last reference: a torch tensor's dealloc releases the
+    // GIL and takes it back in a noexcept frame, and a numpy array's base
+    // may run Python code (runtime.hpp).
+    python_call freeing_held;
     for (PyObject* o : objs) Py_DECREF(o);
     objs.clear();
   }

@@ -89,9 +89,15 @@ struct sender_settings {
   sender_options opt;
   bool resend = false;
   /// Bytes handed to the background thread and not yet sent beyond which
-  /// emit() waits; 0: the consumer's window, at most 64 MiB (sender.cpp).
+  /// emit() waits, 1 to max_queue_bytes; 0: the consumer's window, at most
+  /// max_queue_bytes (sender.cpp).
   std::uint64_t queue_bytes = 0;
 };
+
+/// The most a Sender queues for its background thread, bytes, whatever
+/// connect() is given or the consumer grants: copies of small entries
+/// pile up there against a consumer that grants much and reads nothing.
+inline constexpr std::uint64_t max_queue_bytes = 64ull << 20;
 sender_settings sender_settings_from(const pybind11::dict& kw);
 
 /// Consumer options from keyword arguments (listen(), loopback_pair()):

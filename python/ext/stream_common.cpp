@@ -109,6 +109,9 @@ sender_settings sender_settings_from(const py::dict& kw) {
       if (s.queue_bytes == 0)
         throw py::value_error("queue_bytes must be at least 1 byte, not 0 (leave it out for the "
                               "default: the consumer's window, at most 64 MiB)");
+      if (s.queue_bytes > max_queue_bytes)
+        throw py::value_error("queue_bytes must be at most " + std::to_string(max_queue_bytes) +
+                              " bytes (64 MiB), not " + std::to_string(s.queue_bytes));
     } else if (name == "stall_timeout") {
       o.stall_timeout = timeout_ms(v, "stall_timeout");
     } else if (name == "handshake_timeout") {

@@ -172,6 +172,26 @@ INSIDE = {
                          "s.send_blob(['k'], [Dying()])\n"
                          "def work():\n"
                          "    for ev in c: getattr(ev, 'value', None)\n",
+    # A value held by the Sender (above inline_bytes) is dropped by the
+    # emitting thread's next call once sent: here its buffer's __del__
+    # sleeps; a torch tensor's dealloc releases the GIL.
+    "held_value_dropped": "class SlowBuf(bytearray):\n"
+                          "    def __del__(self):\n"
+                          "        entered.set(); time.sleep(0.3); print('done', flush=True)\n"
+                          "s, c = bf.loopback_pair()\n"
+                          "threading.Thread(target=lambda: [None for ev in c], daemon=True).start()\n"
+                          "def work():\n"
+                          "    with s.open_blob() as b:\n"
+                          "        b.emit('k', np.frombuffer(SlowBuf(1 << 17), np.uint8))\n"
+                          "    s.flush()\n",
+    # materialize copies: torch's clone() releases the GIL; here an array
+    # subclass's copy() sleeps.
+    "materialize": "class SlowCopy(np.ndarray):\n"
+                   "    def copy(self, *args, **kwargs):\n"
+                   "        entered.set(); time.sleep(0.3); print('done', flush=True)\n"
+                   "        return np.ndarray.copy(self)\n"
+                   "v = np.zeros(4).view(SlowCopy)\n"
+                   "def work(): bf.materialize(v)\n",
     "entry_ready_value": "s, c = bf.loopback_pair()\n"
                          "s.send_blob(['k'], [SlowLoad()])\n"
                          "def work():\n"

@@ -745,6 +745,24 @@ def test_plan_and_write_are_byte_identical_to_the_references(ref):
         [dataclasses.astuple(e) for e in ref.read_index(memoryview(theirs))]
 
 
+@pytest.mark.parametrize("dtype", ["longdouble", "clongdouble"])
+def test_numpy_long_double_is_stored_and_read_as_the_reference(ref, dtype):
+    # dtype.str "<f16" / "<c32" here: the reference stores it as any other.
+    a = (np.arange(6, dtype=getattr(np, dtype)) / 3).reshape(2, 3)
+    p, r = bf.plan(["x"], [a]), ref.plan(["x"], [a])
+    assert p.index_bytes == r.index_bytes and p.nbytes == r.nbytes
+    theirs = bytearray(r.nbytes)
+    ref.write(r, memoryview(theirs))
+    ours = _written(p, 0)
+    assert ours == bytes(theirs)
+    (e,), (re,) = bf.read_index(theirs), ref.read_index(memoryview(ours))
+    assert (e.kind, e.dtype, e.shape) == ("n", a.dtype.str, (2, 3))
+    got = bf.decode_entry(memoryview(theirs)[e.off: e.off + e.len], e)
+    back = ref.decode_entry(memoryview(ours)[re.off: re.off + re.len], re)
+    assert got.dtype == a.dtype and np.array_equal(got, a)
+    assert back.dtype == a.dtype and np.array_equal(back, a)
+
+
 # ---------------------------------------------------------------- batched decode
 
 def test_decode_entries_decodes_every_entry_as_decode_entry_does():

@@ -443,6 +443,18 @@ def test_queue_bytes_zero_is_refused_naming_it():
     consumer.close()
 
 
+def test_queue_bytes_above_64_mib_is_refused_naming_it():
+    # The queue holds copies of small entries: its bound is the Sender's
+    # memory against a consumer that grants much and reads nothing.
+    with pytest.raises(ValueError) as e:
+        bf.loopback_pair(sender_options={"queue_bytes": (64 << 20) + 1})
+    assert "queue_bytes" in str(e.value) and "at most 67108864" in str(e.value), str(e.value)
+    sender, consumer = bf.loopback_pair(sender_options={"queue_bytes": 64 << 20})
+    assert sender.queue_bytes == 64 << 20
+    sender.close()
+    consumer.close()
+
+
 def test_objects_are_unusable_after_close():
     sender, consumer = bf.loopback_pair()
     consumer.close()

@@ -45,6 +45,10 @@ enum class scalar_type {
   datetime,   ///< numpy 'M': int64 ticks of `unit`
   timedelta,  ///< numpy 'm': int64 ticks of `unit`
   void_,      ///< numpy 'V': raw records (structured dtypes arrive as |Vn)
+  /// numpy 'f' of 12 or 16 bytes and 'c' of 24 or 32: the writer's C long
+  /// double (x86: 80-bit extended, padded), as numpy's longdouble and
+  /// clongdouble; carried as bytes, no numeric value here.
+  longdouble, clongdouble,
 };
 
 /// Byte order of multi-byte elements.
@@ -79,7 +83,8 @@ struct dtype {
 [[nodiscard]] result<dtype> parse_torch_dtype(std::string_view name);
 
 /// Parses numpy's `dtype.str`: byte order ('<', '>', '|', '='), kind
-/// (b i u f c S U V M m), item size in bytes (characters for 'U'), and for
+/// (b i u f c S U V M m), item size in bytes (characters for 'U'; 'f' 2, 4,
+/// 8, 12 or 16 and 'c' 8, 16, 24 or 32, the larger ones long double), and for
 /// M/m an optional unit in brackets ("[ns]"). Object arrays ('O') cannot be
 /// carried as raw bytes and are refused. '=' is read as this machine's
 /// order. Errors: unknown_dtype. Source: numpy `dtype.str`.

@@ -306,9 +306,10 @@ def plan(keys: _Sequence[_Any], values: _Sequence[_Any], tag: _Any = NO_TAG) -> 
             length; a tensor layout with no dense bytes such as sparse CSR;
             a structured dtype holding objects; a RawEntry whose data is not
             the length its dtype and shape need), ``unknown_dtype`` (a dtype
-            the format has no size for, e.g. numpy's ``longdouble``; every
-            torch 1.13 dtype is stored, ``complex32`` and the quantized
-            ones included: their integers), ``too_large`` (data or index reaching 4 GiB, which the
+            the format has no size for; every numpy dtype but object is
+            stored, ``longdouble`` included, and every torch 1.13 dtype,
+            ``complex32`` and the quantized ones included: their
+            integers), ``too_large`` (data or index reaching 4 GiB, which the
             v3 footer cannot address).
         Whatever pickling a value raises.
     """

@@ -280,20 +280,14 @@ class BlobPlan:
             raise AttributeError(f"'BlobPlan' object has no attribute {name!r}")
         d = self.__dict__
         if name in ("buffers", "keepalive"):
-            buffers, owners = [], []
             # Made natively where the value's bytes are used in place;
-            # here (as the reference makes them) where they are copied.
-            for made, (owner, kind) in zip(native._buffers(), native._owners()):
-                if made is not None:
-                    mv, owner = made
-                elif kind == KIND_TENSOR and not isinstance(owner, np.ndarray):
-                    mv, owner = _tensor_bytes(owner)
-                elif isinstance(owner, np.ndarray):
-                    mv, owner = _numpy_bytes(owner)
-                else:  # a pickle's bytes
-                    mv = memoryview(owner)
-                buffers.append(mv)
-                owners.append(owner)
+            # here (as the reference makes them) where they are copied: a
+            # numpy array, or a tensor (CUDA, non-contiguous, empty).
+            buffers, owners, missing = native._buffers()
+            for i in missing:
+                owner = owners[i]
+                bytes_of = _numpy_bytes if isinstance(owner, np.ndarray) else _tensor_bytes
+                buffers[i], owners[i] = bytes_of(owner)
             d["buffers"], d["keepalive"] = buffers, owners
         else:
             d[name] = getattr(native, name)

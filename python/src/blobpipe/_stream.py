@@ -72,7 +72,7 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             max_queued_bytes: copied bytes the C++ sender queues for its
                 writer before it waits, bytes (default 4 MiB).
             queue_bytes: bytes emitted and not yet taken by the C++ sender
-                beyond which ``emit`` blocks, at least 1 (default: the
+                beyond which ``emit`` blocks, 1 to 64 MiB (default: the
                 consumer's window, at most 64 MiB: a consumer may grant any
                 window, and the Sender's memory keeps its own bound).
             stall_timeout: seconds the sender waits on a consumer that
@@ -114,7 +114,7 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             that does not resolve ("cannot resolve 'HOST'", ``.part``
             ``"host"``).
         TypeError, ValueError: an unknown option, a value out of range
-            (``queue_bytes=0`` included), or a resend session limit
+            (``queue_bytes`` 0 or above 64 MiB included), or a resend session limit
             without ``resend=True`` (the message names the option).
         PeerFailedError: nobody accepted the connection ("is a consumer
             listening there?").
