@@ -5,17 +5,21 @@
 //
 //   bazel/bazelw run -c opt //bench:cluster_bench -- [--senders 16]
 //       [--samples 8192] [--seq-len 4096] [--slow-us 200] [--budget-mb 256]
-//       [--stream-kb 4096] [--threads 1] [--process-runs R]
+//       [--stream-kb 4096] [--threads 1] [--process-runs R] [--one-phase]
 //
 // --threads N: the server's receive threads (server_options::threads) in
 // every phase. --process-runs R: instead, the server alone in this process
 // and its senders in other processes (this binary run again with --send),
-// R interleaved rounds of three phases: 1 sender on 1 connection (1
-// receive thread), --senders senders (1 receive thread), and --senders
-// senders on --threads receive threads (2 when --threads is 1). Each phase
+// R interleaved rounds of five phases: 1 sender on 1 connection (1
+// receive thread), --senders senders (1 receive thread), --senders
+// senders on --threads receive threads (2 when --threads is 1), and the
+// raw-socket floor with 1 and --senders connections (--send-raw: the same
+// bytes, one send() per entry, read by a plain epoll loop). Each phase
 // prints bytes/s (first to last entry) and the server's CPU per byte
-// (getrusage of this process: the server only); the medians over the
-// rounds end the output (bench/cluster_bench.sh runs 5 rounds).
+// (getrusage of this process: the server only; with receive threads,
+// split by thread); the medians over the rounds end the output
+// (bench/cluster_bench.sh runs 5 rounds). --one-phase: one server phase
+// with --senders sender processes on --threads receive threads, alone.
 //
 // A sample is five entries as RL sends them: int64 token ids [T], float32
 // logprobs [T], bool mask [T], a float32 reward and 256 bytes of pickled
@@ -36,6 +40,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -393,9 +400,26 @@ int run_raw_sender(std::uint16_t port, std::size_t count, std::size_t seq_len) {
   return 0;
 }
 
+/// CPU time each thread of this process has run, nanoseconds, by thread
+/// id (/proc/self/task/TID/schedstat: the scheduler's own count).
+std::map<long, std::uint64_t> thread_cpu_ns() {
+  std::map<long, std::uint64_t> out;
+  std::error_code ec;
+  for (const auto& d : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream f(d.path() / "schedstat");
+    std::uint64_t run_ns = 0;
+    if (f >> run_ns) out[std::stol(d.path().filename().string())] = run_ns;
+  }
+  return out;
+}
+
 struct process_phase {
   double seconds = 0;  // first to last entry
   double cpu = 0;      // this process (the server), user + system, over the phase
+  // Of it, by thread (schedstat): the application's (home) thread, and the
+  // receive threads together (0 with one: connections run at home).
+  double home_cpu = 0;
+  double receive_cpu = 0;
   std::uint64_t bytes = 0;
   int failures = 0;    // sender processes that did not exit 0
   double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
@@ -434,12 +458,19 @@ process_phase run_process_phase(const config& cfg, std::size_t senders, std::siz
   };
   asio::co_spawn(ctx, consume(), asio::detached);
   const usage u0 = usage_now();
+  const auto by_thread0 = thread_cpu_ns();
   std::vector<pid_t> pids;
   for (std::size_t i = 0; i < senders; ++i) {
     const std::size_t lo = cfg.samples * i / senders, hi = cfg.samples * (i + 1) / senders;
     pids.push_back(spawn_sender(srv->url(), lo, hi - lo, cfg.seq_len));
   }
   ctx.run();
+  const auto by_thread1 = thread_cpu_ns();  // before the receive threads are joined
+  for (const auto& [tid, ns] : by_thread1) {
+    const auto was = by_thread0.find(tid);
+    const double spent = (ns - (was == by_thread0.end() ? 0 : was->second)) / 1e9;
+    (tid == ::getpid() ? r.home_cpu : r.receive_cpu) += spent;
+  }
   *srv = blobpipe::server{};  // joins the receive threads: their CPU is in
   r.cpu = usage_now().cpu - u0.cpu;
   r.seconds = std::chrono::duration<double>(last - first).count();
@@ -542,10 +573,15 @@ int process_runs(const config& cfg) {
               "(this process only)\n", cfg.process_runs);
   std::vector<double> one_gbps, many_gbps, thr_gbps, one_cpu, many_cpu, thr_cpu;
   std::vector<double> raw_one_cpu, raw_many_cpu, raw_one_gbps, raw_many_gbps;
+  std::vector<double> thr_home_cpu, thr_receive_cpu;  // ns per byte, by thread
   int failures = 0;
   const auto line = [](const char* name, std::size_t round, const process_phase& p) {
-    std::printf("round %zu  %-34s %7.3f GB/s  server cpu %6.3f s  %7.3f ns/byte%s\n", round, name,
-                p.gbps(), p.cpu, p.cpu_ns_per_byte(), p.failures ? "  (FAILURES)" : "");
+    std::printf("round %zu  %-34s %7.3f GB/s  server cpu %6.3f s  %7.3f ns/byte", round, name,
+                p.gbps(), p.cpu, p.cpu_ns_per_byte());
+    if (p.receive_cpu > 0)
+      std::printf("  (home %.3f, receive threads %.3f ns/byte)", p.home_cpu * 1e9 / p.bytes,
+                  p.receive_cpu * 1e9 / p.bytes);
+    std::printf("%s\n", p.failures ? "  (FAILURES)" : "");
   };
   char many_name[64], thr_name[64];
   std::snprintf(many_name, sizeof many_name, "%zu senders, 1 receive thread", cfg.senders);
@@ -566,6 +602,8 @@ int process_runs(const config& cfg) {
     line(raw_many_name, k, raw_many);
     std::fflush(stdout);
     failures += one.failures + many.failures + thr.failures + raw_one.failures + raw_many.failures;
+    thr_home_cpu.push_back(thr.bytes ? thr.home_cpu * 1e9 / thr.bytes : 0);
+    thr_receive_cpu.push_back(thr.bytes ? thr.receive_cpu * 1e9 / thr.bytes : 0);
     raw_one_gbps.push_back(raw_one.gbps());
     raw_many_gbps.push_back(raw_many.gbps());
     raw_one_cpu.push_back(raw_one.cpu_ns_per_byte());
@@ -606,6 +644,20 @@ int process_runs(const config& cfg) {
               "senders, 1 thread)\n",
               median(ratios(one_cpu, raw_one_cpu)), median(ratios(many_cpu, raw_many_cpu)),
               cfg.senders);
+  {
+    // A server machine of 16 cores, its senders elsewhere (RL's workers
+    // run on other nodes): the home thread on one core, 15 receive
+    // threads on the others, each byte costing what it cost each side
+    // here. An estimate: it assumes a receive thread's CPU per byte does
+    // not grow with their number.
+    const double home = median(thr_home_cpu), receive = median(thr_receive_cpu);
+    if (home > 0 && receive > 0)
+      std::printf("  16 cores, from the %zu-thread phase's CPU per byte (home %.3f ns, receive "
+                  "threads %.3f ns): the home thread alone allows %.2f GB/s, 15 receive threads "
+                  "%.2f GB/s: about %.2f GB/s\n",
+                  many_threads, home, receive, 1 / home, 15 / receive,
+                  std::min(1 / home, 15 / receive));
+  }
   std::printf("  %zu receive threads over 1: %.2fx bytes/s, %.2fx CPU per byte\n", many_threads,
               median(ratios(thr_gbps, many_gbps)), median(ratios(thr_cpu, many_cpu)));
   return failures ? 1 : 0;

@@ -6,10 +6,12 @@
 #   1 sender on 1 connection                 (1 receive thread)
 #   SENDERS senders (default 16)             (1 receive thread)
 #   SENDERS senders                          (THREADS receive threads, default 2)
+#   the raw-socket floor, 1 and SENDERS connections (no protocol)
 # each printing bytes/s (first to last entry) and the server's CPU per
 # byte (getrusage of the server's process), then the medians: fan-in over
-# one connection (bytes/s, and CPU per byte against the target <= 1.1x)
-# and THREADS receive threads over 1. Run it on a quiet machine: the
+# one connection (bytes/s, and CPU per byte against the target <= 1.1x),
+# the raw socket's own fan-in cost, THREADS receive threads over 1, and
+# what 16 cores would move from the per-thread CPU figures. Run it on a quiet machine: the
 # senders share its cores with the server. Extra arguments go to
 # cluster_bench (--samples N, --seq-len T, --budget-mb M, --stream-kb K).
 #
