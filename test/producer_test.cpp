@@ -266,6 +266,57 @@ BOOST_AUTO_TEST_CASE(a_refused_emit_says_why_in_last_error) {
   BOOST_TEST(!bad_shape_why.empty());
 }
 
+// The consumer's max_entry_bytes reaches the sender in its hello: emit
+// refuses a longer entry at once, before any byte is framed, and the blob
+// and the connection go on (the consumer would refuse it mid-stream and
+// close).
+BOOST_AUTO_TEST_CASE(an_entry_over_the_consumers_max_entry_bytes_is_refused_at_emit) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      consumer_options copt;
+      copt.max_entry_bytes = 1024;
+      auto ep = r.await(connect(l, copt));
+      BOOST_TEST(ep.s.max_entry_bytes() == 1024u);
+      const auto at_limit = ramp(256, 0.0f);  // 1024 bytes
+      const auto over = ramp(257, 0.0f);      // 1028 bytes
+      std::error_code refused;
+      std::string why;
+      std::size_t entries = 0, completed = 0;
+      std::error_code ended;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto a = ep.s.open_blob();
+        refused = co_await a.emit("over", value::tensor(over));
+        why = a.last_error();
+        BLOBPIPE_CO_CHECK(a.emit("at", value::tensor(at_limit)));
+        BLOBPIPE_CO_CHECK(a.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::end_of_stream) {
+            ended = ev.error;
+            break;
+          }
+          if (ev.kind == event_kind::entry_ready) ++entries;
+          if (ev.kind == event_kind::blob_complete) ++completed;
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((refused == errc::invalid_argument), refused.message());
+      BOOST_TEST(why.find("1028 bytes, over the consumer's max_entry_bytes 1024") !=
+                     std::string::npos,
+                 why);
+      BOOST_TEST(entries == 1u);
+      BOOST_TEST(completed == 1u);
+      BOOST_TEST(!ended, ended.message());
+    }
+  }
+}
+
 // Closing the sender fails a producer that waits for window credit, and
 // later calls fail with closed.
 BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {

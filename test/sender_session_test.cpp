@@ -397,6 +397,59 @@ BOOST_AUTO_TEST_CASE(every_refusal_names_its_limit) {
   BOOST_TEST(!s.abort(done, "late"));
 }
 
+BOOST_AUTO_TEST_CASE(the_consumers_max_entry_bytes_comes_from_its_hello_extension) {
+  hello answer{.role = wire_role::consumer, .window_bytes = 1 << 20};
+  // None announced: no limit.
+  BOOST_TEST(sender_limits::from_hello(answer).max_entry_bytes == u64_max);
+  answer.extensions.push_back(hello_extension{.type = 0x7fff, .value = pattern(3, 1)});
+  answer.extensions.push_back(max_entry_bytes_extension(1000));
+  // Through the wire codec, beside an extension of a type nobody knows.
+  auto decoded = decode_hello(encode_hello(answer));
+  BOOST_REQUIRE(decoded);
+  BOOST_TEST(sender_limits::from_hello(*decoded).max_entry_bytes == 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(a_max_entry_bytes_extension_of_the_wrong_length_is_a_violation) {
+  for (const std::size_t n : {0, 4, 7, 9}) {
+    hello answer{.role = wire_role::consumer, .window_bytes = 1 << 20};
+    answer.extensions.push_back(
+        hello_extension{.type = hello_ext_max_entry_bytes, .value = pattern(n, 2)});
+    auto r = read_max_entry_bytes(answer);
+    BOOST_TEST((r.code() == errc::protocol_violation), n);
+    BOOST_TEST(r.message().find("max_entry_bytes extension") != std::string::npos, r.message());
+  }
+  hello good{.role = wire_role::consumer, .window_bytes = 1 << 20};
+  good.extensions.push_back(max_entry_bytes_extension(u64_max - 1));
+  auto r = read_max_entry_bytes(good);
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->value() == u64_max - 1);
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_over_max_entry_bytes_is_refused_before_any_byte_is_framed) {
+  sender_session s;
+  auto lim = small_limits();
+  lim.max_entry_bytes = 300;
+  s.connect(lim);
+  consumer c(lim);
+  sender_blob b(tag_of('m'));
+  planner p;
+  auto over = s.check_emit(b, 1, 301);
+  BOOST_TEST((over.code() == errc::invalid_argument));
+  BOOST_TEST(over.message().find("301 bytes, over the consumer's max_entry_bytes 300") !=
+                 std::string::npos,
+             over.message());
+  // Nothing framed, and the blob goes on: an entry at the limit, a tail.
+  BOOST_TEST(s.out().pieces().empty());
+  BOOST_TEST(!b.broken());
+  BOOST_TEST(s.check_emit(b, 1, 300));
+  send_entry(s, b, p, "k", pattern(300, 3));
+  finish_blob(s, b, p);
+  BOOST_REQUIRE(c.feed(s.out()));
+  BOOST_TEST(c.rec.lines.back() == "complete 1");
+  const bool landed_whole = c.rec.landed[{1, 0}] == pattern(300, 3);
+  BOOST_TEST(landed_whole);
+}
+
 BOOST_AUTO_TEST_CASE(after_a_failure_every_call_refuses_with_that_error) {
   sender_session s;
   s.connect(small_limits());

@@ -42,6 +42,20 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
   }
 }
 
+/// The len `v` will be planned with (layout_builder's rule: a pickle's
+/// nbytes, else its shape's elements times its dtype's size), so that
+/// the consumer's max_entry_bytes can refuse it before it is planned;
+/// 0 when `v` is malformed, which planning then reports.
+std::uint64_t entry_len_of(const value& v) {
+  if (v.kind == KIND_PICKLE) return v.nbytes;
+  const dtype* dt = lookup_dtype(v.kind, v.dtype);
+  if (!dt) return 0;
+  std::uint64_t n = dt->itemsize;
+  for (const std::int64_t d : v.shape)
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return 0;
+  return n;
+}
+
 /// What emit's steps that never wait decided (plan_emit).
 struct emit_plan {
   std::error_code ec;  // refused: nothing framed, the blob stays usable
@@ -62,7 +76,7 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   sender_state& s = *b.sender;
   sender_blob& w = b.wire();
   b.last_error.clear();
-  if (auto ok = s.session.check_emit(w, key.size()); !ok) {
+  if (auto ok = s.session.check_emit(w, key.size(), entry_len_of(v)); !ok) {
     b.last_error = ok.message();
     if (s.error && ok.code() == s.error && !s.message.empty())
       b.last_error = "the sender ended: " + s.message;
@@ -245,7 +259,8 @@ namespace {
 sender_limits limits_of(const std::shared_ptr<detail::sender_state>& s) noexcept {
   if (s) return s->session.limits();
   return sender_limits{.chunk_bytes = 0, .inline_bytes = 0, .window_bytes = 0, .features = 0,
-                       .max_key_bytes = 0, .max_meta_bytes = 0, .dedup_window = 0};
+                       .max_key_bytes = 0, .max_meta_bytes = 0, .dedup_window = 0,
+                       .max_entry_bytes = 0};
 }
 
 }  // namespace
@@ -375,6 +390,7 @@ std::uint32_t sender::inline_bytes() const noexcept { return limits_of(state_).i
 std::uint64_t sender::window_bytes() const noexcept { return limits_of(state_).window_bytes; }
 std::uint32_t sender::max_key_bytes() const noexcept { return limits_of(state_).max_key_bytes; }
 std::uint32_t sender::max_meta_bytes() const noexcept { return limits_of(state_).max_meta_bytes; }
+std::uint64_t sender::max_entry_bytes() const noexcept { return limits_of(state_).max_entry_bytes; }
 std::uint64_t sender::in_flight_bytes() const noexcept {
   return state_ ? state_->session.in_flight() : 0;
 }

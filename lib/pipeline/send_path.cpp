@@ -211,6 +211,8 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
     co_return violation("hello: zero window");
   if ((peer.features & ~mine.features) != 0)
     co_return violation("hello: the consumer accepts features that were not offered");
+  if (auto max_entry = read_max_entry_bytes(peer); !max_entry)
+    co_return violation(max_entry.message());
   // A resend session needs the consumer to de-duplicate for it.
   if (session != NO_SESSION && (peer.session != session || peer.dedup_window == 0))
     co_return violation("hello: the consumer keeps no delivery log for this session");

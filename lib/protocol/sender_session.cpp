@@ -14,14 +14,16 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-sender_limits sender_limits::from_hello(const hello& h) noexcept {
-  return sender_limits{.chunk_bytes = h.max_chunk_bytes,
-                       .inline_bytes = h.inline_bytes,
-                       .window_bytes = h.window_bytes,
-                       .features = h.features,
-                       .max_key_bytes = h.max_key_bytes,
-                       .max_meta_bytes = h.max_meta_bytes,
-                       .dedup_window = h.dedup_window};
+sender_limits sender_limits::from_hello(const hello& h) {
+  sender_limits l{.chunk_bytes = h.max_chunk_bytes,
+                  .inline_bytes = h.inline_bytes,
+                  .window_bytes = h.window_bytes,
+                  .features = h.features,
+                  .max_key_bytes = h.max_key_bytes,
+                  .max_meta_bytes = h.max_meta_bytes,
+                  .dedup_window = h.dedup_window};
+  if (auto m = read_max_entry_bytes(h); m && *m) l.max_entry_bytes = **m;
+  return l;
 }
 
 void sender_session::connect(const sender_limits& limits, outbox* out) {
@@ -36,7 +38,8 @@ void sender_session::connect(const sender_limits& limits, outbox* out) {
 
 // ---- blobs ------------------------------------------------------------------
 
-result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_bytes) const {
+result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_bytes,
+                                        std::uint64_t entry_bytes) const {
   if (b.ended_ || b.broken_) return {errc::closed, "the blob was finished, aborted or broken"};
   if (error_) return blobpipe::error{error_, "the sender ended: " + error_.message()};
   // Tags identify blobs across reconnects.
@@ -46,6 +49,12 @@ result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_by
     return {errc::invalid_argument, "the key is " + num(key_bytes) +
                                         " bytes, longer than the consumer's max_key_bytes (" +
                                         num(limits_.max_key_bytes) + " bytes)"};
+  // Refused here, before a byte is framed: the consumer would refuse it
+  // mid-stream and close the connection.
+  if (entry_bytes > limits_.max_entry_bytes)
+    return {errc::invalid_argument, "the entry is " + num(entry_bytes) +
+                                        " bytes, over the consumer's max_entry_bytes " +
+                                        num(limits_.max_entry_bytes)};
   if (!opt_.resend && b.group_ && !(limits_.features & feature_blob_groups))
     return {errc::invalid_argument, "the blob names a group; the consumer accepts no blob groups"};
   return {};

@@ -260,7 +260,9 @@ class blob_writer {
   /// (stall_timeout passed while it waited for credit or for room in the
   /// sender's own queue, sender_options::max_queued_bytes),
   /// protocol_violation (the consumer broke the protocol), invalid_argument
-  /// (key longer than the consumer's max_key_bytes), cuda_failure (device
+  /// (key longer than the consumer's max_key_bytes; an entry longer than
+  /// its max_entry_bytes, refused before any byte is framed, the blob
+  /// stays usable: "... over the consumer's max_entry_bytes N"), cuda_failure (device
   /// memory: before anything is sent, e.g. "no CUDA device" — the blob stays
   /// usable; or once the entry was announced, e.g. a failed copy — the blob
   /// is aborted with the CUDA message, the sender stays usable).
@@ -389,6 +391,12 @@ class sender {
   /// refuses an entry whose meta is longer (invalid_argument; last_error()
   /// names both sizes). A shape of many dimensions is what makes it long.
   std::uint32_t max_meta_bytes() const noexcept;
+  /// The consumer's limit on one entry's length from its handshake (its
+  /// hello's max_entry_bytes extension, docs/wire.md "Hello extensions"),
+  /// bytes: emit refuses a longer entry at once (invalid_argument), before
+  /// framing any of it. 2^64 - 1 when the consumer announced none; 0 for a
+  /// sender that was never started.
+  std::uint64_t max_entry_bytes() const noexcept;
   /// Credit taken (entries and tails framed) and not yet released by the
   /// consumer, bytes.
   std::uint64_t in_flight_bytes() const noexcept;

@@ -64,9 +64,14 @@ struct sender_limits {
   std::uint32_t max_key_bytes = default_max_key_bytes;
   std::uint32_t max_meta_bytes = default_max_meta_bytes;
   std::uint32_t dedup_window = 0;  ///< blobs the consumer remembers (resend sessions)
+  /// Longest entry (its len) the consumer admits, from its hello's
+  /// max_entry_bytes extension; 2^64 - 1 when it announced none.
+  std::uint64_t max_entry_bytes = ~std::uint64_t{0};
 
-  /// The limits a checked consumer hello gives.
-  static sender_limits from_hello(const hello& h) noexcept;
+  /// The limits a checked consumer hello gives. A malformed
+  /// max_entry_bytes extension is left out here: the handshake refuses it
+  /// (read_max_entry_bytes).
+  static sender_limits from_hello(const hello& h);
 };
 
 /// What the session counted. Each entry and tail is counted once: when it
@@ -199,13 +204,17 @@ class sender_session {
   /// feature_blob_groups; resend sessions: NO_TAG), closed (ended or
   /// broken), the session's error.
   result<void> check_finish(const sender_blob& b) const;
-  /// Whether `b` may take an entry with a key of `key_bytes` (before it is
-  /// planned: a refusal leaves the blob usable).
+  /// Whether `b` may take an entry with a key of `key_bytes` and
+  /// `entry_bytes` bytes (its len; before it is planned: a refusal leaves
+  /// the blob usable and frames nothing).
   /// Errors: the session's error; closed (ended or broken);
-  /// invalid_argument ("key ... max_key_bytes"; "group ... blob groups":
+  /// invalid_argument ("key ... max_key_bytes"; "... over the consumer's
+  /// max_entry_bytes N": the consumer would refuse the entry mid-stream
+  /// and close; "group ... blob groups":
   /// a group on a connection without feature_blob_groups, plain sessions;
   /// "NO_TAG": resend sessions identify blobs by tag).
-  result<void> check_emit(const sender_blob& b, std::size_t key_bytes) const;
+  result<void> check_emit(const sender_blob& b, std::size_t key_bytes,
+                          std::uint64_t entry_bytes = 0) const;
   /// The entry `e` (with its Entry::meta() `meta`) was planned: `b` is
   /// broken until entry_sent(). Returns its credit (entry_credit).
   /// Errors: invalid_argument ("meta ... max_meta_bytes"), too_large (the
