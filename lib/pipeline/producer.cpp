@@ -288,7 +288,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
   s->queue = std::make_shared<detail::send_queue>(link, s->opt.max_queued_bytes);
   if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   s->stall_watch.begin_wait();
-  auto [ec, reader] = co_await detail::handshake(link, s->opt, NO_SESSION);
+  auto [ec, reader] = co_await detail::handshake(s, link);
   s->stall_watch.end_wait();
   if (!ec && s->error) ec = s->error;  // the watchdog fired meanwhile
   if (ec) {

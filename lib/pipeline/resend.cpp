@@ -222,7 +222,7 @@ asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
   if (t) wait->link = std::shared_ptr<transport>(std::move(t));  // closed if it expired
   if (s->error) wait->end();  // the sender ended meanwhile: no handshake
   if (r.ec || bound.expired()) co_return bounded(std::move(r), bound, *wait);
-  auto [hec, reader] = co_await handshake(wait->link, s->opt, s->resend->session);
+  auto [hec, reader] = co_await handshake(s, wait->link);
   r.ec = hec;
   if (r.ec) {
     reader->link->close();

@@ -26,7 +26,73 @@ sender_limits sender_limits::from_hello(const hello& h) {
   return l;
 }
 
+// ---- the consumer's frames --------------------------------------------------
+
+std::uint64_t sender_session::offer(const hello& mine, outbox& out) {
+  offer_ = mine;
+  answer_.reset();
+  peer_closed_ = false;
+  close_reason_.clear();
+  frames_ = std::make_unique<decoder>(wire_role::consumer, decoder_limits{}, frames_listener_);
+  frame_hello(out, mine);
+  return ++attempt_;
+}
+
+result<void> sender_session::check_answer(const hello& offer, const hello& answer) {
+  if (answer.max_chunk_bytes > offer.max_chunk_bytes)
+    return {errc::protocol_violation,
+            "hello: chunk " + num(answer.max_chunk_bytes) + " above the proposal"};
+  if (answer.inline_bytes > offer.inline_bytes)
+    return {errc::protocol_violation,
+            "hello: inline_bytes " + num(answer.inline_bytes) + " above the proposal"};
+  if (answer.window_bytes == 0 && !(answer.features & feature_credit_grants))
+    return {errc::protocol_violation, "hello: zero window"};
+  if ((answer.features & ~offer.features) != 0)
+    return {errc::protocol_violation, "hello: the consumer accepts features that were not offered"};
+  // A resend session needs the consumer to de-duplicate for it.
+  if (offer.session != NO_SESSION &&
+      (answer.session != offer.session || answer.dedup_window == 0))
+    return {errc::protocol_violation, "hello: the consumer keeps no delivery log for this session"};
+  if (auto max_entry = read_max_entry_bytes(answer); !max_entry) return max_entry.err();
+  return {};
+}
+
+result<sender_input> sender_session::consume(std::span<const std::byte> in) {
+  input_ = sender_input{};
+  if (!frames_) return {errc::protocol_violation, "bytes from the consumer before our hello"};
+  if (auto r = frames_->consume(in); !r) return r.err();
+  return std::move(input_);
+}
+
+result<void> sender_session::consumer_frames::on_hello(const hello& h) {
+  if (auto ok = check_answer(s_.offer_, h); !ok) return ok;
+  s_.answer_ = h;
+  s_.input_.hello = true;
+  return {};
+}
+
+result<void> sender_session::consumer_frames::on_ack(std::uint64_t credit,
+                                                     std::uint64_t blob_id) {
+  if (s_.connected_attempt_ != s_.attempt_)
+    return {errc::protocol_violation, "ack before the handshake ended"};
+  auto delivered = s_.on_ack(credit, blob_id);
+  if (!delivered) return delivered.err();
+  ++s_.input_.acks;
+  if (*delivered) s_.input_.delivered.push_back(std::move(*delivered));
+  return {};
+}
+
+result<void> sender_session::consumer_frames::on_close(std::string_view reason) {
+  s_.peer_closed_ = true;
+  s_.close_reason_.assign(reason);
+  s_.input_.closed = true;
+  return {};
+}
+
+// ---- connections ------------------------------------------------------------
+
 void sender_session::connect(const sender_limits& limits, outbox* out) {
+  connected_attempt_ = attempt_;
   limits_ = limits;
   out_ = out ? out : &own_;
   ++connection_;

@@ -9,14 +9,17 @@
 // connect again) append frames to an outbox; it never waits, never reads
 // a clock and never does I/O. The application owns the socket and the
 // loop: it writes what the outbox holds, waits for credit when
-// take_credit() says no, and feeds the consumer's acks back in
+// take_credit() says no, and feeds the consumer's bytes back in
+// (consume(): its hello, checked against the offer, acks and close)
 // (nghttp2's nghttp2_submit_* with nghttp2_session_mem_send; Arrow's IPC
 // writer, one bookkeeper for the position). Where an entry's bytes live
 // (host, strided, CUDA device memory) is the caller's business: the session
 // sees only spans of bytes, or frames a chunk pointing at them.
 //
 //   blobpipe::sender_session s;
-//   s.connect(blobpipe::sender_limits::from_hello(consumer_hello));
+//   s.offer(our_hello, out);                          // write `out`, then read:
+//   auto in = s.consume(bytes_from_the_consumer);     // in->hello: answered
+//   s.connect(blobpipe::sender_limits::from_hello(*s.answer()));
 //   blobpipe::sender_blob b(tag);
 //   auto ok = s.check_emit(b, key.size());             // before planning
 //   auto credit = s.plan_entry(b, row, meta);          // after planning
@@ -50,6 +53,7 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/entry.hpp"
 #include "blobpipe/format/footer.hpp"
+#include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/protocol/wire.hpp"
 
@@ -174,6 +178,19 @@ struct sender_session_options {
   std::uint64_t unacked_bytes = 256ull << 20;
 };
 
+/// What the consumer's bytes brought (sender_session::consume).
+struct sender_input {
+  /// Its hello arrived and passed the sender's checks: answer() holds it,
+  /// and connect() with its limits makes the attempt the connection.
+  bool hello = false;
+  /// Acks taken: credit returned or granted (deliveries below).
+  std::uint64_t acks = 0;
+  /// Blobs that delivery acks let go (resend sessions), in ack order.
+  std::vector<std::shared_ptr<sender_blob>> delivered;
+  /// Its close frame arrived: close_reason() holds the reason.
+  bool closed = false;
+};
+
 /// The sans-IO sender (see the file comment).
 class sender_session {
  public:
@@ -186,6 +203,37 @@ class sender_session {
   /// previous connection count as not begun. `out`: where frames go from
   /// now on (default: the session's own outbox); it must outlive its use.
   void connect(const sender_limits& limits, outbox* out = nullptr);
+  /// Begins a handshake on a new link: frames our hello `mine` into `out`
+  /// and readies consume() for that link's bytes (a fresh decoder; what
+  /// was read on an earlier link is forgotten, its close reason included).
+  /// Returns the attempt's number (attempt()).
+  std::uint64_t offer(const hello& mine, outbox& out);
+  /// The handshake attempt whose bytes consume() takes (0: none). A reader
+  /// of an earlier link compares it with its own and stops feeding.
+  std::uint64_t attempt() const noexcept { return attempt_; }
+  /// Takes bytes the consumer sent on the current attempt, in any
+  /// chunking: its hello, checked against the offer (docs/wire.md
+  /// "Handshake": at the sender, a chunk or inline threshold above the
+  /// proposal, a zero window without credit grants, a feature not offered,
+  /// a session not echoed or no delivery log for it, a malformed
+  /// max_entry_bytes extension); then, once connect() made the attempt
+  /// the connection, its acks (on_ack); and its close frame (the reason
+  /// kept). Errors: protocol_violation (the message names the check or the
+  /// frame: "hello: chunk N above the proposal", "ack before the
+  /// handshake ended", the decoder's), or on_ack's; after one, every
+  /// call returns it (the caller ends the connection).
+  result<sender_input> consume(std::span<const std::byte> in);
+  /// The consumer's hello on the current attempt, once checked.
+  const std::optional<hello>& answer() const noexcept { return answer_; }
+  /// Its close frame arrived on the current attempt.
+  bool peer_closed() const noexcept { return peer_closed_; }
+  /// That frame's reason: the consumer's words, raw (escape before
+  /// printing); empty when it gave none or before it came.
+  const std::string& close_reason() const noexcept { return close_reason_; }
+  /// The sender's checks of a consumer's hello `answer` to `offer` (see
+  /// consume()). Errors: protocol_violation.
+  static result<void> check_answer(const hello& offer, const hello& answer);
+
   /// Connections made so far (the current one's number; 0: none).
   std::uint64_t connection() const noexcept { return connection_; }
   const sender_limits& limits() const noexcept { return limits_; }
@@ -339,6 +387,18 @@ class sender_session {
   void begin(sender_blob& b);
   void release(sender_blob& b) noexcept;
 
+  /// Routes the decoder's events of the consumer's frames to the session.
+  class consumer_frames final : public decoder_listener {
+   public:
+    explicit consumer_frames(sender_session& s) : s_(s) {}
+    result<void> on_hello(const hello& h) override;
+    result<void> on_ack(std::uint64_t credit, std::uint64_t blob_id) override;
+    result<void> on_close(std::string_view reason) override;
+
+   private:
+    sender_session& s_;
+  };
+
   sender_session_options opt_;
   sender_limits limits_;
   outbox own_;
@@ -349,6 +409,16 @@ class sender_session {
   std::uint64_t credit_wanted_ = 0;
   std::error_code error_;
   sender_counts counts_;
+  // The consumer's frames on the current attempt (offer()).
+  consumer_frames frames_listener_{*this};
+  std::unique_ptr<decoder> frames_;
+  hello offer_;
+  std::uint64_t attempt_ = 0;
+  std::uint64_t connected_attempt_ = 0;  // the attempt connect() made the connection
+  std::optional<hello> answer_;
+  bool peer_closed_ = false;
+  std::string close_reason_;
+  sender_input input_;  // what the consume() in progress gathers
   // Resend sessions.
   std::deque<std::shared_ptr<sender_blob>> kept_;  // oldest first
   std::map<std::uint64_t, sender_blob*> on_wire_;  // this connection's ids (blobs in kept_)
