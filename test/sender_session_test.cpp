@@ -601,7 +601,7 @@ void keep_tail(sender_session& s, const std::shared_ptr<sender_blob>& b, planner
   auto t = p.tail(b->tag());
   BOOST_REQUIRE(s.list(b));
   BOOST_REQUIRE(s.admit(*b, t.size()));
-  s.keep_tail(*b, std::move(t));
+  BOOST_REQUIRE(s.finish(*b, t));
 }
 
 /// resend.cpp's sync loop: frames what this connection has not seen of `b`.
@@ -738,10 +738,10 @@ BOOST_AUTO_TEST_CASE(an_aborted_blob_is_forgotten_unless_a_consumer_heard_of_it)
   keep(s, never, pn, "x", pattern(4, 1));
   keep(s, heard, ph, "y", pattern(4, 2));
   sync(s, *heard);
-  BOOST_TEST(!s.keep_abort(*never, "stop"));  // never on a wire: forgotten
+  BOOST_TEST(!s.abort(*never, "stop"));  // never on a wire: forgotten
   BOOST_TEST(s.kept_blobs() == 1u);
-  BOOST_TEST(s.keep_abort(*heard, "stop"));   // must be told
-  BOOST_TEST(!s.keep_abort(*heard, "twice"));
+  BOOST_TEST(s.abort(*heard, "stop"));   // must be told
+  BOOST_TEST(!s.abort(*heard, "twice"));
   BOOST_TEST(s.counts().blobs_aborted == 2u);
   BOOST_TEST(s.ended_pending());
   s.out().clear();

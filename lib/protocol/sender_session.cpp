@@ -208,20 +208,30 @@ bool sender_session::entry_sent(sender_blob& b) noexcept {
 }
 
 result<void> sender_session::finish(sender_blob& b, std::span<const std::byte> tail) {
-  if (b.ended_ || b.broken_ || b.entry_left_ != 0)
+  // (A resend session's producer frames nothing: a sync may be framing a
+  // kept entry of the blob meanwhile.)
+  if (b.ended_ || b.broken_ || (!opt_.resend && b.entry_left_ != 0))
     return {errc::closed, "the blob was finished, aborted or broken"};
   if (error_) return blobpipe::error{error_, "the sender ended: " + error_.message()};
-  if (b.connection_ != connection_) begin(b);
-  frame_tail(*out_, b.id_, tail);
-  b.ended_ = b.end_framed_ = true;
+  b.ended_ = true;
   counts_.bytes_sent += tail.size();
   ++counts_.blobs_sent;
+  if (opt_.resend) {
+    // Kept until delivered: next_step() says when to frame it.
+    b.tail_.assign(tail.begin(), tail.end());
+    b.end_ = sender_blob::end_kind::tail;
+    return {};
+  }
+  if (b.connection_ != connection_) begin(b);
+  frame_tail(*out_, b.id_, tail);
+  b.end_framed_ = true;
   return {};
 }
 
 bool sender_session::abort(sender_blob& b, std::string_view reason) {
   if (b.ended_) return false;
   b.ended_ = true;
+  if (opt_.resend) return keep_abort(b, reason);
   b.entry_left_ = 0;
   // A blob not begun here: the consumer never heard of it.
   if (b.connection_ != connection_ || b.end_framed_ || error_) return false;
@@ -326,17 +336,8 @@ void sender_session::keep_entry(sender_blob& b, kept_entry e) {
   b.broken_ = false;
 }
 
-void sender_session::keep_tail(sender_blob& b, std::vector<std::byte> tail) {
-  counts_.bytes_sent += tail.size();
-  ++counts_.blobs_sent;
-  b.tail_ = std::move(tail);
-  b.end_ = sender_blob::end_kind::tail;
-  b.ended_ = true;
-}
-
 bool sender_session::keep_abort(sender_blob& b, std::string_view reason) {
-  if (b.ended_) return false;
-  b.ended_ = true;
+  // (A blob being framed by a sync keeps its entry_left_: the sync ends it.)
   if (!b.listed_ || b.end_ != sender_blob::end_kind::open) return false;
   b.abort_reason_.assign(reason.substr(0, std::min<std::size_t>(reason.size(), max_reason_bytes)));
   b.end_ = sender_blob::end_kind::abort;

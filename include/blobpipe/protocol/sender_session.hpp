@@ -287,14 +287,20 @@ class sender_session {
   /// the blob takes its next entry. Returns false (and changes nothing)
   /// when bytes are still to be framed.
   bool entry_sent(sender_blob& b) noexcept;
-  /// Frames the tail (write_tail's bytes, copied) and ends `b`.
-  /// REQUIRES: tail.size() credit taken.
+  /// Ends `b` with its tail (write_tail's bytes, copied), counted as sent
+  /// now. A plain session frames it (REQUIRES: tail.size() credit
+  /// taken); a resend session keeps it until the blob is delivered
+  /// (REQUIRES: the bytes admitted), and next_step() says when to frame it.
   /// Errors: the session's error; closed (ended, broken, or an entry still
   /// open).
   result<void> finish(sender_blob& b, std::span<const std::byte> tail);
-  /// Ends `b`; frames blob_abort with `reason` (cut to max_reason_bytes)
-  /// when it was begun on this connection and not ended there. Returns
-  /// whether it framed one. No-op once ended.
+  /// Ends `b` with an abort and `reason` (cut to max_reason_bytes). A
+  /// plain session frames blob_abort when `b` was begun on this connection
+  /// and not ended there; a resend session keeps the abort when some
+  /// consumer may have heard of `b` (it was begun on some connection: it
+  /// must then be synced, send_kept_end), else forgets `b` now. Returns
+  /// whether the caller has something to write (framed, or to sync).
+  /// No-op (false) once ended.
   bool abort(sender_blob& b, std::string_view reason);
 
   // ---- credit ---------------------------------------------------------
@@ -339,15 +345,11 @@ class sender_session {
   void refund(sender_blob& b, std::uint64_t n) noexcept;
   /// A producer waited for the budget (counted).
   void note_budget_wait() noexcept { ++counts_.budget_waits; }
-  /// Keeps an entry (its bytes admitted): counted as sent now.
+  /// What a resend session keeps where a plain one frames (add_entry):
+  /// an entry, its bytes admitted and copied, counted as sent now. Its
+  /// tail and abort go through finish() and abort(), as a plain
+  /// session's do.
   void keep_entry(sender_blob& b, kept_entry e);
-  /// Keeps b's tail (admitted) and ends it: counted as sent now.
-  void keep_tail(sender_blob& b, std::vector<std::byte> tail);
-  /// Ends b with an abort. Returns whether a consumer may have heard of it
-  /// (it was begun on some connection): then it must be synced; else it is
-  /// forgotten now. False (nothing to do) when it was never listed or had
-  /// ended already.
-  bool keep_abort(sender_blob& b, std::string_view reason);
   /// What to frame next for kept blob `b` on this connection, beginning it
   /// there first when it has not been (blob_begin under a fresh id; counted
   /// as resent from its second connection on).
@@ -386,6 +388,9 @@ class sender_session {
  private:
   void begin(sender_blob& b);
   void release(sender_blob& b) noexcept;
+  // abort() of a resend session: keeps the abort, or forgets a blob no
+  // consumer heard of. REQUIRES: b ended by the caller just now.
+  bool keep_abort(sender_blob& b, std::string_view reason);
 
   /// Routes the decoder's events of the consumer's frames to the session.
   class consumer_frames final : public decoder_listener {
