@@ -569,6 +569,19 @@ BOOST_AUTO_TEST_CASE(a_reconnect_starts_credit_and_blob_ids_over) {
   BOOST_TEST(b.id() == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(the_session_counts_connections_after_the_first_as_reconnects) {
+  sender_session s;
+  s.connect(small_limits());
+  BOOST_TEST(s.counts().reconnects == 0u);
+  s.connect(small_limits());
+  s.connect(small_limits());
+  BOOST_TEST(s.counts().reconnects == 2u);
+  // A wait it was only told of counts as an asked one does.
+  s.ask_credit(10);
+  s.note_credit_wait();
+  BOOST_TEST(s.counts().credit_waits == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(an_ask_without_grants_counts_the_wait_and_frames_nothing) {
   sender_session s;
   s.connect(small_limits());

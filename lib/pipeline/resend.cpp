@@ -295,7 +295,6 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
 asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s) {
   const std::error_code ec = co_await connect_loop(s);
   if (ec) co_return;
-  ++s->extra.reconnects;
   co_await resync(s, s->session.connection());
 }
 
@@ -366,9 +365,9 @@ asio::awaitable<std::error_code> retain_entry(std::shared_ptr<blob_state> b,
     co_return copied.code();
   }
   if (planned.source.memory == memory_kind::cuda_device) {
-    ++s->extra.device_entries;
+    ++s->io.device_entries;
   } else if (!planned.contiguous) {
-    ++s->extra.gathered_entries;
+    ++s->io.gathered_entries;
   }
   e.entry = planned.entry;
   ss.keep_entry(*kb, std::move(e));

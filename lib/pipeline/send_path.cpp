@@ -63,19 +63,9 @@ void sender_state::take(const sender_input& in) {
 }
 
 sender_stats sender_state::stats() const noexcept {
-  sender_stats st = extra;
-  const sender_counts& c = session.counts();
-  st.entries_sent = c.entries_sent;
-  st.data_frames_sent = c.data_frames_sent;
-  st.bytes_sent = c.bytes_sent;
-  st.credit_waits = c.credit_waits;
-  st.credit_requests = c.credit_requests;
-  st.blobs_sent = c.blobs_sent;
-  st.blobs_aborted = c.blobs_aborted;
-  st.first_entry_ns = c.first_entry_ns;
-  st.blobs_resent = c.blobs_resent;
-  st.blobs_delivered = c.blobs_delivered;
-  st.budget_waits = c.budget_waits;
+  sender_stats st;
+  static_cast<sender_counts&>(st) = session.counts();
+  static_cast<sender_io_counts&>(st) = io;
   if (queue) st.queued_high_water = std::max<std::uint64_t>(st.queued_high_water, queue->copied_high_water());
   st.tasks_running = tasks.running() + (queue ? queue->writer_running() : 0);
   return st;
@@ -189,8 +179,8 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
   if (!s->queue || s->queue->link_ptr() != reader->link) {
     if (s->queue) {
       s->queue->fail(make_error_code(errc::closed));
-      s->extra.queued_high_water =
-          std::max<std::uint64_t>(s->extra.queued_high_water, s->queue->copied_high_water());
+      s->io.queued_high_water =
+          std::max<std::uint64_t>(s->io.queued_high_water, s->queue->copied_high_water());
     }
     s->queue = std::make_shared<send_queue>(reader->link, s->opt.max_queued_bytes);
   }
@@ -234,7 +224,7 @@ class credit_wish {
   }
   void ask(std::uint64_t n) {
     if (q_->error()) {
-      ++s_.session.counts().credit_waits;
+      s_.session.note_credit_wait();
       return;
     }
     n_ = n;
@@ -298,7 +288,7 @@ std::string failure_text(const sender_state& s) {
 bool begin_entry(sender_state& s, send_queue& q, sender_blob& b, const planned_entry& pe,
                  std::span<const std::byte> meta, std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
-  if (!pe.contiguous && e.len != 0) ++s.extra.gathered_entries;
+  if (!pe.contiguous && e.len != 0) ++s.io.gathered_entries;
   auto room = s.session.add_entry(b, e, meta, emitted_ns, entry_route::automatic);
   if (!room.empty()) {
     // Small: copied into the frame, so the producer may go on at once.

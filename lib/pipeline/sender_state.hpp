@@ -57,7 +57,7 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   /// session's consume()): waiting producers woken, a resend session told
   /// of its deliveries.
   void take(const sender_input& in);
-  /// The counters: the session's and the byte sources' (extra).
+  /// The counters: the session's, the I/O side's (io) and the tasks.
   sender_stats stats() const noexcept;
 
   asio::any_io_executor ex;
@@ -75,9 +75,9 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   bool reader_done = false;          // the ack reader has ended
   async_condition credit_cv;         // in_flight fell, or the connection ended
   async_condition reader_cv;         // reader_done became true
-  // What the session does not count: where entries' bytes came from
-  // (gathered, device_*) and reconnects.
-  sender_stats extra;
+  // What the session does not decide: where entries' bytes came from
+  // (gathered, device_*) and the replaced queues' high water.
+  sender_io_counts io;
   watchdog stall_watch;              // opt.stall_timeout
   // Its coroutines: the watchdog (watch), the ack reader (read_acks), a
   // resend session's reconnect and sync. Each ends when what it waits on

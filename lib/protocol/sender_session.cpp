@@ -95,7 +95,7 @@ void sender_session::connect(const sender_limits& limits, outbox* out) {
   connected_attempt_ = attempt_;
   limits_ = limits;
   out_ = out ? out : &own_;
-  ++connection_;
+  if (++connection_ > 1) ++counts_.reconnects;
   next_blob_id_ = 1;
   in_flight_ = 0;
   credit_wanted_ = 0;

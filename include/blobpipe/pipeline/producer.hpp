@@ -71,6 +71,7 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/sender_session.hpp"
 #include "blobpipe/protocol/wire.hpp"
 #include "blobpipe/transport/transport.hpp"
 
@@ -185,19 +186,9 @@ struct sender_options {
 /// to bound and is not counted. Use it to say how long a sender will try.
 [[nodiscard]] std::chrono::milliseconds resend_give_up_bound(const sender_options& o);
 
-/// Counters for tests and benchmarks.
-struct sender_stats {
-  std::uint64_t entries_sent = 0;
-  std::uint64_t data_frames_sent = 0;
-  std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
-  std::uint64_t credit_waits = 0;     ///< times a producer waited for the window
-  /// Credit requests sent (feature_credit_grants: a pooled consumer).
-  std::uint64_t credit_requests = 0;
-  std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish)
-  std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer)
-  /// The steady clock (nanoseconds since its epoch) when the first entry
-  /// was emitted; 0 before.
-  std::uint64_t first_entry_ns = 0;
+/// What a sender's I/O side counts, beside its session's decisions
+/// (sender_counts): where entries' bytes came from, and its queue.
+struct sender_io_counts {
   std::uint64_t gathered_entries = 0; ///< strided values copied via write_entry
   // Device values (docs/cuda.md).
   std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
@@ -211,11 +202,14 @@ struct sender_stats {
   /// Most copied bytes framed and not yet written at once (see
   /// sender_options::max_queued_bytes), bytes, over every connection.
   std::uint64_t queued_high_water = 0;
-  // Resend sessions.
-  std::uint64_t reconnects = 0;       ///< connections made after the first
-  std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
-  std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements received
-  std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
+};
+
+/// Counters for tests and benchmarks: what the sender's session decided
+/// (sender_counts: entries, bytes, credit waits and requests, blobs,
+/// first_entry_ns, and for resend sessions reconnects, blobs_resent,
+/// blobs_delivered, budget_waits), what its I/O side saw
+/// (sender_io_counts), and its tasks.
+struct sender_stats : sender_counts, sender_io_counts {
   /// The sender's own coroutines still running (its writer, ack reader,
   /// stall watchdog, a resend session's reconnect and re-sync): 0 once
   /// shutdown() has returned, which waits for them.

@@ -78,21 +78,28 @@ struct sender_limits {
   static sender_limits from_hello(const hello& h);
 };
 
-/// What the session counted. Each entry and tail is counted once: when it
+/// What the session counted: everything it decides (sender_stats adds
+/// what the I/O side sees). Each entry and tail is counted once: when it
 /// is framed, or in a resend session when it is kept (never again when a
 /// reconnect sends it a second time).
 struct sender_counts {
   std::uint64_t entries_sent = 0;
   std::uint64_t data_frames_sent = 0;
   std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
-  std::uint64_t credit_waits = 0;     ///< ask_credit() calls
-  std::uint64_t credit_requests = 0;  ///< credit request frames (feature_credit_grants)
-  std::uint64_t blobs_sent = 0;       ///< tails framed (resend: kept)
-  std::uint64_t blobs_aborted = 0;    ///< aborts framed (resend: kept)
-  std::uint64_t first_entry_ns = 0;   ///< emitted_ns of the first entry; 0 before
-  std::uint64_t blobs_resent = 0;     ///< kept blobs begun on a further connection
+  /// Times a producer waited for the window (ask_credit(), note_credit_wait()).
+  std::uint64_t credit_waits = 0;
+  /// Credit requests sent (feature_credit_grants: a pooled consumer).
+  std::uint64_t credit_requests = 0;
+  std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish; resend: kept)
+  std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer; resend: kept)
+  /// The steady clock (nanoseconds since its epoch) when the first entry
+  /// was emitted (its emitted_ns); 0 before.
+  std::uint64_t first_entry_ns = 0;
+  // Resend sessions.
+  std::uint64_t reconnects = 0;       ///< connections made after the first (connect())
+  std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
   std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements taken
-  std::uint64_t budget_waits = 0;     ///< note_budget_wait() calls
+  std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
 };
 
 /// How an entry's bytes go out (add_entry).
@@ -345,6 +352,9 @@ class sender_session {
   void refund(sender_blob& b, std::uint64_t n) noexcept;
   /// A producer waited for the budget (counted).
   void note_budget_wait() noexcept { ++counts_.budget_waits; }
+  /// A producer waited for credit without asking (its connection was
+  /// failing): counted as ask_credit() counts.
+  void note_credit_wait() noexcept { ++counts_.credit_waits; }
   /// What a resend session keeps where a plain one frames (add_entry):
   /// an entry, its bytes admitted and copied, counted as sent now. Its
   /// tail and abort go through finish() and abort(), as a plain
@@ -383,7 +393,6 @@ class sender_session {
   std::size_t kept_blobs() const noexcept { return kept_.size(); }
 
   const sender_counts& counts() const noexcept { return counts_; }
-  sender_counts& counts() noexcept { return counts_; }
 
  private:
   void begin(sender_blob& b);
