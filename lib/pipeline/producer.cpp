@@ -392,7 +392,8 @@ asio::awaitable<std::error_code> sender::shutdown() {
       co_return std::error_code(asio::error::operation_aborted);
     }
   }
-  co_await detail::end_tasks(s);
+  const std::error_code late = co_await detail::end_tasks(s);
+  if (late) co_return late;
   co_return s->error == errc::closed ? std::error_code{} : s->error;
 }
 

@@ -403,8 +403,9 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
     }
     const bool pending = s->session.ended_pending();
     if (!pending && !rs.connected) {  // all delivered, no connection to close
-      co_await end_tasks(s);          // a connection attempt in flight ends here
-      co_return std::error_code{};
+      // A connection attempt in flight ends here (or the wait is bounded).
+      const std::error_code late = co_await end_tasks(s);
+      co_return late;
     }
     if (!pending && rs.live) break;
     const bool cancelled = co_await wait_kept(s);
@@ -433,8 +434,9 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
   }
   // Everything ended was delivered: whatever the close did, we are done.
   const bool violated = s->error == errc::protocol_violation;
-  co_await end_tasks(s);
-  co_return violated ? make_error_code(errc::protocol_violation) : std::error_code{};
+  const std::error_code late = co_await end_tasks(s);
+  if (violated) co_return make_error_code(errc::protocol_violation);
+  co_return late;
 }
 
 }  // namespace blobpipe::detail

@@ -6,7 +6,12 @@
 #include <array>
 #include <cstring>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
@@ -273,10 +278,34 @@ asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
   co_return std::error_code{};
 }
 
-asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s) {
+asio::awaitable<std::error_code> end_tasks(std::shared_ptr<sender_state> s) {
   s->fail(make_error_code(errc::closed));  // an earlier error stays; the queue closes its link
-  co_await s->tasks.join();
+  // A connect function that ignores its cancellation would hold the join
+  // for as long as it runs: handshake_timeout bounds the wait (it is the
+  // bound of the attempt's other half, the handshake).
+  std::error_code late;
+  asio::cancellation_signal stop_join;
+  {
+    deadline bound(s->ex, s->opt.handshake_timeout,
+                   [&stop_join] { stop_join.emit(asio::cancellation_type::all); });
+    // (Cancelled, the join's coroutine ends with operation_aborted thrown:
+    // taken as a value here, and expected only once the bound passed.)
+    auto [thrown] = co_await asio::co_spawn(
+        s->ex, s->tasks.join(),
+        asio::bind_cancellation_slot(stop_join.slot(),
+                                     asio::experimental::as_tuple(asio::use_awaitable)));
+    if (thrown && !bound.expired()) std::rethrow_exception(thrown);
+    if (bound.expired() && s->tasks.running() != 0) {
+      late = make_error_code(errc::timed_out);
+      if (s->message.empty())
+        s->message = bound.reason(
+            "shutdown: the sender's tasks (a connect function that ignores its "
+            "cancellation) did not end",
+            "handshake_timeout");
+    }
+  }
   if (auto q = s->queue) co_await q->join_writer();
+  co_return late;
 }
 
 std::string failure_text(const sender_state& s) {

@@ -169,8 +169,12 @@ asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
 /// returns. Each task ends on what fail() closes or stops (the link, the
 /// watchdog, the session's conditions, a connection attempt in flight);
 /// none is cancelled, as a coroutine cancelled inside a UCX wait would
-/// leave its request to nobody.
-asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s);
+/// leave its request to nobody. The wait for the tasks is bounded by
+/// handshake_timeout (0: none): past it, with a task still running (a
+/// connect function that ignores its cancellation), it returns timed_out
+/// and the failure reason names the limit; that task runs on, holding the
+/// state. Errors: timed_out.
+asio::awaitable<std::error_code> end_tasks(std::shared_ptr<sender_state> s);
 
 /// Why the sender failed, for a blob_writer's last_error(): its
 /// failure_reason when it has one, else its error's message.

@@ -83,8 +83,12 @@ struct blob_state;
 }  // namespace detail
 
 /// Makes one connection for a resend session; called again after each
-/// failure. Should honour cancellation: a stall_timeout that passes first
-/// cancels it (docs/reliability.md "Timeouts").
+/// failure. It must complete when cancelled (its coroutine's cancellation
+/// slot is emitted when a stall_timeout passes first, when the caller of
+/// sender::start is cancelled, and when the sender ends: close(),
+/// shutdown()); docs/reliability.md "Timeouts". One that ignores it holds
+/// sender::start for as long as it runs, and shutdown() for at most
+/// handshake_timeout (then timed_out).
 using connect_fn =
     std::function<asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>>()>;
 
@@ -354,7 +358,12 @@ class sender {
   /// It returns once the sender's own coroutines have ended
   /// (sender_stats::tasks_running is 0): nothing of the sender runs on
   /// its executor after it, except when the awaiting coroutine was
-  /// cancelled (operation_aborted).
+  /// cancelled (operation_aborted), or when a task did not end within
+  /// handshake_timeout of the sender's end (a connect_fn that ignores its
+  /// cancellation): then it returns timed_out, failure_reason() says
+  /// "shutdown: the sender's tasks ... did not end within N ms
+  /// (handshake_timeout)", and that task runs on, holding only the
+  /// sender's state (a sender that failed before returns its own error).
   asio::awaitable<std::error_code> shutdown();
 
   /// Closes now: every pending emit/finish/abort/shutdown completes with
