@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "test/forwarding_transport.hpp"
 #include "test/pipeline_fixture.hpp"
 
 using namespace blobpipe;
@@ -560,6 +561,52 @@ BOOST_AUTO_TEST_CASE(shutdown_of_a_failed_sender_ends_its_tasks) {
   BOOST_TEST((shut == errc::closed), shut.message());
   BOOST_TEST(running_before > 0u);  // still ending when close() returned
   BOOST_TEST(running_after == 0u, "a task of the failed sender outlived shutdown()");
+}
+
+namespace {
+
+/// A transport that says when it is destroyed (the sender let it go).
+class watched_transport final : public forwarding_transport {
+ public:
+  watched_transport(std::unique_ptr<transport> inner, std::shared_ptr<bool> gone)
+      : forwarding_transport(std::move(inner)), gone_(std::move(gone)) {}
+  ~watched_transport() override { *gone_ = true; }
+
+ private:
+  std::shared_ptr<bool> gone_;
+};
+
+}  // namespace
+
+// A failed sender holds no closed transport: one whose start failed lets
+// it go at once, and one that failed later once shutdown() has ended its
+// tasks, while the sender object (its error, failure_reason) lives on.
+BOOST_AUTO_TEST_CASE(a_failed_sender_releases_its_transport) {
+  for (const bool failed_start : {true, false}) {
+    BOOST_TEST_CONTEXT((failed_start ? "failed start" : "failed later")) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(link_kind::loopback));
+      auto gone = std::make_shared<bool>(false);
+      auto watched = std::make_unique<watched_transport>(std::move(a), gone);
+      // A window of 0 without credit grants: the sender refuses the hello.
+      r.spawn(scripted_consumer(*b, failed_start ? 0 : 1u << 20, frame_type::hello, ""));
+      std::error_code started, shut;
+      bool gone_while_alive = false;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, snd] = co_await sender::start(std::move(watched));
+        started = sec;
+        if (!sec) {
+          snd.close();
+          shut = co_await snd.shutdown();
+        }
+        gone_while_alive = *gone;  // `snd` is still in scope
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      BOOST_TEST(bool(started) == failed_start, started.message());
+      BOOST_TEST(gone_while_alive, "the failed sender still holds its transport");
+    }
+  }
 }
 
 namespace {

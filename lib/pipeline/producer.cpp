@@ -318,6 +318,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
     if (timed_out) ec = make_error_code(errc::timed_out);
     if (s->message.empty() && reader) s->message = reader->message;
     s->fail(ec);
+    s->queue->release_link();  // its writer never ran
     co_return ret{ec, sender(std::move(s))};  // failed: failure_reason() says why
   }
   detail::install(s, std::move(reader));

@@ -24,6 +24,7 @@ asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state>
                                                    const planned_entry& pe,
                                                    std::span<const std::byte> meta, int device,
                                                    std::uint64_t emitted_ns) {
+  if (q->error()) co_return q->error();  // (its transport may be released)
   sender_blob& w = b.wire();
   // Device bytes are never copied inline: they go in data frames.
   (void)s->session.add_entry(w, pe.entry, meta, emitted_ns, entry_route::chunks);

@@ -304,7 +304,10 @@ asio::awaitable<std::error_code> end_tasks(std::shared_ptr<sender_state> s) {
             "handshake_timeout");
     }
   }
-  if (auto q = s->queue) co_await q->join_writer();
+  if (auto q = s->queue) {
+    co_await q->join_writer();
+    q->release_link();
+  }
   co_return late;
 }
 
@@ -375,6 +378,7 @@ asio::awaitable<std::error_code> wait_chunks(std::shared_ptr<sender_state> s,
 asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
                                              std::shared_ptr<send_queue> q, sender_blob& b,
                                              std::span<const std::byte> bytes, int device) {
+  if (q->error()) co_return q->error();  // (its transport may be released)
   const bool bulk = q->link().sends_bulk();
   std::array<std::uint64_t, chunks_ahead> ahead{};  // chunk k's ticket at k % chunks_ahead
   std::size_t k = 0;

@@ -364,6 +364,9 @@ class sender {
   /// "shutdown: the sender's tasks ... did not end within N ms
   /// (handshake_timeout)", and that task runs on, holding only the
   /// sender's state (a sender that failed before returns its own error).
+  /// Once its tasks have ended, a failed sender lets its transport go (a
+  /// sender whose start failed, at once): error() and failure_reason()
+  /// stay readable without holding a closed connection.
   asio::awaitable<std::error_code> shutdown();
 
   /// Closes now: every pending emit/finish/abort/shutdown completes with
