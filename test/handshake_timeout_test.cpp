@@ -18,6 +18,7 @@
 #include <asio/detached.hpp>
 #include <asio/error.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
@@ -306,4 +307,67 @@ BOOST_AUTO_TEST_CASE(resend_shutdown_ends_a_connection_attempt_in_flight) {
   BOOST_TEST(!shut, shut.message());
   BOOST_TEST(running_after == 0u, "a task of the sender outlived shutdown()");
   for (const auto& end : silent.ends) BOOST_TEST(!end->is_open());
+}
+
+// A connect function that ignores its cancellation cannot hold shutdown()
+// for as long as it runs: the wait for the sender's tasks is bounded by
+// handshake_timeout, past which shutdown returns timed_out and names the
+// limit (the connect runs on, and ends on its own later).
+BOOST_AUTO_TEST_CASE(resend_shutdown_bounds_its_wait_for_a_connect_that_ignores_cancellation) {
+  runner r;
+  auto log = std::make_shared<delivery_log>();
+  std::unique_ptr<transport> first_consumer_end;
+  int connects = 0;
+  bool stubborn_ended = false;
+  gate stubborn_done(r.ex());
+  connect_fn connect = [&]() -> asio::awaitable<connect_result> {
+    if (++connects > 1) {
+      // Ignores the cancellation shutdown sends, for 2 s.
+      co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
+      asio::steady_timer stubborn(r.ex(), 2s);
+      (void)co_await stubborn.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      stubborn_ended = true;
+      stubborn_done.open();
+      co_return connect_result{make_error_code(errc::peer_failed), nullptr};
+    }
+    auto [t, b] = loopback::make_pair(r.ex());
+    first_consumer_end = std::move(b);
+    co_return connect_result{std::error_code{}, std::move(t)};
+  };
+  std::error_code shut;
+  std::string why;
+  bool connect_still_running = false;
+  std::uint64_t running_at_shutdown = 0;
+  std::uint64_t running_later = 1;
+  auto consume_then_leave = [&]() -> asio::awaitable<void> {
+    consumer_options o;
+    o.delivered = log;
+    while (!first_consumer_end) co_await yield_n(1);
+    auto [ec, c] = co_await consumer::start(std::move(first_consumer_end), o);
+    BOOST_TEST_REQUIRE(!ec, ec.message());
+    c.close();  // the session loses its connection, nothing kept
+  };
+  auto produce = [&]() -> asio::awaitable<void> {
+    sender_options o = resend_bounded(100ms, 0ms, 3);
+    auto [sec, s] = co_await sender::start(connect, o);
+    BOOST_TEST_REQUIRE(!sec, sec.message());
+    for (int i = 0; i < 100000 && connects < 2; ++i) co_await yield_n(1);
+    BOOST_TEST_REQUIRE(connects == 2);
+    shut = co_await s.shutdown();
+    why = s.failure_reason();
+    connect_still_running = !stubborn_ended;
+    running_at_shutdown = s.stats().tasks_running;
+    // The connect ends on its own, and with it the sender's last task.
+    co_await stubborn_done.wait();
+    co_await yield_n(10);
+    running_later = s.stats().tasks_running;
+  };
+  r.spawn(consume_then_leave());
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(20s));
+  BOOST_TEST((shut == errc::timed_out), shut.message());
+  BOOST_TEST(why.find("(handshake_timeout)") != std::string::npos, why);
+  BOOST_TEST(connect_still_running, "shutdown waited for the stubborn connect");
+  BOOST_TEST(running_at_shutdown >= 1u);
+  BOOST_TEST(running_later == 0u);
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "test/forwarding_transport.hpp"
 #include "test/pipeline_fixture.hpp"
 
 using namespace blobpipe;
@@ -266,6 +267,57 @@ BOOST_AUTO_TEST_CASE(a_refused_emit_says_why_in_last_error) {
   BOOST_TEST(!bad_shape_why.empty());
 }
 
+// The consumer's max_entry_bytes reaches the sender in its hello: emit
+// refuses a longer entry at once, before any byte is framed, and the blob
+// and the connection go on (the consumer would refuse it mid-stream and
+// close).
+BOOST_AUTO_TEST_CASE(an_entry_over_the_consumers_max_entry_bytes_is_refused_at_emit) {
+  for (link_kind l : {link_kind::loopback, link_kind::tcp}) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      consumer_options copt;
+      copt.max_entry_bytes = 1024;
+      auto ep = r.await(connect(l, copt));
+      BOOST_TEST(ep.s.max_entry_bytes() == 1024u);
+      const auto at_limit = ramp(256, 0.0f);  // 1024 bytes
+      const auto over = ramp(257, 0.0f);      // 1028 bytes
+      std::error_code refused;
+      std::string why;
+      std::size_t entries = 0, completed = 0;
+      std::error_code ended;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto a = ep.s.open_blob();
+        refused = co_await a.emit("over", value::tensor(over));
+        why = a.last_error();
+        BLOBPIPE_CO_CHECK(a.emit("at", value::tensor(at_limit)));
+        BLOBPIPE_CO_CHECK(a.finish());
+        BLOBPIPE_CO_CHECK(ep.s.shutdown());
+      };
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await ep.c.next();
+          if (ev.kind == event_kind::end_of_stream) {
+            ended = ev.error;
+            break;
+          }
+          if (ev.kind == event_kind::entry_ready) ++entries;
+          if (ev.kind == event_kind::blob_complete) ++completed;
+        }
+      };
+      r.spawn(produce());
+      r.spawn(consume());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((refused == errc::invalid_argument), refused.message());
+      BOOST_TEST(why.find("1028 bytes, over the consumer's max_entry_bytes 1024") !=
+                     std::string::npos,
+                 why);
+      BOOST_TEST(entries == 1u);
+      BOOST_TEST(completed == 1u);
+      BOOST_TEST(!ended, ended.message());
+    }
+  }
+}
+
 // Closing the sender fails a producer that waits for window credit, and
 // later calls fail with closed.
 BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
@@ -509,6 +561,52 @@ BOOST_AUTO_TEST_CASE(shutdown_of_a_failed_sender_ends_its_tasks) {
   BOOST_TEST((shut == errc::closed), shut.message());
   BOOST_TEST(running_before > 0u);  // still ending when close() returned
   BOOST_TEST(running_after == 0u, "a task of the failed sender outlived shutdown()");
+}
+
+namespace {
+
+/// A transport that says when it is destroyed (the sender let it go).
+class watched_transport final : public forwarding_transport {
+ public:
+  watched_transport(std::unique_ptr<transport> inner, std::shared_ptr<bool> gone)
+      : forwarding_transport(std::move(inner)), gone_(std::move(gone)) {}
+  ~watched_transport() override { *gone_ = true; }
+
+ private:
+  std::shared_ptr<bool> gone_;
+};
+
+}  // namespace
+
+// A failed sender holds no closed transport: one whose start failed lets
+// it go at once, and one that failed later once shutdown() has ended its
+// tasks, while the sender object (its error, failure_reason) lives on.
+BOOST_AUTO_TEST_CASE(a_failed_sender_releases_its_transport) {
+  for (const bool failed_start : {true, false}) {
+    BOOST_TEST_CONTEXT((failed_start ? "failed start" : "failed later")) {
+      runner r;
+      auto [a, b] = r.await(raw_pair(link_kind::loopback));
+      auto gone = std::make_shared<bool>(false);
+      auto watched = std::make_unique<watched_transport>(std::move(a), gone);
+      // A window of 0 without credit grants: the sender refuses the hello.
+      r.spawn(scripted_consumer(*b, failed_start ? 0 : 1u << 20, frame_type::hello, ""));
+      std::error_code started, shut;
+      bool gone_while_alive = false;
+      auto produce = [&]() -> asio::awaitable<void> {
+        auto [sec, snd] = co_await sender::start(std::move(watched));
+        started = sec;
+        if (!sec) {
+          snd.close();
+          shut = co_await snd.shutdown();
+        }
+        gone_while_alive = *gone;  // `snd` is still in scope
+      };
+      r.spawn(produce());
+      BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+      BOOST_TEST(bool(started) == failed_start, started.message());
+      BOOST_TEST(gone_while_alive, "the failed sender still holds its transport");
+    }
+  }
 }
 
 namespace {

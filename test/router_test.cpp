@@ -188,6 +188,36 @@ BOOST_AUTO_TEST_CASE(a_resend_destination_that_never_started_says_why) {
   BOOST_TEST(why1.find("no handshake with the consumer") != std::string::npos, why1);
 }
 
+// When every destination failed (one rank, not listening), start fails and
+// the router it returns still says why for each.
+BOOST_AUTO_TEST_CASE(a_router_whose_every_destination_failed_still_says_why) {
+  runner r;
+  std::error_code started, error0;
+  std::size_t size = 0;
+  std::string why0;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    router_options opt;
+    opt.resend = true;
+    opt.sender.resend.max_attempts = 2;
+    opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+    std::vector<std::string> dests = {"inproc://router-all-failed-nobody"};
+    auto [ec, rt] = co_await router::start(ex, dests, opt);
+    started = ec;
+    size = rt.size();
+    if (size == 1) {
+      error0 = rt.error(0);
+      why0 = rt.failure_reason(0);
+    }
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(bool(started), "start with no destination reached succeeded");
+  BOOST_TEST_REQUIRE(size == 1u);
+  BOOST_TEST(bool(error0));
+  BOOST_TEST(why0.find("(max_attempts 2)") != std::string::npos, why0);
+}
+
 BOOST_AUTO_TEST_CASE(least_outstanding_prefers_the_destination_that_keeps_up) {
   runner r;
   server_options held_keep_credit;

@@ -142,3 +142,17 @@ BOOST_AUTO_TEST_CASE(a_session_reply_with_another_session_or_no_delivery_log_is_
   const auto no_log = start_against([](hello& r, const hello&) { r.dedup_window = 0; }, true);
   BOOST_TEST((no_log == errc::protocol_violation), no_log.message());
 }
+
+BOOST_AUTO_TEST_CASE(a_max_entry_bytes_extension_of_the_wrong_length_is_refused) {
+  const auto short_value = start_against([](hello& r, const hello&) {
+    r.extensions.push_back(hello_extension{.type = hello_ext_max_entry_bytes,
+                                           .value = std::vector<std::byte>(4)});
+  });
+  BOOST_TEST((short_value == errc::protocol_violation), short_value.message());
+  // Eight bytes is the extension; an unknown type of any length is skipped.
+  const auto well_formed = start_against([](hello& r, const hello&) {
+    r.extensions.push_back(max_entry_bytes_extension(1000));
+    r.extensions.push_back(hello_extension{.type = 0x7fff, .value = std::vector<std::byte>(3)});
+  });
+  BOOST_TEST(!well_formed, well_formed.message());
+}

@@ -10,6 +10,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstring>
+#include <functional>
+#include <random>
 #include <limits>
 #include <map>
 #include <ostream>
@@ -397,6 +399,59 @@ BOOST_AUTO_TEST_CASE(every_refusal_names_its_limit) {
   BOOST_TEST(!s.abort(done, "late"));
 }
 
+BOOST_AUTO_TEST_CASE(the_consumers_max_entry_bytes_comes_from_its_hello_extension) {
+  hello answer{.role = wire_role::consumer, .window_bytes = 1 << 20};
+  // None announced: no limit.
+  BOOST_TEST(sender_limits::from_hello(answer).max_entry_bytes == u64_max);
+  answer.extensions.push_back(hello_extension{.type = 0x7fff, .value = pattern(3, 1)});
+  answer.extensions.push_back(max_entry_bytes_extension(1000));
+  // Through the wire codec, beside an extension of a type nobody knows.
+  auto decoded = decode_hello(encode_hello(answer));
+  BOOST_REQUIRE(decoded);
+  BOOST_TEST(sender_limits::from_hello(*decoded).max_entry_bytes == 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(a_max_entry_bytes_extension_of_the_wrong_length_is_a_violation) {
+  for (const std::size_t n : {0, 4, 7, 9}) {
+    hello answer{.role = wire_role::consumer, .window_bytes = 1 << 20};
+    answer.extensions.push_back(
+        hello_extension{.type = hello_ext_max_entry_bytes, .value = pattern(n, 2)});
+    auto r = read_max_entry_bytes(answer);
+    BOOST_TEST((r.code() == errc::protocol_violation), n);
+    BOOST_TEST(r.message().find("max_entry_bytes extension") != std::string::npos, r.message());
+  }
+  hello good{.role = wire_role::consumer, .window_bytes = 1 << 20};
+  good.extensions.push_back(max_entry_bytes_extension(u64_max - 1));
+  auto r = read_max_entry_bytes(good);
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->value() == u64_max - 1);
+}
+
+BOOST_AUTO_TEST_CASE(an_entry_over_max_entry_bytes_is_refused_before_any_byte_is_framed) {
+  sender_session s;
+  auto lim = small_limits();
+  lim.max_entry_bytes = 300;
+  s.connect(lim);
+  consumer c(lim);
+  sender_blob b(tag_of('m'));
+  planner p;
+  auto over = s.check_emit(b, 1, 301);
+  BOOST_TEST((over.code() == errc::invalid_argument));
+  BOOST_TEST(over.message().find("301 bytes, over the consumer's max_entry_bytes 300") !=
+                 std::string::npos,
+             over.message());
+  // Nothing framed, and the blob goes on: an entry at the limit, a tail.
+  BOOST_TEST(s.out().pieces().empty());
+  BOOST_TEST(!b.broken());
+  BOOST_TEST(s.check_emit(b, 1, 300));
+  send_entry(s, b, p, "k", pattern(300, 3));
+  finish_blob(s, b, p);
+  BOOST_REQUIRE(c.feed(s.out()));
+  BOOST_TEST(c.rec.lines.back() == "complete 1");
+  const bool landed_whole = c.rec.landed[{1, 0}] == pattern(300, 3);
+  BOOST_TEST(landed_whole);
+}
+
 BOOST_AUTO_TEST_CASE(after_a_failure_every_call_refuses_with_that_error) {
   sender_session s;
   s.connect(small_limits());
@@ -514,6 +569,19 @@ BOOST_AUTO_TEST_CASE(a_reconnect_starts_credit_and_blob_ids_over) {
   BOOST_TEST(b.id() == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(the_session_counts_connections_after_the_first_as_reconnects) {
+  sender_session s;
+  s.connect(small_limits());
+  BOOST_TEST(s.counts().reconnects == 0u);
+  s.connect(small_limits());
+  s.connect(small_limits());
+  BOOST_TEST(s.counts().reconnects == 2u);
+  // A wait it was only told of counts as an asked one does.
+  s.ask_credit(10);
+  s.note_credit_wait();
+  BOOST_TEST(s.counts().credit_waits == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(an_ask_without_grants_counts_the_wait_and_frames_nothing) {
   sender_session s;
   s.connect(small_limits());
@@ -546,7 +614,7 @@ void keep_tail(sender_session& s, const std::shared_ptr<sender_blob>& b, planner
   auto t = p.tail(b->tag());
   BOOST_REQUIRE(s.list(b));
   BOOST_REQUIRE(s.admit(*b, t.size()));
-  s.keep_tail(*b, std::move(t));
+  BOOST_REQUIRE(s.finish(*b, t));
 }
 
 /// resend.cpp's sync loop: frames what this connection has not seen of `b`.
@@ -683,10 +751,10 @@ BOOST_AUTO_TEST_CASE(an_aborted_blob_is_forgotten_unless_a_consumer_heard_of_it)
   keep(s, never, pn, "x", pattern(4, 1));
   keep(s, heard, ph, "y", pattern(4, 2));
   sync(s, *heard);
-  BOOST_TEST(!s.keep_abort(*never, "stop"));  // never on a wire: forgotten
+  BOOST_TEST(!s.abort(*never, "stop"));  // never on a wire: forgotten
   BOOST_TEST(s.kept_blobs() == 1u);
-  BOOST_TEST(s.keep_abort(*heard, "stop"));   // must be told
-  BOOST_TEST(!s.keep_abort(*heard, "twice"));
+  BOOST_TEST(s.abort(*heard, "stop"));   // must be told
+  BOOST_TEST(!s.abort(*heard, "twice"));
   BOOST_TEST(s.counts().blobs_aborted == 2u);
   BOOST_TEST(s.ended_pending());
   s.out().clear();
@@ -721,4 +789,220 @@ BOOST_AUTO_TEST_CASE(the_unacked_budget_bounds_kept_bytes_except_for_the_oldest_
   BOOST_TEST(s.counts().budget_waits == 1u);
   s.forget(a);
   BOOST_TEST(s.list(c));
+}
+
+// ---- the consumer's bytes: hello answer, acks, close --------------------------
+
+namespace {
+
+/// Our hello as a sender offers it (a session when `session`).
+hello offer_of(bool session = false) {
+  hello h{.role = wire_role::sender, .max_chunk_bytes = 4096,
+          .features = feature_blob_groups | feature_credit_grants | feature_entry_timestamps,
+          .inline_bytes = 256};
+  if (session) h.session[0] = std::byte{7};
+  return h;
+}
+
+/// The valid answer to `offer`.
+hello answer_to(const hello& offer) {
+  hello r{.role = wire_role::consumer};
+  r.max_chunk_bytes = offer.max_chunk_bytes;
+  r.inline_bytes = offer.inline_bytes;
+  r.window_bytes = 1u << 20;
+  r.session = offer.session;
+  r.dedup_window = offer.session != NO_SESSION ? 64 : 0;
+  r.features = offer.features & ~feature_credit_grants;
+  r.extensions.push_back(max_entry_bytes_extension(1u << 20));
+  return r;
+}
+
+/// `bytes` cut whole, byte by byte, and in three seeded random chunkings.
+std::vector<std::vector<std::span<const std::byte>>> chunkings(const std::vector<std::byte>& bytes) {
+  std::vector<std::vector<std::span<const std::byte>>> all;
+  const std::span<const std::byte> whole(bytes);
+  all.push_back({whole});
+  std::vector<std::span<const std::byte>> ones;
+  for (std::size_t i = 0; i < bytes.size(); ++i) ones.push_back(whole.subspan(i, 1));
+  all.push_back(ones);
+  for (unsigned seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(seed);
+    std::vector<std::span<const std::byte>> cut;
+    for (std::size_t at = 0; at < bytes.size();) {
+      const std::size_t n = std::min<std::size_t>(bytes.size() - at, 1 + rng() % 40);
+      cut.push_back(whole.subspan(at, n));
+      at += n;
+    }
+    all.push_back(cut);
+  }
+  return all;
+}
+
+/// What the consumer's bytes brought, fed in one chunking (the events of
+/// every call merged), or the first error.
+struct fed {
+  std::error_code ec;
+  std::string message;
+  sender_input in;
+};
+
+fed feed_all(sender_session& s, const std::vector<std::span<const std::byte>>& chunks) {
+  fed f;
+  for (auto c : chunks) {
+    auto r = s.consume(c);
+    if (!r) {
+      f.ec = r.code();
+      f.message = r.message();
+      return f;
+    }
+    f.in.hello |= r->hello;
+    f.in.acks += r->acks;
+    f.in.closed |= r->closed;
+    for (auto& b : r->delivered) f.in.delivered.push_back(b);
+  }
+  return f;
+}
+
+/// `answer` as the consumer frames it, then whatever `more` frames.
+std::vector<std::byte> consumer_bytes(const hello& answer,
+                                      const std::function<void(outbox&)>& more = {}) {
+  outbox o;
+  frame_hello(o, answer);
+  if (more) more(o);
+  return flat(o);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_offer_frames_our_hello_and_a_valid_answer_is_taken_in_any_chunking) {
+  for (const bool session : {false, true}) {
+    const hello mine = offer_of(session);
+    const hello answer = answer_to(mine);
+    const auto bytes = consumer_bytes(answer);
+    for (const auto& chunks : chunkings(bytes)) {
+      sender_session s;
+      outbox out;
+      BOOST_TEST(s.offer(mine, out) == 1u);
+      // Our hello, as the framer writes it.
+      outbox expected;
+      frame_hello(expected, mine);
+      BOOST_TEST(flat(out) == flat(expected));
+      BOOST_TEST(!s.answer());
+      const fed f = feed_all(s, chunks);
+      BOOST_TEST(!f.ec, f.message);
+      BOOST_TEST(f.in.hello);
+      BOOST_REQUIRE(s.answer());
+      BOOST_TEST((*s.answer() == answer));
+      BOOST_TEST(sender_limits::from_hello(*s.answer()).max_entry_bytes == 1u << 20);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(each_check_of_the_answer_is_a_violation_naming_its_field) {
+  struct altered {
+    const char* what;
+    bool session;
+    std::function<void(hello&)> alter;
+  };
+  const std::vector<altered> cases = {
+      {"chunk 4097 above the proposal", false, [](hello& r) { r.max_chunk_bytes = 4097; }},
+      {"inline_bytes 257 above the proposal", false, [](hello& r) { r.inline_bytes = 257; }},
+      {"zero window", false, [](hello& r) { r.window_bytes = 0; }},
+      {"features that were not offered", false, [](hello& r) { r.features |= 1u << 3; }},
+      {"no delivery log for this session", true, [](hello& r) { r.session[0] ^= std::byte{1}; }},
+      {"no delivery log for this session", true, [](hello& r) { r.dedup_window = 0; }},
+      {"max_entry_bytes extension (type 1) has 4 bytes", false,
+       [](hello& r) { r.extensions[0].value.resize(4); }},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      const hello mine = offer_of(c.session);
+      hello answer = answer_to(mine);
+      c.alter(answer);
+      BOOST_TEST((sender_session::check_answer(mine, answer).code() == errc::protocol_violation));
+      const auto bytes = consumer_bytes(answer);  // (outlives the spans into it)
+      for (const auto& chunks : chunkings(bytes)) {
+        sender_session s;
+        outbox out;
+        (void)s.offer(mine, out);
+        const fed f = feed_all(s, chunks);
+        BOOST_TEST((f.ec == errc::protocol_violation), f.message);
+        BOOST_TEST(f.message.find(c.what) != std::string::npos, f.message);
+        BOOST_TEST(!s.answer());
+      }
+    }
+  }
+  // At the limits: the proposal itself, and a zero window with credit grants.
+  const hello mine = offer_of();
+  hello at = answer_to(mine);
+  BOOST_TEST(sender_session::check_answer(mine, at));
+  at.window_bytes = 0;
+  at.features |= feature_credit_grants;
+  BOOST_TEST(sender_session::check_answer(mine, at));
+}
+
+BOOST_AUTO_TEST_CASE(an_ack_before_the_handshake_ended_is_a_violation) {
+  const hello mine = offer_of();
+  const auto bytes = consumer_bytes(answer_to(mine), [](outbox& o) { frame_ack(o, 0, 0); });
+  for (const auto& chunks : chunkings(bytes)) {
+    sender_session s;
+    outbox out;
+    (void)s.offer(mine, out);
+    const fed f = feed_all(s, chunks);
+    BOOST_TEST((f.ec == errc::protocol_violation), f.message);
+    BOOST_TEST(f.message.find("ack before the handshake ended") != std::string::npos, f.message);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(acks_after_connect_return_credit_and_a_close_keeps_its_reason) {
+  const hello mine = offer_of();
+  const std::string reason = "entry 'x' of 4096 bytes is over max_entry_bytes";
+  const auto hello_bytes = consumer_bytes(answer_to(mine));
+  outbox more;
+  frame_ack(more, 60, 0);
+  frame_ack(more, 40, 0);
+  frame_close(more, reason);
+  const auto rest = flat(more);
+  const auto hellos = chunkings(hello_bytes);
+  const auto rests = chunkings(rest);
+  for (std::size_t i = 0; i < hellos.size(); ++i) {
+    sender_session s;
+    outbox out;
+    (void)s.offer(mine, out);
+    const fed h = feed_all(s, hellos[i]);
+    BOOST_REQUIRE(h.in.hello);
+    // The caller connects once the hello is in (as install() does).
+    s.connect(sender_limits::from_hello(*s.answer()));
+    BOOST_REQUIRE(s.take_credit(100));
+    const fed f = feed_all(s, rests[i]);
+    BOOST_TEST(!f.ec, f.message);
+    BOOST_TEST(f.in.acks == 2u);
+    BOOST_TEST(s.in_flight() == 0u);
+    BOOST_TEST(f.in.closed);
+    BOOST_TEST(s.peer_closed());
+    BOOST_TEST(s.close_reason() == reason);
+    // A new link forgets what the last one said.
+    (void)s.offer(mine, out);
+    BOOST_TEST(!s.peer_closed());
+    BOOST_TEST(s.close_reason().empty());
+    BOOST_TEST(!s.answer());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_ack_returning_more_than_is_in_flight_from_the_consumer_is_a_violation) {
+  const hello mine = offer_of();
+  outbox more;
+  frame_ack(more, 1, 0);
+  const auto rest = flat(more);
+  for (const auto& chunks : chunkings(rest)) {
+    sender_session s;
+    outbox out;
+    (void)s.offer(mine, out);
+    BOOST_REQUIRE(s.consume(consumer_bytes(answer_to(mine))));
+    s.connect(sender_limits::from_hello(*s.answer()));
+    const fed f = feed_all(s, chunks);
+    BOOST_TEST((f.ec == errc::protocol_violation), f.message);
+    BOOST_TEST(f.message.find("ack returns 1 credit bytes, 0 in flight") != std::string::npos,
+               f.message);
+  }
 }

@@ -156,7 +156,8 @@ asio::awaitable<std::tuple<std::error_code, router>> router::start(asio::any_io_
     if (s->dests[d].started) co_return ret{std::error_code{}, router(std::move(s))};
     if (!first) first = s->dests[d].start_error;
   }
-  co_return ret{first, router{}};
+  // Failed, its destinations still say why (error(d), failure_reason(d)).
+  co_return ret{first, router(std::move(s))};
 }
 
 std::size_t router::size() const noexcept { return state_ ? state_->dests.size() : 0; }

@@ -42,10 +42,23 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
   }
 }
 
+/// The len `v` will be planned with (layout_builder's rule: a pickle's
+/// nbytes, else its shape's elements times its dtype's size), so that
+/// the consumer's max_entry_bytes can refuse it before it is planned;
+/// 0 when `v` is malformed, which planning then reports.
+std::uint64_t entry_len_of(const value& v) {
+  if (v.kind == KIND_PICKLE) return v.nbytes;
+  const dtype* dt = lookup_dtype(v.kind, v.dtype);
+  if (!dt) return 0;
+  std::uint64_t n = dt->itemsize;
+  for (const std::int64_t d : v.shape)
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return 0;
+  return n;
+}
+
 /// What emit's steps that never wait decided (plan_emit).
 struct emit_plan {
   std::error_code ec;  // refused: nothing framed, the blob stays usable
-  bool kept = false;   // a resend session's blob: kept_emit takes the value
   const planned_entry* planned = nullptr;
   std::uint64_t credit = 0;
   int device = -1;     // cuda::location::device of a device value
@@ -62,7 +75,7 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   sender_state& s = *b.sender;
   sender_blob& w = b.wire();
   b.last_error.clear();
-  if (auto ok = s.session.check_emit(w, key.size()); !ok) {
+  if (auto ok = s.session.check_emit(w, key.size(), entry_len_of(v)); !ok) {
     b.last_error = ok.message();
     if (s.error && ok.code() == s.error && !s.message.empty())
       b.last_error = "the sender ended: " + s.message;
@@ -79,10 +92,6 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   v.memory = where->kind;
   p.device = where->device;
-  if (b.kept) {
-    p.kept = true;
-    return p;
-  }
   auto added = b.builder.add(std::move(key), std::move(v));
   if (!added) {
     b.last_error = added.message();
@@ -112,6 +121,35 @@ std::error_code failed(blob_state& b, std::error_code ec) {
   if (ec && b.last_error.empty())
     b.last_error = b.sender->error ? failure_text(*b.sender) : ec.message();
   return ec;
+}
+
+/// abort()'s one path, whatever the retention: the session ends the blob
+/// (a plain session frames blob_abort when the consumer heard of it; a
+/// resend session keeps the abort and syncs it, or forgets a blob no
+/// consumer heard of). The caller holds the blob's lock.
+asio::awaitable<std::error_code> end_blob(std::shared_ptr<blob_state> b, std::string reason) {
+  auto s = b->sender;
+  sender_blob& w = b->wire();
+  if (w.ended()) co_return std::error_code{};
+  if (b->kept) {
+    if (s->error) co_return s->error;
+  } else if (w.id() != 0 && s->queue->full()) {
+    // Its reason is copied: room first, as for a tail. A failed wait leaves
+    // the sender failed, so the session frames nothing below.
+    (void)co_await wait_room(s, s->queue);
+  }
+  const bool tell = s->session.abort(w, reason);
+  if (b->kept) {
+    s->resend->kept_cv.notify_all();  // forgotten, or an end to deliver
+    if (!tell) co_return std::error_code{};  // never on any wire: nobody to tell
+    co_return co_await sync_kept(s, b->kept);
+  }
+  if (tell) {
+    s->queue->kick();
+    co_return std::error_code{};
+  }
+  // Not framed: the consumer never heard of it, or the sender ended.
+  co_return w.id() != 0 ? s->error : std::error_code{};
 }
 
 /// Takes the blob's lock: at once when it is free, else in call order.
@@ -166,8 +204,9 @@ asio::awaitable<std::error_code> blob_writer::emit(std::string key, value v) {
   }
   const detail::emit_plan p = detail::plan_emit(*b, key, v);
   if (p.ec) co_return p.ec;
-  if (p.kept) {
-    const std::error_code kept = co_await detail::kept_emit(b, std::move(key), std::move(v), emitted);
+  // The retention policy: a resend session keeps a copy and sends that.
+  if (b->kept) {
+    const std::error_code kept = co_await detail::retain_entry(b, *p.planned, emitted);
     co_return detail::failed(*b, kept);
   }
   if (!s->session.take_credit(p.credit)) {
@@ -194,24 +233,31 @@ asio::awaitable<std::error_code> blob_writer::finish() {
   auto& session = s->session;
   sender_blob& w = b->wire();
   if (auto ok = session.check_finish(w); !ok) co_return ok.code();
-  if (b->kept) co_return co_await detail::kept_finish(b);
   auto q = s->queue;
   // A tail is copied: it waits for room as a copied entry does, or blobs
-  // ended in a loop would grow the queue without bound.
-  if (q->full()) {
+  // ended in a loop would grow the queue without bound. (A resend
+  // session's copies are bounded by unacked_bytes instead.)
+  if (q->full() && !b->kept) {
     if (auto ec = co_await detail::wait_room(s, q)) co_return ec;
   }
   auto plan = b->builder.finish(w.tag());
   if (!plan) {
-    if (session.abort(w, plan.message())) q->kick();
+    (void)co_await detail::end_blob(b, plan.message());
     co_return plan.code();
   }
   std::vector<std::byte> tail(tail_size(*plan));
   if (auto r = write_tail(*plan, tail); !r) co_return r.code();
-  if (!session.take_credit(tail.size())) {
-    if (auto ec = co_await detail::acquire_credit(s, q, tail.size())) co_return ec;
+  // The retention policy: a resend session keeps the tail within
+  // unacked_bytes; a plain one frames it within the window.
+  std::error_code waited;
+  if (b->kept) {
+    waited = co_await detail::retain(s, b->kept, tail.size());
+  } else if (!session.take_credit(tail.size())) {
+    waited = co_await detail::acquire_credit(s, q, tail.size());
   }
+  if (waited) co_return waited;
   if (auto r = session.finish(w, tail); !r) co_return r.code();
+  if (b->kept) co_return co_await detail::sync_kept(s, b->kept);
   q->kick();
   co_return std::error_code{};
 }
@@ -222,18 +268,7 @@ asio::awaitable<std::error_code> blob_writer::abort(std::string reason) {
   auto s = b->sender;
   if (auto ec = co_await detail::lock_blob(*b)) co_return ec;
   detail::unlock_guard guard(b->lock);
-  if (b->kept) co_return co_await detail::kept_abort(b, std::move(reason));
-  sender_blob& w = b->own;
-  if (w.ended()) co_return std::error_code{};
-  // Its reason is copied: room first, as for a tail. A failed wait leaves
-  // the sender failed, so the session frames nothing below.
-  if (w.id() != 0 && s->queue->full()) (void)co_await detail::wait_room(s, s->queue);
-  if (s->session.abort(w, reason)) {
-    s->queue->kick();
-    co_return std::error_code{};
-  }
-  // Not framed: the consumer never heard of it, or the sender ended.
-  co_return w.id() != 0 ? s->error : std::error_code{};
+  co_return co_await detail::end_blob(b, std::move(reason));
 }
 
 // ---- sender ----
@@ -245,7 +280,8 @@ namespace {
 sender_limits limits_of(const std::shared_ptr<detail::sender_state>& s) noexcept {
   if (s) return s->session.limits();
   return sender_limits{.chunk_bytes = 0, .inline_bytes = 0, .window_bytes = 0, .features = 0,
-                       .max_key_bytes = 0, .max_meta_bytes = 0, .dedup_window = 0};
+                       .max_key_bytes = 0, .max_meta_bytes = 0, .dedup_window = 0,
+                       .max_entry_bytes = 0};
 }
 
 }  // namespace
@@ -273,7 +309,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
   s->queue = std::make_shared<detail::send_queue>(link, s->opt.max_queued_bytes);
   if (s->stall_watch.enabled()) s->tasks.spawn(detail::watch(s));
   s->stall_watch.begin_wait();
-  auto [ec, reader] = co_await detail::handshake(link, s->opt, NO_SESSION);
+  auto [ec, reader] = co_await detail::handshake(s, link);
   s->stall_watch.end_wait();
   if (!ec && s->error) ec = s->error;  // the watchdog fired meanwhile
   if (ec) {
@@ -282,6 +318,7 @@ asio::awaitable<std::tuple<std::error_code, sender>> sender::start(std::unique_p
     if (timed_out) ec = make_error_code(errc::timed_out);
     if (s->message.empty() && reader) s->message = reader->message;
     s->fail(ec);
+    s->queue->release_link();  // its writer never ran
     co_return ret{ec, sender(std::move(s))};  // failed: failure_reason() says why
   }
   detail::install(s, std::move(reader));
@@ -356,7 +393,8 @@ asio::awaitable<std::error_code> sender::shutdown() {
       co_return std::error_code(asio::error::operation_aborted);
     }
   }
-  co_await detail::end_tasks(s);
+  const std::error_code late = co_await detail::end_tasks(s);
+  if (late) co_return late;
   co_return s->error == errc::closed ? std::error_code{} : s->error;
 }
 
@@ -375,6 +413,7 @@ std::uint32_t sender::inline_bytes() const noexcept { return limits_of(state_).i
 std::uint64_t sender::window_bytes() const noexcept { return limits_of(state_).window_bytes; }
 std::uint32_t sender::max_key_bytes() const noexcept { return limits_of(state_).max_key_bytes; }
 std::uint32_t sender::max_meta_bytes() const noexcept { return limits_of(state_).max_meta_bytes; }
+std::uint64_t sender::max_entry_bytes() const noexcept { return limits_of(state_).max_entry_bytes; }
 std::uint64_t sender::in_flight_bytes() const noexcept {
   return state_ ? state_->session.in_flight() : 0;
 }

@@ -24,6 +24,7 @@ asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state>
                                                    const planned_entry& pe,
                                                    std::span<const std::byte> meta, int device,
                                                    std::uint64_t emitted_ns) {
+  if (q->error()) co_return q->error();  // (its transport may be released)
   sender_blob& w = b.wire();
   // Device bytes are never copied inline: they go in data frames.
   (void)s->session.add_entry(w, pe.entry, meta, emitted_ns, entry_route::chunks);
@@ -38,12 +39,12 @@ asio::awaitable<std::error_code> send_device_value(std::shared_ptr<sender_state>
   auto r = co_await send_device_entry(s->ex, cuda::staging_pool::process_default(),
                                       s->opt.staging, q->link().accepts_device_memory(), pe,
                                       device, send, rep);
-  ++s->extra.device_entries;
-  s->extra.device_chunks += rep.chunks;
-  if (rep.direct) ++s->extra.device_direct_entries;
-  if (rep.gathered) ++s->extra.gathered_entries;
-  s->extra.device_prefetch_high_water =
-      std::max(s->extra.device_prefetch_high_water, rep.prefetch_high_water);
+  ++s->io.device_entries;
+  s->io.device_chunks += rep.chunks;
+  if (rep.direct) ++s->io.device_direct_entries;
+  if (rep.gathered) ++s->io.gathered_entries;
+  s->io.device_prefetch_high_water =
+      std::max(s->io.device_prefetch_high_water, rep.prefetch_high_water);
   if (r) co_return std::error_code{};
   if (s->error || q->error()) co_return s->error ? s->error : q->error();  // not CUDA
   // The consumer has part of this entry: the blob cannot go on, but the

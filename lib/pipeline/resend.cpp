@@ -222,7 +222,7 @@ asio::awaitable<attempt_result> attempt(std::shared_ptr<sender_state> s) {
   if (t) wait->link = std::shared_ptr<transport>(std::move(t));  // closed if it expired
   if (s->error) wait->end();  // the sender ended meanwhile: no handshake
   if (r.ec || bound.expired()) co_return bounded(std::move(r), bound, *wait);
-  auto [hec, reader] = co_await handshake(wait->link, s->opt, s->resend->session);
+  auto [hec, reader] = co_await handshake(s, wait->link);
   r.ec = hec;
   if (r.ec) {
     reader->link->close();
@@ -295,7 +295,6 @@ asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
 asio::awaitable<void> reconnect(std::shared_ptr<sender_state> s) {
   const std::error_code ec = co_await connect_loop(s);
   if (ec) co_return;
-  ++s->extra.reconnects;
   co_await resync(s, s->session.connection());
 }
 
@@ -307,11 +306,10 @@ asio::awaitable<bool> wait_kept(std::shared_ptr<sender_state> s) {
   co_return cancelled;
 }
 
-/// Admits `n` more kept bytes for `kb` (listing it first, within the
-/// consumer's de-duplication window), waiting for deliveries while the
-/// session says no.
-asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
-                                       std::shared_ptr<kept_blob> kb, std::uint64_t n) {
+}  // namespace
+
+asio::awaitable<std::error_code> retain(std::shared_ptr<sender_state> s,
+                                        std::shared_ptr<kept_blob> kb, std::uint64_t n) {
   auto& ss = s->session;
   for (;;) {
     if (s->error) co_return s->error;
@@ -329,7 +327,11 @@ asio::awaitable<std::error_code> admit(std::shared_ptr<sender_state> s,
   co_return s->error;
 }
 
-}  // namespace
+asio::awaitable<std::error_code> sync_kept(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<kept_blob> kb) {
+  co_await sync_shielded(s, std::move(kb));
+  co_return s->error;
+}
 
 void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered) {
   auto& rs = *s.resend;
@@ -340,24 +342,17 @@ void resend_acked(sender_state& s, const std::shared_ptr<sender_blob>& delivered
   rs.kept_cv.notify_all();
 }
 
-asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
-                                           value v, std::uint64_t emitted_ns) {
+asio::awaitable<std::error_code> retain_entry(std::shared_ptr<blob_state> b,
+                                              const planned_entry& planned,
+                                              std::uint64_t emitted_ns) {
   auto s = b->sender;
   auto kb = b->kept;
   auto& ss = s->session;
-  auto added = b->builder.add(std::move(key), std::move(v));
-  if (!added) co_return added.code();  // nothing kept: the blob stays usable
-  const planned_entry& planned = **added;
   kept_entry e;
   e.emitted_ns = emitted_ns;
-  e.meta = planned.entry.meta();
-  // Planned but not kept: only abort() is left until keep_entry.
-  if (auto credit = ss.plan_entry(*kb, planned.entry, e.meta); !credit) {
-    b->last_error = credit.message();
-    co_return credit.code();
-  }
+  e.meta = b->meta;
   const std::uint64_t n = planned.entry.len + planned.entry.key.size() + e.meta.size();
-  if (auto ec = co_await admit(s, kb, n)) co_return ec;
+  if (auto ec = co_await retain(s, kb, n)) co_return ec;
   e.bytes.resize(planned.entry.len);
   // The one copy a resend session makes: host values gathered, device
   // values copied to the host (docs/cuda.md), both into the kept bytes.
@@ -370,47 +365,18 @@ asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::s
     co_return copied.code();
   }
   if (planned.source.memory == memory_kind::cuda_device) {
-    ++s->extra.device_entries;
+    ++s->io.device_entries;
   } else if (!planned.contiguous) {
-    ++s->extra.gathered_entries;
+    ++s->io.gathered_entries;
   }
   e.entry = planned.entry;
   ss.keep_entry(*kb, std::move(e));
-  co_await sync_shielded(s, kb);
-  co_return s->error;
-}
-
-asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b) {
-  auto s = b->sender;
-  auto kb = b->kept;
-  auto plan = b->builder.finish(kb->tag());
-  if (!plan) {
-    co_await kept_abort(b, plan.message());
-    co_return plan.code();
-  }
-  std::vector<std::byte> tail(tail_size(*plan));
-  if (auto r = write_tail(*plan, tail); !r) co_return r.code();
-  if (auto ec = co_await admit(s, kb, tail.size())) co_return ec;
-  s->session.keep_tail(*kb, std::move(tail));
-  co_await sync_shielded(s, kb);
-  co_return s->error;
-}
-
-asio::awaitable<std::error_code> kept_abort(std::shared_ptr<blob_state> b, std::string reason) {
-  auto s = b->sender;
-  auto kb = b->kept;
-  if (kb->ended()) co_return std::error_code{};
-  if (s->error) co_return s->error;
-  const bool tell = s->session.keep_abort(*kb, reason);
-  s->resend->kept_cv.notify_all();  // forgotten, or an end to deliver
-  if (!tell) co_return std::error_code{};  // never on any wire: nobody to tell
-  co_await sync_shielded(s, kb);
-  co_return s->error;
+  co_return co_await sync_kept(s, kb);
 }
 
 void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_blob> kb) {
   if (s->error) return;
-  const bool tell = s->session.keep_abort(*kb, "blob_writer dropped");
+  const bool tell = s->session.abort(*kb, "blob_writer dropped");
   s->resend->kept_cv.notify_all();
   if (tell) s->tasks.spawn(sync(s, std::move(kb), false));
 }
@@ -437,8 +403,9 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
     }
     const bool pending = s->session.ended_pending();
     if (!pending && !rs.connected) {  // all delivered, no connection to close
-      co_await end_tasks(s);          // a connection attempt in flight ends here
-      co_return std::error_code{};
+      // A connection attempt in flight ends here (or the wait is bounded).
+      const std::error_code late = co_await end_tasks(s);
+      co_return late;
     }
     if (!pending && rs.live) break;
     const bool cancelled = co_await wait_kept(s);
@@ -467,8 +434,9 @@ asio::awaitable<std::error_code> resend_shutdown(std::shared_ptr<sender_state> s
   }
   // Everything ended was delivered: whatever the close did, we are done.
   const bool violated = s->error == errc::protocol_violation;
-  co_await end_tasks(s);
-  co_return violated ? make_error_code(errc::protocol_violation) : std::error_code{};
+  const std::error_code late = co_await end_tasks(s);
+  if (violated) co_return make_error_code(errc::protocol_violation);
+  co_return late;
 }
 
 }  // namespace blobpipe::detail

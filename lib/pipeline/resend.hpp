@@ -65,12 +65,25 @@ struct resend_state {
   std::weak_ptr<attempt_wait> attempt;
 };
 
-/// blob_writer's operations in a resend session (b->kept is set). The
-/// caller holds b->lock. Device values are copied to the host first.
-asio::awaitable<std::error_code> kept_emit(std::shared_ptr<blob_state> b, std::string key,
-                                           value v, std::uint64_t emitted_ns);
-asio::awaitable<std::error_code> kept_finish(std::shared_ptr<blob_state> b);
-asio::awaitable<std::error_code> kept_abort(std::shared_ptr<blob_state> b, std::string reason);
+/// The retention steps of blob_writer's emit, finish and abort in a
+/// resend session (b->kept is set; the caller holds b->lock).
+///
+/// retain_entry: keeps planned entry `planned` of `b` (its meta in
+/// b->meta): admits its bytes (waiting for deliveries), copies them
+/// (device values to the host), then syncs. Errors: the sender's,
+/// operation_aborted, the copy's (the blob stays usable).
+asio::awaitable<std::error_code> retain_entry(std::shared_ptr<blob_state> b,
+                                              const planned_entry& planned,
+                                              std::uint64_t emitted_ns);
+/// Admits `n` more kept bytes for `kb` (listing it first, within the
+/// consumer's de-duplication window), waiting for deliveries while the
+/// session says no. Errors: the sender's, operation_aborted.
+asio::awaitable<std::error_code> retain(std::shared_ptr<sender_state> s,
+                                        std::shared_ptr<kept_blob> kb, std::uint64_t n);
+/// Sends what the live connection has not seen of `kb` (not cancelled
+/// midway by its caller). Returns the sender's error.
+asio::awaitable<std::error_code> sync_kept(std::shared_ptr<sender_state> s,
+                                           std::shared_ptr<kept_blob> kb);
 /// The last handle of an open kept blob went away: abort it in the background.
 void kept_dropped(const std::shared_ptr<sender_state>& s, std::shared_ptr<kept_blob> kb);
 

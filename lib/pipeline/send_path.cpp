@@ -6,7 +6,12 @@
 #include <array>
 #include <cstring>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
 
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
@@ -16,8 +21,6 @@
 namespace blobpipe::detail {
 
 namespace {
-
-std::string num(std::uint64_t v) { return std::to_string(v); }
 
 /// Chunks of one entry queued ahead of the one being written: enough to
 /// keep the writer busy, few enough that producers' chunks interleave.
@@ -56,31 +59,18 @@ void sender_state::violation(std::string what) {
   fail(make_error_code(errc::protocol_violation));
 }
 
-result<void> sender_state::on_ack(std::uint64_t conn, std::uint64_t credit,
-                                  std::uint64_t blob_id) {
-  if (conn != session.connection()) return {};  // a replaced connection's last words
-  auto delivered = session.on_ack(credit, blob_id);
-  if (!delivered) return delivered.err();
+void sender_state::take(const sender_input& in) {
+  if (in.acks == 0) return;
   credit_cv.notify_all();
   stall_watch.progress();
-  if (resend) resend_acked(*this, *delivered);
-  return {};
+  if (resend)
+    for (const auto& b : in.delivered) resend_acked(*this, b);
 }
 
 sender_stats sender_state::stats() const noexcept {
-  sender_stats st = extra;
-  const sender_counts& c = session.counts();
-  st.entries_sent = c.entries_sent;
-  st.data_frames_sent = c.data_frames_sent;
-  st.bytes_sent = c.bytes_sent;
-  st.credit_waits = c.credit_waits;
-  st.credit_requests = c.credit_requests;
-  st.blobs_sent = c.blobs_sent;
-  st.blobs_aborted = c.blobs_aborted;
-  st.first_entry_ns = c.first_entry_ns;
-  st.blobs_resent = c.blobs_resent;
-  st.blobs_delivered = c.blobs_delivered;
-  st.budget_waits = c.budget_waits;
+  sender_stats st;
+  static_cast<sender_counts&>(st) = session.counts();
+  static_cast<sender_io_counts&>(st) = io;
   if (queue) st.queued_high_water = std::max<std::uint64_t>(st.queued_high_water, queue->copied_high_water());
   st.tasks_running = tasks.running() + (queue ? queue->writer_running() : 0);
   return st;
@@ -88,40 +78,27 @@ sender_stats sender_state::stats() const noexcept {
 
 // ---- the consumer's frames --------------------------------------------------
 
-ack_reader::ack_reader(std::shared_ptr<transport> l)
-    : link(std::move(l)), frames(wire_role::consumer, decoder_limits{}, *this) {}
-
-asio::awaitable<std::error_code> ack_reader::read_more() {
-  auto [ec, got] = co_await link->read_some(buffer);
+asio::awaitable<std::error_code> read_consumer(std::shared_ptr<sender_state> s,
+                                               std::shared_ptr<ack_reader> r) {
+  auto [ec, got] = co_await r->link->read_some(r->buffer);
   if (ec) co_return ec;
+  // A replaced link's last words: the session reads another one now.
+  if (s->session.attempt() != r->attempt) co_return make_error_code(errc::closed);
+  std::string refused;
   if (got.bulk_bytes != 0) {
-    message = "the consumer sent a bulk message";
-    link->close();
-    co_return make_error_code(errc::protocol_violation);
+    refused = "the consumer sent a bulk message";
+  } else {
+    auto in = s->session.consume(std::span(r->buffer).first(got.bytes));
+    if (in) {
+      s->take(*in);
+      co_return std::error_code{};
+    }
+    if (in.code() != errc::protocol_violation) co_return in.code();
+    refused = in.message();
   }
-  auto r = frames.consume(std::span(buffer).first(got.bytes));
-  if (!r) {
-    message = r.message();
-    link->close();
-    co_return r.code();
-  }
-  co_return std::error_code{};
-}
-
-result<void> ack_reader::on_hello(const hello& h) {
-  peer = h;
-  return {};
-}
-
-result<void> ack_reader::on_ack(std::uint64_t credit, std::uint64_t blob_id) {
-  if (!sender) return {errc::protocol_violation, "ack before the handshake ended"};
-  return sender->on_ack(connection, credit, blob_id);
-}
-
-result<void> ack_reader::on_close(std::string_view reason) {
-  peer_closed = true;
-  close_reason.assign(reason);
-  return {};
+  r->message = std::move(refused);
+  r->link->close();
+  co_return make_error_code(errc::protocol_violation);
 }
 
 std::string closed_by_consumer(std::string_view reason) {
@@ -134,18 +111,20 @@ namespace {
 /// Reads the consumer's frames on one connection until it ends.
 asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr<ack_reader> r) {
   for (;;) {
-    std::error_code ec = co_await r->read_more();
+    std::error_code ec = co_await read_consumer(s, r);
     if (s->error || s->session.connection() != r->connection) break;
     // A close frame says why the consumer ended the stream (a refusal:
     // an entry over its limits, a violation); its reason is the error's.
-    const bool refused = r->peer_closed && !r->close_reason.empty();
-    if (!ec && r->peer_closed) ec = make_error_code(errc::peer_closed);
+    const bool peer_closed = s->session.peer_closed();
+    const std::string& reason = s->session.close_reason();
+    const bool refused = peer_closed && !reason.empty();
+    if (!ec && peer_closed) ec = make_error_code(errc::peer_closed);
     if (ec == errc::protocol_violation) {
       s->violation(r->message);
       break;
     }
     if (ec) {
-      const std::string why = r->peer_closed ? closed_by_consumer(r->close_reason) : std::string();
+      const std::string why = peer_closed ? closed_by_consumer(reason) : std::string();
       // After our `close`, the consumer closing its end is the orderly
       // end, unless its close gave a reason: then it refused something.
       if (s->resend) {
@@ -168,17 +147,11 @@ asio::awaitable<void> read_acks(std::shared_ptr<sender_state> s, std::shared_ptr
 }  // namespace
 
 asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handshake(
-    std::shared_ptr<transport> link, const sender_options& opt, const session_id& session) {
+    std::shared_ptr<sender_state> s, std::shared_ptr<transport> link) {
   using ret = std::tuple<std::error_code, std::shared_ptr<ack_reader>>;
-  const auto violation = [&](std::string why) {
-    link->close();
-    auto r = std::make_shared<ack_reader>(link);
-    r->message = std::move(why);
-    return ret{make_error_code(errc::protocol_violation), std::move(r)};
-  };
   auto reader = std::make_shared<ack_reader>(link);
   // handshake_timeout: closing the link ends the write or read below.
-  deadline bound(link->get_executor(), opt.handshake_timeout,
+  deadline bound(link->get_executor(), s->opt.handshake_timeout,
                  [weak = std::weak_ptr<transport>(link)] {
                    if (auto l = weak.lock()) l->close();
                  });
@@ -187,43 +160,32 @@ asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handsh
     reader->message = bound.reason("no handshake with the consumer", "handshake_timeout");
     return ret{make_error_code(errc::timed_out), reader};
   };
-  hello mine{.role = wire_role::sender,
-             .max_chunk_bytes = opt.chunk_bytes,
-             .session = session,
-             .features = offered_features(opt),
-             .inline_bytes = opt.inline_bytes};
+  const hello mine{.role = wire_role::sender,
+                   .max_chunk_bytes = s->opt.chunk_bytes,
+                   .session = s->resend ? s->resend->session : NO_SESSION,
+                   .features = offered_features(s->opt),
+                   .inline_bytes = s->opt.inline_bytes};
   outbox out;
-  frame_hello(out, mine);
+  reader->attempt = s->session.offer(mine, out);
   const auto bytes = out.pieces()[0].bytes(out);
   const asio::const_buffer buf(bytes.data(), bytes.size());
   if (auto ec = co_await link->write(std::span(&buf, 1))) co_return failed(ec);
-  while (!reader->peer) {
-    const std::error_code ec = co_await reader->read_more();
+  while (!s->session.answer()) {
+    const std::error_code ec = co_await read_consumer(s, reader);
     if (ec) co_return failed(ec);
-    if (reader->peer_closed && !reader->peer) co_return ret{make_error_code(errc::peer_closed), reader};
+    if (s->session.peer_closed() && !s->session.answer())
+      co_return ret{make_error_code(errc::peer_closed), reader};
   }
-  const hello& peer = *reader->peer;
-  if (peer.max_chunk_bytes > opt.chunk_bytes)
-    co_return violation("hello: chunk " + num(peer.max_chunk_bytes) + " above the proposal");
-  if (peer.inline_bytes > opt.inline_bytes)
-    co_return violation("hello: inline_bytes " + num(peer.inline_bytes) + " above the proposal");
-  if (peer.window_bytes == 0 && !(peer.features & feature_credit_grants))
-    co_return violation("hello: zero window");
-  if ((peer.features & ~mine.features) != 0)
-    co_return violation("hello: the consumer accepts features that were not offered");
-  // A resend session needs the consumer to de-duplicate for it.
-  if (session != NO_SESSION && (peer.session != session || peer.dedup_window == 0))
-    co_return violation("hello: the consumer keeps no delivery log for this session");
   co_return ret{std::error_code{}, std::move(reader)};
 }
 
 void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader> reader) {
-  const hello& peer = *reader->peer;
+  const hello& peer = *s->session.answer();
   if (!s->queue || s->queue->link_ptr() != reader->link) {
     if (s->queue) {
       s->queue->fail(make_error_code(errc::closed));
-      s->extra.queued_high_water =
-          std::max<std::uint64_t>(s->extra.queued_high_water, s->queue->copied_high_water());
+      s->io.queued_high_water =
+          std::max<std::uint64_t>(s->io.queued_high_water, s->queue->copied_high_water());
     }
     s->queue = std::make_shared<send_queue>(reader->link, s->opt.max_queued_bytes);
   }
@@ -238,7 +200,6 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
       st->fail(ec);
     }
   });
-  reader->sender = s.get();  // read_acks holds `s` for as long as `reader` lives
   reader->connection = s->session.connection();
   s->reader_done = false;
   s->stall_watch.progress();
@@ -268,7 +229,7 @@ class credit_wish {
   }
   void ask(std::uint64_t n) {
     if (q_->error()) {
-      ++s_.session.counts().credit_waits;
+      s_.session.note_credit_wait();
       return;
     }
     n_ = n;
@@ -317,10 +278,37 @@ asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
   co_return std::error_code{};
 }
 
-asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s) {
+asio::awaitable<std::error_code> end_tasks(std::shared_ptr<sender_state> s) {
   s->fail(make_error_code(errc::closed));  // an earlier error stays; the queue closes its link
-  co_await s->tasks.join();
-  if (auto q = s->queue) co_await q->join_writer();
+  // A connect function that ignores its cancellation would hold the join
+  // for as long as it runs: handshake_timeout bounds the wait (it is the
+  // bound of the attempt's other half, the handshake).
+  std::error_code late;
+  asio::cancellation_signal stop_join;
+  {
+    deadline bound(s->ex, s->opt.handshake_timeout,
+                   [&stop_join] { stop_join.emit(asio::cancellation_type::all); });
+    // (Cancelled, the join's coroutine ends with operation_aborted thrown:
+    // taken as a value here, and expected only once the bound passed.)
+    auto [thrown] = co_await asio::co_spawn(
+        s->ex, s->tasks.join(),
+        asio::bind_cancellation_slot(stop_join.slot(),
+                                     asio::experimental::as_tuple(asio::use_awaitable)));
+    if (thrown && !bound.expired()) std::rethrow_exception(thrown);
+    if (bound.expired() && s->tasks.running() != 0) {
+      late = make_error_code(errc::timed_out);
+      if (s->message.empty())
+        s->message = bound.reason(
+            "shutdown: the sender's tasks (a connect function that ignores its "
+            "cancellation) did not end",
+            "handshake_timeout");
+    }
+  }
+  if (auto q = s->queue) {
+    co_await q->join_writer();
+    q->release_link();
+  }
+  co_return late;
 }
 
 std::string failure_text(const sender_state& s) {
@@ -332,7 +320,7 @@ std::string failure_text(const sender_state& s) {
 bool begin_entry(sender_state& s, send_queue& q, sender_blob& b, const planned_entry& pe,
                  std::span<const std::byte> meta, std::uint64_t emitted_ns) {
   const Entry& e = pe.entry;
-  if (!pe.contiguous && e.len != 0) ++s.extra.gathered_entries;
+  if (!pe.contiguous && e.len != 0) ++s.io.gathered_entries;
   auto room = s.session.add_entry(b, e, meta, emitted_ns, entry_route::automatic);
   if (!room.empty()) {
     // Small: copied into the frame, so the producer may go on at once.
@@ -390,6 +378,7 @@ asio::awaitable<std::error_code> wait_chunks(std::shared_ptr<sender_state> s,
 asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
                                              std::shared_ptr<send_queue> q, sender_blob& b,
                                              std::span<const std::byte> bytes, int device) {
+  if (q->error()) co_return q->error();  // (its transport may be released)
   const bool bulk = q->link().sends_bulk();
   std::array<std::uint64_t, chunks_ahead> ahead{};  // chunk k's ticket at k % chunks_ahead
   std::size_t k = 0;

@@ -29,9 +29,13 @@ void send_queue::kick() noexcept {
   }
 }
 
+void send_queue::release_link() noexcept {
+  if (error_ && writer_.running() == 0) t_.reset();
+}
+
 void send_queue::fail(std::error_code ec) noexcept {
   if (!error_) error_ = ec;
-  t_->close();
+  if (t_) t_->close();
   work_cv_.notify_all();
   wrote_cv_.notify_all();
   room_cv_.notify_all();

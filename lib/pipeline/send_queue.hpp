@@ -67,6 +67,11 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
 
   /// Ends the queue: the transport is closed, every waiter wakes with `ec`.
   void fail(std::error_code ec) noexcept;
+  /// Drops the transport once the queue has failed and its writer has
+  /// ended (or never ran), so a failed sender holds no closed transport
+  /// (its memory, a UCX endpoint's). No-op otherwise. link() must not be
+  /// used after it (error() is set: every caller checks it first).
+  void release_link() noexcept;
   std::error_code error() const noexcept { return error_; }
   /// Completes once the writer (run) has ended: after fail(), at once or
   /// when its write in flight ends (fail closed the transport). Run on

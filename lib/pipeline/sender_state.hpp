@@ -53,10 +53,11 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   void fail(std::error_code ec) noexcept;
   /// Ends the sender with protocol_violation and `what`.
   void violation(std::string what);
-  /// Takes the consumer's acknowledgement on connection `connection`:
-  /// `credit` returned, `blob_id` delivered (0: none; resend sessions only).
-  result<void> on_ack(std::uint64_t connection, std::uint64_t credit, std::uint64_t blob_id);
-  /// The counters: the session's and the byte sources' (extra).
+  /// What the consumer's bytes brought on the current connection (the
+  /// session's consume()): waiting producers woken, a resend session told
+  /// of its deliveries.
+  void take(const sender_input& in);
+  /// The counters: the session's, the I/O side's (io) and the tasks.
   sender_stats stats() const noexcept;
 
   asio::any_io_executor ex;
@@ -74,9 +75,9 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   bool reader_done = false;          // the ack reader has ended
   async_condition credit_cv;         // in_flight fell, or the connection ended
   async_condition reader_cv;         // reader_done became true
-  // What the session does not count: where entries' bytes came from
-  // (gathered, device_*) and reconnects.
-  sender_stats extra;
+  // What the session does not decide: where entries' bytes came from
+  // (gathered, device_*) and the replaced queues' high water.
+  sender_io_counts io;
   watchdog stall_watch;              // opt.stall_timeout
   // Its coroutines: the watchdog (watch), the ack reader (read_acks), a
   // resend session's reconnect and sync. Each ends when what it waits on
@@ -102,36 +103,32 @@ struct blob_state {
   std::string last_error;  // why the last emit failed (blob_writer::last_error)
 };
 
-/// Reads the consumer's frames on one connection (its hello, then acks
-/// and close) through the push decoder.
-struct ack_reader final : decoder_listener {
-  explicit ack_reader(std::shared_ptr<transport> link);
-
-  /// Reads and decodes what the consumer sent next. Errors: the
-  /// transport's, or the decoder's (protocol_violation; `message` says why).
-  asio::awaitable<std::error_code> read_more();
-
-  result<void> on_hello(const hello& h) override;
-  result<void> on_ack(std::uint64_t credit, std::uint64_t blob_id) override;
-  result<void> on_close(std::string_view reason) override;
+/// Reads the consumer's bytes on one link and hands them to the session
+/// (sender_session::consume decodes and checks them): the I/O half only.
+struct ack_reader {
+  explicit ack_reader(std::shared_ptr<transport> l) : link(std::move(l)) {}
 
   std::shared_ptr<transport> link;
-  decoder frames;
   std::array<std::byte, 4096> buffer{};
-  std::optional<hello> peer;          // the consumer's hello, once read
-  bool peer_closed = false;           // its close frame arrived
-  std::string close_reason;           // that frame's reason (the peer's words, raw)
-  std::string message;                // why decoding failed
-  // Set once the connection is installed: acks then go to the sender.
-  sender_state* sender = nullptr;
-  std::uint64_t connection = 0;
+  std::uint64_t attempt = 0;     // the session's handshake attempt on this link
+  std::uint64_t connection = 0;  // its connection number, once installed
+  std::string message;           // why the consumer's bytes were refused
 };
 
-/// The handshake on `link` (every kind of sender): sends our hello with
-/// `chunk_bytes` and `session`, reads and checks the consumer's.
-/// Errors: protocol_violation, and the transport's.
+/// Reads what the consumer sent next on `r`'s link and feeds it to the
+/// session, unless a later attempt replaced the link. Errors: the
+/// transport's, closed (replaced), protocol_violation (`r.message` says
+/// why; the link is closed).
+asio::awaitable<std::error_code> read_consumer(std::shared_ptr<sender_state> s,
+                                               std::shared_ptr<ack_reader> r);
+
+/// The handshake on `link` (every kind of sender): the session frames our
+/// hello (chunk_bytes, inline_bytes, features, the resend session's id),
+/// which is written, then reads until the session has checked the
+/// consumer's. Errors: protocol_violation, timed_out (handshake_timeout),
+/// and the transport's.
 asio::awaitable<std::tuple<std::error_code, std::shared_ptr<ack_reader>>> handshake(
-    std::shared_ptr<transport> link, const sender_options& opt, const session_id& session);
+    std::shared_ptr<sender_state> s, std::shared_ptr<transport> link);
 
 /// Makes `link` (handshake done by `reader`) the sender's connection:
 /// negotiated limits, a fresh send queue, the ack reader running.
@@ -172,8 +169,12 @@ asio::awaitable<std::error_code> wait_room(std::shared_ptr<sender_state> s,
 /// returns. Each task ends on what fail() closes or stops (the link, the
 /// watchdog, the session's conditions, a connection attempt in flight);
 /// none is cancelled, as a coroutine cancelled inside a UCX wait would
-/// leave its request to nobody.
-asio::awaitable<void> end_tasks(std::shared_ptr<sender_state> s);
+/// leave its request to nobody. The wait for the tasks is bounded by
+/// handshake_timeout (0: none): past it, with a task still running (a
+/// connect function that ignores its cancellation), it returns timed_out
+/// and the failure reason names the limit; that task runs on, holding the
+/// state. Errors: timed_out.
+asio::awaitable<std::error_code> end_tasks(std::shared_ptr<sender_state> s);
 
 /// Why the sender failed, for a blob_writer's last_error(): its
 /// failure_reason when it has one, else its error's message.

@@ -86,7 +86,8 @@ result<void> consumer_session::on_hello(const hello& h) {
                   .dedup_window = opt_.dedup_window,
                   .session = h.session,
                   .features = l.features,
-                  .inline_bytes = l.inline_bytes};
+                  .inline_bytes = l.inline_bytes,
+                  .extensions = {max_entry_bytes_extension(l.max_entry_bytes)}};
   frame_hello(out_, answer_);
   return {};
 }

@@ -14,20 +14,88 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-sender_limits sender_limits::from_hello(const hello& h) noexcept {
-  return sender_limits{.chunk_bytes = h.max_chunk_bytes,
-                       .inline_bytes = h.inline_bytes,
-                       .window_bytes = h.window_bytes,
-                       .features = h.features,
-                       .max_key_bytes = h.max_key_bytes,
-                       .max_meta_bytes = h.max_meta_bytes,
-                       .dedup_window = h.dedup_window};
+sender_limits sender_limits::from_hello(const hello& h) {
+  sender_limits l{.chunk_bytes = h.max_chunk_bytes,
+                  .inline_bytes = h.inline_bytes,
+                  .window_bytes = h.window_bytes,
+                  .features = h.features,
+                  .max_key_bytes = h.max_key_bytes,
+                  .max_meta_bytes = h.max_meta_bytes,
+                  .dedup_window = h.dedup_window};
+  if (auto m = read_max_entry_bytes(h); m && *m) l.max_entry_bytes = **m;
+  return l;
 }
 
+// ---- the consumer's frames --------------------------------------------------
+
+std::uint64_t sender_session::offer(const hello& mine, outbox& out) {
+  offer_ = mine;
+  answer_.reset();
+  peer_closed_ = false;
+  close_reason_.clear();
+  frames_ = std::make_unique<decoder>(wire_role::consumer, decoder_limits{}, frames_listener_);
+  frame_hello(out, mine);
+  return ++attempt_;
+}
+
+result<void> sender_session::check_answer(const hello& offer, const hello& answer) {
+  if (answer.max_chunk_bytes > offer.max_chunk_bytes)
+    return {errc::protocol_violation,
+            "hello: chunk " + num(answer.max_chunk_bytes) + " above the proposal"};
+  if (answer.inline_bytes > offer.inline_bytes)
+    return {errc::protocol_violation,
+            "hello: inline_bytes " + num(answer.inline_bytes) + " above the proposal"};
+  if (answer.window_bytes == 0 && !(answer.features & feature_credit_grants))
+    return {errc::protocol_violation, "hello: zero window"};
+  if ((answer.features & ~offer.features) != 0)
+    return {errc::protocol_violation, "hello: the consumer accepts features that were not offered"};
+  // A resend session needs the consumer to de-duplicate for it.
+  if (offer.session != NO_SESSION &&
+      (answer.session != offer.session || answer.dedup_window == 0))
+    return {errc::protocol_violation, "hello: the consumer keeps no delivery log for this session"};
+  if (auto max_entry = read_max_entry_bytes(answer); !max_entry) return max_entry.err();
+  return {};
+}
+
+result<sender_input> sender_session::consume(std::span<const std::byte> in) {
+  input_ = sender_input{};
+  if (!frames_) return {errc::protocol_violation, "bytes from the consumer before our hello"};
+  if (auto r = frames_->consume(in); !r) return r.err();
+  return std::move(input_);
+}
+
+result<void> sender_session::consumer_frames::on_hello(const hello& h) {
+  if (auto ok = check_answer(s_.offer_, h); !ok) return ok;
+  s_.answer_ = h;
+  s_.input_.hello = true;
+  return {};
+}
+
+result<void> sender_session::consumer_frames::on_ack(std::uint64_t credit,
+                                                     std::uint64_t blob_id) {
+  if (s_.connected_attempt_ != s_.attempt_)
+    return {errc::protocol_violation, "ack before the handshake ended"};
+  auto delivered = s_.on_ack(credit, blob_id);
+  if (!delivered) return delivered.err();
+  ++s_.input_.acks;
+  if (*delivered) s_.input_.delivered.push_back(std::move(*delivered));
+  return {};
+}
+
+result<void> sender_session::consumer_frames::on_close(std::string_view reason) {
+  s_.peer_closed_ = true;
+  s_.close_reason_.assign(reason);
+  s_.input_.closed = true;
+  return {};
+}
+
+// ---- connections ------------------------------------------------------------
+
 void sender_session::connect(const sender_limits& limits, outbox* out) {
+  connected_attempt_ = attempt_;
   limits_ = limits;
   out_ = out ? out : &own_;
-  ++connection_;
+  if (++connection_ > 1) ++counts_.reconnects;
   next_blob_id_ = 1;
   in_flight_ = 0;
   credit_wanted_ = 0;
@@ -36,7 +104,8 @@ void sender_session::connect(const sender_limits& limits, outbox* out) {
 
 // ---- blobs ------------------------------------------------------------------
 
-result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_bytes) const {
+result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_bytes,
+                                        std::uint64_t entry_bytes) const {
   if (b.ended_ || b.broken_) return {errc::closed, "the blob was finished, aborted or broken"};
   if (error_) return blobpipe::error{error_, "the sender ended: " + error_.message()};
   // Tags identify blobs across reconnects.
@@ -46,6 +115,12 @@ result<void> sender_session::check_emit(const sender_blob& b, std::size_t key_by
     return {errc::invalid_argument, "the key is " + num(key_bytes) +
                                         " bytes, longer than the consumer's max_key_bytes (" +
                                         num(limits_.max_key_bytes) + " bytes)"};
+  // Refused here, before a byte is framed: the consumer would refuse it
+  // mid-stream and close the connection.
+  if (entry_bytes > limits_.max_entry_bytes)
+    return {errc::invalid_argument, "the entry is " + num(entry_bytes) +
+                                        " bytes, over the consumer's max_entry_bytes " +
+                                        num(limits_.max_entry_bytes)};
   if (!opt_.resend && b.group_ && !(limits_.features & feature_blob_groups))
     return {errc::invalid_argument, "the blob names a group; the consumer accepts no blob groups"};
   return {};
@@ -133,20 +208,30 @@ bool sender_session::entry_sent(sender_blob& b) noexcept {
 }
 
 result<void> sender_session::finish(sender_blob& b, std::span<const std::byte> tail) {
-  if (b.ended_ || b.broken_ || b.entry_left_ != 0)
+  // (A resend session's producer frames nothing: a sync may be framing a
+  // kept entry of the blob meanwhile.)
+  if (b.ended_ || b.broken_ || (!opt_.resend && b.entry_left_ != 0))
     return {errc::closed, "the blob was finished, aborted or broken"};
   if (error_) return blobpipe::error{error_, "the sender ended: " + error_.message()};
-  if (b.connection_ != connection_) begin(b);
-  frame_tail(*out_, b.id_, tail);
-  b.ended_ = b.end_framed_ = true;
+  b.ended_ = true;
   counts_.bytes_sent += tail.size();
   ++counts_.blobs_sent;
+  if (opt_.resend) {
+    // Kept until delivered: next_step() says when to frame it.
+    b.tail_.assign(tail.begin(), tail.end());
+    b.end_ = sender_blob::end_kind::tail;
+    return {};
+  }
+  if (b.connection_ != connection_) begin(b);
+  frame_tail(*out_, b.id_, tail);
+  b.end_framed_ = true;
   return {};
 }
 
 bool sender_session::abort(sender_blob& b, std::string_view reason) {
   if (b.ended_) return false;
   b.ended_ = true;
+  if (opt_.resend) return keep_abort(b, reason);
   b.entry_left_ = 0;
   // A blob not begun here: the consumer never heard of it.
   if (b.connection_ != connection_ || b.end_framed_ || error_) return false;
@@ -251,17 +336,8 @@ void sender_session::keep_entry(sender_blob& b, kept_entry e) {
   b.broken_ = false;
 }
 
-void sender_session::keep_tail(sender_blob& b, std::vector<std::byte> tail) {
-  counts_.bytes_sent += tail.size();
-  ++counts_.blobs_sent;
-  b.tail_ = std::move(tail);
-  b.end_ = sender_blob::end_kind::tail;
-  b.ended_ = true;
-}
-
 bool sender_session::keep_abort(sender_blob& b, std::string_view reason) {
-  if (b.ended_) return false;
-  b.ended_ = true;
+  // (A blob being framed by a sync keeps its entry_left_: the sync ends it.)
   if (!b.listed_ || b.end_ != sender_blob::end_kind::open) return false;
   b.abort_reason_.assign(reason.substr(0, std::min<std::size_t>(reason.size(), max_reason_bytes)));
   b.end_ = sender_blob::end_kind::abort;

@@ -156,6 +156,25 @@ result<hello> decode_hello(std::span<const std::byte> payload) {
   return h;
 }
 
+hello_extension max_entry_bytes_extension(std::uint64_t max_entry_bytes) {
+  hello_extension e{.type = hello_ext_max_entry_bytes,
+                    .value = std::vector<std::byte>(hello_ext_max_entry_bytes_size)};
+  store_le<std::uint64_t>(e.value.data(), max_entry_bytes);
+  return e;
+}
+
+result<std::optional<std::uint64_t>> read_max_entry_bytes(const hello& h) {
+  for (const auto& e : h.extensions) {
+    if (e.type != hello_ext_max_entry_bytes) continue;
+    if (e.value.size() != hello_ext_max_entry_bytes_size)
+      return violation("hello: the max_entry_bytes extension (type 1) has " +
+                       num(e.value.size()) + " bytes, expected " +
+                       num(hello_ext_max_entry_bytes_size));
+    return std::optional<std::uint64_t>(load_le<std::uint64_t>(e.value.data()));
+  }
+  return std::optional<std::uint64_t>{};
+}
+
 void encode_timestamp(std::uint64_t ns, std::span<std::byte> out) noexcept {
   store_le<std::uint64_t>(out.data(), ns);
 }

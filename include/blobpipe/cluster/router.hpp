@@ -123,10 +123,12 @@ class router {
 
   /// Starts a sender to every URL at once (a resend session each, with
   /// opt.resend). A destination that cannot be reached is gone for good
-  /// (error(d)); start fails only when all are.
+  /// (error(d)); start fails only when all are, and then returns a router
+  /// whose destinations are all gone: size(), url(d), error(d) and
+  /// failure_reason(d) say why each failed (open_blob refuses).
   /// Errors: invalid_argument (no URL; a URL that does not parse: the
-  /// first such; parse_url has the message), else the first destination's
-  /// error when none started.
+  /// first such; parse_url has the message; the router is then empty),
+  /// else the first destination's error when none started.
   static asio::awaitable<std::tuple<std::error_code, router>> start(
       asio::any_io_executor ex, std::vector<std::string> urls, router_options opt = {});
 

@@ -71,6 +71,7 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/footer.hpp"
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/sender_session.hpp"
 #include "blobpipe/protocol/wire.hpp"
 #include "blobpipe/transport/transport.hpp"
 
@@ -82,8 +83,12 @@ struct blob_state;
 }  // namespace detail
 
 /// Makes one connection for a resend session; called again after each
-/// failure. Should honour cancellation: a stall_timeout that passes first
-/// cancels it (docs/reliability.md "Timeouts").
+/// failure. It must complete when cancelled (its coroutine's cancellation
+/// slot is emitted when a stall_timeout passes first, when the caller of
+/// sender::start is cancelled, and when the sender ends: close(),
+/// shutdown()); docs/reliability.md "Timeouts". One that ignores it holds
+/// sender::start for as long as it runs, and shutdown() for at most
+/// handshake_timeout (then timed_out).
 using connect_fn =
     std::function<asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>>()>;
 
@@ -185,19 +190,9 @@ struct sender_options {
 /// to bound and is not counted. Use it to say how long a sender will try.
 [[nodiscard]] std::chrono::milliseconds resend_give_up_bound(const sender_options& o);
 
-/// Counters for tests and benchmarks.
-struct sender_stats {
-  std::uint64_t entries_sent = 0;
-  std::uint64_t data_frames_sent = 0;
-  std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
-  std::uint64_t credit_waits = 0;     ///< times a producer waited for the window
-  /// Credit requests sent (feature_credit_grants: a pooled consumer).
-  std::uint64_t credit_requests = 0;
-  std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish)
-  std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer)
-  /// The steady clock (nanoseconds since its epoch) when the first entry
-  /// was emitted; 0 before.
-  std::uint64_t first_entry_ns = 0;
+/// What a sender's I/O side counts, beside its session's decisions
+/// (sender_counts): where entries' bytes came from, and its queue.
+struct sender_io_counts {
   std::uint64_t gathered_entries = 0; ///< strided values copied via write_entry
   // Device values (docs/cuda.md).
   std::uint64_t device_entries = 0;   ///< entries read from CUDA device memory
@@ -211,11 +206,14 @@ struct sender_stats {
   /// Most copied bytes framed and not yet written at once (see
   /// sender_options::max_queued_bytes), bytes, over every connection.
   std::uint64_t queued_high_water = 0;
-  // Resend sessions.
-  std::uint64_t reconnects = 0;       ///< connections made after the first
-  std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
-  std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements received
-  std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
+};
+
+/// Counters for tests and benchmarks: what the sender's session decided
+/// (sender_counts: entries, bytes, credit waits and requests, blobs,
+/// first_entry_ns, and for resend sessions reconnects, blobs_resent,
+/// blobs_delivered, budget_waits), what its I/O side saw
+/// (sender_io_counts), and its tasks.
+struct sender_stats : sender_counts, sender_io_counts {
   /// The sender's own coroutines still running (its writer, ack reader,
   /// stall watchdog, a resend session's reconnect and re-sync): 0 once
   /// shutdown() has returned, which waits for them.
@@ -260,7 +258,9 @@ class blob_writer {
   /// (stall_timeout passed while it waited for credit or for room in the
   /// sender's own queue, sender_options::max_queued_bytes),
   /// protocol_violation (the consumer broke the protocol), invalid_argument
-  /// (key longer than the consumer's max_key_bytes), cuda_failure (device
+  /// (key longer than the consumer's max_key_bytes; an entry longer than
+  /// its max_entry_bytes, refused before any byte is framed, the blob
+  /// stays usable: "... over the consumer's max_entry_bytes N"), cuda_failure (device
   /// memory: before anything is sent, e.g. "no CUDA device" — the blob stays
   /// usable; or once the entry was announced, e.g. a failed copy — the blob
   /// is aborted with the CUDA message, the sender stays usable).
@@ -358,7 +358,15 @@ class sender {
   /// It returns once the sender's own coroutines have ended
   /// (sender_stats::tasks_running is 0): nothing of the sender runs on
   /// its executor after it, except when the awaiting coroutine was
-  /// cancelled (operation_aborted).
+  /// cancelled (operation_aborted), or when a task did not end within
+  /// handshake_timeout of the sender's end (a connect_fn that ignores its
+  /// cancellation): then it returns timed_out, failure_reason() says
+  /// "shutdown: the sender's tasks ... did not end within N ms
+  /// (handshake_timeout)", and that task runs on, holding only the
+  /// sender's state (a sender that failed before returns its own error).
+  /// Once its tasks have ended, a failed sender lets its transport go (a
+  /// sender whose start failed, at once): error() and failure_reason()
+  /// stay readable without holding a closed connection.
   asio::awaitable<std::error_code> shutdown();
 
   /// Closes now: every pending emit/finish/abort/shutdown completes with
@@ -389,6 +397,12 @@ class sender {
   /// refuses an entry whose meta is longer (invalid_argument; last_error()
   /// names both sizes). A shape of many dimensions is what makes it long.
   std::uint32_t max_meta_bytes() const noexcept;
+  /// The consumer's limit on one entry's length from its handshake (its
+  /// hello's max_entry_bytes extension, docs/wire.md "Hello extensions"),
+  /// bytes: emit refuses a longer entry at once (invalid_argument), before
+  /// framing any of it. 2^64 - 1 when the consumer announced none; 0 for a
+  /// sender that was never started.
+  std::uint64_t max_entry_bytes() const noexcept;
   /// Credit taken (entries and tails framed) and not yet released by the
   /// consumer, bytes.
   std::uint64_t in_flight_bytes() const noexcept;

@@ -9,14 +9,17 @@
 // connect again) append frames to an outbox; it never waits, never reads
 // a clock and never does I/O. The application owns the socket and the
 // loop: it writes what the outbox holds, waits for credit when
-// take_credit() says no, and feeds the consumer's acks back in
+// take_credit() says no, and feeds the consumer's bytes back in
+// (consume(): its hello, checked against the offer, acks and close)
 // (nghttp2's nghttp2_submit_* with nghttp2_session_mem_send; Arrow's IPC
 // writer, one bookkeeper for the position). Where an entry's bytes live
 // (host, strided, CUDA device memory) is the caller's business: the session
 // sees only spans of bytes, or frames a chunk pointing at them.
 //
 //   blobpipe::sender_session s;
-//   s.connect(blobpipe::sender_limits::from_hello(consumer_hello));
+//   s.offer(our_hello, out);                          // write `out`, then read:
+//   auto in = s.consume(bytes_from_the_consumer);     // in->hello: answered
+//   s.connect(blobpipe::sender_limits::from_hello(*s.answer()));
 //   blobpipe::sender_blob b(tag);
 //   auto ok = s.check_emit(b, key.size());             // before planning
 //   auto credit = s.plan_entry(b, row, meta);          // after planning
@@ -50,6 +53,7 @@
 #include "blobpipe/errors.hpp"
 #include "blobpipe/format/entry.hpp"
 #include "blobpipe/format/footer.hpp"
+#include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/protocol/wire.hpp"
 
@@ -64,26 +68,38 @@ struct sender_limits {
   std::uint32_t max_key_bytes = default_max_key_bytes;
   std::uint32_t max_meta_bytes = default_max_meta_bytes;
   std::uint32_t dedup_window = 0;  ///< blobs the consumer remembers (resend sessions)
+  /// Longest entry (its len) the consumer admits, from its hello's
+  /// max_entry_bytes extension; 2^64 - 1 when it announced none.
+  std::uint64_t max_entry_bytes = ~std::uint64_t{0};
 
-  /// The limits a checked consumer hello gives.
-  static sender_limits from_hello(const hello& h) noexcept;
+  /// The limits a checked consumer hello gives. A malformed
+  /// max_entry_bytes extension is left out here: the handshake refuses it
+  /// (read_max_entry_bytes).
+  static sender_limits from_hello(const hello& h);
 };
 
-/// What the session counted. Each entry and tail is counted once: when it
+/// What the session counted: everything it decides (sender_stats adds
+/// what the I/O side sees). Each entry and tail is counted once: when it
 /// is framed, or in a resend session when it is kept (never again when a
 /// reconnect sends it a second time).
 struct sender_counts {
   std::uint64_t entries_sent = 0;
   std::uint64_t data_frames_sent = 0;
   std::uint64_t bytes_sent = 0;       ///< entry + tail payload bytes
-  std::uint64_t credit_waits = 0;     ///< ask_credit() calls
-  std::uint64_t credit_requests = 0;  ///< credit request frames (feature_credit_grants)
-  std::uint64_t blobs_sent = 0;       ///< tails framed (resend: kept)
-  std::uint64_t blobs_aborted = 0;    ///< aborts framed (resend: kept)
-  std::uint64_t first_entry_ns = 0;   ///< emitted_ns of the first entry; 0 before
-  std::uint64_t blobs_resent = 0;     ///< kept blobs begun on a further connection
+  /// Times a producer waited for the window (ask_credit(), note_credit_wait()).
+  std::uint64_t credit_waits = 0;
+  /// Credit requests sent (feature_credit_grants: a pooled consumer).
+  std::uint64_t credit_requests = 0;
+  std::uint64_t blobs_sent = 0;       ///< tails framed (blob_writer::finish; resend: kept)
+  std::uint64_t blobs_aborted = 0;    ///< aborts framed (abort(), a dropped writer; resend: kept)
+  /// The steady clock (nanoseconds since its epoch) when the first entry
+  /// was emitted (its emitted_ns); 0 before.
+  std::uint64_t first_entry_ns = 0;
+  // Resend sessions.
+  std::uint64_t reconnects = 0;       ///< connections made after the first (connect())
+  std::uint64_t blobs_resent = 0;     ///< kept blobs sent again on a new connection
   std::uint64_t blobs_delivered = 0;  ///< delivery acknowledgements taken
-  std::uint64_t budget_waits = 0;     ///< note_budget_wait() calls
+  std::uint64_t budget_waits = 0;     ///< times a producer waited for unacked_bytes
 };
 
 /// How an entry's bytes go out (add_entry).
@@ -169,6 +185,19 @@ struct sender_session_options {
   std::uint64_t unacked_bytes = 256ull << 20;
 };
 
+/// What the consumer's bytes brought (sender_session::consume).
+struct sender_input {
+  /// Its hello arrived and passed the sender's checks: answer() holds it,
+  /// and connect() with its limits makes the attempt the connection.
+  bool hello = false;
+  /// Acks taken: credit returned or granted (deliveries below).
+  std::uint64_t acks = 0;
+  /// Blobs that delivery acks let go (resend sessions), in ack order.
+  std::vector<std::shared_ptr<sender_blob>> delivered;
+  /// Its close frame arrived: close_reason() holds the reason.
+  bool closed = false;
+};
+
 /// The sans-IO sender (see the file comment).
 class sender_session {
  public:
@@ -181,6 +210,37 @@ class sender_session {
   /// previous connection count as not begun. `out`: where frames go from
   /// now on (default: the session's own outbox); it must outlive its use.
   void connect(const sender_limits& limits, outbox* out = nullptr);
+  /// Begins a handshake on a new link: frames our hello `mine` into `out`
+  /// and readies consume() for that link's bytes (a fresh decoder; what
+  /// was read on an earlier link is forgotten, its close reason included).
+  /// Returns the attempt's number (attempt()).
+  std::uint64_t offer(const hello& mine, outbox& out);
+  /// The handshake attempt whose bytes consume() takes (0: none). A reader
+  /// of an earlier link compares it with its own and stops feeding.
+  std::uint64_t attempt() const noexcept { return attempt_; }
+  /// Takes bytes the consumer sent on the current attempt, in any
+  /// chunking: its hello, checked against the offer (docs/wire.md
+  /// "Handshake": at the sender, a chunk or inline threshold above the
+  /// proposal, a zero window without credit grants, a feature not offered,
+  /// a session not echoed or no delivery log for it, a malformed
+  /// max_entry_bytes extension); then, once connect() made the attempt
+  /// the connection, its acks (on_ack); and its close frame (the reason
+  /// kept). Errors: protocol_violation (the message names the check or the
+  /// frame: "hello: chunk N above the proposal", "ack before the
+  /// handshake ended", the decoder's), or on_ack's; after one, every
+  /// call returns it (the caller ends the connection).
+  result<sender_input> consume(std::span<const std::byte> in);
+  /// The consumer's hello on the current attempt, once checked.
+  const std::optional<hello>& answer() const noexcept { return answer_; }
+  /// Its close frame arrived on the current attempt.
+  bool peer_closed() const noexcept { return peer_closed_; }
+  /// That frame's reason: the consumer's words, raw (escape before
+  /// printing); empty when it gave none or before it came.
+  const std::string& close_reason() const noexcept { return close_reason_; }
+  /// The sender's checks of a consumer's hello `answer` to `offer` (see
+  /// consume()). Errors: protocol_violation.
+  static result<void> check_answer(const hello& offer, const hello& answer);
+
   /// Connections made so far (the current one's number; 0: none).
   std::uint64_t connection() const noexcept { return connection_; }
   const sender_limits& limits() const noexcept { return limits_; }
@@ -199,13 +259,17 @@ class sender_session {
   /// feature_blob_groups; resend sessions: NO_TAG), closed (ended or
   /// broken), the session's error.
   result<void> check_finish(const sender_blob& b) const;
-  /// Whether `b` may take an entry with a key of `key_bytes` (before it is
-  /// planned: a refusal leaves the blob usable).
+  /// Whether `b` may take an entry with a key of `key_bytes` and
+  /// `entry_bytes` bytes (its len; before it is planned: a refusal leaves
+  /// the blob usable and frames nothing).
   /// Errors: the session's error; closed (ended or broken);
-  /// invalid_argument ("key ... max_key_bytes"; "group ... blob groups":
+  /// invalid_argument ("key ... max_key_bytes"; "... over the consumer's
+  /// max_entry_bytes N": the consumer would refuse the entry mid-stream
+  /// and close; "group ... blob groups":
   /// a group on a connection without feature_blob_groups, plain sessions;
   /// "NO_TAG": resend sessions identify blobs by tag).
-  result<void> check_emit(const sender_blob& b, std::size_t key_bytes) const;
+  result<void> check_emit(const sender_blob& b, std::size_t key_bytes,
+                          std::uint64_t entry_bytes = 0) const;
   /// The entry `e` (with its Entry::meta() `meta`) was planned: `b` is
   /// broken until entry_sent(). Returns its credit (entry_credit).
   /// Errors: invalid_argument ("meta ... max_meta_bytes"), too_large (the
@@ -230,14 +294,20 @@ class sender_session {
   /// the blob takes its next entry. Returns false (and changes nothing)
   /// when bytes are still to be framed.
   bool entry_sent(sender_blob& b) noexcept;
-  /// Frames the tail (write_tail's bytes, copied) and ends `b`.
-  /// REQUIRES: tail.size() credit taken.
+  /// Ends `b` with its tail (write_tail's bytes, copied), counted as sent
+  /// now. A plain session frames it (REQUIRES: tail.size() credit
+  /// taken); a resend session keeps it until the blob is delivered
+  /// (REQUIRES: the bytes admitted), and next_step() says when to frame it.
   /// Errors: the session's error; closed (ended, broken, or an entry still
   /// open).
   result<void> finish(sender_blob& b, std::span<const std::byte> tail);
-  /// Ends `b`; frames blob_abort with `reason` (cut to max_reason_bytes)
-  /// when it was begun on this connection and not ended there. Returns
-  /// whether it framed one. No-op once ended.
+  /// Ends `b` with an abort and `reason` (cut to max_reason_bytes). A
+  /// plain session frames blob_abort when `b` was begun on this connection
+  /// and not ended there; a resend session keeps the abort when some
+  /// consumer may have heard of `b` (it was begun on some connection: it
+  /// must then be synced, send_kept_end), else forgets `b` now. Returns
+  /// whether the caller has something to write (framed, or to sync).
+  /// No-op (false) once ended.
   bool abort(sender_blob& b, std::string_view reason);
 
   // ---- credit ---------------------------------------------------------
@@ -282,15 +352,14 @@ class sender_session {
   void refund(sender_blob& b, std::uint64_t n) noexcept;
   /// A producer waited for the budget (counted).
   void note_budget_wait() noexcept { ++counts_.budget_waits; }
-  /// Keeps an entry (its bytes admitted): counted as sent now.
+  /// A producer waited for credit without asking (its connection was
+  /// failing): counted as ask_credit() counts.
+  void note_credit_wait() noexcept { ++counts_.credit_waits; }
+  /// What a resend session keeps where a plain one frames (add_entry):
+  /// an entry, its bytes admitted and copied, counted as sent now. Its
+  /// tail and abort go through finish() and abort(), as a plain
+  /// session's do.
   void keep_entry(sender_blob& b, kept_entry e);
-  /// Keeps b's tail (admitted) and ends it: counted as sent now.
-  void keep_tail(sender_blob& b, std::vector<std::byte> tail);
-  /// Ends b with an abort. Returns whether a consumer may have heard of it
-  /// (it was begun on some connection): then it must be synced; else it is
-  /// forgotten now. False (nothing to do) when it was never listed or had
-  /// ended already.
-  bool keep_abort(sender_blob& b, std::string_view reason);
   /// What to frame next for kept blob `b` on this connection, beginning it
   /// there first when it has not been (blob_begin under a fresh id; counted
   /// as resent from its second connection on).
@@ -324,11 +393,25 @@ class sender_session {
   std::size_t kept_blobs() const noexcept { return kept_.size(); }
 
   const sender_counts& counts() const noexcept { return counts_; }
-  sender_counts& counts() noexcept { return counts_; }
 
  private:
   void begin(sender_blob& b);
   void release(sender_blob& b) noexcept;
+  // abort() of a resend session: keeps the abort, or forgets a blob no
+  // consumer heard of. REQUIRES: b ended by the caller just now.
+  bool keep_abort(sender_blob& b, std::string_view reason);
+
+  /// Routes the decoder's events of the consumer's frames to the session.
+  class consumer_frames final : public decoder_listener {
+   public:
+    explicit consumer_frames(sender_session& s) : s_(s) {}
+    result<void> on_hello(const hello& h) override;
+    result<void> on_ack(std::uint64_t credit, std::uint64_t blob_id) override;
+    result<void> on_close(std::string_view reason) override;
+
+   private:
+    sender_session& s_;
+  };
 
   sender_session_options opt_;
   sender_limits limits_;
@@ -340,6 +423,16 @@ class sender_session {
   std::uint64_t credit_wanted_ = 0;
   std::error_code error_;
   sender_counts counts_;
+  // The consumer's frames on the current attempt (offer()).
+  consumer_frames frames_listener_{*this};
+  std::unique_ptr<decoder> frames_;
+  hello offer_;
+  std::uint64_t attempt_ = 0;
+  std::uint64_t connected_attempt_ = 0;  // the attempt connect() made the connection
+  std::optional<hello> answer_;
+  bool peer_closed_ = false;
+  std::string close_reason_;
+  sender_input input_;  // what the consume() in progress gathers
   // Resend sessions.
   std::deque<std::shared_ptr<sender_blob>> kept_;  // oldest first
   std::map<std::uint64_t, sender_blob*> on_wire_;  // this connection's ids (blobs in kept_)

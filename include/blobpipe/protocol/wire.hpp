@@ -33,6 +33,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -244,6 +245,28 @@ std::vector<std::byte> encode_hello(const hello& h);
 /// max_chunk_bytes >= min_chunk_bytes, inline_bytes <= max_inline_bytes.
 /// Errors: protocol_violation.
 [[nodiscard]] result<hello> decode_hello(std::span<const std::byte> payload);
+
+/// Hello extension types (docs/wire.md "Hello extensions"). A side skips
+/// a type it does not know, so an extension needs no feature bit: an
+/// older peer reads the hello as before.
+///
+/// Type 1, in the consumer's answer: the longest entry (its len, bytes) the
+/// consumer admits, as a u64 little-endian (exactly
+/// hello_ext_max_entry_bytes_size bytes). The sender refuses a longer entry
+/// before framing any of it, rather than having the consumer refuse it
+/// mid-stream and close. Without it the sender knows no such limit.
+inline constexpr std::uint16_t hello_ext_max_entry_bytes = 1;
+inline constexpr std::size_t hello_ext_max_entry_bytes_size = 8;  ///< bytes
+
+/// The type-1 extension announcing `max_entry_bytes` (bytes).
+hello_extension max_entry_bytes_extension(std::uint64_t max_entry_bytes);
+
+/// The consumer's max_entry_bytes from `h`'s extensions (the first type-1
+/// record), bytes; nullopt when it sent none.
+/// Errors: protocol_violation (a value that is not exactly
+/// hello_ext_max_entry_bytes_size bytes; the message names the extension
+/// and its length).
+[[nodiscard]] result<std::optional<std::uint64_t>> read_max_entry_bytes(const hello& h);
 
 /// The entry_begin payload: u32 key_len | u32 meta_len | key (UTF-8) |
 /// meta | with frame_flag_inline, exactly the entry's len bytes. `meta` is
