@@ -456,6 +456,92 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
   BOOST_TEST((d.code() == bp::errc::io), d.message());
 }
 
+// docs/format.md "Validation order", the row checks no plan() output can
+// fail: each hostile row is refused with its own code.
+BOOST_AUTO_TEST_CASE(rows_that_break_a_field_rule_get_its_code) {
+  // [["x", 0, 4, 5, nil, nil]]: the kind is an int, not a str.
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 4, 5, 0xc0, 0xc0}))
+                  .code() == bp::errc::malformed_index));
+  // [["x", 0, 4, "n", nil, [1]]]: an ndarray row must name its dtype (the
+  // message says so, not that some dtype is unknown).
+  auto no_dtype = bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 4, 0xa1, 'n', 0xc0,
+                                                  0x91, 1}));
+  BOOST_TEST((no_dtype.code() == bp::errc::unknown_dtype));
+  BOOST_TEST(no_dtype.message().find("has no dtype") != std::string::npos, no_dtype.message());
+  // [["x", 0, 0, "t", nil, [1 x 65]]]: more than 64 dims.
+  std::vector<std::uint8_t> deep = {0x91, 0x96, 0xa1, 'x', 0, 0, 0xa1, 't', 0xc0, 0xdc, 0, 65};
+  deep.insert(deep.end(), 65, 1);
+  BOOST_TEST((bp::read_index(blob_with_index(deep)).code() == bp::errc::malformed_index));
+  deep[11] = 64;  // 64 dims of 1 is a 4-byte float32 entry, at the limit
+  deep.pop_back();
+  deep[5] = 4;
+  BOOST_TEST(bp::read_index(blob_with_index(deep)).has_value());
+}
+
+// A row with a nil shape is read as 1-d, which needs a whole number of
+// elements (the reference's frombuffer refuses a partial one).
+BOOST_AUTO_TEST_CASE(a_row_without_shape_needs_whole_elements) {
+  // [["x", 0, 8, "t", "float32", nil]]: two float32 elements.
+  auto b = blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 8, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't',
+                            '3', '2', 0xc0});
+  auto idx = bp::read_index(b);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  auto v = bp::decode_entry(b, idx->entries[0]);
+  BOOST_TEST_REQUIRE(v.has_value(), v.message());
+  BOOST_TEST((v->shape == bp::shape_t{2}));
+  // The same row with 6 bytes: one and a half elements.
+  b = blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 6, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't', '3',
+                       '2', 0xc0});
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::shape_mismatch));
+}
+
+BOOST_AUTO_TEST_CASE(entries_the_bytes_do_not_hold_are_entry_out_of_range) {
+  auto blob = sample_blob();
+  auto idx = bp::read_index(blob);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  const bp::Entry& x = idx->entries[0];  // 24 bytes at 0
+  // decode_entry: the blob ends inside the entry.
+  BOOST_TEST((bp::decode_entry(std::span(blob).first(x.len - 1), x).code() ==
+              bp::errc::entry_out_of_range));
+  // view_entry: the bytes given are not exactly the entry's.
+  BOOST_TEST((bp::view_entry(x, std::span(blob).first(x.len + 1)).code() ==
+              bp::errc::entry_out_of_range));
+  BOOST_TEST(bp::view_entry(x, std::span(blob).first(x.len)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(validate_entry_refuses_a_kind_built_by_hand) {
+  // No dtype either: the kind is what is wrong, and is reported first.
+  const bp::Entry e{"k", 0, 4, 'x', std::nullopt, std::nullopt};
+  BOOST_TEST((bp::validate_entry(e, 64).code() == bp::errc::unknown_kind));
+  const bp::Entry typed{"k", 0, 4, 'x', std::string("float32"), bp::shape_t{1}};
+  BOOST_TEST((bp::validate_entry(typed, 64).code() == bp::errc::unknown_kind));
+}
+
+BOOST_AUTO_TEST_CASE(as_double_refuses_a_dtype_with_no_numeric_value) {
+  // A numpy str dtype: its elements are not numbers.
+  const bp::Entry e{"s", 0, 8, 'n', std::string("<U2"), bp::shape_t{1}};
+  std::byte bytes[8] = {};
+  auto v = bp::view_entry(e, bytes);
+  BOOST_TEST_REQUIRE(v.has_value(), v.message());
+  BOOST_TEST((v->as_double(0).code() == bp::errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_an_offset_past_the_end) {
+  auto blob = sample_blob();
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/format_test_past_end.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+  }
+  auto r = bp::read_index_file(path, blob.size() + 1);
+  BOOST_TEST((r.code() == bp::errc::too_small), r.message());
+  BOOST_TEST(r.message().find("past the end") != std::string::npos, r.message());
+  // At the very end, the blob is empty: too small for a footer.
+  BOOST_TEST((bp::read_index_file(path, blob.size()).code() == bp::errc::too_small));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(quote_tests)
