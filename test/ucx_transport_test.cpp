@@ -479,6 +479,11 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address_and_conflicting_config) {
   asio::io_context ctx;
   auto bad = ucx::listen(ctx.get_executor(), 0, "not-an-address");
   BOOST_TEST((bad.code() == errc::invalid_argument));
+  // A listener that may hold no pending connection could accept none.
+  ucx::options none_pending;
+  none_pending.max_pending = 0;
+  BOOST_TEST((ucx::listen(ctx.get_executor(), 0, "127.0.0.1", none_pending).code() ==
+              errc::invalid_argument));
   auto l = ucx::listen(ctx.get_executor(), 0, "127.0.0.1", {{{"TLS", "tcp"}}});
   BOOST_TEST_REQUIRE(l.has_value(), l.message());
   // One UCX context per io_context: other overrides cannot apply now.
