@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "blobpipe/format.hpp"
+#include "test/skip.hpp"
 
 namespace bp = blobpipe;
 
@@ -454,6 +455,21 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
 
   auto d = bp::read_index_file(dir);
   BOOST_TEST((d.code() == bp::errc::io), d.message());
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_null_file) {
+  BOOST_TEST((bp::read_index_file(static_cast<std::FILE*>(nullptr), 0, 0).code() ==
+              bp::errc::invalid_argument));
+}
+
+// A sysfs attribute is a regular file whose size (4096) says nothing of the
+// few bytes it holds: the footer's read comes back short, which is io.
+BOOST_AUTO_TEST_CASE(read_index_file_of_a_file_shorter_than_its_size_is_io) {
+  const char* path = "/sys/devices/system/cpu/online";
+  if (::access(path, R_OK) != 0) BLOBPIPE_SKIP("no sysfs here: " << path << " is not readable");
+  auto r = bp::read_index_file(path);
+  BOOST_TEST((r.code() == bp::errc::io), r.message());
+  BOOST_TEST(r.message().find("ended early") != std::string::npos, r.message());
 }
 
 // docs/format.md "Validation order", the row checks no plan() output can
