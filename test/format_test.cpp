@@ -213,6 +213,32 @@ BOOST_AUTO_TEST_CASE(write_refuses_a_buffer_shorter_than_the_plan) {
   BOOST_TEST((bp::write_tail(*p, tail).code() == bp::errc::buffer_too_small));
 }
 
+BOOST_AUTO_TEST_CASE(write_entry_needs_exactly_the_entrys_bytes) {
+  std::vector<float> x(4);
+  auto p = bp::plan({"x"}, {bp::value::tensor(x)});
+  BOOST_TEST_REQUIRE(p.has_value(), p.message());
+  std::vector<std::byte> out(p->entries[0].entry.len + 1);
+  BOOST_TEST((bp::write_entry(p->entries[0], std::span(out).first(out.size() - 2)).code() ==
+              bp::errc::buffer_too_small));
+  BOOST_TEST((bp::write_entry(p->entries[0], out).code() == bp::errc::buffer_too_small));
+  BOOST_TEST(bp::write_entry(p->entries[0], std::span(out).first(out.size() - 1)).has_value());
+}
+
+// The CPU cannot read device memory: write() and write_entry() refuse a
+// value declared cuda_device before touching its bytes (host memory here,
+// so a copy would not crash, which is what the check is for elsewhere).
+BOOST_AUTO_TEST_CASE(write_refuses_a_value_declared_in_device_memory) {
+  std::vector<float> x = {1, 2, 3, 4};
+  auto v = bp::value::tensor(x);
+  v.memory = bp::memory_kind::cuda_device;
+  auto p = bp::plan({"x"}, {v});
+  BOOST_TEST_REQUIRE(p.has_value(), p.message());
+  std::vector<std::byte> out(p->nbytes);
+  BOOST_TEST((bp::write(*p, out).code() == bp::errc::invalid_argument));
+  BOOST_TEST((bp::write_entry(p->entries[0], std::span(out).first(p->entries[0].entry.len))
+                  .code() == bp::errc::invalid_argument));
+}
+
 BOOST_AUTO_TEST_CASE(write_tail_is_exactly_the_end_of_write) {
   auto tag = bp::random_tag();
   std::vector<std::int32_t> x = {1, 2, 3};
@@ -523,6 +549,13 @@ BOOST_AUTO_TEST_CASE(entries_the_bytes_do_not_hold_are_entry_out_of_range) {
   BOOST_TEST((bp::view_entry(x, std::span(blob).first(x.len + 1)).code() ==
               bp::errc::entry_out_of_range));
   BOOST_TEST(bp::view_entry(x, std::span(blob).first(x.len)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(view_entry_validates_the_row_it_views) {
+  // 8 bytes, exactly the entry's, but a dtype no reader knows.
+  const bp::Entry e{"x", 0, 8, 't', std::string("float33"), bp::shape_t{2}};
+  std::byte bytes[8] = {};
+  BOOST_TEST((bp::view_entry(e, bytes).code() == bp::errc::unknown_dtype));
 }
 
 BOOST_AUTO_TEST_CASE(validate_entry_refuses_a_kind_built_by_hand) {
