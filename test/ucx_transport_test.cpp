@@ -669,6 +669,23 @@ BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
   BOOST_TEST((received == errc::invalid_argument));
 }
 
+// Once both ends have closed and the endpoint is gone, there is nothing
+// to describe.
+BOOST_AUTO_TEST_CASE(describe_after_close_is_closed) {
+  runner r;
+  auto [a, b] = r.await(ucx_pair(ucx_links()[0]));
+  auto open = ucx::describe(*a);
+  BOOST_TEST_REQUIRE(open.has_value(), open.message());
+  a->close();
+  b->close();
+  // The goodbye exchange releases the endpoint: run handlers until it has
+  // (the runtime's own event wait keeps the context from running dry).
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ucx::describe(*a).has_value() && std::chrono::steady_clock::now() < guard)
+    r.ctx.run_one_for(std::chrono::milliseconds(100));
+  BOOST_TEST((ucx::describe(*a).code() == errc::closed));
+}
+
 BOOST_AUTO_TEST_CASE(stats_and_describe_reject_other_transports) {
   asio::io_context ctx;
   auto [x, y] = loopback::make_pair(ctx.get_executor());
