@@ -545,8 +545,8 @@ class sender_handle {
 
   /// Prefixes the message of `e` (an Exception raised by emit of entry
   /// `i`, key `key`) with "emit_many: entry I (key 'KEY'): ", keeping its
-  /// type and other arguments. KeyboardInterrupt and the like pass as
-  /// they are.
+  /// type and other arguments (a UnicodeError gets the name as a note).
+  /// KeyboardInterrupt and the like pass as they are.
   static void name_entry(py::error_already_set& e, Py_ssize_t i, py::handle key) {
     if (!e.matches(PyExc_Exception)) return;
     try {
