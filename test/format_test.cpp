@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "blobpipe/format.hpp"
+#include "test/skip.hpp"
 
 namespace bp = blobpipe;
 
@@ -227,6 +228,32 @@ BOOST_AUTO_TEST_CASE(write_refuses_a_buffer_shorter_than_the_plan) {
   BOOST_TEST((bp::write(*p, small).code() == bp::errc::buffer_too_small));
   std::vector<std::byte> tail(bp::tail_size(*p) - 1);
   BOOST_TEST((bp::write_tail(*p, tail).code() == bp::errc::buffer_too_small));
+}
+
+BOOST_AUTO_TEST_CASE(write_entry_needs_exactly_the_entrys_bytes) {
+  std::vector<float> x(4);
+  auto p = bp::plan({"x"}, {bp::value::tensor(x)});
+  BOOST_TEST_REQUIRE(p.has_value(), p.message());
+  std::vector<std::byte> out(p->entries[0].entry.len + 1);
+  BOOST_TEST((bp::write_entry(p->entries[0], std::span(out).first(out.size() - 2)).code() ==
+              bp::errc::buffer_too_small));
+  BOOST_TEST((bp::write_entry(p->entries[0], out).code() == bp::errc::buffer_too_small));
+  BOOST_TEST(bp::write_entry(p->entries[0], std::span(out).first(out.size() - 1)).has_value());
+}
+
+// The CPU cannot read device memory: write() and write_entry() refuse a
+// value declared cuda_device before touching its bytes (host memory here,
+// so a copy would not crash, which is what the check is for elsewhere).
+BOOST_AUTO_TEST_CASE(write_refuses_a_value_declared_in_device_memory) {
+  std::vector<float> x = {1, 2, 3, 4};
+  auto v = bp::value::tensor(x);
+  v.memory = bp::memory_kind::cuda_device;
+  auto p = bp::plan({"x"}, {v});
+  BOOST_TEST_REQUIRE(p.has_value(), p.message());
+  std::vector<std::byte> out(p->nbytes);
+  BOOST_TEST((bp::write(*p, out).code() == bp::errc::invalid_argument));
+  BOOST_TEST((bp::write_entry(p->entries[0], std::span(out).first(p->entries[0].entry.len))
+                  .code() == bp::errc::invalid_argument));
 }
 
 BOOST_AUTO_TEST_CASE(write_tail_is_exactly_the_end_of_write) {
@@ -471,6 +498,114 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
 
   auto d = bp::read_index_file(dir);
   BOOST_TEST((d.code() == bp::errc::io), d.message());
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_null_file) {
+  BOOST_TEST((bp::read_index_file(static_cast<std::FILE*>(nullptr), 0, 0).code() ==
+              bp::errc::invalid_argument));
+}
+
+// A sysfs attribute is a regular file whose size (4096) says nothing of the
+// few bytes it holds: the footer's read comes back short, which is io.
+BOOST_AUTO_TEST_CASE(read_index_file_of_a_file_shorter_than_its_size_is_io) {
+  const char* path = "/sys/devices/system/cpu/online";
+  if (::access(path, R_OK) != 0) BLOBPIPE_SKIP("no sysfs here: " << path << " is not readable");
+  auto r = bp::read_index_file(path);
+  BOOST_TEST((r.code() == bp::errc::io), r.message());
+  BOOST_TEST(r.message().find("ended early") != std::string::npos, r.message());
+}
+
+// docs/format.md "Validation order", the row checks no plan() output can
+// fail: each hostile row is refused with its own code.
+BOOST_AUTO_TEST_CASE(rows_that_break_a_field_rule_get_its_code) {
+  // [["x", 0, 4, 5, nil, nil]]: the kind is an int, not a str.
+  BOOST_TEST((bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 4, 5, 0xc0, 0xc0}))
+                  .code() == bp::errc::malformed_index));
+  // [["x", 0, 4, "n", nil, [1]]]: an ndarray row must name its dtype (the
+  // message says so, not that some dtype is unknown).
+  auto no_dtype = bp::read_index(blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 4, 0xa1, 'n', 0xc0,
+                                                  0x91, 1}));
+  BOOST_TEST((no_dtype.code() == bp::errc::unknown_dtype));
+  BOOST_TEST(no_dtype.message().find("has no dtype") != std::string::npos, no_dtype.message());
+  // [["x", 0, 0, "t", nil, [1 x 65]]]: more than 64 dims.
+  std::vector<std::uint8_t> deep = {0x91, 0x96, 0xa1, 'x', 0, 0, 0xa1, 't', 0xc0, 0xdc, 0, 65};
+  deep.insert(deep.end(), 65, 1);
+  BOOST_TEST((bp::read_index(blob_with_index(deep)).code() == bp::errc::malformed_index));
+  deep[11] = 64;  // 64 dims of 1 is a 4-byte float32 entry, at the limit
+  deep.pop_back();
+  deep[5] = 4;
+  BOOST_TEST(bp::read_index(blob_with_index(deep)).has_value());
+}
+
+// A row with a nil shape is read as 1-d, which needs a whole number of
+// elements (the reference's frombuffer refuses a partial one).
+BOOST_AUTO_TEST_CASE(a_row_without_shape_needs_whole_elements) {
+  // [["x", 0, 8, "t", "float32", nil]]: two float32 elements.
+  auto b = blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 8, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't',
+                            '3', '2', 0xc0});
+  auto idx = bp::read_index(b);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  auto v = bp::decode_entry(b, idx->entries[0]);
+  BOOST_TEST_REQUIRE(v.has_value(), v.message());
+  BOOST_TEST((v->shape == bp::shape_t{2}));
+  // The same row with 6 bytes: one and a half elements.
+  b = blob_with_index({0x91, 0x96, 0xa1, 'x', 0, 6, 0xa1, 't', 0xa7, 'f', 'l', 'o', 'a', 't', '3',
+                       '2', 0xc0});
+  BOOST_TEST((bp::read_index(b).code() == bp::errc::shape_mismatch));
+}
+
+BOOST_AUTO_TEST_CASE(entries_the_bytes_do_not_hold_are_entry_out_of_range) {
+  auto blob = sample_blob();
+  auto idx = bp::read_index(blob);
+  BOOST_TEST_REQUIRE(idx.has_value(), idx.message());
+  const bp::Entry& x = idx->entries[0];  // 24 bytes at 0
+  // decode_entry: the blob ends inside the entry.
+  BOOST_TEST((bp::decode_entry(std::span(blob).first(x.len - 1), x).code() ==
+              bp::errc::entry_out_of_range));
+  // view_entry: the bytes given are not exactly the entry's.
+  BOOST_TEST((bp::view_entry(x, std::span(blob).first(x.len + 1)).code() ==
+              bp::errc::entry_out_of_range));
+  BOOST_TEST(bp::view_entry(x, std::span(blob).first(x.len)).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(view_entry_validates_the_row_it_views) {
+  // 8 bytes, exactly the entry's, but a dtype no reader knows.
+  const bp::Entry e{"x", 0, 8, 't', std::string("float33"), bp::shape_t{2}};
+  std::byte bytes[8] = {};
+  BOOST_TEST((bp::view_entry(e, bytes).code() == bp::errc::unknown_dtype));
+}
+
+BOOST_AUTO_TEST_CASE(validate_entry_refuses_a_kind_built_by_hand) {
+  // No dtype either: the kind is what is wrong, and is reported first.
+  const bp::Entry e{"k", 0, 4, 'x', std::nullopt, std::nullopt};
+  BOOST_TEST((bp::validate_entry(e, 64).code() == bp::errc::unknown_kind));
+  const bp::Entry typed{"k", 0, 4, 'x', std::string("float32"), bp::shape_t{1}};
+  BOOST_TEST((bp::validate_entry(typed, 64).code() == bp::errc::unknown_kind));
+}
+
+BOOST_AUTO_TEST_CASE(as_double_refuses_a_dtype_with_no_numeric_value) {
+  // A numpy str dtype: its elements are not numbers.
+  const bp::Entry e{"s", 0, 8, 'n', std::string("<U2"), bp::shape_t{1}};
+  std::byte bytes[8] = {};
+  auto v = bp::view_entry(e, bytes);
+  BOOST_TEST_REQUIRE(v.has_value(), v.message());
+  BOOST_TEST((v->as_double(0).code() == bp::errc::invalid_argument));
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_an_offset_past_the_end) {
+  auto blob = sample_blob();
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/format_test_past_end.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+  }
+  auto r = bp::read_index_file(path, blob.size() + 1);
+  BOOST_TEST((r.code() == bp::errc::too_small), r.message());
+  BOOST_TEST(r.message().find("past the end") != std::string::npos, r.message());
+  // At the very end, the blob is empty: too small for a footer.
+  BOOST_TEST((bp::read_index_file(path, blob.size()).code() == bp::errc::too_small));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

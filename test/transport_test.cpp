@@ -211,6 +211,19 @@ BOOST_AUTO_TEST_CASE(close_wakes_pending_read_on_both_ends) {
       r.spawn(late());
       BOOST_TEST_REQUIRE(r.run());
       BOOST_TEST((after == errc::closed));
+      // b was not closed by its user: what it does next still says the
+      // peer ended the connection, not `closed`.
+      std::error_code their_write, their_read;
+      auto late_b = [&]() -> asio::awaitable<void> {
+        const std::array<asio::const_buffer, 1> one{asio::buffer("x", 1)};
+        their_write = co_await b->write(one);
+        auto [ec, got] = co_await b->read_some(buf2);
+        their_read = ec;
+      };
+      r.spawn(late_b());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST((their_write == errc::peer_closed), their_write.message());
+      BOOST_TEST((their_read == errc::peer_closed), their_read.message());
     }
   }
 }

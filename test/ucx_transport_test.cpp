@@ -479,6 +479,11 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address_and_conflicting_config) {
   asio::io_context ctx;
   auto bad = ucx::listen(ctx.get_executor(), 0, "not-an-address");
   BOOST_TEST((bad.code() == errc::invalid_argument));
+  // A listener that may hold no pending connection could accept none.
+  ucx::options none_pending;
+  none_pending.max_pending = 0;
+  BOOST_TEST((ucx::listen(ctx.get_executor(), 0, "127.0.0.1", none_pending).code() ==
+              errc::invalid_argument));
   auto l = ucx::listen(ctx.get_executor(), 0, "127.0.0.1", {{{"TLS", "tcp"}}});
   BOOST_TEST_REQUIRE(l.has_value(), l.message());
   // One UCX context per io_context: other overrides cannot apply now.
@@ -662,6 +667,23 @@ BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((sent == errc::invalid_argument));
   BOOST_TEST((received == errc::invalid_argument));
+}
+
+// Once both ends have closed and the endpoint is gone, there is nothing
+// to describe.
+BOOST_AUTO_TEST_CASE(describe_after_close_is_closed) {
+  runner r;
+  auto [a, b] = r.await(ucx_pair(ucx_links()[0]));
+  auto open = ucx::describe(*a);
+  BOOST_TEST_REQUIRE(open.has_value(), open.message());
+  a->close();
+  b->close();
+  // The goodbye exchange releases the endpoint: run handlers until it has
+  // (the runtime's own event wait keeps the context from running dry).
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ucx::describe(*a).has_value() && std::chrono::steady_clock::now() < guard)
+    r.ctx.run_one_for(std::chrono::milliseconds(100));
+  BOOST_TEST((ucx::describe(*a).code() == errc::closed));
 }
 
 BOOST_AUTO_TEST_CASE(stats_and_describe_reject_other_transports) {

@@ -545,19 +545,24 @@ class sender_handle {
 
   /// Prefixes the message of `e` (an Exception raised by emit of entry
   /// `i`, key `key`) with "emit_many: entry I (key 'KEY'): ", keeping its
-  /// type and other arguments. KeyboardInterrupt and the like pass as
-  /// they are.
+  /// type and other arguments (a UnicodeError gets the name as a note).
+  /// KeyboardInterrupt and the like pass as they are.
   static void name_entry(py::error_already_set& e, Py_ssize_t i, py::handle key) {
     if (!e.matches(PyExc_Exception)) return;
     try {
-      prefix_message(e.value(), i, key);
+      // A UnicodeError's args are its fields (the encoding first), from
+      // which its message is made: the entry is named in a note instead.
+      if (e.matches(PyExc_UnicodeError))
+        e.value().attr("add_note")(entry_name(i, key));
+      else
+        prefix_message(e.value(), entry_name(i, key) + ": ");
     } catch (py::error_already_set&) {
       // An exception whose args cannot be set keeps its own message.
     }
   }
 
-  static void prefix_message(py::object value, Py_ssize_t i, py::handle key) {
-    py::tuple args = value.attr("args");
+  /// "emit_many: entry I (key 'KEY')"; a key UTF-8 cannot spell as repr() shows it.
+  static std::string entry_name(Py_ssize_t i, py::handle key) {
     std::string k;
     if (PyUnicode_Check(key.ptr())) {
       Py_ssize_t size = 0;
@@ -571,7 +576,11 @@ class sender_handle {
     } else {
       k = py::repr(key);
     }
-    const std::string prefix = "emit_many: entry " + std::to_string(i) + " (key " + k + "): ";
+    return "emit_many: entry " + std::to_string(i) + " (key " + k + ")";
+  }
+
+  static void prefix_message(py::object value, const std::string& prefix) {
+    py::tuple args = value.attr("args");
     py::list out;
     out.append(py::str(prefix + (args.size() > 0 ? std::string(py::str(args[0])) : std::string())));
     for (std::size_t j = 1; j < args.size(); ++j) out.append(args[j]);

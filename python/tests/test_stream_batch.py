@@ -66,6 +66,21 @@ def test_an_emit_many_error_names_the_entry_index_and_key_keeping_its_type():
     assert [ev.key for ev in events if isinstance(ev, bf.EntryReady)] == ["a", "b", "c"]
 
 
+def test_an_emit_many_error_names_a_key_utf8_cannot_spell_by_its_repr():
+    # A lone surrogate has no UTF-8 form: the key is named as repr() shows
+    # it, in a note, as a UnicodeError's args are its fields.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"many")
+        with pytest.raises(UnicodeEncodeError) as e:
+            blob.emit_many(["ok", "\ud800"], [1, 2])
+        assert e.value.encoding == "utf-8", e.value.args
+        assert e.value.__notes__ == ["emit_many: entry 1 (key '\\ud800')"], e.value.__notes__
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [ev.key for ev in events if isinstance(ev, bf.EntryReady)] == ["ok"]
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_send_blob_streams_each_sample_as_a_complete_blob(transport):
     samples = [{f"{i}@input_ids": torch.arange(i, i + 2048),

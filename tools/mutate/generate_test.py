@@ -292,3 +292,24 @@ def test_the_projects_equivalents_list_parses():
     path = os.path.join(os.path.dirname(os.path.abspath(g.__file__)), "equivalent.txt")
     reasons = g.parse_equivalents(path)
     assert all(r.strip() for r in reasons.values())
+
+
+# ---------------------------------------------------------------- the run's environment
+
+def test_the_run_passes_the_golden_blobs_and_the_reference_beside_the_repository(tmp_path):
+    import mutate
+    repo = tmp_path / "blobpipe"
+    repo.mkdir()
+    (tmp_path / "shared" / "golden").mkdir(parents=True)
+    (tmp_path / "shared" / "reference").mkdir()
+    (tmp_path / "shared" / "reference" / "blob_format.py").write_text("")
+    env = mutate.shared_env(str(repo), {"PATH": "/bin"})
+    assert env["BLOBPIPE_GOLDEN_DIR"] == str(tmp_path / "shared" / "golden")
+    assert env["BLOBPIPE_REFERENCE"] == str(tmp_path / "shared" / "reference" / "blob_format.py")
+    assert env["PATH"] == "/bin"
+    # A caller's own choice stands; with no ../shared nothing is added.
+    mine = mutate.shared_env(str(repo), {"BLOBPIPE_REFERENCE": "/elsewhere.py"})
+    assert mine["BLOBPIPE_REFERENCE"] == "/elsewhere.py"
+    lone = tmp_path / "lone" / "blobpipe"
+    lone.mkdir(parents=True)
+    assert mutate.shared_env(str(lone), {}) == {}

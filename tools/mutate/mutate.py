@@ -172,6 +172,22 @@ def prepare_scratch(repo, scratch):
     return git("rev-parse", "--short", "HEAD", cwd=scratch).strip()
 
 
+def shared_env(repo, environ):
+    """`environ` with the golden blobs and the reference codec beside the
+    repository (../shared) as defaults. bazel/bazelw finds them from its own
+    clone, and the scratch clone has no ../shared: without them the golden
+    and reference cases would skip and kill nothing."""
+    env = dict(environ)
+    shared = os.path.abspath(os.path.join(repo, "..", "shared"))
+    golden = os.path.join(shared, "golden")
+    reference = os.path.join(shared, "reference", "blob_format.py")
+    if "BLOBPIPE_GOLDEN_DIR" not in env and os.path.isdir(golden):
+        env["BLOBPIPE_GOLDEN_DIR"] = golden
+    if "BLOBPIPE_REFERENCE" not in env and os.path.isfile(reference):
+        env["BLOBPIPE_REFERENCE"] = reference
+    return env
+
+
 def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
     """Runs the targets' tests; returns (status, seconds)."""
     start = time.monotonic()
@@ -280,10 +296,7 @@ def main():
             mutants = [m for m in mutants if rx.search(m.name)]
         if not mutants:
             sys.exit("mutate: no mutant selected in HEAD's catalogue")
-    env = dict(os.environ)
-    golden = os.path.join(repo, "..", "shared", "golden")
-    if "BLOBPIPE_GOLDEN_DIR" not in env and os.path.isdir(golden):
-        env["BLOBPIPE_GOLDEN_DIR"] = os.path.abspath(golden)
+    env = shared_env(repo, os.environ)
     logs = os.path.join(scratch, ".mutate-logs")
     shutil.rmtree(logs, ignore_errors=True)
     os.makedirs(logs)
@@ -517,7 +530,7 @@ def run_generated(args, repo):
 
     results_path = os.path.abspath(args.results or f"{scratch}-seed{args.seed}.jsonl")
     done = load_results(results_path)
-    env = dict(os.environ)
+    env = shared_env(repo, os.environ)
     logs = os.path.join(scratch, ".mutate-logs")
     os.makedirs(logs, exist_ok=True)
     print(f"mutate: results {results_path}, logs {logs}")
