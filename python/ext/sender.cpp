@@ -32,6 +32,8 @@
 // limit) aborts its blob, and the blob's next call raises the error; a
 // broken connection makes every later call raise.
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include "blobpipe/format/layout.hpp"
+#include "lib/runtime/deadline.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
 #include "sequences.hpp"
@@ -937,24 +940,30 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
     if (!t && !resend) {
       // The TCP connect is bounded by handshake_timeout too: a listener
       // whose backlog is full leaves it waiting for the kernel's SYN
-      // retries (over two minutes).
-      using namespace asio::experimental::awaitable_operators;
-      asio::steady_timer limit(co_await asio::this_coro::executor);
-      if (opt.handshake_timeout.count() > 0) {
-        limit.expires_after(opt.handshake_timeout);
-      } else {
-        limit.expires_at(asio::steady_timer::time_point::max());
-      }
-      auto raced = co_await (connect() ||
-                             limit.async_wait(asio::experimental::as_tuple(asio::use_awaitable)));
-      if (raced.index() == 1) {
+      // retries (over two minutes). The connect runs with a cancellation
+      // slot of its own, which the deadline (lib/runtime) and this
+      // coroutine's own cancellation (Ctrl-C in connect()) both reach.
+      const auto here = co_await asio::this_coro::executor;
+      asio::cancellation_signal connecting;
+      const detail::deadline bound(here, opt.handshake_timeout, [&connecting] {
+        connecting.emit(asio::cancellation_type::terminal);
+      });
+      asio::cancellation_slot caller = (co_await asio::this_coro::cancellation_state).slot();
+      if (caller.is_connected())
+        caller.assign([&connecting](asio::cancellation_type type) { connecting.emit(type); });
+      auto [thrown, connected] = co_await asio::co_spawn(
+          here, connect(),
+          asio::bind_cancellation_slot(connecting.slot(),
+                                       asio::experimental::as_tuple(asio::use_awaitable)));
+      if (caller.is_connected()) caller.clear();
+      if (bound.expired()) {
         done->set(make_error_code(errc::timed_out),
-                  "cannot connect: no connection within handshake_timeout (" +
-                      std::to_string(opt.handshake_timeout.count()) +
-                      " ms); is the listener's backlog full?");
+                  "cannot connect: " + bound.reason("no connection", "handshake_timeout") +
+                      "; is the listener's backlog full?");
         co_return;
       }
-      auto [ec, tr] = std::get<0>(std::move(raced));
+      if (thrown) std::rethrow_exception(thrown);
+      auto [ec, tr] = std::move(connected);
       if (ec) {
         // The URL was checked and its host resolved (check_connect_url):
         // peer_failed is a refused or unreachable address.
