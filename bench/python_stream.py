@@ -360,9 +360,10 @@ def rate(row: dict, seconds: float) -> float:
 
 
 def bench(quick: bool, reps: int, touch: bool) -> list[dict]:
-    """Prints the table; returns its rows (name, way, python, cpp, ratio)."""
+    """Prints the table; returns its rows (name, way, python, cpp, ratio)
+    and, per pyzmq pair, (name, way, pyzmq_way, python, pyzmq, ratio_pyzmq)."""
     print(f"[3] streaming over TCP 127.0.0.1, sender and consumer in two processes, "
-          f"Python against C++, best of {reps} (spread worst/best)"
+          f"Python against C++ and pyzmq, best of {reps} (spread worst/best)"
           + (", the Python consumer reading ev.value" if touch else ""))
     if zmq is None:
         print("    pyzmq rows: SKIP: pyzmq not installed (Debian's python3-zmq; bazel/bazelw installs it)")
