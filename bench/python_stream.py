@@ -27,8 +27,11 @@ consumer's last BlobComplete minus the sender's first emit, both
 time.monotonic(), which the two processes share. The consumer process also
 reports its CPU seconds (user + system) per entry: the consumer's per-event
 cost, Python iterating `for ev in consumer` (and reading ev.value when
---touch) against the C++ consumer's next(). Each figure is the best of
---reps runs, Python and C++ interleaved; the spread (worst/best) is printed.
+--touch) against the C++ consumer's next(); and the sender process's CPU
+seconds per entry (all its threads, its I/O thread included), from before
+connecting to the consumer's last message; each CPU figure is the least
+of the runs. Each rate is the best of --reps runs, Python and C++
+interleaved; the spread (worst/best) is printed.
 
 pyzmq rows (when pyzmq is importable; else one "SKIP" line per row): the
 same entries from the same torch tensors, PUSH (this process, connecting)
@@ -327,6 +330,7 @@ def run_once(row: dict, impl: str, way: str, touch: bool) -> dict:
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         port = json.loads(child.stdout.readline())["port"]
+        sender_cpu0 = time.process_time()
         if impl == "zmq":
             start, result = send_zmq(port, row, way, child)
         else:
@@ -335,6 +339,7 @@ def run_once(row: dict, impl: str, way: str, touch: bool) -> dict:
             else:
                 start = send_python(port, row, way)
             result = json.loads(child.stdout.readline())
+        result["sender_cpu"] = time.process_time() - sender_cpu0
     except BaseException:
         child.kill()  # it may wait for a sender that never comes
         raise
@@ -392,13 +397,17 @@ def bench(quick: bool, reps: int, touch: bool) -> list[dict]:
             return rate(row, fast), max(r["seconds"] for r in rs) / fast, \
                 min(r["cpu"] for r in rs) / per_entry * 1e6
 
+        def sender_cpu(rs):
+            return f"  sender {min(r['sender_cpu'] for r in rs) / per_entry * 1e6:7.2f}"
+
         cpp, cpp_spread, cpp_cpu = best(runs[("cpp", "", False)])
         print(f"    {row['name']:9} C++ {'':26} {cpp:12,.2f} {row['unit']:9} spread {cpp_spread:4.2f}"
-              f"  consumer {cpp_cpu:6.2f} us CPU/entry")
+              f"  consumer {cpp_cpu:6.2f}{sender_cpu(runs[('cpp', '', False)])} us CPU/entry")
         for way in row["ways"]:
             py, spread, cpu = best(runs[("py", way, touch)])
             print(f"    {row['name']:9} Python {way:23} {py:12,.2f} {row['unit']:9} spread {spread:4.2f}"
-                  f"  consumer {cpu:6.2f} us CPU/entry   {py / cpp:5.2f}x C++")
+                  f"  consumer {cpu:6.2f}{sender_cpu(runs[('py', way, touch)])} us CPU/entry"
+                  f"   {py / cpp:5.2f}x C++")
             out.append({"row": row["name"], "way": way, "python": py, "cpp": cpp,
                         "ratio": py / cpp, "unit": row["unit"]})
         if zmq is None:
@@ -407,11 +416,13 @@ def bench(quick: bool, reps: int, touch: bool) -> list[dict]:
         for zway in row["zmq"]:
             z, spread, cpu = best(runs[("zmq", zway, True)])
             print(f"    {row['name']:9} pyzmq {zway:24} {z:12,.2f} {row['unit']:9} spread {spread:4.2f}"
-                  f"  consumer {cpu:6.2f} us CPU/entry   HWM {zmq_hwm(row, zway):,}")
+                  f"  consumer {cpu:6.2f}{sender_cpu(runs[('zmq', zway, True)])} us CPU/entry"
+                  f"   HWM {zmq_hwm(row, zway):,}")
         for way in dict.fromkeys(w for w, _ in row["vs"]):
             py, spread, cpu = best(runs[("py", way, True)])
             print(f"    {row['name']:9} Python {way + ' +value':23} {py:12,.2f} {row['unit']:9} "
-                  f"spread {spread:4.2f}  consumer {cpu:6.2f} us CPU/entry   {py / cpp:5.2f}x C++")
+                  f"spread {spread:4.2f}  consumer {cpu:6.2f}{sender_cpu(runs[('py', way, True)])}"
+                  f" us CPU/entry   {py / cpp:5.2f}x C++")
         for way, zway in row["vs"]:
             py = best(runs[("py", way, True)])[0]
             z = best(runs[("zmq", zway, True)])[0]
