@@ -34,9 +34,10 @@ One run prints, side by side:
    copying the same bytes to the same offsets of the same (pre-faulted)
    buffer; GB/s, best of 5, interleaved. Target: >= 0.8x the copy.
 
-3. Streaming, Python against the C++ pipeline, each with its sender and
-   its consumer in two processes over TCP loopback: 64 B entries, RL
-   samples, 16 MiB tensors (bench/python_stream.py, which says how).
+3. Streaming, Python against the C++ pipeline and against pyzmq
+   (PUSH/PULL, when installed), each with its sender and its consumer in
+   two processes over TCP loopback: 64 B entries, RL samples, 16 MiB
+   tensors (bench/python_stream.py, which says how).
 
 Prints PASS/MISS against each target but exits 0 whatever the numbers: a
 benchmark reports, it never gates. --quick runs small sizes (a check that
