@@ -470,6 +470,42 @@ BOOST_AUTO_TEST_CASE(cancelled_next_ends_the_stream_without_throwing) {
   }
 }
 
+// A next() cancelled while it waits for the sender's bytes ends the stream,
+// and returns its end_of_stream only once the consumer's own coroutines
+// (the acker, the session's timer) have ended: nothing of the consumer
+// runs after it, cancelled or not.
+BOOST_AUTO_TEST_CASE(a_cancelled_next_returns_the_end_only_after_the_consumers_tasks_ended) {
+  for (link_kind l : both) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      runner r;
+      auto ep = r.await(connect(l));
+      asio::cancellation_signal cancel;
+      bool returned = false, threw = false;
+      std::uint64_t running_at_return = ~std::uint64_t{0};
+      event ended;
+      auto canceller = [&]() -> asio::awaitable<void> {
+        co_await yield_n(5);  // next() waits for bytes
+        cancel.emit(asio::cancellation_type::terminal);
+        while (!returned) co_await yield_n(1);
+      };
+      asio::co_spawn(r.ctx, ep.c.next(),
+                     asio::bind_cancellation_slot(cancel.slot(),
+                                                  [&](std::exception_ptr e, event ev) {
+                                                    returned = true;
+                                                    threw = e != nullptr;
+                                                    running_at_return = ep.c.stats().tasks_running;
+                                                    ended = std::move(ev);
+                                                  }));
+      r.spawn(canceller());
+      BOOST_TEST_REQUIRE(r.run());
+      BOOST_TEST_REQUIRE(returned);
+      BOOST_TEST(!threw);
+      BOOST_TEST(ended.kind == event_kind::end_of_stream);
+      BOOST_TEST(running_at_return == 0u);
+    }
+  }
+}
+
 // (d) A slow consumer that holds entries keeps the buffered bytes within the
 // window; producers wait for credit instead of anything being dropped.
 BOOST_AUTO_TEST_CASE(slow_consumer_keeps_buffered_bytes_within_window) {

@@ -14,6 +14,7 @@
 
 #include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -215,8 +216,11 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
     } else if (s->events.pending.empty() && s->events.ended) {
       // The acker may still be telling the sender why (close_with, bounded
       // by close_linger); the session's timer ends with end(). Once they have
-      // ended, a later call joins at once.
-      co_await s->tasks.join();
+      // ended, a later call joins at once. Joined in a coroutine of its own:
+      // a next() whose cancellation ended the stream still waits for them
+      // (its own cancellation state stays set, and would end the join at
+      // once); a cancellation after this one reaches the join through it.
+      co_await asio::co_spawn(s->ex, s->tasks.join(), asio::use_awaitable);
       co_return s->events.final_event;
     } else {
       // Waiting on the sender: for bytes, or for the oldest posted read,

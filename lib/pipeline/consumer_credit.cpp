@@ -59,8 +59,8 @@ void lease_home::give_back(std::uint64_t credit, bool yielded, bool held) noexce
   try {
     asio::post(ex_, [home = shared_from_this()] { home->drain(); });
   } catch (...) {
-    // Out of memory for the handler: the credit stays gathered, and the
-    // next drop posts again.
+    // Out of memory for the handler: the credit stays gathered until the
+    // next drop on another thread posts again.
     std::lock_guard lock(mu_);
     posted_ = false;
   }
