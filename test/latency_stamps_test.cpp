@@ -33,8 +33,10 @@ std::uint64_t steady_now_ns() {
 /// sizes. Sends no bulk writes, so every frame passes through write().
 class stamp_rewriter : public forwarding_transport {
  public:
-  stamp_rewriter(std::unique_ptr<transport> inner, std::uint64_t stamp)
-      : forwarding_transport(std::move(inner)) {
+  /// `rewritten` counts the stamps replaced; it outlives this transport,
+  /// which the sender releases when it shuts down.
+  stamp_rewriter(std::unique_ptr<transport> inner, std::uint64_t stamp, int& rewritten)
+      : forwarding_transport(std::move(inner)), rewritten_(rewritten) {
     for (int i = 0; i < 8; ++i) stamp_[i] = static_cast<std::byte>(stamp >> (8 * i));
   }
   bool sends_bulk() const noexcept override { return false; }
@@ -48,7 +50,6 @@ class stamp_rewriter : public forwarding_transport {
     std::array<asio::const_buffer, 1> one{asio::buffer(buf_.data(), buf_.size())};
     co_return co_await forwarding_transport::write(one);
   }
-  int rewritten = 0;  // stamps replaced
 
  private:
   void rewrite(std::span<std::byte> b) {
@@ -57,7 +58,7 @@ class stamp_rewriter : public forwarding_transport {
       if (payload_left_ != 0) {
         if (stamp_at_ < 8) {
           b[at] = stamp_[stamp_at_++];
-          if (stamp_at_ == 8) ++rewritten;
+          if (stamp_at_ == 8) ++rewritten_;
           --payload_left_;
           ++at;
           continue;
@@ -78,6 +79,7 @@ class stamp_rewriter : public forwarding_transport {
     }
   }
 
+  int& rewritten_;
   std::array<std::byte, 8> stamp_{};
   std::array<std::byte, frame_header_size> head_{};
   std::size_t have_ = 0;
@@ -93,19 +95,18 @@ BOOST_AUTO_TEST_CASE(stamps_from_the_servers_future_are_not_recorded_as_latency)
   auto srv = server::listen(r.ex(), "inproc://latency-stamps-future").value();
   std::vector<seen> got;
   r.spawn(collect_into(srv, 1, got));
-  int rewritten = -1;
+  int rewritten = 0;
   auto one_sender = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     auto [cec, t] = co_await blobpipe::connect(ex, srv.url());
     BOOST_TEST_REQUIRE(!cec, cec.message());
     auto w = std::make_unique<stamp_rewriter>(std::move(t),
-                                              steady_now_ns() + 3600ull * 1'000'000'000ull);
-    auto* seen_w = w.get();
+                                              steady_now_ns() + 3600ull * 1'000'000'000ull,
+                                              rewritten);
     auto [sec, s] = co_await sender::start(std::move(w), {});
     BOOST_TEST_REQUIRE(!sec, sec.message());
     BLOBPIPE_CO_CHECK(stream_blobs(s, {.who = 3, .blobs = 2, .entries = 3, .bytes = 500, .group = {}}));
     BLOBPIPE_CO_CHECK(s.shutdown());
-    rewritten = seen_w->rewritten;
   };
   r.spawn(one_sender());
   BOOST_TEST_REQUIRE(r.run());
