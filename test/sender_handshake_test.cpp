@@ -55,9 +55,10 @@ asio::awaitable<void> scripted_consumer(std::unique_ptr<transport> t, alter_fn a
 }
 
 /// sender::start on `t` (plain) or through `connect` (a resend session,
-/// one attempt); its error into `out`; then closes it.
+/// one attempt); its error into `out` and its failure_reason() into
+/// `reason`; then closes it.
 asio::awaitable<void> start_sender(std::unique_ptr<transport> t, connect_fn connect,
-                                   std::error_code& out) {
+                                   std::error_code& out, std::string& reason) {
   sender_options opt{.chunk_bytes = 4096, .inline_bytes = 256};
   opt.resend.max_attempts = 1;
   // Two statements, not `connect ? co_await a : co_await b`: GCC 12
@@ -70,18 +71,22 @@ asio::awaitable<void> start_sender(std::unique_ptr<transport> t, connect_fn conn
   }
   auto& [ec, s] = started;
   out = ec;
+  reason = s.failure_reason();
   s.close();
 }
 
-/// sender::start against the scripted consumer: its error.
-std::error_code start_against(alter_fn alter, bool session = false) {
+/// sender::start against the scripted consumer: its error, and its
+/// failure_reason() into `reason` when given.
+std::error_code start_against(alter_fn alter, bool session = false,
+                              std::string* reason = nullptr) {
   runner r;
   std::error_code out;
+  std::string why;
   hello offer;
   if (!session) {
     auto [a, b] = loopback::make_pair(r.ex());
     r.spawn(scripted_consumer(std::move(b), alter, offer));
-    r.spawn(start_sender(std::move(a), nullptr, out));
+    r.spawn(start_sender(std::move(a), nullptr, out, why));
   } else {
     auto ex = r.ex();
     connect_fn connect = [ex, alter, &offer, &r]()
@@ -90,9 +95,10 @@ std::error_code start_against(alter_fn alter, bool session = false) {
       r.spawn(scripted_consumer(std::move(b), alter, offer));
       co_return std::tuple{std::error_code{}, std::move(a)};
     };
-    r.spawn(start_sender(nullptr, std::move(connect), out));
+    r.spawn(start_sender(nullptr, std::move(connect), out, why));
   }
   BOOST_TEST_REQUIRE(r.run());
+  if (reason) *reason = why;
   return out;
 }
 
@@ -141,6 +147,20 @@ BOOST_AUTO_TEST_CASE(a_session_reply_with_another_session_or_no_delivery_log_is_
   BOOST_TEST((other == errc::protocol_violation), other.message());
   const auto no_log = start_against([](hello& r, const hello&) { r.dedup_window = 0; }, true);
   BOOST_TEST((no_log == errc::protocol_violation), no_log.message());
+}
+
+// A resend session that gives up on a consumer which answered and refused
+// its hello says why, without the hint meant for a consumer never reached
+// (lib/pipeline/resend.cpp give_up).
+BOOST_AUTO_TEST_CASE(a_session_refused_at_the_hello_gives_up_without_the_listening_hint) {
+  std::string reason;
+  const auto ec = start_against([](hello& r, const hello&) { r.dedup_window = 0; }, true, &reason);
+  BOOST_TEST((ec == errc::protocol_violation), ec.message());
+  BOOST_TEST(reason.find("no handshake with the consumer on 1 connection attempts in a row") !=
+                 std::string::npos,
+             reason);
+  BOOST_TEST(reason.find("keeps no delivery log") != std::string::npos, reason);
+  BOOST_TEST(reason.find("is the consumer listening and accepting?") == std::string::npos, reason);
 }
 
 BOOST_AUTO_TEST_CASE(a_max_entry_bytes_extension_of_the_wrong_length_is_refused) {

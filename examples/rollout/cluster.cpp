@@ -133,11 +133,17 @@ asio::awaitable<worker_result> run_routed_worker(std::vector<std::string> urls, 
     }
   }
   if (ec) {
+    // Each rank's own reason, where the router kept one.
+    std::string why = remote ? "no rank could be reached: gave up after " + tried() +
+                                   "; are they listening?"
+                             : std::string();
+    for (std::size_t d = 0; d < rt.size(); ++d) {
+      const std::string& reason = rt.failure_reason(d);
+      if (reason.empty()) continue;
+      why += (why.empty() ? "rank " : "; rank ") + std::to_string(d) + ": " + reason;
+    }
     res.ec = ec;
-    res.what = who + "connect: " + error_text(ec, remote ? "no rank could be reached: gave up "
-                                                           "after " + tried() +
-                                                               "; are they listening?"
-                                                         : "");
+    res.what = who + "connect: " + error_text(ec, why);
     co_return res;
   }
   // On an error the loop ends and the router closes; its stats (what did
