@@ -9,7 +9,9 @@
 #define BOOST_TEST_MODULE resend
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "test/fault_proxy.hpp"
 #include "test/reliability_fixture.hpp"
@@ -490,6 +492,95 @@ BOOST_AUTO_TEST_CASE(a_connection_that_delivers_resets_the_count) {
       BOOST_TEST(out.stats.reconnects >= 2u);  // more connections ended than max_attempts
     }
   }
+}
+
+namespace {
+
+/// Shared by the two ends of `late_words`: whether the next connection's
+/// hello is written, and whether the old one's late bytes were handed out.
+struct late_words_state {
+  bool next_hello_written = false;
+  bool given = false;
+};
+
+/// Waits until `done()` holds, polling each millisecond, at most 5 s.
+asio::awaitable<void> poll_until(const std::function<bool()>& done) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  for (int i = 0; i < 5000 && !done(); ++i) {
+    t.expires_after(std::chrono::milliseconds(1));
+    (void)co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+}
+
+/// Connection 0 (`old_link`): when its read fails (the link was cut),
+/// waits until connection 1 has written its hello, then returns one frame
+/// header of 0xff bytes instead of the error: the last words of a replaced
+/// link, read after the session began reading another one. Connection 1
+/// reads only after those words were given.
+class late_words final : public forwarding_transport {
+ public:
+  late_words(std::unique_ptr<transport> inner, std::shared_ptr<late_words_state> st,
+             bool old_link)
+      : forwarding_transport(std::move(inner)), st_(std::move(st)), old_(old_link) {}
+  asio::awaitable<std::error_code> write(std::span<const asio::const_buffer> bytes) override {
+    const std::error_code ec = co_await inner().write(bytes);
+    if (!old_) st_->next_hello_written = true;
+    co_return ec;
+  }
+  bool sends_bulk() const noexcept override { return false; }
+  asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
+      std::span<std::byte> buf) override {
+    // Named locals: GCC 12 mishandles temporaries passed into a coroutine.
+    auto st = st_;
+    const std::function<bool()> given = [st] { return st->given; };
+    const std::function<bool()> next_hello = [st] { return st->next_hello_written; };
+    if (!old_) {
+      co_await poll_until(given);
+      co_return co_await inner().read_some(buf);
+    }
+    auto got = co_await inner().read_some(buf);
+    if (!std::get<0>(got) || st->given || buf.size() < frame_header_size) co_return got;
+    // The reader is cancelled as its connection is replaced; these words
+    // were read before that (a completion already queued).
+    const bool throws = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    co_await poll_until(next_hello);
+    co_await asio::this_coro::throw_if_cancelled(throws);
+    std::fill_n(buf.begin(), frame_header_size, std::byte{0xff});
+    st->given = true;
+    co_return std::tuple{std::error_code{}, read_result{.bytes = frame_header_size}};
+  }
+
+ private:
+  std::shared_ptr<late_words_state> st_;
+  bool old_;
+};
+
+}  // namespace
+
+// A reader of a replaced connection that still gets bytes (its read was
+// completing as the connection was cut) does not feed them to the session,
+// which now reads the next connection's frames: here they would be a
+// violation, and the session would end. The stream goes on, every blob
+// delivered once.
+BOOST_AUTO_TEST_CASE(bytes_read_from_a_replaced_connection_are_not_the_next_ones) {
+  runner r;
+  auto l = make_link(link_kind::loopback, r.ex());
+  auto st = std::make_shared<late_words_state>();
+  l->wrap = [st](std::unique_ptr<transport> t, int conn) -> std::unique_ptr<transport> {
+    if (conn == 0)
+      return std::make_unique<late_words>(std::make_unique<kill_switch>(std::move(t), 40), st,
+                                          true);
+    if (conn == 1) return std::make_unique<late_words>(std::move(t), st, false);
+    return t;
+  };
+  delivery_checker check;
+  auto out = stream(r, *l, check, 40, 1, fast_retry());
+  BOOST_TEST(st->given, "connection 0's reader was not reading when it was replaced");
+  BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
+  BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+  BOOST_TEST(check.all_once(40), check.first_problem);
+  BOOST_TEST(out.stats.reconnects == 1u);
 }
 
 // A worker between steps keeps no blob: a consumer that drops its idle
