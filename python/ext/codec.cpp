@@ -376,6 +376,14 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
   });
 }
 
+PyObject* read_index_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return fastcall([&] {
+    std::array<PyObject*, 1> a;
+    parse_args(args, nargs, kwnames, "read_index", std::array<const char*, 1>{"blob"}, a, false);
+    return py::object(read_blob_index(a[0]));
+  });
+}
+
 PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                               PyObject* kwnames) {
   return fastcall([&] {
@@ -481,6 +489,34 @@ Raises:
 
 Source: decode_entry (Python reference).)";
 
+constexpr const char* read_index_doc = R"(read_index(blob)
+--
+
+The entries of a whole blob held in memory, in index order.
+
+Reads the footer (v3, or legacy v2) and the index, and checks every row
+before returning (``docs/format.md``, "Validation order"): the entries
+lie inside the data region, 64-byte aligned, with known kinds and
+dtypes and ``prod(shape) * itemsize == len``. Entry bytes are not read.
+
+Args:
+    blob: the blob's bytes (any C-contiguous buffer: bytes, bytearray,
+        memoryview, numpy array, mmap), ending with its footer.
+
+Returns:
+    A list of ``Entry``, one per index row.
+
+Raises:
+    FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
+        ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
+        ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
+        index, row or shape is no list, where the reference raises
+        TypeError, is a ``FormatTypeError`` (also a TypeError).
+    BufferTypeError (a BufferError and a TypeError): ``blob`` is not
+        C-contiguous. TypeError: ``blob`` has no buffer protocol.
+
+Source: read_index (Python reference).)";
+
 constexpr const char* decode_entries_doc = R"(decode_entries(blob, entries, *, allow_pickle=True)
 --
 
@@ -516,6 +552,8 @@ as they are. torch and numpy release the GIL for large copies.
 Source: materialize (Python reference).)";
 
 PyMethodDef fast_methods[] = {
+    {"read_index", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(read_index_fast)),
+     METH_FASTCALL | METH_KEYWORDS, read_index_doc},
     {"decode_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_entry_fast)),
      METH_FASTCALL | METH_KEYWORDS, decode_entry_doc},
     {"decode_entries",
@@ -599,7 +637,6 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
         py::arg("tag") = tag_bytes(NO_TAG));
   m.def("write", &write_blob, py::arg("p"), py::arg("out"));
   m.def("write_tail", &write_blob_tail, py::arg("p"), py::arg("out"));
-  m.def("read_index", &read_blob_index, py::arg("blob"));
   m.def("read_index_file", &read_blob_index_file, py::arg("f"), py::arg("off") = 0,
         py::arg("nbytes") = 0);
   for (PyMethodDef* d = fast_methods; d->ml_name != nullptr; ++d) {

@@ -326,26 +326,9 @@ def write_tail(p: BlobPlan, out: _Any) -> None:
         _blobpipe.write_tail(native, out)
 
 
-def read_index(blob: _Any) -> list[Entry]:
-    """The entries of a whole blob held in memory, in index order.
-
-    Reads the footer (v3, or legacy v2) and the index, and checks every row
-    before returning (``docs/format.md``, "Validation order"): the entries
-    lie inside the data region, 64-byte aligned, with known kinds and
-    dtypes and ``prod(shape) * itemsize == len``. Entry bytes are not read.
-
-    Args:
-        blob: the blob's bytes (any C-contiguous buffer: bytes, bytearray,
-            memoryview, numpy array, mmap), ending with its footer.
-
-    Raises:
-        FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
-            ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
-            ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
-            index, row or shape is no list, where the reference raises
-            TypeError, is a ``FormatTypeError`` (also a TypeError).
-    """
-    return _blobpipe.read_index(blob)
+#: read_index(blob): the entries of a whole blob held in memory, in index
+#: order, every row checked (the C++ function; its docstring says all).
+read_index = _blobpipe.read_index
 
 
 def read_index_file(f: _Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
