@@ -474,6 +474,17 @@ def test_entries_from_c_are_entries_without_pybind11():
 
 # ---------------------------------------------------------------- BlobPlan
 
+@pytest.mark.parametrize("field", ["keys", "buffers", "keepalive", "entries", "index_bytes"])
+def test_blob_plan_fields_are_no_class_attributes(field):
+    # As the dataclass's fields without defaults: only instances have them
+    # (built on first read for a plan from plan()).
+    with pytest.raises(AttributeError, match=f"type object 'BlobPlan' has no attribute '{field}'"):
+        getattr(bf.BlobPlan, field)
+    p = bf.plan(["a"], [np.arange(2)])
+    assert field not in p.__dict__ and getattr(p, field) is getattr(p, field)
+    assert field in p.__dict__  # built once, then the instance's own
+
+
 def test_blob_plan_is_a_dataclass_with_the_reference_fields_in_order():
     assert dataclasses.is_dataclass(bf.BlobPlan)
     assert [f.name for f in dataclasses.fields(bf.BlobPlan)] == [

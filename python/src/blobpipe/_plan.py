@@ -336,7 +336,7 @@ class _Planned:
 
     def __get__(self, obj: Any, cls: Any = None) -> Any:
         if obj is None:  # BlobPlan.entries: no class attribute, as for the dataclass
-            raise AttributeError(self.name)
+            raise AttributeError(f"type object 'BlobPlan' has no attribute {self.name!r}")
         return obj.__getattr__(self.name)
 
 
