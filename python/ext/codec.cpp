@@ -1,8 +1,10 @@
 // The codec with the reference's names (nemo_rl.data_plane.nixl.blob_format):
-// constants, Entry, BlobPlan, plan, write, write_tail, read_index,
-// read_index_file, decode_entry, footer_is_valid, footer_tag. The classes
-// carry their docstrings here; the functions are re-exported with theirs by
-// python/src/blobpipe/__init__.py, and typed in _blobpipe.pyi.
+// constants, Entry (its type: entry.cpp), BlobPlan, plan, write, write_tail,
+// read_index, read_index_file, decode_entry, footer_is_valid, footer_tag.
+// The classes and the fastcall functions (read_index, decode_entry,
+// decode_entries, materialize) carry their docstrings here; the other
+// functions are re-exported with theirs by python/src/blobpipe/__init__.py,
+// and all are typed in _blobpipe.pyi.
 #include "codec.hpp"
 
 #include <pybind11/numpy.h>

@@ -3,17 +3,16 @@
 
 #include <structmember.h>
 
-#include <msgpack.hpp>
-
 #include <array>
-#include <cstring>
 #include <new>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "buffer.hpp"
 #include "errors.hpp"
-#include "state.hpp"
+#include "state.hpp"  // namespace py
 
 namespace blobpipe::python {
 namespace {
@@ -23,7 +22,7 @@ namespace {
 // destroyed by dealloc.
 struct entry_pyobject {
   PyObject_HEAD
-  PyObject* weakrefs;  // as pybind11's instances and the reference's dataclass, weakly referenceable
+  PyObject* weakrefs;  // weakly referenceable, as pybind11's instances and the dataclass
   // Made by Entry.__new__(cls) without fields (copyreg's __newobj__ when
   // unpickling an Entry pickled by __getstate__/__setstate__, and
   // _LooseEntry._make): holds a placeholder that no blob index holds (off
@@ -188,7 +187,8 @@ std::string name_list(const std::vector<const char*>& names) {
 std::array<PyObject*, 6> fields_of(PyObject* args, PyObject* kwargs) {
   std::array<PyObject*, 6> f{};
   const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-  for (Py_ssize_t i = 0; i < nargs && i < 6; ++i) f[static_cast<std::size_t>(i)] = PyTuple_GET_ITEM(args, i);
+  for (Py_ssize_t i = 0; i < nargs && i < 6; ++i)
+    f[static_cast<std::size_t>(i)] = PyTuple_GET_ITEM(args, i);
   if (kwargs != nullptr) {
     PyObject *name, *value;
     Py_ssize_t pos = 0;
@@ -253,13 +253,15 @@ PyObject* entry_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     if (std::optional<Entry> row = index_row(f.data())) {
       // A row a blob index holds: an Entry, also from a _LooseEntry
       // (dataclasses.replace of one calls its class).
-      const bool loose = type != entry_type && reinterpret_cast<PyObject*>(type) == loose_class().ptr();
+      const bool loose =
+          type != entry_type && reinterpret_cast<PyObject*>(type) == loose_class().ptr();
       return make_object(loose ? entry_type : type, std::move(*row), false);
     }
     // Fields kept as given, as the dataclass does: a _LooseEntry.
     py::tuple fields(6);
     for (std::size_t k = 0; k < 6; ++k)
-      PyTuple_SET_ITEM(fields.ptr(), static_cast<Py_ssize_t>(k), py::reinterpret_borrow<py::object>(f[k]).release().ptr());
+      PyTuple_SET_ITEM(fields.ptr(), static_cast<Py_ssize_t>(k),
+                       py::reinterpret_borrow<py::object>(f[k]).release().ptr());
     return loose_class().attr("_make")(fields);
   });
 }
@@ -439,8 +441,8 @@ PyGetSetDef getset[] = {
     {"off", get_field<field_off>, nullptr,
      "Offset of its bytes from the blob's start, bytes (int, a multiple of ALIGN).", nullptr},
     {"len", get_field<field_len>, nullptr, "Length of its bytes, bytes (int).", nullptr},
-    {"kind", get_field<field_kind>, nullptr, "'t' (torch tensor), 'n' (numpy array) or 'p' (pickle).",
-     nullptr},
+    {"kind", get_field<field_kind>, nullptr,
+     "'t' (torch tensor), 'n' (numpy array) or 'p' (pickle).", nullptr},
     {"dtype", get_field<field_dtype>, nullptr,
      "torch's name ('float32') for 't', numpy's dtype.str ('<f4') for 'n', None for 'p'.",
      nullptr},
