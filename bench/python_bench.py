@@ -313,6 +313,111 @@ def bench_client(args, ref) -> None:
               f"ratio {sum(ref_t) / sum(ours_t):5.2f}x")
 
 
+def per_call(name: str, unit: str, count: int, calls, rounds: int = 15) -> tuple[float, float]:
+    """Each of `calls` ((ours, theirs) zero-argument pairs) timed alone,
+    blobpipe and the reference interleaved call by call, `rounds` times;
+    prints and returns the sums of the per-call minima (seconds) over
+    `count` units."""
+    ours_t, ref_t = [float("inf")] * len(calls), [float("inf")] * len(calls)
+    clock = time.perf_counter
+    for _ in range(rounds):
+        for i, (ours, theirs) in enumerate(calls):
+            t0 = clock()
+            ours()
+            t1 = clock()
+            theirs()
+            t2 = clock()
+            ours_t[i], ref_t[i] = min(ours_t[i], t1 - t0), min(ref_t[i], t2 - t1)
+    a, b = sum(ours_t), sum(ref_t)
+    print(f"    {name:36} blobpipe {a / count * 1e6:7.3f} µs/{unit}, reference "
+          f"{b / count * 1e6:7.3f} µs/{unit}   ratio {b / a:5.2f}x")
+    return a, b
+
+
+def bench_per_call(args, ref) -> None:
+    """--only percall: the storage client's put and get, read_index and
+    plan+write, each call timed alone (per-call minima summed), for a
+    loaded machine, where a timing of many calls is preempted more often
+    than not; then where blobpipe's put and get go."""
+    if ref is None:
+        print("[percall] SKIP: no reference")
+        return
+    n, tokens = args.client_samples, args.client_tokens
+    samples = rl_samples(n, tokens)
+    print(f"[percall] each call alone, blobpipe and the reference interleaved, minima summed "
+          f"({n} RL samples of {tokens} tokens; 20 blobs of 100 float32[16])")
+    gc.collect()
+    gc.disable()  # a collection inside one timed call is noise, not cost
+    try:
+        ours_st = [client_put(bf, k, v)[0] for k, v in samples]
+        ref_st = [client_put(ref, k, v)[0] for k, v in samples]
+        per_call("client put, per sample", "sample", n,
+                 [(lambda k=k, v=v: client_put(bf, k, v), lambda k=k, v=v: client_put(ref, k, v))
+                  for k, v in samples])
+        per_call("client get, per sample", "sample", n,
+                 [(lambda s=s: client_get(bf, s), lambda r=r: client_get(ref, r))
+                  for s, r in zip(ours_st, ref_st)])
+        per_call("plan alone, per sample", "sample", n,
+                 [(lambda k=k, v=v: bf.plan(k, v), lambda k=k, v=v: ref.plan(k, v))
+                  for k, v in samples])
+        blobs = []
+        for b in range(20):
+            keys = [f"{b}.{i}@x" for i in range(100)]
+            values = [torch.full((16,), float(i)) for i in range(100)]
+            out = memoryview(np.empty(bf.plan(keys, values).nbytes, dtype=np.uint8))
+            rout = memoryview(np.empty(ref.plan(keys, values).nbytes, dtype=np.uint8))
+            bf.write(bf.plan(keys, values), out)
+            ref.write(ref.plan(keys, values), rout)
+            blobs.append((keys, values, out, rout))
+        per_call("read_index, per row (100-row blobs)", "row", 20 * 100,
+                 [(lambda o=o: bf.read_index(o), lambda r=r: ref.read_index(r))
+                  for _, _, o, r in blobs])
+        per_call("plan+write, per entry (100 x f32[16])", "entry", 20 * 100,
+                 [(lambda k=k, v=v, o=o: bf.write(bf.plan(k, v), o),
+                   lambda k=k, v=v, r=r: ref.write(ref.plan(k, v), r))
+                  for k, v, o, r in blobs])
+        # Where blobpipe's put goes: each piece alone, minima summed.
+        pieces = {"plan": [], "plan.entries": [], "plan.buffers+keepalive": [],
+                  "staging np.empty+write_tail": [], "the client's packing loop": [],
+                  "read_index": [], "slices+decode_entry": [], "materialize": []}
+        clock = time.perf_counter
+        threshold = 64 << 10
+        for _ in range(15):
+            for (k, v), s in zip(samples, ours_st):
+                t0 = clock()
+                p = bf.plan(k, v)
+                t1 = clock()
+                entries = p.entries
+                t2 = clock()
+                buffers, _ = p.buffers, p.keepalive
+                t3 = clock()
+                staging = np.empty(p.nbytes, dtype=np.uint8)
+                bf.write_tail(p, memoryview(staging)[p.index_off:])
+                t4 = clock()
+                for e, mv in zip(entries, buffers):  # client_put's loop
+                    if e.len >= threshold:
+                        pass
+                    elif e.len:
+                        staging[e.off: e.off + e.len] = np.frombuffer(mv, dtype=np.uint8)
+                t5 = clock()
+                blob = memoryview(s)
+                es = bf.read_index(blob)
+                t6 = clock()
+                vals = [bf.decode_entry(blob[e.off: e.off + e.len], e) for e in es]
+                t7 = clock()
+                [bf.materialize(x) for x in vals]
+                t8 = clock()
+                for name, dt in zip(pieces, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4,
+                                             t6 - t5, t7 - t6, t8 - t7)):
+                    pieces[name].append(dt)
+        for name, ts in pieces.items():
+            # the minimum of each sample's 15 timings, summed over samples
+            best = sum(min(ts[i::n]) for i in range(n))
+            print(f"    blobpipe {name:30} {best / n * 1e6:7.3f} µs/sample")
+    finally:
+        gc.enable()
+
+
 def bench_large(args) -> None:
     n = args.tensor_mib * MIB // 4
     print(f"[2] write vs numpy copy: {args.tensors} x {args.tensor_mib} MiB float32, "
@@ -348,8 +453,9 @@ def main() -> int:
     ap.add_argument("--tensor-mib", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5,
                     help="best of how many interleaved runs in section 1b (default 5)")
-    ap.add_argument("--only", choices=["codec", "stream"],
-                    help="run only sections 1-2 (codec) or 3 (stream)")
+    ap.add_argument("--only", choices=["codec", "stream", "percall"],
+                    help="run only sections 1-2 (codec), 3 (stream), or the per-call timings "
+                         "of the storage client, read_index and plan+write (percall)")
     args = ap.parse_args()
     args.budget, args.min_reps, args.large_reps = 3.0, 5, 5
     args.decode_entries, args.decode_reps = 10_000, args.reps
@@ -362,6 +468,9 @@ def main() -> int:
         args.stream_reps = 1
     print(f"python_bench: blobpipe {bf.__version__} from {os.path.dirname(bf.__file__)}, "
           f"torch {torch.__version__}, numpy {np.__version__}, Python {sys.version.split()[0]}")
+    if args.only == "percall":
+        bench_per_call(args, load_reference()[0])
+        return 0
     if args.only != "stream":
         ref, why = load_reference()
         bench_plan_write(args, ref, why)

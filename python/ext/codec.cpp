@@ -1,8 +1,10 @@
 // The codec with the reference's names (nemo_rl.data_plane.nixl.blob_format):
-// constants, Entry, BlobPlan, plan, write, write_tail, read_index,
-// read_index_file, decode_entry, footer_is_valid, footer_tag. The classes
-// carry their docstrings here; the functions are re-exported with theirs by
-// python/src/blobpipe/__init__.py, and typed in _blobpipe.pyi.
+// constants, Entry (its type: entry.cpp), BlobPlan, plan, write, write_tail,
+// read_index, read_index_file, decode_entry, footer_is_valid, footer_tag.
+// The classes and the fastcall functions (read_index, decode_entry,
+// decode_entries, materialize) carry their docstrings here; the other
+// functions are re-exported with theirs by python/src/blobpipe/__init__.py,
+// and all are typed in _blobpipe.pyi.
 #include "codec.hpp"
 
 #include <pybind11/numpy.h>
@@ -20,6 +22,7 @@
 #include "buffer.hpp"
 #include "decode.hpp"
 #include "encode.hpp"
+#include "entry.hpp"
 #include "errors.hpp"
 #include "file_source.hpp"
 #include "state.hpp"
@@ -39,149 +42,6 @@ struct py_plan {
   std::vector<storage_guard> guards;  // torch tensors' storages, checked by write()
   py::object keys_cache, entries_cache;  // built on first access
 };
-
-py::object optional_str(const std::optional<std::string>& s) {
-  return s ? py::object(py::str(*s)) : py::object(py::none());
-}
-
-py::object shape_or_none(const std::optional<shape_t>& s) {
-  if (!s) return py::none();
-  py::tuple t(s->size());
-  for (std::size_t i = 0; i < s->size(); ++i) {
-    PyObject* d = PyLong_FromLongLong((*s)[i]);
-    if (d == nullptr) throw py::error_already_set();
-    PyTuple_SET_ITEM(t.ptr(), static_cast<Py_ssize_t>(i), d);
-  }
-  return t;
-}
-
-std::optional<shape_t> shape_from(const py::object& s) {
-  if (s.is_none()) return std::nullopt;
-  shape_t out;
-  for (py::handle d : s) out.push_back(py::cast<std::int64_t>(d));
-  return out;
-}
-
-char kind_from(const std::string& k) {
-  if (k.size() != 1) raise(errc::unknown_kind, "kind '" + k.substr(0, 16) + "' is not t, n or p");
-  return k[0];
-}
-
-Entry make_entry(std::string key, std::uint64_t off, std::uint64_t len, const std::string& kind,
-                 std::optional<std::string> dtype, const py::object& shape) {
-  return Entry{std::move(key), off, len, kind_from(kind), std::move(dtype), shape_from(shape)};
-}
-
-// Strict UTF-8 as Python's decoder takes it: no overlongs, no surrogates,
-// nothing above U+10FFFF. ASCII (every key and dtype blobpipe or the
-// reference writes) costs one pass.
-bool is_utf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const auto* end = p + s.size();
-  while (p < end) {
-    const unsigned c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    std::size_t n;
-    unsigned lo = 0x80, hi = 0xBF;  // bounds of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;  // surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (static_cast<std::size_t>(end - p) <= n) return false;
-    if (p[1] < lo || p[1] > hi) return false;
-    for (std::size_t i = 2; i <= n; ++i)
-      if (p[i] < 0x80 || p[i] > 0xBF) return false;
-    p += n + 1;
-  }
-  return true;
-}
-
-// Entry.from_meta(key, m) for the reference's dict: Entry(key, int(m["o"]),
-// int(m["n"]), m["k"], m.get("d"), tuple(m.get("s") or ())).
-Entry entry_from_meta_dict(std::string key, const py::dict& m) {
-  for (const char* f : {"o", "n", "k"})
-    if (!m.contains(f))  // the reference's m["o"] raises KeyError
-      raise(errc::malformed_index, std::string("entry meta has no field '") + f + "'",
-            also_builtin::key_error);
-  try {
-    py::object d = m.contains("d") ? py::object(m["d"]) : py::object(py::none());
-    py::object s = m.contains("s") ? py::object(m["s"]) : py::object(py::none());
-    return make_entry(std::move(key), py::cast<std::uint64_t>(py::int_(m["o"])),
-                      py::cast<std::uint64_t>(py::int_(m["n"])), py::cast<std::string>(m["k"]),
-                      d.is_none() ? std::nullopt : std::optional(py::cast<std::string>(d)),
-                      py::bool_(s) ? s : py::tuple());
-  } catch (py::cast_error& e) {
-    raise(errc::malformed_index, std::string("entry meta: ") + e.what());
-  } catch (py::error_already_set& e) {  // int() of something that is no number
-    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
-    // int(None) is a TypeError, int("x") a ValueError, in the reference too.
-    const bool type = e.matches(PyExc_TypeError);
-    raise(errc::malformed_index, std::string("entry meta: ") + e.what(),
-          type ? also_builtin::type_error : also_builtin::none);
-  }
-}
-
-Entry entry_from_meta(std::string key, py::handle m) {
-  if (PyDict_Check(m.ptr()))
-    return entry_from_meta_dict(std::move(key), py::reinterpret_borrow<py::dict>(m));
-  held_buffer b(m, false);
-  Entry e = unwrap(Entry::from_meta(std::move(key), b.bytes()));
-  if (e.dtype && !is_utf8(*e.dtype))
-    raise(errc::malformed_index, "entry meta: dtype is not valid UTF-8");
-  // The reference's from_meta gives every entry a shape, () for a pickle.
-  if (!e.shape) e.shape = shape_t{};
-  return e;
-}
-
-py::dict entry_meta(const Entry& e) {
-  py::dict d;
-  d["o"] = e.off;
-  d["n"] = e.len;
-  d["k"] = std::string(1, e.kind);
-  d["d"] = optional_str(e.dtype);
-  py::list s;
-  if (e.shape)
-    for (auto x : *e.shape) s.append(x);
-  d["s"] = s;
-  return d;
-}
-
-py::tuple entry_fields(const Entry& e) {
-  return py::make_tuple(e.key, e.off, e.len, std::string(1, e.kind), optional_str(e.dtype),
-                        shape_or_none(e.shape));
-}
-
-std::string entry_repr(const Entry& e) {
-  py::object dt = optional_str(e.dtype), sh = shape_or_none(e.shape);
-  return "Entry(key=" + std::string(py::repr(py::str(e.key))) + ", off=" + std::to_string(e.off) +
-         ", len=" + std::to_string(e.len) + ", kind='" + std::string(1, e.kind) +
-         "', dtype=" + std::string(py::repr(dt)) + ", shape=" + std::string(py::repr(sh)) + ")";
-}
-
-// The entries as Python objects. A key or dtype read from a blob must be
-// UTF-8 (msgpack str): the reference's msgpack decoder refuses others too.
-py::list entry_list(std::vector<Entry>&& entries) {
-  for (const Entry& e : entries)
-    if (!is_utf8(e.key) || (e.dtype && !is_utf8(*e.dtype)))
-      raise(errc::malformed_index, "an index row's key or dtype is not valid UTF-8");
-  py::list out(entries.size());
-  for (std::size_t i = 0; i < entries.size(); ++i)  // moved: no string copies
-    PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i),
-                    py::cast(std::move(entries[i])).release().ptr());
-  return out;
-}
 
 py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   auto [ks, vs] = paired_sequences(keys, values);
@@ -423,18 +283,11 @@ py::object checked_call(PyObject* r) {
   return py::reinterpret_steal<py::object>(r);
 }
 
-PyTypeObject* entry_type = nullptr;  // blobpipe.Entry, set by init_codec
-
 const Entry& entry_arg(PyObject* e, const char* fn) {
-  if (Py_TYPE(e) == entry_type) {
-    // An Entry itself (not a subclass) has pybind11's simple layout: its
-    // value pointer sits in the instance; pybind11's caster would first
-    // look the type up in its registry (a fifth of a pickle decode).
-    auto* inst = reinterpret_cast<py::detail::instance*>(e);
-    if (inst->simple_layout && inst->simple_value_holder[0] != nullptr)
-      return *static_cast<const Entry*>(inst->simple_value_holder[0]);
-  }
-  if (!PyObject_TypeCheck(e, entry_type))
+  // An Entry itself: its C++ value sits in the object (entry.hpp).
+  if (is_exact_entry(e)) return *entry_value(e);
+  const Entry* v = entry_value(e);
+  if (v == nullptr)
     throw py::type_error(std::string(fn) + ": e must be a blobpipe.Entry, not " +
                          Py_TYPE(e)->tp_name);
   // An Entry made with fields no index holds (blobpipe._LooseEntry keeps
@@ -443,7 +296,7 @@ const Entry& entry_arg(PyObject* e, const char* fn) {
   if (PyObject_HasAttrString(e, "_fields") && !PyObject_HasAttrString(e, "_index_row"))
     raise(errc::invalid_argument, std::string(fn) + ": no blob index holds the row " +
                                       std::string(py::repr(e)).substr(0, 200));
-  return py::handle(e).cast<const Entry&>();
+  return *v;
 }
 
 // Arguments of a fastcall function (names..., *, allow_pickle=True): the
@@ -525,6 +378,14 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
   });
 }
 
+PyObject* read_index_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return fastcall([&] {
+    std::array<PyObject*, 1> a;
+    parse_args(args, nargs, kwnames, "read_index", std::array<const char*, 1>{"blob"}, a, false);
+    return py::object(read_blob_index(a[0]));
+  });
+}
+
 PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                               PyObject* kwnames) {
   return fastcall([&] {
@@ -587,49 +448,6 @@ PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, 
   });
 }
 
-// ---- Entry's fields as CPython getset descriptors: pybind11's properties
-// dispatch through its function records (argument casting, overloads),
-// several times the cost of reading the field, and a storage client reads
-// off and len of every entry.
-
-const Entry& entry_self(PyObject* self) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(self);
-  if (inst->simple_layout && inst->simple_value_holder[0] != nullptr)
-    return *static_cast<const Entry*>(inst->simple_value_holder[0]);
-  return py::handle(self).cast<const Entry&>();  // raises for an uninitialised one
-}
-
-PyObject* utf8_str(const std::string& s) {
-  return PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), nullptr);
-}
-
-template <PyObject* (*Field)(const Entry&)>
-PyObject* entry_field(PyObject* self, void*) {
-  return fastcall([&] { return checked_call(Field(entry_self(self))); });
-}
-
-PyObject* field_key(const Entry& e) { return utf8_str(e.key); }
-PyObject* field_off(const Entry& e) { return PyLong_FromUnsignedLongLong(e.off); }
-PyObject* field_len(const Entry& e) { return PyLong_FromUnsignedLongLong(e.len); }
-PyObject* field_kind(const Entry& e) { return PyUnicode_FromStringAndSize(&e.kind, 1); }
-PyObject* field_dtype(const Entry& e) {
-  if (!e.dtype) Py_RETURN_NONE;
-  return utf8_str(*e.dtype);
-}
-PyObject* field_shape(const Entry& e) { return shape_or_none(e.shape).release().ptr(); }
-
-PyGetSetDef entry_getsets[] = {
-    {"key", entry_field<field_key>, nullptr, "the entry's name (str)", nullptr},
-    {"off", entry_field<field_off>, nullptr, "offset of its bytes from the blob's start, bytes",
-     nullptr},
-    {"len", entry_field<field_len>, nullptr, "length of its bytes, bytes", nullptr},
-    {"kind", entry_field<field_kind>, nullptr, "'t', 'n' or 'p'", nullptr},
-    {"dtype", entry_field<field_dtype>, nullptr, "torch's name, numpy's dtype.str, or None",
-     nullptr},
-    {"shape", entry_field<field_shape>, nullptr, "elements per dimension (tuple), or None",
-     nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr}};
-
 constexpr const char* decode_entry_doc = R"(decode_entry(view, e, *, allow_pickle=True)
 --
 
@@ -673,6 +491,34 @@ Raises:
 
 Source: decode_entry (Python reference).)";
 
+constexpr const char* read_index_doc = R"(read_index(blob)
+--
+
+The entries of a whole blob held in memory, in index order.
+
+Reads the footer (v3, or legacy v2) and the index, and checks every row
+before returning (``docs/format.md``, "Validation order"): the entries
+lie inside the data region, 64-byte aligned, with known kinds and
+dtypes and ``prod(shape) * itemsize == len``. Entry bytes are not read.
+
+Args:
+    blob: the blob's bytes (any C-contiguous buffer: bytes, bytearray,
+        memoryview, numpy array, mmap), ending with its footer.
+
+Returns:
+    A list of ``Entry``, one per index row.
+
+Raises:
+    FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
+        ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
+        ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
+        index, row or shape is no list, where the reference raises
+        TypeError, is a ``FormatTypeError`` (also a TypeError).
+    BufferTypeError (a BufferError and a TypeError): ``blob`` is not
+        C-contiguous. TypeError: ``blob`` has no buffer protocol.
+
+Source: read_index (Python reference).)";
+
 constexpr const char* decode_entries_doc = R"(decode_entries(blob, entries, *, allow_pickle=True)
 --
 
@@ -708,6 +554,8 @@ as they are. torch and numpy release the GIL for large copies.
 Source: materialize (Python reference).)";
 
 PyMethodDef fast_methods[] = {
+    {"read_index", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(read_index_fast)),
+     METH_FASTCALL | METH_KEYWORDS, read_index_doc},
     {"decode_entry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_entry_fast)),
      METH_FASTCALL | METH_KEYWORDS, decode_entry_doc},
     {"decode_entries",
@@ -736,57 +584,7 @@ void init_codec(py::module_& m) {
   m.attr("KIND_NUMPY") = std::string(1, KIND_NDARRAY);
   m.attr("KIND_PICKLE") = std::string(1, KIND_PICKLE);
 
-  py::class_<Entry>(m, "Entry",
-                    R"(One row of a blob's index: Entry(key, off, len, kind, dtype, shape).
-
-Immutable, hashable and picklable, like the reference's frozen dataclass:
-assigning or deleting an attribute raises dataclasses.FrozenInstanceError.
-As the dataclass, it takes any value for any field; fields no blob index
-holds (key not a str, off or len not an int in 0..2**64-1, kind not one
-character, dtype not None or a str, shape not None or a tuple of ints)
-are kept as given, and decode_entry refuses that Entry (FormatError
-invalid_argument).
-  key:   the entry's name (str).
-  off:   offset of its bytes from the blob's start, bytes (a multiple of ALIGN).
-  len:   length of its bytes, bytes.
-  kind:  "t" (torch tensor), "n" (numpy array) or "p" (pickle).
-  dtype: torch's name ("float32") for "t", numpy's dtype.str ("<f4") for
-         "n", None for "p" (a "t" row without dtype is float32).
-  shape: elements per dimension (a tuple), None for "p".
-Source: Entry (Python reference); blobpipe/format/entry.hpp.)")
-      .def(py::init(&make_entry), py::arg("key"), py::arg("off"), py::arg("len"), py::arg("kind"),
-           py::arg("dtype"), py::arg("shape"))
-      .def("meta", &entry_meta,
-           "The location map {'o': off, 'n': len, 'k': kind, 'd': dtype, 's': list(shape or ())},\n"
-           "as the reference returns it (a dict).")
-      .def(
-          "meta_msgpack",
-          [](const Entry& e) {
-            auto m = e.meta();
-            return py::bytes(reinterpret_cast<const char*>(m.data()), m.size());
-          },
-          "meta() as msgpack bytes, as blobpipe's C++ library and the reference encode it.")
-      .def_static(
-          "from_meta", &entry_from_meta, py::arg("key"), py::arg("m"),
-          "The entry named `key` of a meta map `m`: a dict as meta() returns, or its\n"
-          "msgpack bytes. As the reference, shape is tuple(m['s'] or ()): () for a pickle.\n"
-          "Raises FormatError: malformed_index (a field missing or of the wrong type),\n"
-          "unknown_kind.")
-      .def("__eq__", [](const Entry& a, const Entry& b) { return a == b; })
-      .def("__eq__",
-           [](const Entry&, py::handle) {
-             return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-           })
-      .def("__hash__", [](const Entry& e) { return py::hash(entry_fields(e)); })
-      .def("__repr__", &entry_repr)
-      .def(py::pickle([](const Entry& e) { return entry_fields(e); },
-                      [](const py::tuple& t) {
-                        return make_entry(
-                            py::cast<std::string>(t[0]), py::cast<std::uint64_t>(t[1]),
-                            py::cast<std::uint64_t>(t[2]), py::cast<std::string>(t[3]),
-                            py::cast<std::optional<std::string>>(t[4]),
-                            py::reinterpret_borrow<py::object>(t[5]));
-                      }));
+  init_entry(m);
 
   py::class_<py_plan>(m, "_NativePlan",
                       R"(A blob's layout, made by plan(); write() fills a buffer from it.
@@ -841,16 +639,8 @@ Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.)")
         py::arg("tag") = tag_bytes(NO_TAG));
   m.def("write", &write_blob, py::arg("p"), py::arg("out"));
   m.def("write_tail", &write_blob_tail, py::arg("p"), py::arg("out"));
-  m.def("read_index", &read_blob_index, py::arg("blob"));
   m.def("read_index_file", &read_blob_index_file, py::arg("f"), py::arg("off") = 0,
         py::arg("nbytes") = 0);
-  entry_type = reinterpret_cast<PyTypeObject*>(py::type::of<Entry>().ptr());
-  for (PyGetSetDef* d = entry_getsets; d->name != nullptr; ++d) {
-    py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewGetSet(entry_type, d));
-    if (!descr || PyObject_SetAttrString(reinterpret_cast<PyObject*>(entry_type), d->name,
-                                         descr.ptr()) != 0)
-      throw py::error_already_set();
-  }
   for (PyMethodDef* d = fast_methods; d->ml_name != nullptr; ++d) {
     py::object f = py::reinterpret_steal<py::object>(PyCFunction_NewEx(d, nullptr, m.attr("__name__").ptr()));
     if (!f) throw py::error_already_set();

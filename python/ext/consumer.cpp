@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "entry.hpp"
 #include "entry_ready.hpp"
 #include "errors.hpp"
 #include "received.hpp"
@@ -474,7 +475,8 @@ before it, and its index and footer agree with them.
       .def_property_readonly("entries",
                              [](const py_blob_complete& b) {
                                py::list l;
-                               for (const Entry& e : b.blob->index.entries) l.append(py::cast(e));
+                               for (const Entry& e : b.blob->index.entries)
+                                 l.append(entry_object(Entry(e)));
                                return l;
                              })
       .def("__repr__", [](const py_blob_complete& b) {

@@ -179,10 +179,15 @@ py::object make_value(const value_maker& m, py::handle owner, std::uint64_t len,
     PyObject* args[] = {owner.ptr(), m.np_dtype.ptr(), c.ptr(), o.ptr()};
     py::object flat = checked(PyObject_Vectorcall(s.np_frombuffer.ptr(), args, count < 0 ? 2 : 4, nullptr));
     PyObject* rargs[] = {flat.ptr(), shape.ptr()};
-    arr = torch_reshapes ? flat
-                         : checked(PyObject_VectorcallMethod(s.s_reshape.ptr(), rargs,
-                                                             2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                                             nullptr));
+    // A 1-d tensor's array is frombuffer's as it is: torch.from_numpy makes
+    // the same tensor of it as of its reshape (a numpy array keeps the
+    // reference's reshape, whose base is the flat array).
+    const bool flat_is_shaped = m.torch_dtype && dims.size() == 1 &&
+                                PyObject_Length(flat.ptr()) == static_cast<Py_ssize_t>(dims[0]);
+    arr = torch_reshapes || flat_is_shaped
+              ? flat
+              : checked(PyObject_VectorcallMethod(s.s_reshape.ptr(), rargs,
+                                                  2 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   } catch (py::error_already_set& e) {
     // A numpy dtype this numpy can name but not make arrays of (an item
     // size of 0, say): the bytes come back raw.

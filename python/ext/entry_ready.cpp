@@ -7,6 +7,7 @@
 
 #include <new>
 
+#include "entry.hpp"
 #include "runtime.hpp"
 #include "state.hpp"
 #include "tags.hpp"
@@ -69,7 +70,7 @@ PyObject* get_value(PyObject* o, void*) {
 
 PyObject* get_entry(PyObject* o, void*) {
   entry_ready_object* self = self_of(o);
-  return cached(self->entry, [&] { return py::cast(self->ref.e->entry); });
+  return cached(self->entry, [&] { return entry_object(Entry(self->ref.e->entry)); });
 }
 
 PyObject* get_buffer(PyObject* o, void*) {

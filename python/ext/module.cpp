@@ -2,7 +2,7 @@
 //
 // One module for the whole package, one init_* per part, so the parts share
 // the cached state (state.hpp) and the error mapping (errors.hpp): the
-// codec (codec.cpp) and streaming: Sender and Blob (sender.cpp), Consumer
+// codec (codec.cpp; its Entry type in entry.cpp) and streaming: Sender and Blob (sender.cpp), Consumer
 // and its events (consumer.cpp, received.cpp), Listener and the factories
 // behind connect/listen/loopback_pair (connect.cpp), and the C++ loop the
 // benchmark compares with (stream_bench.cpp).

@@ -395,6 +395,15 @@ def test_entry_behaves_like_the_reference_dataclass():
     # The dataclass keeps a list as given: a different, unhashable shape.
     assert e != bf.Entry("k", 64, 12, "t", "int32", [3])
     assert e != bf.Entry("k", 64, 12, "t", "int32", (4,)) and e != ("k", 64)
+    # Another type is not compared (NotImplemented, as the dataclass): its
+    # own __eq__ decides.
+    assert e.__eq__(("k", 64)) is NotImplemented and e.__ne__(3) is NotImplemented
+
+    class Anything:
+        def __eq__(self, other):
+            return True
+
+    assert e == Anything() and not (e != Anything())
     assert repr(e) == "Entry(key='k', off=64, len=12, kind='t', dtype='int32', shape=(3,))"
     assert pickle.loads(pickle.dumps(e)) == e
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -297,6 +297,14 @@ ANY_FIELDS = {
     "negative-len": ("k", 0, -1, "p", None, None),
     "bool-offset": ("k", True, 8, "p", None, None),
     "anything": (1, 2.5, None, 4, 5, (6.5, "x")),
+    # One character, but not one byte of an index row's kind.
+    "non-ascii-kind": ("k", 0, 8, "\u00e9", None, None),
+    "offset-2-64": ("k", 1 << 64, 8, "p", None, None),
+    "dim-2-63": ("k", 0, 8, "n", "<f4", (1 << 63,)),
+    "bool-dim": ("k", 0, 8, "n", "<f4", (True,)),
+    # A str UTF-8 cannot encode (a lone surrogate).
+    "surrogate-key": ("\ud800", 0, 8, "p", None, None),
+    "bytes-dtype": ("k", 0, 8, "n", b"<f4", (2,)),
 }
 
 
@@ -346,7 +354,7 @@ def test_entry_takes_any_field_value_as_the_dataclass(case):
 
 # Fields that read as a row a blob index holds (operator.index of each
 # integer, a list shape as a tuple), as the reference's decode_entry reads them.
-INDEX_LIKE = {"list-shape", "bool-offset"}
+INDEX_LIKE = {"list-shape", "bool-offset", "bool-dim"}
 
 
 def test_decode_entry_reads_numpy_integers_and_a_list_shape_as_the_reference():
@@ -377,7 +385,105 @@ def test_entry_takes_any_field_value_as_the_reference(ref, case):
     assert ours == theirs
 
 
+# Calls the dataclass's generated __init__ refuses: (args, kwargs, its message).
+ENTRY_BAD_CALLS = {
+    "no-arguments": ((), {}, "Entry.__init__() missing 6 required positional arguments: 'key', "
+                     "'off', 'len', 'kind', 'dtype', and 'shape'"),
+    "one-missing": (("k", 0, 8, "p", None), {},
+                    "Entry.__init__() missing 1 required positional argument: 'shape'"),
+    "two-missing": (("k", 0, 8, "p"), {},
+                    "Entry.__init__() missing 2 required positional arguments: 'dtype' and 'shape'"),
+    "keywords-missing": ((), {"key": "k", "off": 0, "len": 8, "kind": "p"},
+                         "Entry.__init__() missing 2 required positional arguments: 'dtype' and "
+                         "'shape'"),
+    "seven": (("k", 0, 8, "p", None, None, 1), {},
+              "Entry.__init__() takes 7 positional arguments but 8 were given"),
+    "unknown-keyword": (("k", 0, 8, "p", None, None), {"other": 1},
+                        "Entry.__init__() got an unexpected keyword argument 'other'"),
+    "repeated": (("k", 0, 8, "p", None, None), {"key": "j"},
+                 "Entry.__init__() got multiple values for argument 'key'"),
+}
+
+
+def entry_call_error(m, case):
+    args, kwargs, _ = ENTRY_BAD_CALLS[case]
+    with pytest.raises(TypeError) as err:
+        m.Entry(*args, **kwargs)
+    return type(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("case", sorted(ENTRY_BAD_CALLS))
+def test_entry_refuses_bad_calls_with_the_dataclass_error(case):
+    assert entry_call_error(bf, case) == (TypeError, ENTRY_BAD_CALLS[case][2])
+
+
+@pytest.mark.parametrize("case", sorted(ENTRY_BAD_CALLS))
+def test_entry_refuses_bad_calls_as_the_reference(ref, case):
+    assert entry_call_error(bf, case) == entry_call_error(ref, case)
+
+
+def test_entry_fields_by_keyword_in_any_order():
+    e = bf.Entry(shape=(2,), dtype="<f4", kind="n", len=8, off=64, key="k")
+    assert type(e) is bf.Entry and e == bf.Entry("k", 64, 8, "n", "<f4", (2,))
+    assert bf.Entry("k", 64, 8, shape=(2,), dtype="<f4", kind="n") == e
+
+
+def test_entry_pickled_by_new_then_setstate_is_filled_once():
+    # The protocol of pickles whose Entry was made by __new__ alone, then
+    # given its fields by __setstate__ (copyreg.__newobj__).
+    bare = bf.Entry.__new__(bf.Entry)
+    bare.__setstate__(("k", 64, 8, "n", "<f4", (2,)))
+    assert bare == bf.Entry("k", 64, 8, "n", "<f4", (2,))
+    with pytest.raises(TypeError, match="already holds its fields"):
+        bare.__setstate__(("j", 0, 8, "p", None, None))
+    assert bare.key == "k"  # immutable once filled
+    with pytest.raises(TypeError, match="six fields"):
+        bf.Entry.__new__(bf.Entry).__setstate__(["k", 64, 8, "n", "<f4", (2,)])
+    with pytest.raises(TypeError, match="six fields"):
+        bf.Entry.__new__(bf.Entry).__setstate__(("k", 64, 8, "n", "<f4"))
+    with pytest.raises(bf.FormatError) as err:
+        bf.Entry.__new__(bf.Entry).__setstate__(("k", "64", 8, "n", "<f4", (2,)))
+    assert err.value.category == "invalid_argument"
+    # A bare Entry holds a row no blob's bytes reach: decoding it is refused.
+    with pytest.raises(bf.FormatError) as err:
+        bf.decode_entries(bytes(64), [bf.Entry.__new__(bf.Entry)])
+    assert err.value.category == "entry_out_of_range"
+
+
+def test_entry_fits_is_the_native_entrys_rule():
+    assert bf._blobpipe._entry_fits("k", 0, 8, "p", None, None)
+    for case, fields in ANY_FIELDS.items():
+        assert not bf._blobpipe._entry_fits(*fields), case
+    with pytest.raises(TypeError):
+        bf._blobpipe._entry_fits("k", 0, 8, "p", None)
+
+
+def test_entries_from_c_are_entries_without_pybind11():
+    # read_index, plan().entries, Entry.from_meta, Entry(...): one type,
+    # weakly referenceable, no instance __dict__ (frozen).
+    import weakref
+    p = bf.plan(["a"], [np.arange(2)])
+    buf = np.zeros(p.nbytes, np.uint8)
+    bf.write(p, buf)
+    for e in (bf.read_index(buf)[0], p.entries[0], bf.Entry.from_meta("a", p.entries[0].meta()),
+              bf.Entry("a", 0, 16, "n", "<i8", (2,))):
+        assert type(e) is bf.Entry and type(bf.Entry).__name__ == "type"
+        assert weakref.ref(e)() is e and not hasattr(e, "__dict__")
+        assert e == bf.Entry("a", 0, 16, "n", "<i8", (2,))
+
+
 # ---------------------------------------------------------------- BlobPlan
+
+@pytest.mark.parametrize("field", ["keys", "buffers", "keepalive", "entries", "index_bytes"])
+def test_blob_plan_fields_are_no_class_attributes(field):
+    # As the dataclass's fields without defaults: only instances have them
+    # (built on first read for a plan from plan()).
+    with pytest.raises(AttributeError, match=f"type object 'BlobPlan' has no attribute '{field}'"):
+        getattr(bf.BlobPlan, field)
+    p = bf.plan(["a"], [np.arange(2)])
+    assert field not in p.__dict__ and getattr(p, field) is getattr(p, field)
+    assert field in p.__dict__  # built once, then the instance's own
+
 
 def test_blob_plan_is_a_dataclass_with_the_reference_fields_in_order():
     assert dataclasses.is_dataclass(bf.BlobPlan)

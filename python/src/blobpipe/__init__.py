@@ -81,12 +81,12 @@ from ._stream import connect, listen, loopback_pair, parse_url
 
 
 def _entry_as_dataclass() -> None:
-    # Entry stays the extension type (read_index makes one per row in C++),
-    # and answers to the dataclasses module as the reference's frozen
-    # dataclass does: is_dataclass, fields, replace (Entry(**fields)),
-    # asdict/astuple, match by position (__match_args__) and keyword. Its
-    # field descriptions are those of a frozen dataclass with the same
-    # fields, made here once.
+    # Entry stays the extension type (a plain CPython type: read_index makes
+    # one per row in C++), and answers to the dataclasses module as the
+    # reference's frozen dataclass does: is_dataclass, fields, replace
+    # (Entry(**fields)), asdict/astuple, match by position (__match_args__)
+    # and keyword. Its field descriptions are those of a frozen dataclass
+    # with the same fields, made here once.
     import dataclasses
 
     @dataclasses.dataclass(frozen=True)
@@ -101,8 +101,7 @@ def _entry_as_dataclass() -> None:
     native = _blobpipe.Entry
     for name in ("__dataclass_fields__", "__dataclass_params__", "__match_args__"):
         setattr(native, name, getattr(Entry, name))
-    # inspect.signature(Entry): the dataclass's fields, not pybind11's
-    # (*args, **kwargs).
+    # inspect.signature(Entry): the dataclass's fields.
     import inspect
     native.__signature__ = inspect.signature(Entry)
 
@@ -118,50 +117,18 @@ def _entry_as_dataclass() -> None:
     native.__delattr__ = __delattr__
 
     # The dataclass takes any value for any field. The native Entry holds
-    # what a blob's index can: key a str, off and len ints in 0..2**64-1,
-    # kind a 1-character str, dtype None or a str, shape None or a tuple (or
-    # list) of ints. Fields beyond that make a _LooseEntry: an Entry (a
-    # subclass) that keeps them as given, and that compares, hashes, prints,
-    # pickles and answers to the dataclasses module as the reference's
-    # dataclass would with the same fields. decode_entry and meta_msgpack
-    # refuse it (FormatError: no index holds such a row).
-    global _native_new, _fits
-    native_new = _native_new = native.__new__
-
-    def fits(key, off, len_, kind, dtype, shape) -> bool:
-        return (type(key) is str and type(off) is int and type(len_) is int
-                and 0 <= off < 1 << 64 and 0 <= len_ < 1 << 64
-                and type(kind) is str and len(kind) == 1
-                and (dtype is None or type(dtype) is str)
-                and (shape is None or (type(shape) is tuple and all(
-                    type(d) is int and -(1 << 63) <= d < 1 << 63 for d in shape))))
-
-    _fits = fits
-
-    def __new__(cls, *args, **kwargs):
-        # (No arguments: unpickling an Entry pickled by blobpipe 0.1.0,
-        # whose __setstate__ fills it; Entry() alone then fails in __init__.)
-        if (args or kwargs) and (cls is native or cls is _LooseEntry):  # (replace() of a loose one calls its class)
-            try:
-                fields = _entry_fields(*args, **kwargs)
-            except TypeError as e:  # missing, repeated or unknown arguments, as the dataclass says
-                raise TypeError(str(e).replace("_entry_fields()", "Entry.__init__()")) from None
-            if not fits(*fields):
-                return _LooseEntry._make(fields)
-            if cls is _LooseEntry:  # fields that fit: a native Entry, made here
-                self = native_new(native)
-                native.__init__(self, *fields)
-                return self
-        return native_new(cls)
-
-    native.__new__ = __new__
-    # Pickled (and copied) as the fields, made again by Entry(*fields).
-    native.__reduce__ = lambda self: (native, (self.key, self.off, self.len, self.kind,
-                                                self.dtype, self.shape))
+    # what a blob's index can (_blobpipe._entry_fits): key a str, off and
+    # len ints in 0..2**64-1, kind one ASCII character, dtype None or a str,
+    # shape None or a tuple of ints. For other fields Entry(...) (its C
+    # __new__) makes a _LooseEntry: an Entry (a subclass) that keeps them
+    # as given, and that compares, hashes, prints, pickles and answers to
+    # the dataclasses module as the reference's dataclass would with the
+    # same fields. decode_entry and meta_msgpack refuse it (FormatError: no
+    # index holds such a row).
 
 
-_native_new = None  # pybind11's __new__ of the native Entry
-_fits = None  # whether fields are a row a blob index holds (_entry_as_dataclass)
+#: Whether fields are a row a blob index holds (the native Entry's own check).
+_fits = _blobpipe._entry_fits
 
 
 def _index_row(fields):
@@ -181,10 +148,6 @@ def _index_row(fields):
     return row if _fits(*row) else None
 
 
-def _entry_fields(key, off, len, kind, dtype, shape):  # noqa: A002 - the field's name
-    return key, off, len, kind, dtype, shape
-
-
 _entry_as_dataclass()
 
 
@@ -195,12 +158,11 @@ class _LooseEntry(Entry):
 
     @classmethod
     def _make(cls, fields):
-        self = _native_new(cls)
+        # Bare: a placeholder native part no index holds (off 2**64-1), never decoded.
+        self = _blobpipe.Entry.__new__(cls)
         row = _index_row(fields)
-        if row is None:
-            _blobpipe.Entry.__init__(self, "", (1 << 64) - 1, 0, "p", None, None)  # never decoded
-        else:  # decoded as that row (numpy integers, a list shape)
-            _blobpipe.Entry.__init__(self, *row)
+        if row is not None:  # decoded as that row (numpy integers, a list shape)
+            self.__setstate__(row)
             object.__setattr__(self, "_index_row", True)
         object.__setattr__(self, "_fields", tuple(fields))
         return self
@@ -364,26 +326,9 @@ def write_tail(p: BlobPlan, out: _Any) -> None:
         _blobpipe.write_tail(native, out)
 
 
-def read_index(blob: _Any) -> list[Entry]:
-    """The entries of a whole blob held in memory, in index order.
-
-    Reads the footer (v3, or legacy v2) and the index, and checks every row
-    before returning (``docs/format.md``, "Validation order"): the entries
-    lie inside the data region, 64-byte aligned, with known kinds and
-    dtypes and ``prod(shape) * itemsize == len``. Entry bytes are not read.
-
-    Args:
-        blob: the blob's bytes (any C-contiguous buffer: bytes, bytearray,
-            memoryview, numpy array, mmap), ending with its footer.
-
-    Raises:
-        FormatError: ``too_small``, ``bad_footer``, ``index_out_of_range``,
-            ``malformed_index``, ``entry_out_of_range``, ``shape_mismatch``,
-            ``unknown_kind``, ``unknown_dtype``. A ``malformed_index`` whose
-            index, row or shape is no list, where the reference raises
-            TypeError, is a ``FormatTypeError`` (also a TypeError).
-    """
-    return _blobpipe.read_index(blob)
+#: read_index(blob): the entries of a whole blob held in memory, in index
+#: order, every row checked (the C++ function; its docstring says all).
+read_index = _blobpipe.read_index
 
 
 def read_index_file(f: _Any, off: int = 0, nbytes: int = 0) -> list[Entry]:

@@ -321,6 +321,30 @@ class BlobPlan:
                 f"tag={bytes(self.tag).hex()})")
 
 
+class _Planned:
+    """A field of a plan from ``plan()``, built on first read by
+    ``BlobPlan.__getattr__``. A non-data descriptor: once the field is built
+    or assigned, the instance's ``__dict__`` answers without it; and a
+    first read comes here rather than through a failed attribute lookup
+    (an AttributeError made and caught per read of ``entries`` or
+    ``buffers``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:  # BlobPlan.entries: no class attribute, as for the dataclass
+            raise AttributeError(f"type object 'BlobPlan' has no attribute {self.name!r}")
+        return obj.__getattr__(self.name)
+
+
+for _name in ("keys", "buffers", "keepalive", "entries", "index_bytes"):
+    setattr(BlobPlan, _name, _Planned(_name))
+del _name
+
+
 def _native_of(p: Any) -> Any:
     return p.__dict__.get("_native") if type(p) is BlobPlan else None
 
