@@ -341,28 +341,20 @@ bool parse_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, cons
   return allow;
 }
 
-// The bytes of a buffer (C-contiguous), read in place for a memoryview.
+// The bytes of a buffer (C-contiguous), exported for as long as this
+// lives: while a decode runs Python code (a pickle's reduce, a tensor's
+// dealloc), the owner can be neither released (memoryview.release) nor
+// resized (bytearray) under it.
 struct read_buffer {
   Py_buffer view{};
-  bool held = false;
   std::span<const std::byte> bytes;
   explicit read_buffer(PyObject* o) {
-    if (PyMemoryView_Check(o)) {
-      const Py_buffer* b = PyMemoryView_GET_BUFFER(o);
-      if (PyBuffer_IsContiguous(b, 'C')) {
-        bytes = {static_cast<const std::byte*>(b->buf), static_cast<std::size_t>(b->len)};
-        return;
-      }
-    }
     if (PyObject_GetBuffer(o, &view, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
-    held = true;
     bytes = {static_cast<const std::byte*>(view.buf), static_cast<std::size_t>(view.len)};
   }
   read_buffer(const read_buffer&) = delete;
   read_buffer& operator=(const read_buffer&) = delete;
-  ~read_buffer() {
-    if (held) PyBuffer_Release(&view);
-  }
+  ~read_buffer() { PyBuffer_Release(&view); }
 };
 
 PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
@@ -396,6 +388,12 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
     py::object seq = py::reinterpret_steal<py::object>(
         PySequence_Fast(a[1], "decode_entries: entries must be a sequence of Entry"));
     if (!seq) throw py::error_already_set();
+    // es points into the Entry objects: read from a copy of a list, which
+    // the code a decode runs (an unpickle, another thread) may change.
+    if (PyList_Check(seq.ptr())) {
+      seq = py::reinterpret_steal<py::object>(PyList_AsTuple(seq.ptr()));
+      if (!seq) throw py::error_already_set();
+    }
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
     PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
     std::vector<const Entry*> es(static_cast<std::size_t>(n));

@@ -527,3 +527,94 @@ def test_read_index_file_names_what_it_takes():
 def test_public_namespace_is_all_and_all_exists():
     public = {n for n in dir(bf) if not n.startswith("_")}
     assert public == set(bf.__all__), (public - set(bf.__all__), set(bf.__all__) - public)
+
+
+def _run_alone(code: str):
+    """Runs `code` in a fresh interpreter with this package: a crash is its
+    exit status (a signal), not this test process's."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+_SETUP = """
+import numpy as np
+import blobpipe as bp
+KEEP = []
+"""
+
+
+def test_decode_entries_reads_its_entries_from_a_copy_of_a_list_a_decode_may_change():
+    # An unpickle (here a pickled value's reduce) empties the caller's list
+    # of entries while decode_entries runs; the entries it was given are
+    # still the ones decoded.
+    done = _run_alone(_SETUP + """
+def clear_it():
+    ENTRIES.clear()
+    KEEP.append([b"\\xff" * 150 for _ in range(20000)])  # reuse the freed memory
+    return 0
+class Evil:
+    def __reduce__(self):
+        return (clear_it, ())
+p = bp.plan([f"k{i}" for i in range(5)],
+            [Evil()] + [np.arange(i + 3, dtype=np.float32) for i in range(4)])
+blob = bytearray(p.nbytes)
+bp.write(p, memoryview(blob))
+ENTRIES = bp.read_index(blob)
+out = bp.decode_entries(blob, ENTRIES)
+assert ENTRIES == [], ENTRIES
+assert out[0] == 0 and [a.tolist() for a in out[1:]] == [
+    list(range(n)) for n in (3, 4, 5, 6)], out
+print("decoded")
+""")
+    assert done.returncode == 0 and "decoded" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_decode_entries_holds_the_blob_while_it_decodes():
+    # A memoryview blob cannot be released while its entries decode (as
+    # with decode_entry): the bytes read later are still the blob's.
+    done = _run_alone(_SETUP + """
+RELEASED = []
+def release_blob():
+    try:
+        MV.release()
+        RELEASED.append(True)
+    except BufferError:
+        RELEASED.append(False)
+    return 0
+class Evil:
+    def __reduce__(self):
+        return (release_blob, ())
+big = b"x" * (1 << 22)
+p = bp.plan(["a", "b", "c"], [Evil(), big, "tail"])
+ba = bytearray(p.nbytes)
+bp.write(p, memoryview(ba))
+MV = memoryview(ba)
+out = bp.decode_entries(MV, bp.read_index(MV))
+assert RELEASED == [False], RELEASED
+assert out[1] == big and out[2] == "tail"
+print("decoded")
+""")
+    assert done.returncode == 0 and "decoded" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_plan_reads_its_keys_and_values_from_copies_of_lists_a_value_may_change():
+    # A value's reduce (run by plan's pickling) empties the caller's list of
+    # values: plan still plans the values it was given.
+    done = _run_alone(_SETUP + """
+class Evil:
+    def __reduce__(self):
+        VALUES.clear()
+        KEYS.clear()
+        KEEP.append([b"A" * n for n in range(1, 200) for _ in range(200)])
+        return (int, (0,))
+KEYS = [f"k{i}" for i in range(6)]
+VALUES = [Evil()] + [np.arange(3) for _ in range(5)]
+p = bp.plan(KEYS, VALUES)
+assert [e.key for e in p.entries] == [f"k{i}" for i in range(6)], p.entries
+print("planned")
+""")
+    assert done.returncode == 0 and "planned" in done.stdout, (done.returncode, done.stderr[-2000:])
