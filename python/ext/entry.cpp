@@ -288,9 +288,8 @@ void entry_dealloc(PyObject* o) {
 
 PyObject* entry_richcompare(PyObject* a, PyObject* b, int op) {
   // `a` is an Entry (this type's slot); the dataclass compares with its
-  // own class only.
-  if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(b, entry_type))
-    Py_RETURN_NOTIMPLEMENTED;
+  // own class only (a subclass's instance is not equal to an Entry's).
+  if ((op != Py_EQ && op != Py_NE) || Py_TYPE(b) != Py_TYPE(a)) Py_RETURN_NOTIMPLEMENTED;
   const bool eq = value_of(a) == value_of(b);
   return PyBool_FromLong(eq == (op == Py_EQ));
 }

@@ -618,3 +618,13 @@ assert [e.key for e in p.entries] == [f"k{i}" for i in range(6)], p.entries
 print("planned")
 """)
     assert done.returncode == 0 and "planned" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_an_entry_subclass_equals_only_its_own_class_as_the_dataclass():
+    class Sub(bf.Entry):
+        pass
+    fields = ("k", 64, 12, "t", "int32", (3,))
+    sub, entry = Sub(*fields), bf.Entry(*fields)
+    assert sub == Sub(*fields) and not sub != Sub(*fields)
+    assert sub != entry and entry != sub
+    assert not (sub == entry) and not (entry == sub)
