@@ -22,10 +22,24 @@ class held_buffer {
  public:
   /// Raises (error_already_set) as PyObject_GetBuffer does: TypeError for
   /// an object without the protocol, BufferError for one that is not
-  /// contiguous or, with `writable`, is read-only.
+  /// contiguous or, with `writable`, is read-only (numpy's ValueError for
+  /// those is raised as a BufferError with its message).
   held_buffer(pybind11::handle obj, bool writable) {
     const int flags = writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw pybind11::error_already_set();
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) == 0) return;
+    if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+      PyObject *type, *value, *trace;
+      PyErr_Fetch(&type, &value, &trace);
+      PyErr_NormalizeException(&type, &value, &trace);
+      PyObject* message = value != nullptr ? PyObject_Str(value) : nullptr;
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(trace);
+      if (message == nullptr) throw pybind11::error_already_set();
+      PyErr_SetObject(PyExc_BufferError, message);
+      Py_DECREF(message);
+    }
+    throw pybind11::error_already_set();
   }
   held_buffer(const held_buffer&) = delete;
   held_buffer& operator=(const held_buffer&) = delete;

@@ -307,8 +307,16 @@ def test_write_refuses_read_only_and_short_buffers():
     with pytest.raises(bf.FormatError) as err:
         bf.write_tail(p, bytearray(len(p.index_bytes)))
     assert err.value.category == "buffer_too_small"
-    with pytest.raises((BufferError, ValueError)):
-        bf.write(p, np.zeros((p.nbytes, 2), np.uint8)[:, 0])  # not contiguous
+    # A read-only or strided `out`, whatever its type, raises
+    # BufferTypeError (README "Codec"), numpy's ValueError for those too.
+    from blobpipe._errors import BufferTypeError
+    read_only = np.zeros(p.nbytes, np.uint8)
+    read_only.flags.writeable = False
+    for out in (bytes(p.nbytes), read_only, np.zeros((p.nbytes, 2), np.uint8)[:, 0],
+                memoryview(bytearray(2 * p.nbytes))[::2]):
+        with pytest.raises(BufferTypeError) as err:
+            bf.write(p, out)
+        assert isinstance(err.value, BufferError) and isinstance(err.value, TypeError)
 
 
 def test_keys_and_values_must_pair_up():
