@@ -636,3 +636,21 @@ def test_an_entry_subclass_equals_only_its_own_class_as_the_dataclass():
     assert sub == Sub(*fields) and not sub != Sub(*fields)
     assert sub != entry and entry != sub
     assert not (sub == entry) and not (entry == sub)
+
+
+def test_decode_entry_reads_str_subclasses_and_an_array_shape_as_the_reference():
+    # numpy.str_ fields and a 1-d integer array shape (what a numpy record
+    # of the index gives) name the same row as plain str and tuple.
+    p = bf.plan(["k"], [np.arange(4, dtype=np.float32)])
+    blob = bytearray(p.nbytes)
+    bf.write(p, memoryview(blob))
+    (row,) = bf.read_index(blob)
+    given = bf.Entry(np.array([row.key])[0], np.int64(row.off), np.int64(row.len),
+                     np.array([row.kind])[0], np.array([row.dtype])[0], np.array(row.shape))
+    got = bf.decode_entry(memoryview(blob)[row.off:row.off + row.len], given)
+    assert got.tolist() == [0.0, 1.0, 2.0, 3.0]
+    # A 2-d array is no shape.
+    with pytest.raises(bf.FormatError):
+        bf.decode_entry(memoryview(blob)[row.off:row.off + row.len],
+                        bf.Entry(row.key, row.off, row.len, row.kind, row.dtype,
+                                 np.array([row.shape])))

@@ -133,17 +133,19 @@ _fits = _blobpipe._entry_fits
 
 def _index_row(fields):
     """The row a blob index would hold for ``fields`` whose integers are not
-    ``int`` (numpy integers, say) or whose shape is a list, as the
-    reference's decode_entry reads them; None when there is none."""
+    ``int`` (numpy integers, say), whose strings are a ``str`` subclass
+    (``numpy.str_``) or whose shape is a list or a 1-d array of integers,
+    as the reference's decode_entry reads them; None when there is none."""
     key, off, len_, kind, dtype, shape = fields
     try:
         off, len_ = _operator.index(off), _operator.index(len_)
         if shape is not None:
-            if not isinstance(shape, (tuple, list)):
+            if not isinstance(shape, (tuple, list, _np.ndarray)) or _np.ndim(shape) != 1:
                 return None
             shape = tuple(_operator.index(d) for d in shape)
     except TypeError:
         return None
+    key, kind, dtype = (str(s) if isinstance(s, str) else s for s in (key, kind, dtype))
     row = (key, off, len_, kind, dtype, shape)
     return row if _fits(*row) else None
 
