@@ -140,7 +140,7 @@ def _index_row(fields):
     try:
         off, len_ = _operator.index(off), _operator.index(len_)
         if shape is not None:
-            if not isinstance(shape, (tuple, list, _np.ndarray)) or _np.ndim(shape) != 1:
+            if not isinstance(shape, (tuple, list, _np.ndarray)) or getattr(shape, "ndim", 1) != 1:
                 return None
             shape = tuple(_operator.index(d) for d in shape)
     except TypeError:
