@@ -417,6 +417,17 @@ Entry entry_from_meta(std::string key, py::handle m) {
   return e;
 }
 
+/// Whether `key` and meta `m` are what an index row holds as strings: the
+/// key a str, and, for a dict, its kind a str and its dtype None or a str.
+bool meta_strings_fit(PyObject* key, PyObject* m) {
+  if (!PyUnicode_CheckExact(key)) return false;
+  if (!PyDict_Check(m)) return true;
+  PyObject* k = PyDict_GetItemString(m, "k");  // borrowed; absent: refused below
+  PyObject* d = PyDict_GetItemString(m, "d");
+  return (k == nullptr || PyUnicode_CheckExact(k)) &&
+         (d == nullptr || d == Py_None || PyUnicode_CheckExact(d));
+}
+
 PyObject* from_meta_method(PyObject*, PyObject* args, PyObject* kwargs) {
   return guarded([&] {
     static const char* names[] = {"key", "m", nullptr};
@@ -424,6 +435,18 @@ PyObject* from_meta_method(PyObject*, PyObject* args, PyObject* kwargs) {
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:from_meta", const_cast<char**>(names), &key,
                                      &m))
       throw py::error_already_set();
+    if (!meta_strings_fit(key, m) && !PyObject_CheckBuffer(m)) {
+      // Fields no index holds (a bytes key, a bytes kind): kept as given,
+      // as the reference's from_meta does, by Entry(...) (a _LooseEntry).
+      py::handle meta(m);
+      py::object s = meta.attr("get")("s");
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(entry_type))(
+          py::handle(key), py::int_(meta["o"]), py::int_(meta["n"]), meta["k"],
+          meta.attr("get")("d"), py::tuple(py::bool_(s) ? s : py::tuple()));
+    }
+    if (!PyUnicode_CheckExact(key))  // with a meta's msgpack bytes (no reference form)
+      throw py::type_error(std::string("from_meta: key must be a str, not ") +
+                           Py_TYPE(key)->tp_name);
     return entry_object(entry_from_meta(py::cast<std::string>(key), m));
   });
 }
@@ -460,7 +483,9 @@ PyMethodDef methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_STATIC,
      "from_meta(key, m)\n--\n\nThe entry named `key` of a meta map `m`: a dict as meta() returns, "
      "or its\nmsgpack bytes. As the reference, shape is tuple(m['s'] or ()): () for a pickle.\n"
-     "Raises FormatError: malformed_index (a field missing or of the wrong type),\nunknown_kind."},
+     "A key, kind or dtype no index holds (bytes, say) is kept as given, as the reference\n"
+     "keeps it.\nRaises FormatError: malformed_index (a field missing or of the wrong type),\n"
+     "unknown_kind; TypeError for msgpack bytes with a key that is not a str."},
     {"__reduce__", reduce_method, METH_NOARGS, "(Entry, the six fields): pickled as the fields."},
     {"__setstate__", setstate_method, METH_O,
      "Fills an Entry made by Entry.__new__(Entry) alone (pickles of that protocol) with the six "

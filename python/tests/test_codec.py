@@ -654,3 +654,23 @@ def test_decode_entry_reads_str_subclasses_and_an_array_shape_as_the_reference()
         bf.decode_entry(memoryview(blob)[row.off:row.off + row.len],
                         bf.Entry(row.key, row.off, row.len, row.kind, row.dtype,
                                  np.array([row.shape])))
+
+
+def test_from_meta_keeps_fields_no_index_holds_as_given_as_the_reference():
+    # A bytes key or kind is kept as given (the reference's from_meta makes
+    # the dataclass with them): readable, printable, comparable, never a
+    # half-made Entry whose fields raise.
+    for key, m in ((b"\xff", {"o": 0, "n": 1, "k": "p"}),
+                   ("k", {"o": 0, "n": 1, "k": b"\xff"}),
+                   ("k", {"o": 0, "n": 4, "k": "n", "d": b"<\xff4", "s": [1]})):
+        e = bf.Entry.from_meta(key, m)
+        assert (e.key, e.off, e.len, e.kind, e.dtype, e.shape) == (
+            key, m["o"], m["n"], m["k"], m.get("d"), tuple(m.get("s") or ())), repr(e)
+        assert e == bf.Entry(key, m["o"], m["n"], m["k"], m.get("d"), tuple(m.get("s") or ()))
+        repr(e), hash(e), pickle.loads(pickle.dumps(e))
+    assert bf.Entry.from_meta(b"ab", {"o": 0, "n": 1, "k": "p"}).key == b"ab"
+    # With a meta's msgpack bytes (blobpipe's own form) the key must be a str.
+    packed = bf.Entry("p", 0, 5, "p", None, ()).meta_msgpack()
+    assert bf.Entry.from_meta("p", packed) == bf.Entry("p", 0, 5, "p", None, ())
+    with pytest.raises(TypeError, match="key must be a str, not bytes"):
+        bf.Entry.from_meta(b"p", packed)
