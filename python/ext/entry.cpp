@@ -305,9 +305,11 @@ Py_hash_t entry_hash(PyObject* o) {
 PyObject* entry_repr(PyObject* o) {
   return guarded([&] {
     py::tuple t = fields_tuple(value_of(o));
+    // The class's qualified name, as the dataclass's repr (a subclass's own).
+    const py::object name = steal_checked(PyType_GetQualName(Py_TYPE(o)));
     return steal_checked(PyUnicode_FromFormat(
-        "Entry(key=%R, off=%R, len=%R, kind=%R, dtype=%R, shape=%R)", t[0].ptr(), t[1].ptr(),
-        t[2].ptr(), t[3].ptr(), t[4].ptr(), t[5].ptr()));
+        "%U(key=%R, off=%R, len=%R, kind=%R, dtype=%R, shape=%R)", name.ptr(), t[0].ptr(),
+        t[1].ptr(), t[2].ptr(), t[3].ptr(), t[4].ptr(), t[5].ptr()));
   });
 }
 
@@ -338,9 +340,10 @@ PyObject* meta_msgpack_method(PyObject* self, PyObject*) {
 }
 
 PyObject* reduce_method(PyObject* self, PyObject*) {
-  // Pickled (and copied) as the fields, made again by Entry(*fields).
+  // Pickled (and copied) as the fields, made again by its class(*fields):
+  // a subclass's instance stays one, as the dataclass's.
   return guarded([&] {
-    return py::object(py::make_tuple(py::handle(reinterpret_cast<PyObject*>(entry_type)),
+    return py::object(py::make_tuple(py::handle(reinterpret_cast<PyObject*>(Py_TYPE(self))),
                                      fields_tuple(value_of(self))));
   });
 }

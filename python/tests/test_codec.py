@@ -636,6 +636,12 @@ def test_an_entry_subclass_equals_only_its_own_class_as_the_dataclass():
     assert sub == Sub(*fields) and not sub != Sub(*fields)
     assert sub != entry and entry != sub
     assert not (sub == entry) and not (entry == sub)
+    # Its repr names its class and a copy is of its class, as the dataclass's.
+    assert repr(sub) == Sub.__qualname__ + repr(entry)[len("Entry"):], repr(sub)
+    assert repr(entry).startswith("Entry(key='k', ")
+    import copy
+    for c in (copy.copy(sub), copy.deepcopy(sub)):
+        assert type(c) is Sub and c == sub
 
 
 def test_decode_entry_reads_str_subclasses_and_an_array_shape_as_the_reference():
