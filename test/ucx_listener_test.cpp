@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +40,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <ucp/api/ucp.h>
 
 #include "test/listening_ports.hpp"
 #include "test/ucx_frame_fixture.hpp"
@@ -234,6 +236,47 @@ bool run_until(runner& r, F done, std::chrono::seconds guard = std::chrono::seco
   return true;
 }
 
+/// A UCX worker of this process's own, apart from blobpipe's runtime and
+/// never progressed: its address is what a peer puts in its rendezvous
+/// hello, so that the listener creates a real endpoint toward it.
+class foreign_worker {
+ public:
+  explicit foreign_worker(const ucx::options& o) {
+    ucp_config_t* cfg = nullptr;
+    BOOST_TEST_REQUIRE(ucp_config_read(nullptr, nullptr, &cfg) == UCS_OK);
+    for (const auto& [name, value] : o.config)
+      BOOST_TEST_REQUIRE(ucp_config_modify(cfg, name.c_str(), value.c_str()) == UCS_OK);
+    ucp_params_t p{};
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_AM;
+    const ucs_status_t st = ucp_init(&p, cfg, &ctx_);
+    ucp_config_release(cfg);
+    BOOST_TEST_REQUIRE(st == UCS_OK);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    BOOST_TEST_REQUIRE(ucp_worker_create(ctx_, &wp, &worker_) == UCS_OK);
+    ucp_address_t* a = nullptr;
+    std::size_t n = 0;
+    BOOST_TEST_REQUIRE(ucp_worker_get_address(worker_, &a, &n) == UCS_OK);
+    const auto* b = reinterpret_cast<const std::byte*>(a);
+    address_.assign(b, b + n);
+    ucp_worker_release_address(worker_, a);
+  }
+  ~foreign_worker() {
+    if (worker_) ucp_worker_destroy(worker_);
+    if (ctx_) ucp_cleanup(ctx_);
+  }
+  foreign_worker(const foreign_worker&) = delete;
+  foreign_worker& operator=(const foreign_worker&) = delete;
+  const std::vector<std::byte>& address() const { return address_; }
+
+ private:
+  ucp_context_h ctx_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<std::byte> address_;
+};
+
 }  // namespace
 
 // Sixteen bytes whose first eight, read as the length of UCX's connection
@@ -343,6 +386,58 @@ BOOST_AUTO_TEST_CASE(silent_connection_is_closed_at_the_handshake_timeout) {
   });
   BOOST_TEST(run_until(r, [&] { return lis.counters().timed_out == 1; }));
   client.join();
+  BOOST_TEST(closed);
+  // The one slot is free: a real connection gets it.
+  BOOST_TEST(r.await(connect_and_accept(r, lis, o)));
+}
+
+// A peer that goes as far as claiming an endpoint number, and then never
+// verifies it (no am_verify), holds its rendezvous only until the
+// handshake timeout: the listener closes the half-made UCX connection
+// (the endpoint it created toward the peer's worker), so its wait for the
+// verify ends, the attempt counts as timed out, the peer's socket is
+// closed, and the one slot is free for a real connection.
+BOOST_AUTO_TEST_CASE(a_peer_that_claims_and_never_verifies_is_closed_at_the_handshake_timeout) {
+  runner r;
+  ucx::options o = ucx_links()[0].opt;
+  o.handshake_timeout = std::chrono::milliseconds(300);
+  o.max_pending = 1;
+  auto lis = ucx::listen(r.ex(), 0, "127.0.0.1", o).value();
+  foreign_worker w(o);
+  std::atomic<bool> created{false};
+  bool closed = false;
+  std::thread peer([&, port = lis.port()] {
+    asio::io_context io;
+    asio::ip::tcp::socket s(io);
+    std::error_code ec;
+    s.connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+    if (ec) return;
+    auto send = [&](std::uint8_t type, std::span<const std::byte> body) {
+      auto m = rv_header(1, type, 0, static_cast<std::uint32_t>(body.size()));
+      m.insert(m.end(), body.begin(), body.end());
+      asio::write(s, asio::buffer(m.data(), m.size()), ec);
+    };
+    auto receive = [&]() -> int {  // the message's type, its body skipped; -1: ended
+      std::array<std::byte, 16> h;
+      asio::read(s, asio::buffer(h), ec);
+      if (ec) return -1;
+      std::uint32_t n = 0;
+      for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(h[12 + i]) << (8 * i);
+      std::vector<std::byte> body(n);
+      asio::read(s, asio::buffer(body), ec);
+      return ec ? -1 : static_cast<int>(h[10]);
+    };
+    send(1, w.address());                     // hello: our worker's address
+    if (receive() != 1) return;               // the listener's hello
+    const std::array<std::byte, 4> sn0{};     // claim number 0 (a new peer's next)
+    send(2, sn0);
+    if (receive() != 3) return;               // created: its endpoint toward us
+    created = true;
+    closed = receive() == -1;                 // silent now: only the listener ends it
+  });
+  BOOST_TEST(run_until(r, [&] { return lis.counters().timed_out == 1; }));
+  peer.join();
+  BOOST_TEST(created.load(), "the listener never created the endpoint the peer claimed");
   BOOST_TEST(closed);
   // The one slot is free: a real connection gets it.
   BOOST_TEST(r.await(connect_and_accept(r, lis, o)));
