@@ -76,11 +76,13 @@ struct run_result {
 };
 
 /// `producers` coroutines send blobs [0, n) over a resend session on `l`;
-/// `serve` checks them. Returns the sender's view.
+/// `serve` checks them, its delivery log remembering `dedup_window` tags.
+/// Returns the sender's view.
 run_result stream(runner& r, reconnect_link& l, delivery_checker& check, std::uint64_t n, int producers,
-                  sender_options opt, consumer_options copt = {}) {
+                  sender_options opt, consumer_options copt = {},
+                  std::uint32_t dedup_window = default_dedup_window) {
   run_result out;
-  auto log = std::make_shared<delivery_log>();
+  auto log = std::make_shared<delivery_log>(dedup_window);
   auto done = [&] { return check.completed.size() >= n; };
   auto server = [&]() -> asio::awaitable<void> {
     co_await serve(l, log, check, done, copt);
@@ -117,6 +119,20 @@ run_result stream(runner& r, reconnect_link& l, delivery_checker& check, std::ui
 }
 
 }  // namespace
+
+// A resend session keeps at most the consumer's dedup_window blobs (the
+// tags its delivery log remembers, the hello's dedup_window): with a window
+// of 2 and four producers, a third blob waits for a delivery instead of
+// failing, and every blob arrives once.
+BOOST_AUTO_TEST_CASE(blobs_past_the_consumers_dedup_window_wait_for_a_delivery) {
+  runner r;
+  auto l = make_link(link_kind::loopback, r.ex());
+  delivery_checker check;
+  auto out = stream(r, *l, check, 200, 4, fast_retry(), {}, 2);
+  BOOST_TEST(!out.first_emit_ec, out.first_emit_ec.message());
+  BOOST_TEST(!out.shutdown_ec, out.shutdown_ec.message());
+  BOOST_TEST(check.all_once(200), check.first_problem);
+}
 
 // ---- delivery_log ----------------------------------------------------------
 
