@@ -369,6 +369,59 @@ BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
   }
 }
 
+// A blob the file sink cannot take (file_slot_for fails) is aborted once,
+// naming why, and none of its entries is yielded: its bytes are dropped as
+// they come. The next blob is written as usual.
+BOOST_AUTO_TEST_CASE(a_blob_the_file_sink_refuses_is_aborted_and_yields_none_of_its_entries) {
+  runner r;
+  char path[] = "/tmp/blobpipe_sink_XXXXXX";
+  const int fd = ::mkstemp(path);
+  BOOST_TEST_REQUIRE(fd >= 0);
+  const auto refused = make_spec(1, 1);
+  const auto kept = make_spec(2, 1);
+  consumer_options copt;
+  copt.assemble = assemble_mode::file;
+  copt.file_slot_for = [&](std::uint64_t, const tag_t& tag) -> result<file_slot> {
+    if (tag == refused.tag) return result<file_slot>(errc::too_large, "no room for this blob");
+    return file_slot{fd, 0};
+  };
+  auto ep = r.await(connect(link_kind::tcp, copt));
+  auto produce = [&]() -> asio::awaitable<void> {
+    for (const blob_spec* spec : {&refused, &kept}) {
+      auto blob = ep.s.open_blob(spec->tag);
+      for (std::size_t e = 0; e < spec->keys.size(); ++e)
+        BLOBPIPE_CO_CHECK(blob.emit(spec->keys[e], value::tensor(spec->data[e])));
+      BLOBPIPE_CO_CHECK(blob.finish());
+    }
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  int refused_entries = 0, refused_aborts = 0, kept_entries = 0, kept_completes = 0;
+  std::string why;
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::end_of_stream) break;
+      const bool of_refused = ev.tag == refused.tag;
+      if (ev.kind == event_kind::entry_ready) ++(of_refused ? refused_entries : kept_entries);
+      if (ev.kind == event_kind::blob_aborted && of_refused) {
+        ++refused_aborts;
+        why = ev.reason;
+      }
+      if (ev.kind == event_kind::blob_complete && !of_refused) ++kept_completes;
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(refused_entries == 0);
+  BOOST_TEST(refused_aborts == 1);
+  BOOST_TEST(why.find("no room for this blob") != std::string::npos, why);
+  BOOST_TEST(kept_entries == static_cast<int>(kept.keys.size()));
+  BOOST_TEST(kept_completes == 1);
+  ::close(fd);
+  ::unlink(path);
+}
+
 // The file sink writes each blob at its offset; the file reads back with
 // read_index_file and matches write(plan) byte for byte.
 BOOST_AUTO_TEST_CASE(file_sink_writes_blob_at_its_offset) {
