@@ -366,6 +366,26 @@ BOOST_AUTO_TEST_CASE(frame_ending_the_blob_waits_for_its_fetches) {
   BOOST_TEST(h.events[1].reason == why);
 }
 
+// An orderly close read while an entry's fetch is in flight: the entry
+// lands and is yielded before the end (then its blob, left open, is
+// aborted, and the stream ends).
+BOOST_AUTO_TEST_CASE(a_close_read_while_a_fetch_is_in_flight_yields_the_entry_first) {
+  harness h;
+  push_entry(*h.t, 0);
+  h.t->push(header(frame_type::close));
+  h.poll();
+  BOOST_TEST(h.t->posted() == 1u);
+  BOOST_TEST(h.events.empty(), "yielded before e0 landed: " << h.keys());
+  // Ended already, e0's buffer would be retired: landing in it is no test.
+  BOOST_TEST_REQUIRE(!h.ended, "the stream ended before e0 landed: " << h.keys());
+  h.t->land(0);
+  h.poll();
+  BOOST_TEST(h.ended);
+  BOOST_TEST(h.keys() == "e0 - -");
+  BOOST_TEST_REQUIRE(!h.events.empty());
+  BOOST_TEST(h.intact(0, 0));
+}
+
 // A failure with fetches in flight: the stream ends with it, the blob is
 // aborted, and no entry behind one whose bytes never came is yielded (e1
 // landed, but e0 before it did not). The buffers of e0 and e2, whose
