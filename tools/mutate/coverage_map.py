@@ -143,16 +143,28 @@ def load(testlogs: str, repo: str, only=None) -> CoverageMap:
     return CoverageMap(hits, executable, files, tests, own, functions)
 
 
-def own_source_files(cov: CoverageMap, label: str, repo: str) -> list[str]:
-    """The test's own sources, to read for process spawning: the
-    non-library files in its coverage data and the test/ headers they
-    include; for a //python:test_x, python/tests/test_x.py and the
-    python/tests modules it imports. Empty when none is known."""
-    out = [p for p in sorted(cov.own_sources.get(label, ())) if os.path.isfile(os.path.join(repo, p))]
+def main_source(label: str, repo: str) -> str | None:
+    """The file a test target is named after: //pkg:name_test is
+    pkg/name_test.cpp (or .cc), //python:test_x python/tests/test_x.py;
+    None when there is none (a shell test, a name of another form)."""
     pkg, _, name = label.removeprefix("//").partition(":")
-    py = os.path.join("python", "tests", name + ".py")
-    if pkg == "python" and os.path.isfile(os.path.join(repo, py)):
-        out.append(py)
+    for rel in (f"{pkg}/{name}.cpp", f"{pkg}/{name}.cc", f"{pkg}/tests/{name}.py"):
+        if os.path.isfile(os.path.join(repo, rel)):
+            return rel
+    return None
+
+
+def own_source_files(cov: CoverageMap, label: str, repo: str) -> list[str]:
+    """The test's own sources, to read for process spawning: its main
+    source (main_source: gcov has no record of a test's own objects, which
+    are not instrumented), the non-library files in its coverage data, and
+    the test/ headers they include or the python/tests modules they import.
+    Empty when the main source is not known."""
+    main = main_source(label, repo)
+    if main is None:
+        return []
+    out = [main] + [p for p in sorted(cov.own_sources.get(label, ()))
+                    if os.path.isfile(os.path.join(repo, p))]
     seen, queue = set(), list(out)
     while queue:
         p = queue.pop()
@@ -180,7 +192,7 @@ def own_source_files(cov: CoverageMap, label: str, repo: str) -> list[str]:
 
 def opaque(cov: CoverageMap, label: str, repo: str) -> bool:
     """Whether the test's coverage may miss what it ran: it starts
-    processes, or its own sources are not known (a shell test)."""
+    processes, or its main source is not known (a shell test)."""
     srcs = own_source_files(cov, label, repo)
     if not srcs:
         return True

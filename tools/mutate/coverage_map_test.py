@@ -70,15 +70,18 @@ def fake(tmp_path):
     write(repo, "test/b_test.cpp", "int main() { return f(-1); }\n")
     write(repo, "test/spawn_test.cpp", '#include "test/process.hpp"\nint main() {}\n')
     write(repo, "test/process.hpp", "inline int run() { return fork(); }\n")
+    # The tests' own objects are not instrumented: only a helper of theirs
+    # (test/helpers.cpp) is in their data.
+    write(repo, "test/helpers.cpp", "int helper() { return 1; }\n")
     a = [doc("lib/x.cpp", {2: 1, 3: 1, 4: 0, 5: 1, 8: 0, 12: 1}, FUNCS),
-         doc("test/a_test.cpp", {1: 1}),
+         doc("test/helpers.cpp", {1: 1}),
          doc("/usr/include/c++/12/vector", {10: 5})]
     b = [doc("/root/.cache/bazel/_bazel_root/x/sandbox/processwrapper-sandbox/3/execroot/"
              "blobpipe/lib/x.cpp", {2: 1, 3: 1, 4: 1, 5: 0, 8: 0}, FUNCS),
-         doc("test/b_test.cpp", {1: 1}),
+         doc("test/helpers.cpp", {1: 1}),
          doc("external/asio/asio/io_context.hpp", {3: 1})]
     s = [doc("lib/x.cpp", {2: 0, 3: 0, 4: 0, 5: 0, 8: 0}, FUNCS),
-         doc("test/spawn_test.cpp", {2: 1})]
+         doc("test/helpers.cpp", {1: 0})]
     for name, docs in (("a_test", a), ("b_test", b), ("spawn_test", s)):
         write(logs, f"test/{name}/coverage.dat",
               "".join(json.dumps(d) + "\n" for d in docs))
@@ -102,7 +105,7 @@ def test_the_map_holds_each_line_and_the_tests_that_ran_it(fake):
     # Absolute sandbox paths are repo-relative; system and external files left out.
     assert set(cov.files) == {"lib/x.cpp"}
     assert cov.files["lib/x.cpp"] == cov.tests
-    assert cov.own_sources["//test:a_test"] == {"test/a_test.cpp"}
+    assert cov.own_sources["//test:a_test"] == {"test/helpers.cpp"}
 
 
 def test_only_the_tests_of_the_run_are_read(fake):
@@ -199,6 +202,9 @@ def test_a_test_changed_since_runs(fake):
     cov = cm.load(logs, repo)
     sel = select(cov, repo, 4, changed=["test/a_test.cpp"])
     assert (sel.by, sel.tests) == ("coverage", ["//test:a_test", "//test:b_test"])
+    # A helper in its data.
+    sel = select(cov, repo, 4, changed=["test/helpers.cpp"])
+    assert (sel.by, sel.tests) == ("coverage", ["//test:a_test", "//test:b_test"])
     sel = select(cov, repo, 8, changed=["test/a_test.cpp"])
     assert (sel.by, sel.tests) == ("coverage", ["//test:a_test"])
 
@@ -221,12 +227,17 @@ def test_a_dependent_test_without_coverage_runs(fake):
 def test_a_test_that_spawns_processes_always_runs(fake):
     repo, logs = fake
     cov = cm.load(logs, repo)
-    # spawn_test.cpp includes test/process.hpp, which forks.
+    # spawn_test.cpp, not in its coverage data, includes test/process.hpp, which forks.
+    assert cm.own_source_files(cov, "//test:spawn_test", repo) == [
+        "test/helpers.cpp", "test/process.hpp", "test/spawn_test.cpp"]
     assert cm.opaque(cov, "//test:spawn_test", repo)
     assert not cm.opaque(cov, "//test:a_test", repo)
     rdeps = ["//test:a_test", "//test:b_test", "//test:spawn_test"]
     assert select(cov, repo, 4, rdeps=rdeps).tests == ["//test:b_test", "//test:spawn_test"]
     assert select(cov, repo, 8, rdeps=rdeps).tests == ["//test:spawn_test"]
+    # A helper in the data that forks makes its tests opaque too.
+    write(repo, "test/helpers.cpp", "int helper() { return fork(); }\n")
+    assert cm.opaque(cov, "//test:a_test", repo)
 
 
 def test_a_python_test_is_read_with_the_modules_it_imports(tmp_path):
@@ -236,6 +247,7 @@ def test_a_python_test_is_read_with_the_modules_it_imports(tmp_path):
     write(repo, "python/tests/cases.py", "import subprocess\n")
     write(repo, "python/tests/test_b.py", "import os\n")
     cov = cm.CoverageMap({}, set(), {}, set(), {}, {})
+    assert cm.main_source("//python:test_a", repo) == "python/tests/test_a.py"
     assert cm.own_source_files(cov, "//python:test_a", repo) == [
         "python/tests/cases.py", "python/tests/test_a.py"]
     assert cm.opaque(cov, "//python:test_a", repo)
