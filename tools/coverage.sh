@@ -20,10 +20,22 @@ targets=("$@")
 ((${#targets[@]})) || targets=(//...)
 flags=(--symlink_prefix=/)
 
+# What the coverage is of, for tools/mutate/mutate.py --coverage (a
+# mutant's file changed since is run against its dependent tests instead):
+# the commit and the files that differed from it.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain --untracked-files=all 2>/dev/null | cut -c4- |
+          sed 's/.* -> //' | /usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))')
 bazel/bazelw coverage "${flags[@]}" --keep_going "${targets[@]}" 2>&1 | tee /dev/stderr |
   grep -oE '^//[^ ]+ +(\(cached\) )?PASSED' | awk '{print $1}' >"${TMPDIR:-/tmp}/coverage-targets.$$"
 rc=${PIPESTATUS[0]}
 testlogs=$(bazel/bazelw info "${flags[@]}" --platform_suffix=gcov bazel-testlogs 2>/dev/null)
+# ... and the tests that passed this run (a coverage.dat of another is
+# an earlier run's).
+passed=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))' \
+           <"${TMPDIR:-/tmp}/coverage-targets.$$")
+[[ -d $testlogs ]] && printf '{"commit": "%s", "dirty": %s, "tests": %s}\n' \
+  "$commit" "$dirty" "$passed" >"$testlogs/coverage-source.json"
 echo
 echo "coverage of lib/ and python/ext from: ${targets[*]}"
 /usr/bin/python3 tools/coverage_report.py "$testlogs" <"${TMPDIR:-/tmp}/coverage-targets.$$" || rc=2

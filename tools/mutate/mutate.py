@@ -33,6 +33,18 @@ depend on its file (bazel query rdeps), nearest tests first:
   tools/mutate/mutate.py --generate 50 --seed 7 --list    # the draw, no run
   tools/mutate/mutate.py --generate 300 --seed 7 --budget 60   # a slice
 
+With --coverage (tools/mutate/coverage_map.py), each mutant runs only the
+dependent tests that ran its line in the whole suite's coverage
+(tools/coverage.sh, gcov, one coverage.dat per test); a line gcov counts
+as executable that no test ran is "survived (uncovered)" at once, with
+nothing built; where the data cannot speak for the line (a header, a line
+with no gcov record, a constexpr function, a library file changed since
+the coverage was taken) every dependent test runs, as without it. Each
+row says which (tests_selected_by: coverage / rdeps):
+
+  tools/coverage.sh                                        # once, the whole suite
+  tools/mutate/mutate.py --generate 300 --seed 41 --paths lib/pipeline --coverage
+
 Results go to a file (--results, default beside the scratch clone) as one
 JSON line per mutant; a run with the same seed skips the mutants it
 already has a verdict for that still holds (a kill while the file is
@@ -77,6 +89,7 @@ import sys
 import tempfile
 import time
 
+import coverage_map
 import generate
 
 KEYS = ("file", "find", "replace", "tests", "rule")
@@ -252,6 +265,14 @@ def main():
                     help="Bazel's --test_timeout for every test of a generated mutant: a test "
                     "that hangs fails (killed) after this, not after its size's limit; give "
                     "it a few times the slowest test's time")
+    ap.add_argument("--coverage", nargs="?", const="auto", metavar="TESTLOGS",
+                    help="select each mutant's tests by the whole suite's coverage "
+                    "(tools/coverage.sh): only the tests that ran the mutated line; a line "
+                    "no test ran is 'survived (uncovered)' without a build. TESTLOGS: the "
+                    "gcov testlogs tree (default: the repository's, from bazel info)")
+    ap.add_argument("--coverage-commit", metavar="REV",
+                    help="the commit the coverage was taken at (default: the "
+                    "coverage-source.json that tools/coverage.sh leaves in TESTLOGS)")
     ap.add_argument("--nearest-only", action="store_true",
                     help="run only the nearest ring of dependent tests (--generate): faster, "
                     "and a survivor is then only a candidate")
@@ -297,6 +318,7 @@ def main():
         if not mutants:
             sys.exit("mutate: no mutant selected in HEAD's catalogue")
     env = shared_env(repo, os.environ)
+    cov, changed = load_coverage(args, repo, head, env)
     logs = os.path.join(scratch, ".mutate-logs")
     shutil.rmtree(logs, ignore_errors=True)
     os.makedirs(logs)
@@ -324,10 +346,20 @@ def main():
             continue
         with open(path, encoding="utf-8") as f:
             original = f.read()
+        tests = m.tests
+        if cov is not None:
+            first = original.count("\n", 0, original.index(m.find)) + 1
+            sel = coverage_map.select(cov, m.file, first, first + m.find.count("\n"), m.tests,
+                                      changed, scratch, original)
+            if sel.by == "uncovered":
+                results.append((m, "survived (uncovered)", 0.0))
+                print(f"{'survived (uncovered)':15} {0:6.0f} s  {m.name}", flush=True)
+                continue
+            tests = sel.tests
         try:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(original.replace(m.find, m.replace, 1))
-            status, took = bazel_test(scratch, m.tests, args.mutant_timeout,
+            status, took = bazel_test(scratch, tests, args.mutant_timeout,
                                       os.path.join(logs, m.name + ".log"), env)
         finally:
             with open(path, "w", encoding="utf-8") as f:
@@ -464,6 +496,66 @@ def reusable(rows, head, repo, nearest_only):
     return None
 
 
+def coverage_testlogs(repo, env):
+    """The gcov testlogs tree of the repository (tools/coverage.sh's)."""
+    r = subprocess.run(["bazel/bazelw", "info", "--symlink_prefix=/", "--platform_suffix=gcov",
+                        "bazel-testlogs"], cwd=repo, env=env, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def load_coverage(args, repo, head, env):
+    """(the coverage map, the files changed since it was taken), or
+    (None, None) without --coverage. Exits when the data or its commit
+    cannot be found."""
+    if not args.coverage:
+        return None, None
+    testlogs = args.coverage
+    if testlogs == "auto":
+        testlogs = coverage_testlogs(repo, env)
+    if not testlogs or not glob.glob(os.path.join(testlogs, "**", "coverage.dat"),
+                                     recursive=True):
+        sys.exit(f"mutate: no coverage.dat under {testlogs or 'the gcov testlogs'}; "
+                 "run tools/coverage.sh first")
+    commit, dirty, passed = args.coverage_commit, [], None
+    stamp = os.path.join(testlogs, "coverage-source.json")
+    if os.path.isfile(stamp):
+        with open(stamp, encoding="utf-8") as f:
+            src = json.load(f)
+        commit, dirty = commit or src["commit"], src.get("dirty", [])
+        passed = set(src["tests"]) if "tests" in src else None
+    if commit is None or commit == "unknown":
+        sys.exit(f"mutate: which commit the coverage under {testlogs} was taken at is not "
+                 "known (no coverage-source.json); pass --coverage-commit")
+    try:
+        changed = set(git("diff", "--name-only", commit, head, cwd=repo).split())
+    except subprocess.CalledProcessError:
+        sys.exit(f"mutate: the coverage's commit {commit} is not in this repository")
+    changed |= set(dirty)
+    t = time.monotonic()
+    cov = coverage_map.load(testlogs, repo, passed)
+    print(f"mutate: coverage of {len(cov.tests)} tests from {testlogs} (taken at {commit[:12]}"
+          f"{', with uncommitted changes' if dirty else ''}; {len(changed)} files changed "
+          f"since), read in {time.monotonic() - t:.0f} s", flush=True)
+    return cov, changed
+
+
+def covered_rings(cov, changed, m, rings, root, text):
+    """The rings of dependent tests that a generated mutant `m` runs with
+    coverage-guided selection (coverage_map.select), as (rings,
+    tests_selected_by, reason): ("coverage" with the rings narrowed to the
+    tests selected, nearest first; no ring left: no test ran the line),
+    or ("rdeps" with the rings unchanged)."""
+    last = m.line + m.before.count("\n")
+    sel = coverage_map.select(cov, m.file, m.line, last, [t for r in rings for t in r],
+                              changed, root, text)
+    if sel.by == "rdeps":
+        return rings, "rdeps", sel.reason
+    if sel.by == "uncovered":
+        return [], "coverage", sel.reason
+    narrowed = [[t for t in r if t in sel.tests] for r in rings]
+    return [r for r in narrowed if r], "coverage", sel.reason
+
+
 def folder_of(rel):
     return os.path.dirname(rel)
 
@@ -476,7 +568,10 @@ def score_lines(rows, equivalents):
         f = folders.setdefault(folder_of(r["file"]), {})
         v = "equivalent" if r["name"] in equivalents else r["verdict"]
         v = "killed" if v.startswith("killed") else v
-        # A survivor of the nearest ring alone counts as a survivor.
+        # A survivor of the nearest ring alone, or of a line no test ran,
+        # counts as a survivor; the latter are also counted apart.
+        if v == "survived (uncovered)":
+            f["uncovered"] = f.get("uncovered", 0) + 1
         v = "survived" if v.startswith("survived") else v
         f[v] = f.get(v, 0) + 1
     total = {}
@@ -488,10 +583,12 @@ def score_lines(rows, equivalents):
                 total[k] = total.get(k, 0) + n
         k, sv = c.get("killed", 0), c.get("survived", 0)
         score = f"{100 * k / (k + sv):5.1f} %" if k + sv else "    -  "
-        lines.append(f"  {folder:22} {score}  killed {k:3}  survived {sv:3}  "
+        known = {"killed", "survived", "equivalent", "unbuildable", "uncovered"}
+        lines.append(f"  {folder:22} {score}  killed {k:3}  survived {sv:3} "
+                     f"(uncovered {c.get('uncovered', 0):3})  "
                      f"equivalent {c.get('equivalent', 0):3}  unbuildable {c.get('unbuildable', 0):3}"
-                     + (f"  other {sum(n for x, n in c.items() if x not in ('killed', 'survived', 'equivalent', 'unbuildable'))}"
-                        if set(c) - {"killed", "survived", "equivalent", "unbuildable"} else ""))
+                     + (f"  other {sum(n for x, n in c.items() if x not in known)}"
+                        if set(c) - known else ""))
     return lines
 
 
@@ -531,6 +628,7 @@ def run_generated(args, repo):
     results_path = os.path.abspath(args.results or f"{scratch}-seed{args.seed}.jsonl")
     done = load_results(results_path)
     env = shared_env(repo, os.environ)
+    cov, changed = load_coverage(args, repo, head, env)
     logs = os.path.join(scratch, ".mutate-logs")
     os.makedirs(logs, exist_ok=True)
     print(f"mutate: results {results_path}, logs {logs}")
@@ -551,10 +649,17 @@ def run_generated(args, repo):
             break
         if m.file not in rings_of:
             rings_of[m.file] = dependent_tests(scratch, m.file, env)
-        rings = rings_of[m.file]
+        rings, selected_by, why = rings_of[m.file], "rdeps", ""
+        if cov is not None and rings:
+            with open(os.path.join(scratch, m.file), encoding="utf-8") as f:
+                rings, selected_by, why = covered_rings(cov, changed, m, rings, scratch, f.read())
+        all_rings = rings
         if args.nearest_only:
             rings = rings[:1]
-        if not rings:
+        if selected_by == "coverage" and not rings:
+            # No test ran the line: nothing built, a survivor.
+            verdict, took, ran = "survived (uncovered)", 0.0, []
+        elif not rings:
             verdict, took, ran = "no tests", 0.0, []
         else:
             path = os.path.join(scratch, m.file)
@@ -574,7 +679,7 @@ def run_generated(args, repo):
                         verdict = {"failed": "killed", "timeout": "killed (timeout)"}.get(
                             status, status)
                         break
-                if verdict == "survived" and args.nearest_only and len(rings_of[m.file]) > 1:
+                if verdict == "survived" and args.nearest_only and len(all_rings) > 1:
                     verdict = "survived (nearest)"
             finally:
                 with open(path, "w", encoding="utf-8") as f:
@@ -582,6 +687,9 @@ def run_generated(args, repo):
         row = {"head": head, "seed": args.seed, "name": m.name, "file": m.file, "line": m.line,
                "op": m.op, "before": m.before, "after": m.after, "verdict": verdict,
                "seconds": round(took, 1), "tests": ran}
+        if cov is not None:
+            row["tests_selected_by"] = selected_by
+            row["selection"] = why
         with open(results_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)
