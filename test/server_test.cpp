@@ -1226,3 +1226,44 @@ BOOST_AUTO_TEST_CASE(a_begin_abort_flood_gets_one_turn_per_turn_of_an_honest_sen
   BOOST_TEST(worst <= 4u * 32u);
   BOOST_TEST(srv.stats().handshake_failures == 0u);
 }
+
+// At the end of the server's stream no connection stays listed: each one
+// that ended is retired (its consumer released), its figures kept in the
+// totals. Here the application holds every entry until both connections
+// have closed, so each connection still holds credit when its last event
+// is yielded, and lets go of them all only before the stream's end.
+BOOST_AUTO_TEST_CASE(at_the_end_of_the_stream_no_ended_connection_stays_listed) {
+  runner r;
+  auto srv = server::listen(r.ex(), "inproc://server-end-retires").value();
+  std::size_t entries = 0, closed = 0, listed_before_release = 0;
+  auto consume = [&]() -> asio::awaitable<void> {
+    std::vector<server_event> held;
+    for (;;) {
+      auto ev = co_await srv.next();
+      if (ev.kind == server_event_kind::end_of_stream) break;
+      if (ev.kind == server_event_kind::entry_ready) ++entries;
+      const bool last = ev.kind == server_event_kind::connection_closed && ++closed == 2;
+      held.push_back(std::move(ev));
+      if (last) {
+        listed_before_release = srv.stats().connections.size();
+        held.clear();  // every entry let go; no event follows but the end
+        srv.stop_accepting();
+      }
+    }
+  };
+  r.spawn(consume());
+  std::error_code first, second;
+  r.spawn(send_into(srv.url(), {.who = 1, .blobs = 3, .entries = 2, .bytes = 300, .group = {}},
+                    first));
+  r.spawn(send_into(srv.url(), {.who = 2, .blobs = 3, .entries = 2, .bytes = 300, .group = {}},
+                    second));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!first, first.message());
+  BOOST_TEST(!second, second.message());
+  BOOST_TEST(entries == 12u);
+  BOOST_TEST(listed_before_release == 2u, "the connections holding entries were not listed");
+  const auto st = srv.stats();
+  BOOST_TEST(st.connections.empty(), st.connections.size() << " connections still listed");
+  BOOST_TEST(st.total.entries == 12u);
+  BOOST_TEST(st.total.blobs == 6u);
+}
