@@ -259,30 +259,6 @@ py::list read_blob_index_file(py::handle f, std::uint64_t off, std::uint64_t nby
 // ---- the hot calls, as CPython fastcall functions: pybind11's dispatch
 // (argument conversion, keyword matching) costs more than the work.
 
-// Runs `f` and turns C++ exceptions into the Python error they stand for.
-template <class F>
-PyObject* fastcall(F&& f) noexcept {
-  try {
-    return f().release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (py::cast_error& e) {
-    PyErr_SetString(PyExc_TypeError, e.what());
-  } catch (py::builtin_exception& e) {
-    e.set_error();
-  } catch (std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
-py::object checked_call(PyObject* r) {
-  if (r == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(r);
-}
-
 const Entry& entry_arg(PyObject* e, const char* fn) {
   // An Entry itself: its C++ value sits in the object (entry.hpp).
   if (is_exact_entry(e)) return *entry_value(e);
@@ -359,7 +335,7 @@ struct read_buffer {
 
 PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                             PyObject* kwnames) {
-  return fastcall([&] {
+  return guarded([&] {
     std::array<PyObject*, 2> a;
     const bool allow = parse_args(args, nargs, kwnames, "decode_entry",
                                   std::array<const char*, 2>{"view", "e"}, a, true);
@@ -371,7 +347,7 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
 }
 
 PyObject* read_index_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  return fastcall([&] {
+  return guarded([&] {
     std::array<PyObject*, 1> a;
     parse_args(args, nargs, kwnames, "read_index", std::array<const char*, 1>{"blob"}, a, false);
     return py::object(read_blob_index(a[0]));
@@ -380,7 +356,7 @@ PyObject* read_index_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs, Py
 
 PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                               PyObject* kwnames) {
-  return fastcall([&] {
+  return guarded([&] {
     std::array<PyObject*, 2> a;
     const bool allow = parse_args(args, nargs, kwnames, "decode_entries",
                                   std::array<const char*, 2>{"blob", "entries"}, a, true);
@@ -426,7 +402,7 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
 }
 
 PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, PyObject* kwnames) {
-  return fastcall([&] {
+  return guarded([&] {
     std::array<PyObject*, 1> a;
     parse_args(fargs, nargs, kwnames, "materialize", std::array<const char*, 1>{"v"}, a, false);
     PyObject* v = a[0];
@@ -436,11 +412,11 @@ PyObject* materialize_fast(PyObject*, PyObject* const* fargs, Py_ssize_t nargs, 
     python_call copying;  // clone() and copy() may release the GIL (runtime.hpp)
     const torch_state* torch = torch_if_loaded();  // a tensor exists only once torch does
     if (torch && PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(torch->tensor_type.ptr())))
-      return checked_call(PyObject_VectorcallMethod(s.s_clone.ptr(), args,
+      return steal_checked(PyObject_VectorcallMethod(s.s_clone.ptr(), args,
                                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
     if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(s.np_ndarray.ptr())) ||
         t == reinterpret_cast<PyTypeObject*>(s.raw_entry.ptr()))
-      return checked_call(PyObject_VectorcallMethod(s.s_copy.ptr(), args,
+      return steal_checked(PyObject_VectorcallMethod(s.s_copy.ptr(), args,
                                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
     return py::reinterpret_borrow<py::object>(v);
   });

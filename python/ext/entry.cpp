@@ -46,31 +46,6 @@ const Entry& value_of(PyObject* o) { return self_of(o)->value(); }
 // The placeholder of a bare Entry: off 2**64-1 lies past any blob.
 Entry placeholder() { return Entry{"", UINT64_MAX, 0, 'p', std::nullopt, std::nullopt}; }
 
-// Runs `f` (returning a py::object) for a C slot: C++ exceptions become the
-// Python error they stand for; nullptr then.
-template <class F>
-PyObject* guarded(F&& f) noexcept {
-  try {
-    return f().release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (py::cast_error& e) {
-    PyErr_SetString(PyExc_TypeError, e.what());
-  } catch (py::builtin_exception& e) {
-    e.set_error();
-  } catch (std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
-py::object steal_checked(PyObject* o) {
-  if (o == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(o);
-}
-
 // ---- the fields as Python objects, made on each read
 
 PyObject* utf8_str(const std::string& s) {

@@ -13,6 +13,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -38,6 +40,36 @@ T unwrap(result<T>&& r) {
 }
 inline void unwrap(result<void>&& r) {
   if (!r) raise(r.err());
+}
+
+/// Runs `f` (returning a pybind11 object) for a C slot or a fastcall
+/// function: its object, new reference; or nullptr with the Python error
+/// a C++ exception stands for set (error_already_set restored, cast_error
+/// as TypeError, bad_alloc as MemoryError, others as RuntimeError).
+template <class F>
+PyObject* guarded(F&& f) noexcept {
+  namespace py = pybind11;
+  try {
+    return f().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::cast_error& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+/// A new reference from the C API as an object; nullptr (the call failed,
+/// its error set) throws error_already_set.
+inline pybind11::object steal_checked(PyObject* o) {
+  if (o == nullptr) throw pybind11::error_already_set();
+  return pybind11::reinterpret_steal<pybind11::object>(o);
 }
 
 }  // namespace blobpipe::python
