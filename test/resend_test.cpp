@@ -255,6 +255,58 @@ BOOST_AUTO_TEST_CASE(resent_blob_whose_ack_was_lost_is_dropped_as_duplicate) {
   }
 }
 
+// A kept blob aborted before any of it went out (nothing emitted) is
+// forgotten: the consumer never hears of it, neither a blob_begin nor an
+// abort, and the blobs around it arrive as usual.
+BOOST_AUTO_TEST_CASE(a_blob_aborted_before_any_of_it_went_out_never_reaches_the_consumer) {
+  runner r;
+  auto l = make_link(link_kind::loopback, r.ex());
+  auto log = std::make_shared<delivery_log>();
+  delivery_checker check;
+  std::vector<event> begun_elsewhere;  // events of blobs other than 0 and 2
+  auto server = [&]() -> asio::awaitable<void> {
+    consumer_options copt;
+    copt.delivered = log;
+    for (;;) {
+      auto [aec, t] = co_await l->accept();
+      if (aec) break;
+      auto [ec, c] = co_await consumer::start(std::move(t), copt);
+      if (ec) continue;
+      for (;;) {
+        auto ev = co_await c.next();
+        if (ev.kind != event_kind::end_of_stream && index_of(ev.tag) != 0 &&
+            index_of(ev.tag) != 2)
+          begun_elsewhere.push_back(ev);
+        if (!check.on(&c, ev)) break;
+      }
+    }
+  };
+  r.spawn(server());
+  auto snd = r.await(start_resend(*l, fast_retry()));
+  std::error_code shut;
+  bool finished = false;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto s0 = make_blob(0);
+    BLOBPIPE_CO_CHECK(send_blob(snd, s0));
+    auto w = snd.open_blob(tag_of(1));
+    BLOBPIPE_CO_CHECK(w.abort("nothing to send after all"));
+    auto s2 = make_blob(2);
+    BLOBPIPE_CO_CHECK(send_blob(snd, s2));
+    shut = co_await snd.shutdown();
+    finished = true;
+    l->close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(finished);
+  BOOST_TEST(!shut, shut.message());
+  BOOST_TEST(begun_elsewhere.empty(), begun_elsewhere.size() << " events of the aborted blob");
+  BOOST_TEST(check.final_aborts == 0u);
+  BOOST_TEST(check.attempts_voided == 0u);
+  BOOST_TEST(check.completed.size() == 2u);
+  BOOST_TEST(check.bad == 0u, check.first_problem);
+}
+
 // A producer's abort is final and reported once, even when its
 // acknowledgement is lost and the sender repeats it on the next connection.
 BOOST_AUTO_TEST_CASE(producer_abort_is_reported_once_across_a_lost_ack) {
