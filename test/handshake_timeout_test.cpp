@@ -146,6 +146,19 @@ void expect_attempts_time_out(const sender_options& o) {
   BOOST_TEST(reason.find("is the consumer listening and accepting?") != std::string::npos, reason);
 }
 
+/// Once `end` holds the consumer's end of the sender's first connection,
+/// starts a consumer on it (delivery log `log`) and closes it at once: the
+/// session loses its connection with nothing kept.
+asio::awaitable<void> consume_then_leave(std::unique_ptr<transport>& end,
+                                         std::shared_ptr<delivery_log> log) {
+  consumer_options o;
+  o.delivered = std::move(log);
+  while (!end) co_await yield_n(1);
+  auto [ec, c] = co_await consumer::start(std::move(end), o);
+  BOOST_TEST_REQUIRE(!ec, ec.message());
+  c.close();
+}
+
 }  // namespace
 
 // A resend session's attempts are each bounded: connections to a consumer
@@ -283,14 +296,6 @@ BOOST_AUTO_TEST_CASE(resend_shutdown_ends_a_connection_attempt_in_flight) {
   };
   std::error_code shut;
   std::uint64_t running_after = 1;
-  auto consume_then_leave = [&]() -> asio::awaitable<void> {
-    consumer_options o;
-    o.delivered = log;
-    while (!first_consumer_end) co_await yield_n(1);
-    auto [ec, c] = co_await consumer::start(std::move(first_consumer_end), o);
-    BOOST_TEST_REQUIRE(!ec, ec.message());
-    c.close();  // the session loses its connection, nothing kept
-  };
   auto produce = [&]() -> asio::awaitable<void> {
     sender_options o = resend_bounded(0ms, 0ms, 3);
     auto [sec, s] = co_await sender::start(connect, o);
@@ -301,7 +306,7 @@ BOOST_AUTO_TEST_CASE(resend_shutdown_ends_a_connection_attempt_in_flight) {
     shut = co_await s.shutdown();
     running_after = s.stats().tasks_running;
   };
-  r.spawn(consume_then_leave());
+  r.spawn(consume_then_leave(first_consumer_end, log));
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run(20s));  // a hang guard: without the end, shutdown waits for ever
   BOOST_TEST(!shut, shut.message());
@@ -339,14 +344,6 @@ BOOST_AUTO_TEST_CASE(resend_shutdown_bounds_its_wait_for_a_connect_that_ignores_
   bool connect_still_running = false;
   std::uint64_t running_at_shutdown = 0;
   std::uint64_t running_later = 1;
-  auto consume_then_leave = [&]() -> asio::awaitable<void> {
-    consumer_options o;
-    o.delivered = log;
-    while (!first_consumer_end) co_await yield_n(1);
-    auto [ec, c] = co_await consumer::start(std::move(first_consumer_end), o);
-    BOOST_TEST_REQUIRE(!ec, ec.message());
-    c.close();  // the session loses its connection, nothing kept
-  };
   auto produce = [&]() -> asio::awaitable<void> {
     sender_options o = resend_bounded(100ms, 0ms, 3);
     auto [sec, s] = co_await sender::start(connect, o);
@@ -362,7 +359,7 @@ BOOST_AUTO_TEST_CASE(resend_shutdown_bounds_its_wait_for_a_connect_that_ignores_
     co_await yield_n(10);
     running_later = s.stats().tasks_running;
   };
-  r.spawn(consume_then_leave());
+  r.spawn(consume_then_leave(first_consumer_end, log));
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run(20s));
   BOOST_TEST((shut == errc::timed_out), shut.message());
