@@ -156,6 +156,19 @@ BOOST_AUTO_TEST_CASE(round_robin_skips_a_destination_gone_and_refuses_when_none_
   BOOST_TEST(none_left.find("every destination is gone") != std::string::npos, none_left);
 }
 
+namespace {
+
+/// Resend sessions that give up after two attempts 1 ms apart.
+router_options resend_twice() {
+  router_options opt;
+  opt.resend = true;
+  opt.sender.resend.max_attempts = 2;
+  opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+  return opt;
+}
+
+}  // namespace
+
 // A resend destination that never started says why (router::
 // failure_reason): its session gave up after max_attempts, and the reason
 // names them; a live destination has none.
@@ -168,10 +181,7 @@ BOOST_AUTO_TEST_CASE(a_resend_destination_that_never_started_says_why) {
   std::error_code error1;
   auto produce = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    router_options opt;
-    opt.resend = true;
-    opt.sender.resend.max_attempts = 2;
-    opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+    const router_options opt = resend_twice();
     std::vector<std::string> dests = {srv[0].url(), "inproc://router-why-nobody"};
     auto [ec, rt] = co_await router::start(ex, dests, opt);
     BOOST_TEST_REQUIRE(!ec, ec.message());
@@ -197,10 +207,7 @@ BOOST_AUTO_TEST_CASE(a_router_whose_every_destination_failed_still_says_why) {
   std::string why0;
   auto produce = [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    router_options opt;
-    opt.resend = true;
-    opt.sender.resend.max_attempts = 2;
-    opt.sender.resend.retry_delay = std::chrono::milliseconds(1);
+    const router_options opt = resend_twice();
     std::vector<std::string> dests = {"inproc://router-all-failed-nobody"};
     auto [ec, rt] = co_await router::start(ex, dests, opt);
     started = ec;
