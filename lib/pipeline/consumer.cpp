@@ -255,6 +255,41 @@ asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s) {
   }
 }
 
+asio::awaitable<std::size_t> next_events(std::shared_ptr<consumer_state> s,
+                                         std::vector<event>& out, std::size_t max_events) {
+  // Room for one more first: an event taken off the queue is never lost
+  // to a failed append.
+  if (out.size() == out.capacity()) out.reserve(std::max<std::size_t>(16, 2 * out.size()));
+  event first = co_await next_event(s);
+  const bool end = first.kind == event_kind::end_of_stream;
+  out.push_back(std::move(first));
+  std::size_t n = 1;
+  if (end) co_return n;
+  // What is ready without waiting: decided, its reads landed, nothing to
+  // upload first (next_event does that, as the first of a later batch).
+  // Nothing is read or decoded here: a spent turn's bytes wait for the
+  // next call.
+  event_queue& q = s->events.pending;
+  while (n < max_events) {
+    if (!q.empty()) {
+      ready_event& front = q.front();
+      if (front.after_read > s->receive.reads_landed || front.upload) break;
+      out.push_back(std::move(front.ev));
+      q.pop_front();
+      s->on_yield(out.back());
+      ++n;
+      continue;
+    }
+    // The end, when next_event would yield it at once (its tasks are over).
+    if (s->events.ended && s->tasks.running() == 0) {
+      out.push_back(s->events.final_event);
+      ++n;
+    }
+    break;
+  }
+  co_return n;
+}
+
 }  // namespace detail
 
 std::size_t event_bytes_beyond_window(const event& ev) noexcept {
@@ -368,6 +403,23 @@ asio::awaitable<event> consumer::next() {
   co_return ev;
 }
 
+asio::awaitable<std::size_t> consumer::next_batch(std::vector<event>& out,
+                                                 std::size_t max_events) {
+  auto s = state_;  // the handle may move while we wait
+  if (!s) {
+    event ev;
+    ev.error = make_error_code(errc::closed);
+    out.push_back(std::move(ev));
+    co_return 1;
+  }
+  // As next(): a cancelled wait ends the stream instead of throwing.
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  const std::size_t n = co_await detail::next_events(s, out, max_events);
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  co_return n;
+}
+
 void consumer::application_waits() noexcept {
   if (!state_ || !state_->opt.waits_reported || state_->events.ended) return;
   state_->session.application_waits(state_->clock_now());
@@ -422,6 +474,8 @@ consumer_stats consumer::stats() const noexcept {
   st.acks_sent = session.counts().acks_sent;
   st.held_high_water = session.counts().held_high_water;
   st.recycle_kept_bytes = state_->receive.recycled->kept_bytes();
+  if (const auto& blocks = state_->receive.small_blocks)
+    st.small_entry_kept_bytes = blocks->kept() * blocks->block_bytes();
   st.held_bytes = session.held_credit();
   st.held_in_window_bytes = session.held_in_window();
   st.pool_member = state_->credit.pool_member;

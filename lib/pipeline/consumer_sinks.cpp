@@ -34,7 +34,10 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 /// holds its storage, and storage may outlive the entry, so one count for
 /// both would keep itself alive. Their control blocks are placed in the
 /// block (in_block below); the block goes when both have gone. Entries
-/// may be dropped on any thread: the count of parts left is atomic.
+/// may be dropped on any thread: the count of parts left is atomic. A
+/// small entry's block comes from its consumer's block_pool
+/// (consumer_options::recycle_small_entries) and goes back to it: the pool
+/// lives while one of its blocks is out.
 template <class Lease>
 struct entry_block {
   // Room for each control block allocate_shared makes: the object, and
@@ -43,10 +46,29 @@ struct entry_block {
   alignas(std::max_align_t) std::array<std::byte, sizeof(received_entry) + control_bytes> entry_room;
   alignas(std::max_align_t) std::array<std::byte, sizeof(Lease) + control_bytes> lease_room;
   std::atomic<int> parts{2};
+  std::shared_ptr<block_pool> pool;  // where the memory goes back (null: operator delete)
+
+  /// A block in memory from `from` (null: operator new). Throws std::bad_alloc.
+  static entry_block* make(const std::shared_ptr<block_pool>& from, bool& reused) {
+    reused = false;
+    // Default-initialized: the rooms are left as they are (allocate_shared
+    // constructs in them); nothrow: an atomic and a null pointer.
+    if (!from) return ::new (::operator new(sizeof(entry_block))) entry_block;
+    auto* b = ::new (from->acquire(reused)) entry_block;
+    b->pool = from;
+    return b;
+  }
+  /// Destroys a block make() made and gives back its memory.
+  static void unmake(entry_block* b) noexcept {
+    auto from = std::move(b->pool);  // kept alive until the block is in it
+    b->~entry_block();
+    if (from) from->give_back(b);
+    else ::operator delete(static_cast<void*>(b));
+  }
 
   void drop() noexcept {
     if (parts.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      std::unique_ptr<entry_block>{this}.reset();  // make_entry gave it up to the two parts
+      unmake(this);  // make_entry gave it up to the two parts
   }
 };
 
@@ -94,18 +116,24 @@ struct in_block {
 /// nothrow default-constructible, checked here. A weak_ptr to the lease
 /// (the held allowance's `unpromoted`) keeps the whole block, about 1 KB
 /// for a small entry, until it is swept.
+/// `pool`: where the block's memory comes from and goes back to (null:
+/// operator new and delete); `reused` says whether it was a kept block.
 template <class Lease>
-std::pair<std::shared_ptr<received_entry>, std::shared_ptr<Lease>> make_entry() {
+std::pair<std::shared_ptr<received_entry>, std::shared_ptr<Lease>> make_entry(
+    const std::shared_ptr<block_pool>& pool, bool& reused) {
   static_assert(std::is_nothrow_default_constructible_v<received_entry> &&
                 std::is_nothrow_default_constructible_v<Lease>);
   using block_t = entry_block<Lease>;
-  auto block = std::make_unique<block_t>();
-  auto lease = std::allocate_shared<Lease>(in_block<Lease, block_t, lease_part>(block.get()));
+  block_t* block = block_t::make(pool, reused);
+  auto lease = std::allocate_shared<Lease>(in_block<Lease, block_t, lease_part>(block));
   auto entry = std::allocate_shared<received_entry>(
-      in_block<received_entry, block_t, entry_part>(block.get()));
-  block.release();  // both parts made: the last one to go frees it (drop)
+      in_block<received_entry, block_t, entry_part>(block));
+  // Both parts made: the last one to go frees the block (drop).
   return {std::move(entry), std::move(lease)};
 }
+
+/// The size of a small entry's block (block_pool's blocks).
+constexpr std::size_t small_block_bytes = sizeof(entry_block<small_entry_lease>);
 
 // event::reason is never empty when event::error is set: a producer's
 // abort without words, or a failure without a message, says its code.
@@ -175,6 +203,9 @@ consumer_state::consumer_state(std::unique_ptr<transport> tr, consumer_options o
       ending(ex),
       tasks(ex) {
   receive.recycled = std::make_shared<buffer_pool>(opt.recycle_bytes);
+  if (opt.recycle_small_entries != 0)
+    receive.small_blocks =
+        std::make_shared<block_pool>(small_block_bytes, opt.recycle_small_entries);
   receive.rx.resize(hello_receive_bytes);  // receive_buffer_bytes once the hello arrived
 }
 
@@ -212,13 +243,15 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
   // its own count: storage may outlive the entry.
   std::shared_ptr<received_entry> owned;
   std::shared_ptr<entry_lease> owned_lease;
+  bool block_reused = false;
   if (small) {
-    auto [entry, in_lease] = make_entry<small_entry_lease>();
+    auto [entry, in_lease] = make_entry<small_entry_lease>(receive.small_blocks, block_reused);
     dest = in_lease->bytes();
     owned = std::move(entry);
     owned_lease = std::move(in_lease);
+    if (block_reused) ++stats.small_entries_reused;
   } else {
-    std::tie(owned, owned_lease) = make_entry<entry_lease>();
+    std::tie(owned, owned_lease) = make_entry<entry_lease>(nullptr, block_reused);
   }
   entry_lease& lease = *owned_lease;
   if (!credit.leases)

@@ -200,6 +200,9 @@ struct receive_landing {
   std::size_t read_window = 1;     // min(opt.payload_window, t->read_window())
   // Released entry buffers kept for reuse (consumer_options::recycle_bytes).
   std::shared_ptr<buffer_pool> recycled;
+  // Released small entries' blocks kept for reuse
+  // (consumer_options::recycle_small_entries; null when 0).
+  std::shared_ptr<block_pool> small_blocks;
   // Entries whose home is device memory (consumer_options::landing).
   device_uploads device;
 
@@ -364,6 +367,11 @@ asio::awaitable<void> ack_loop(std::shared_ptr<consumer_state> s);
 
 /// consumer::next() with the caller's cancellation turned into errors.
 asio::awaitable<event> next_event(std::shared_ptr<consumer_state> s);
+
+/// consumer::next_batch(): next_event(), then every event ready without
+/// waiting, up to `max_events` in all, appended to `out`; returns how many.
+asio::awaitable<std::size_t> next_events(std::shared_ptr<consumer_state> s,
+                                         std::vector<event>& out, std::size_t max_events);
 
 /// One step of input: decodes what the receive buffer still holds, else
 /// reads what the transport has (or a payload straight into its

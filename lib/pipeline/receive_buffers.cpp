@@ -7,6 +7,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "blobpipe/format/footer.hpp"
@@ -101,6 +102,48 @@ void buffer_pool::give_back(std::byte* p, std::uint64_t size) noexcept {
 std::uint64_t buffer_pool::kept_bytes() const noexcept {
   std::lock_guard lock(mu_);
   return kept_bytes_;
+}
+
+void block_pool::free_all(free_block* b) noexcept {
+  while (b != nullptr) {
+    free_block* next = b->next;
+    ::operator delete(static_cast<void*>(b));
+    b = next;
+  }
+}
+
+block_pool::~block_pool() {
+  free_all(own_);
+  free_all(returned_.load(std::memory_order_acquire));
+}
+
+void* block_pool::acquire(bool& reused) {
+  if (own_ == nullptr) own_ = returned_.exchange(nullptr, std::memory_order_acquire);
+  if (own_ != nullptr) {
+    free_block* b = own_;
+    own_ = b->next;
+    kept_.fetch_sub(1, std::memory_order_relaxed);
+    reused = true;
+    b->~free_block();
+    return b;
+  }
+  reused = false;
+  return ::operator new(block_bytes_);
+}
+
+void block_pool::give_back(void* p) noexcept {
+  if (p == nullptr) return;
+  // A slot among the kept ones, or the block goes.
+  if (kept_.fetch_add(1, std::memory_order_relaxed) >= capacity_) {
+    kept_.fetch_sub(1, std::memory_order_relaxed);
+    ::operator delete(p);
+    return;
+  }
+  auto* b = ::new (p) free_block{returned_.load(std::memory_order_relaxed)};
+  // Release: the owner that takes the stack sees each block's `next`.
+  while (!returned_.compare_exchange_weak(b->next, b, std::memory_order_release,
+                                          std::memory_order_relaxed)) {
+  }
 }
 
 result<std::shared_ptr<reserved_region>> reserved_region::make(std::uint64_t nbytes) {

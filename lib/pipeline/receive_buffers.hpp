@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
@@ -76,6 +77,55 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
   std::uint64_t kept_bytes_ = 0;
   std::list<kept> order_;  // least recently returned first
   std::multimap<std::uint64_t, std::list<kept>::iterator> by_size_;
+};
+
+/// Blocks of one fixed size kept once released, for later ones
+/// (consumer_options::recycle_small_entries): a small entry's one heap
+/// block (its received_entry, lease and bytes; consumer_sinks.cpp) is
+/// reused without operator new or delete. A free list of its own rather
+/// than buffer_pool: that one sorts blocks into size classes under a lock
+/// and allocates a list node per block it keeps, which would cost what it
+/// saves at this size; here every block has the same size and the free
+/// list lives in the blocks themselves.
+///
+/// At most `capacity` blocks are kept; a block returned beyond that is
+/// freed. Blocks may come back on any thread (entries are dropped on any
+/// thread): they are pushed on a lock-free stack, which the owner takes
+/// whole when its own list runs dry (push and take-all only, so no ABA).
+/// acquire() is the owner's, one call at a time (the consumer's executor).
+class block_pool {
+ public:
+  /// Blocks of `block_bytes` (at least a pointer's size), aligned for
+  /// std::max_align_t (operator new).
+  block_pool(std::size_t block_bytes, std::uint64_t capacity) noexcept
+      : block_bytes_(block_bytes < sizeof(void*) ? sizeof(void*) : block_bytes),
+        capacity_(capacity) {}
+  block_pool(const block_pool&) = delete;
+  block_pool& operator=(const block_pool&) = delete;
+  ~block_pool();
+
+  /// A block of block_bytes(): a kept one (`reused` true) or a new one.
+  /// Throws std::bad_alloc. The owner's thread only.
+  void* acquire(bool& reused);
+  /// Keeps block `p` (from acquire) for reuse, or frees it when capacity
+  /// blocks are kept already. Any thread.
+  void give_back(void* p) noexcept;
+
+  std::size_t block_bytes() const noexcept { return block_bytes_; }
+  /// Blocks kept now (at most the capacity).
+  std::uint64_t kept() const noexcept { return kept_.load(std::memory_order_relaxed); }
+
+ private:
+  struct free_block {
+    free_block* next;
+  };
+  static void free_all(free_block* b) noexcept;
+
+  const std::size_t block_bytes_;
+  const std::uint64_t capacity_;
+  free_block* own_ = nullptr;                 // the owner's to take from
+  std::atomic<free_block*> returned_{nullptr};  // pushed by any thread
+  std::atomic<std::uint64_t> kept_{0};        // in own_ and returned_
 };
 
 /// Address space for one blob under assembly. Pages are committed only

@@ -21,6 +21,17 @@
 //       use(ev.entry->view);          // bytes valid while ev.entry is held
 //   }
 //
+// next_batch() yields the same events, every one a read completed at once
+// (one resumption for all of them; small entries come hundreds a read):
+//
+//   std::vector<blobpipe::event> evs;
+//   for (;;) {
+//     evs.clear();
+//     co_await c.next_batch(evs);
+//     for (auto& ev : evs) handle(ev);  // as the loop above
+//     if (evs.back().kind == blobpipe::event_kind::end_of_stream) break;
+//   }
+//
 // The receive path is an I/O loop around the push decoder
 // (blobpipe/protocol/decoder.hpp): it reads what has arrived into a
 // 256 KiB receive buffer and decodes every frame in it. Copies (docs/wire.md
@@ -31,9 +42,10 @@
 // for bytes that arrived in the same read as its frame header (at most the
 // receive buffer's size), which are copied once. Allocations: an entry of
 // up to 256 bytes lands, 64-byte aligned, in the one heap block that also
-// holds its received_entry and the lease of its window credit (one
-// allocation per small entry; the shape's dims are inline, shape_t); a
-// larger one takes that block and a buffer of its own (or one kept for
+// holds its received_entry and the lease of its window credit (the shape's
+// dims are inline, shape_t), a block kept from a released entry once the
+// consumer is warm (recycle_small_entries), else one allocation; a
+// larger one takes a block of that kind and a buffer of its own (or one kept for
 // reuse, recycle_bytes, or its place in an assembled blob; docs/performance.md
 // "Receive path per small entry").
 //
@@ -75,6 +87,7 @@
 #include <string>
 #include <system_error>
 #include <tuple>
+#include <vector>
 
 #include <asio/awaitable.hpp>
 
@@ -96,6 +109,8 @@ struct consumer_state;
 
 inline constexpr std::uint64_t default_window_bytes = 64ull << 20;  ///< 64 MiB
 inline constexpr std::uint64_t default_recycle_bytes = 64ull << 20;  ///< 64 MiB
+/// consumer_options::recycle_small_entries: 4096 blocks.
+inline constexpr std::uint64_t default_recycle_small_entries = 4096;
 /// consumer_options::held_bytes: as much as window_bytes (the default).
 inline constexpr std::uint64_t held_bytes_of_window = ~0ull;
 
@@ -163,6 +178,15 @@ struct consumer_options {
   /// go first, and a buffer larger than this is never kept. Kept buffers
   /// are memory on top of the window (consumer_stats::recycle_kept_bytes).
   std::uint64_t recycle_bytes = default_recycle_bytes;
+  /// Small entries' blocks kept for later entries once released, count (0:
+  /// none). An entry of up to 256 bytes lands in one heap block with its
+  /// received_entry and lease (about 1.2 KB; the file comment); a kept
+  /// block is reused without operator new or delete, whichever thread
+  /// dropped the entry (docs/performance.md "Pooled entry blocks"). Once
+  /// this many are kept, a released block is freed. Kept blocks are
+  /// memory on top of the window (consumer_stats::small_entry_kept_bytes):
+  /// the default keeps at most about 5 MB.
+  std::uint64_t recycle_small_entries = default_recycle_small_entries;
 
   // `{}` on the members below: see sender_options::resend.
 
@@ -285,6 +309,9 @@ struct consumer_options {
   std::shared_ptr<credit_pool> pool{};
 };
 
+/// consumer::next_batch's max_events: events one call appends at most.
+inline constexpr std::size_t default_batch_events = 1024;
+
 enum class event_kind { entry_ready, blob_complete, blob_aborted, end_of_stream };
 
 /// A received entry. Holding it keeps its bytes (and their window credit);
@@ -380,6 +407,11 @@ struct consumer_stats {
   /// aborted), and the bytes kept for reuse now.
   std::uint64_t buffers_reused = 0;
   std::uint64_t recycle_kept_bytes = 0;
+  /// Small entries given a block kept from a released one
+  /// (consumer_options::recycle_small_entries), and the bytes of the
+  /// blocks kept for reuse now.
+  std::uint64_t small_entries_reused = 0;
+  std::uint64_t small_entry_kept_bytes = 0;
   /// Credit requests from a sender waiting for credit (consumer_options::pool).
   std::uint64_t credit_requests = 0;
   /// Credit of entries the application holds outside the window now
@@ -441,6 +473,33 @@ class consumer {
   /// closed, peer_failed), instead of throwing out of a half-read frame.
   /// REQUIRES: no other next() pending on this consumer.
   asio::awaitable<event> next();
+
+  /// The events next() would yield now, several at once: waits as next()
+  /// does for the first, then appends to `out` (after what it holds) every
+  /// further event decided already and ready without waiting, up to
+  /// `max_events` in all (at least one is taken whatever it says), and
+  /// returns how many it appended. So a batch is what one read completed
+  /// (or the rest of it, past max_events), never more: it waits for, and
+  /// reads, nothing after its first event. The sequence over calls is
+  /// exactly next()'s, and next() and next_batch() may be mixed.
+  /// end_of_stream comes last in a batch, alone when the consumer's own
+  /// coroutines have still to end (it waits for them as next() does), and
+  /// every later call repeats it, alone.
+  /// Caller-owned `out`: its storage is reused from call to call, so a
+  /// loop that clears it allocates nothing once it has grown; the events
+  /// are the caller's to keep or move.
+  /// Held allowance, clocks and turns, as for next(): every entry of the
+  /// batch is the application's when the call returns, and moves into the
+  /// held allowance then if it fits (held_bytes); the application waits
+  /// (held_timeout, and application_waits() without waits_reported) only
+  /// while the call waits for its first event. The stall and idle clocks
+  /// run only while it waits. A turn spent (turn_work_bytes: a fan-in
+  /// server's connections) ends the batch, as the rest of the read waits
+  /// for the connection's next turn.
+  /// Errors and cancellation: as next(). REQUIRES: no other next() or
+  /// next_batch() pending on this consumer.
+  asio::awaitable<std::size_t> next_batch(std::vector<event>& out,
+                                          std::size_t max_events = default_batch_events);
 
   /// consumer_options::waits_reported: the application now waits for an
   /// event and none is queued for it; held_timeout counts until next()
