@@ -2,6 +2,7 @@
 #include "examples/rollout/trainer.hpp"
 
 #include <iomanip>
+#include <vector>
 
 #include "examples/rollout/cpu.hpp"
 #include "examples/rollout/error_text.hpp"
@@ -117,30 +118,36 @@ void trainer::take_no_more(std::size_t last) noexcept {
     if (conn != last) closers_[conn]();
 }
 
-// One connection's events, in order, until its end of stream. Each event
-// (and the entry it holds) is dropped before the next is awaited.
+// One connection's events, in order, until its end of stream: a read's
+// events at once (next_batch), each event (and the entry it holds) dropped
+// once checked, before the next is looked at.
 asio::awaitable<void> trainer::drain(std::size_t conn, blobpipe::consumer& c) {
+  std::vector<blobpipe::event> batch;
   for (;;) {
-    blobpipe::event ev = co_await c.next();
-    switch (ev.kind) {
-      case event_kind::entry_ready:
-        if (!first_entry_) first_entry_ = clock::now();
-        {
-          cpu_scope checking(app_cpu().check_s);
-          check_->on_entry(conn, *ev.entry);
-        }
-        break;
-      case event_kind::blob_complete:
-        check_->on_blob(conn, *ev.blob, ev.tag);
-        break;
-      case event_kind::blob_aborted:
-        check_->on_aborted(conn, ev);
-        break;
-      case event_kind::end_of_stream:
-        if (ev.error && !stopping_)
-          problems_.add("connection " + std::to_string(conn) + " ended: " +
-                        error_text(ev.error, ev.reason));
-        co_return;
+    batch.clear();
+    co_await c.next_batch(batch);
+    for (blobpipe::event& ev : batch) {
+      switch (ev.kind) {
+        case event_kind::entry_ready:
+          if (!first_entry_) first_entry_ = clock::now();
+          {
+            cpu_scope checking(app_cpu().check_s);
+            check_->on_entry(conn, *ev.entry);
+          }
+          break;
+        case event_kind::blob_complete:
+          check_->on_blob(conn, *ev.blob, ev.tag);
+          break;
+        case event_kind::blob_aborted:
+          check_->on_aborted(conn, ev);
+          break;
+        case event_kind::end_of_stream:
+          if (ev.error && !stopping_)
+            problems_.add("connection " + std::to_string(conn) + " ended: " +
+                          error_text(ev.error, ev.reason));
+          co_return;
+      }
+      ev = blobpipe::event{};
     }
     last_data_ = clock::now();
     progress_.update(check_->done(), check_->total(), check_->unit(), check_->entries(),

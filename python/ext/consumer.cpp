@@ -1,7 +1,7 @@
 // blobpipe.Consumer and its events: a C++ consumer read from Python threads.
 //
-// A coroutine on the io thread awaits consumer::next() and appends every
-// event to a queue (consumer_core::events); Python threads take the queue
+// A coroutine on the io thread awaits consumer::next_batch() and appends
+// every event to a queue (consumer_core::events); Python threads take the queue
 // whole when theirs is empty and turn one event at a time into Python
 // objects. The io thread therefore reads ahead of Python, bounded by the
 // window: every entry queued holds its credit until the Python object
@@ -95,16 +95,23 @@ struct consumer_core {
 namespace {
 
 /// Events queued before the io thread wakes Python at once instead of
-/// when it next waits for bytes (consume_loop).
+/// when it next waits for bytes (consume_loop), and the most one
+/// next_batch() takes: the queue's bytes beyond the window
+/// (max_queued_event_bytes) are checked at least this often.
 constexpr std::size_t wake_batch_events = 64;
 
 asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
+  // The io thread's batch, reused from read to read (next_batch).
+  std::vector<event> batch;
   for (;;) {
-    event ev = co_await c->c.next();
-    const bool end = ev.kind == event_kind::end_of_stream;
+    batch.clear();
+    co_await c->c.next_batch(batch, wake_batch_events);
+    const bool end = batch.back().kind == event_kind::end_of_stream;
     std::unique_lock lk(c->mu);
-    c->queued_beyond_window += event_bytes_beyond_window(ev);
-    c->events.push_back(std::move(ev));
+    for (auto& ev : batch) {
+      c->queued_beyond_window += event_bytes_beyond_window(ev);
+      c->events.push_back(std::move(ev));
+    }
     if (end) {
       c->loop_done = true;
       c->stats = c->c.stats();
@@ -115,11 +122,12 @@ asio::awaitable<void> consume_loop(std::shared_ptr<consumer_core> c) {
     }
     // Waking a Python thread per event cost more than the event (a futex
     // wake and a context switch each: perf put half the RL consumer's CPU
-    // in the kernel's scheduler). next() returns without suspending while
-    // frames already read hold events, so a wake posted here runs once
-    // this coroutine suspends to read more: Python is woken once per read
-    // (or every wake_batch_events events, or at the end), and takes the
-    // queue whole.
+    // in the kernel's scheduler). A batch is what one read completed (at
+    // most wake_batch_events of it), and the next call returns without
+    // suspending while frames already read hold events, so a wake posted
+    // here runs once this coroutine suspends to read more: Python is woken
+    // once per read (or every wake_batch_events events, or at the end),
+    // and takes the queue whole.
     const bool full = c->queued_beyond_window >= max_queued_event_bytes && !c->closed;
     if (end || full || c->events.size() >= wake_batch_events) {
       c->wake_locked();
@@ -360,6 +368,8 @@ class consumer_handle {
     d["chunks_overlapped"] = s.chunks_overlapped;
     d["buffers_reused"] = s.buffers_reused;
     d["recycle_kept_bytes"] = s.recycle_kept_bytes;
+    d["small_entries_reused"] = s.small_entries_reused;
+    d["small_entry_kept_bytes"] = s.small_entry_kept_bytes;
     d["held_bytes"] = s.held_bytes;
     d["held_high_water"] = s.held_high_water;
     d["held_in_window_bytes"] = s.held_in_window_bytes;
@@ -584,8 +594,9 @@ PeerClosedError. Values already received stay valid. Idempotent.)")
            R"(Counters (a dict of ints): buffered_bytes (window credit held now,
 bytes), buffered_high_water, entries_received, blobs_completed,
 blobs_aborted, acks_sent, duplicates_dropped (resend sessions),
-chunks_overlapped, buffers_reused, recycle_kept_bytes, held_bytes (credit
-of values you hold outside the window now, bytes: held_bytes option),
+chunks_overlapped, buffers_reused, recycle_kept_bytes,
+small_entries_reused, small_entry_kept_bytes (blocks of entries of up to
+256 bytes kept for reuse), held_bytes (credit of values you hold outside the window now, bytes: held_bytes option),
 held_high_water, held_in_window_bytes (credit of values you hold inside
 the window, once the allowance is full). After the stream ended, the
 figures at its end.)")
