@@ -71,10 +71,11 @@
 // cannot come, gets timed_out after held_timeout, naming both, instead of
 // waiting forever.
 //
-// Threading: one next() at a time, on the transport's executor. Entries
-// may be held and dropped on any thread, as long as that executor's
-// execution context (the io_context) still exists: dropped elsewhere, an
-// entry's window credit goes back through a post to that executor.
+// Threading: one next() or next_batch() at a time, on the transport's
+// executor. Entries may be held and dropped on any thread, as long as
+// that executor's execution context (the io_context) still exists:
+// dropped elsewhere, an entry's window credit goes back through a post to
+// that executor, and a small entry's block to the consumer's pool.
 // Source: docs/wire.md "Consumer", "Flow control", "Limits".
 #pragma once
 
