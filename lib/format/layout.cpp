@@ -75,7 +75,7 @@ result<void> plan_into(planned_entry& pe, const std::string& key, const value& v
     if (!dt) dt = lookup_dtype(v.kind, v.dtype);
     if (!dt) return parse_dtype(v.kind, v.dtype).err();  // says why
     // Tensor rows carry torch's canonical name, as the reference writes it
-    // (a table entry: at most 15 characters, so no allocation).
+    // (torch's names are at most 15 characters: no allocation).
     pe.entry.dtype.emplace(dt->name);
     pe.itemsize = dt->itemsize;
     if (!v.strides.empty() && v.strides.size() != v.shape.size())
