@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <msgpack.hpp>
+
 #include "blobpipe/format.hpp"
 #include "test/skip.hpp"
 
@@ -193,6 +195,132 @@ BOOST_AUTO_TEST_CASE(layout_builder_matches_plan_entry_by_entry) {
   BOOST_TEST(built->nbytes == planned->nbytes);
   BOOST_TEST((lb.add("c", bp::value::tensor(a)).code() == bp::errc::closed));
   BOOST_TEST((lb.finish(bp::NO_TAG).code() == bp::errc::closed));
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_add_leaves_the_builder_as_it_was) {
+  std::vector<double> a(10, 2.0);
+  std::vector<std::uint8_t> b(100, 3);
+  const std::byte fake{};
+  bp::layout_builder lb;
+  BOOST_TEST_REQUIRE(lb.add("a", bp::value::tensor(a)).has_value());
+  auto bad_dtype = bp::value::tensor_bytes(std::as_bytes(std::span(a)), "float33", {10});
+  auto negative = bp::value::tensor(a, {-1});
+  auto odd_kind = bp::value::tensor(a);
+  odd_kind.kind = 'q';
+  auto null = bp::value::tensor_bytes({}, "float32", {4});
+  auto too_large = bp::value::tensor_bytes({&fake, 1}, "uint8", {std::int64_t{5} << 30});
+  for (const auto& v : {bad_dtype, negative, odd_kind, null, too_large}) {
+    BOOST_TEST(!lb.add("refused", v).has_value());
+    BOOST_TEST(lb.size() == 1u);
+    BOOST_TEST(lb.data_end() == 128u);
+  }
+  auto e1 = lb.add("b", bp::value::tensor(b));
+  BOOST_TEST_REQUIRE(e1.has_value());
+  BOOST_TEST((*e1)->entry.off == 128u);
+  auto built = lb.finish(bp::NO_TAG);
+  auto planned = bp::plan({"a", "b"}, {bp::value::tensor(a), bp::value::tensor(b)});
+  BOOST_TEST_REQUIRE(built.has_value());
+  BOOST_TEST_REQUIRE(built->entries.size() == 2u);
+  BOOST_TEST(built->entries[1].entry.key == "b");
+  BOOST_TEST((built->index == planned->index));
+  BOOST_TEST(built->nbytes == planned->nbytes);
+}
+
+BOOST_AUTO_TEST_CASE(add_with_the_dtype_looked_up_plans_as_add_does) {
+  std::vector<float> x(6, 1.0f);
+  bp::layout_builder with, without;
+  auto v = bp::value::tensor_bytes(std::as_bytes(std::span(x)), "float", {2, 3});
+  auto r1 = with.add("x", bp::value(v), bp::lookup_dtype(v.kind, v.dtype));
+  auto r2 = without.add("x", bp::value(v), nullptr);  // null: add looks it up
+  BOOST_TEST_REQUIRE(r1.has_value());
+  BOOST_TEST_REQUIRE(r2.has_value());
+  BOOST_TEST(((*r1)->entry == (*r2)->entry));
+  BOOST_TEST((*(*r1)->entry.dtype == "float32"));
+  // Refused: the key and value are left to the caller as they were.
+  std::string key = "y";
+  auto bad = bp::value::tensor_bytes(std::as_bytes(std::span(x)), "float33", {6});
+  BOOST_TEST((with.add(std::move(key), std::move(bad), nullptr).code() ==
+              bp::errc::unknown_dtype));
+  BOOST_TEST(key == "y");
+  BOOST_TEST(bad.dtype == "float33");
+  BOOST_TEST(bad.shape.size() == 1u);
+}
+
+// The index rows are written by the format's own writer; msgpack-cxx's
+// packer is the reference for "canonical": the smallest encoding of each
+// value, str keys. Every boundary of every form a row field can take.
+BOOST_AUTO_TEST_CASE(index_rows_are_canonical_msgpack_at_every_size_boundary) {
+  auto packed = [](const std::vector<bp::Entry>& rows) {
+    msgpack::sbuffer buf;
+    msgpack::packer<msgpack::sbuffer> pk(buf);
+    pk.pack_array(static_cast<std::uint32_t>(rows.size()));
+    for (const auto& e : rows) {
+      pk.pack_array(6);
+      pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
+      pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
+      pk.pack(e.off);
+      pk.pack(e.len);
+      pk.pack_str(1);
+      pk.pack_str_body(&e.kind, 1);
+      if (e.dtype) {
+        pk.pack_str(static_cast<std::uint32_t>(e.dtype->size()));
+        pk.pack_str_body(e.dtype->data(), static_cast<std::uint32_t>(e.dtype->size()));
+      } else {
+        pk.pack_nil();
+      }
+      if (e.shape) {
+        pk.pack_array(static_cast<std::uint32_t>(e.shape->size()));
+        for (std::int64_t d : *e.shape) pk.pack(d);
+      } else {
+        pk.pack_nil();
+      }
+    }
+    const auto* b = reinterpret_cast<const std::byte*>(buf.data());
+    return std::vector<std::byte>(b, b + buf.size());
+  };
+  const std::uint64_t u32 = std::uint64_t{1} << 32;
+  const std::vector<std::uint64_t> uints = {0, 127, 128, 255, 256, 65535, 65536, u32 - 1, u32,
+                                            ~std::uint64_t{0}};
+  const std::int64_t i31 = std::int64_t{1} << 31;
+  const std::vector<std::int64_t> ints = {0,      1,      127,        128,     255,
+                                          256,    65535,  65536,      i31,     -1,
+                                          -32,    -33,    -128,       -129,    -32768,
+                                          -32769, -i31,   -i31 - 1,   INT64_MIN, INT64_MAX};
+  std::vector<bp::Entry> rows;
+  for (std::size_t i = 0; i < uints.size(); ++i) {
+    bp::Entry e;
+    e.key = "k";
+    e.off = uints[i];
+    e.len = uints[uints.size() - 1 - i];
+    e.dtype = "uint8";
+    e.shape = bp::shape_t{ints[i], ints[ints.size() - 1 - i]};
+    rows.push_back(e);
+  }
+  for (std::size_t n : {0, 1, 31, 32, 255, 256, 65535, 65536}) {
+    bp::Entry e;
+    e.key = std::string(n, 'k');
+    e.kind = bp::KIND_NDARRAY;
+    e.dtype = std::string(n, 'd');
+    e.shape = bp::shape_t(n % 20, 3);  // 0, 1, 11, 12, 15, 16, 15, 16 dims
+    rows.push_back(e);
+  }
+  bp::Entry pickle;
+  pickle.kind = bp::KIND_PICKLE;  // nil dtype and shape
+  rows.push_back(pickle);
+  BOOST_TEST((bp::encode_index(rows) == packed(rows)));
+  for (const auto& e : rows) {
+    std::vector<std::byte> out = {std::byte{0x42}};
+    bp::append_index_row(e, out);
+    auto whole = packed({e});
+    whole.erase(whole.begin());  // its array header
+    whole.insert(whole.begin(), std::byte{0x42});
+    BOOST_TEST((out == whole));
+  }
+  // Array headers: fixarray, array16 and array32 of rows.
+  for (std::size_t n : {15, 16, 65535, 65536}) {
+    std::vector<bp::Entry> many(n, pickle);
+    BOOST_TEST((bp::encode_index(many) == packed(many)), n << " rows");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(plan_refuses_a_blob_the_v3_footer_cannot_address) {

@@ -211,9 +211,13 @@ const std::array<dtype, torch_dtypes.size()>& torch_table() {
 
 const dtype* lookup_torch(std::string_view n) {
   if (n.starts_with("torch.")) n.remove_prefix(6);
+  // A stream carries a handful of dtypes, often one: the last canonical
+  // name this thread found is tried before the table.
+  thread_local const dtype* last = nullptr;
+  if (last && last->name == n) return last;
   const auto& table = torch_table();
   for (std::size_t i = 0; i < table.size(); ++i)
-    if (torch_dtypes[i].name == n) return &table[i];
+    if (torch_dtypes[i].name == n) return last = &table[i];
   for (const auto& [alias, canonical] : torch_aliases)
     if (n == alias) return lookup_torch(canonical);
   return nullptr;

@@ -1,11 +1,8 @@
 #include "blobpipe/format/layout.hpp"
 
-#include <msgpack.hpp>
-
 #include <cstring>
 
 #include "checked.hpp"
-#include "entry_codec.hpp"
 
 namespace blobpipe {
 namespace {
@@ -62,67 +59,167 @@ void gather(const planned_entry& pe, std::byte* out) {
   }
 }
 
-// Plans one value at `off`: its index row, item size and contiguity.
-result<planned_entry> plan_entry(std::string key, value v, std::uint64_t off) {
-  planned_entry pe;
-  pe.entry.key = std::move(key);
+// Plans `v` at `off` into `pe`, a default-constructed entry in the
+// builder's vector: its index row (all but the key), item size and
+// contiguity. `dt` is lookup_dtype(v.kind, v.dtype) or null. Reads `key`
+// for messages only; on an error `pe` is partly filled and the caller
+// discards it.
+result<void> plan_into(planned_entry& pe, const std::string& key, const value& v,
+                       const dtype* dt, std::uint64_t off) {
   pe.entry.off = off;
   pe.entry.kind = v.kind;
   if (v.kind == KIND_PICKLE) {
     pe.entry.len = v.nbytes;
     pe.itemsize = 1;
   } else if (v.kind == KIND_TENSOR || v.kind == KIND_NDARRAY) {
-    const dtype* dt = lookup_dtype(v.kind, v.dtype);
+    if (!dt) dt = lookup_dtype(v.kind, v.dtype);
     if (!dt) return parse_dtype(v.kind, v.dtype).err();  // says why
-    // Tensor rows carry torch's canonical name, as the reference writes it.
-    pe.entry.dtype = dt->name;
+    // Tensor rows carry torch's canonical name, as the reference writes it
+    // (torch's names are at most 15 characters: no allocation).
+    pe.entry.dtype.emplace(dt->name);
     pe.itemsize = dt->itemsize;
     if (!v.strides.empty() && v.strides.size() != v.shape.size())
       return make_error(errc::invalid_argument,
-                        describe(pe.entry.key) + ": strides rank differs from shape rank");
+                        describe(key) + ": strides rank differs from shape rank");
     auto size = detail::checked_shape_size(v.shape, dt->itemsize);
     if (!size)
       return make_error(errc::invalid_argument,
-                        describe(pe.entry.key) + ": negative dim or size overflow");
+                        describe(key) + ": negative dim or size overflow");
     pe.entry.len = size->nbytes;
-    pe.entry.shape = v.shape;
+    pe.entry.shape.emplace(v.shape);
     pe.contiguous = is_c_contiguous(v.shape, v.strides);
   } else {
-    return make_error(errc::unknown_kind, describe(pe.entry.key) + ": kind " +
+    return make_error(errc::unknown_kind, describe(key) + ": kind " +
                                               quote(std::string_view(&v.kind, 1)) +
                                               " is not t, n or p");
   }
   if (pe.entry.len > 0 && v.data == nullptr)
     return make_error(errc::invalid_argument,
-                      describe(pe.entry.key) + ": null data for a non-empty value");
-  pe.source = std::move(v);
-  return pe;
+                      describe(key) + ": null data for a non-empty value");
+  return {};
+}
+
+// Canonical msgpack as msgpack-cxx's packer writes it (the smallest
+// encoding of each value; str, never bin), written straight into memory
+// sized beforehand with row_bound(), so no byte is copied twice.
+class canonical_writer {
+ public:
+  explicit canonical_writer(std::byte* at) noexcept : p_(at) {}
+  std::byte* pos() const noexcept { return p_; }
+
+  void nil() noexcept { byte(0xc0); }
+  void array(std::uint32_t n) noexcept {
+    if (n < 16) {
+      byte(0x90 | n);
+    } else if (n < 65536) {
+      byte(0xdc);
+      be(n, 2);
+    } else {
+      byte(0xdd);
+      be(n, 4);
+    }
+  }
+  void str(const char* s, std::uint32_t n) noexcept {
+    if (n < 32) {
+      byte(0xa0 | n);
+    } else if (n < 256) {
+      byte(0xd9);
+      be(n, 1);
+    } else if (n < 65536) {
+      byte(0xda);
+      be(n, 2);
+    } else {
+      byte(0xdb);
+      be(n, 4);
+    }
+    if (n) std::memcpy(p_, s, n);
+    p_ += n;
+  }
+  void uint(std::uint64_t v) noexcept {
+    if (v < 128) {
+      byte(static_cast<unsigned>(v));
+    } else if (v < 256) {
+      byte(0xcc);
+      be(v, 1);
+    } else if (v < 65536) {
+      byte(0xcd);
+      be(v, 2);
+    } else if (v < (std::uint64_t{1} << 32)) {
+      byte(0xce);
+      be(v, 4);
+    } else {
+      byte(0xcf);
+      be(v, 8);
+    }
+  }
+  void sint(std::int64_t v) noexcept {
+    if (v >= 0) return uint(static_cast<std::uint64_t>(v));
+    const auto bits = static_cast<std::uint64_t>(v);
+    if (v >= -32) {
+      byte(static_cast<unsigned>(bits & 0xff));  // negative fixint
+    } else if (v >= -128) {
+      byte(0xd0);
+      be(bits, 1);
+    } else if (v >= -32768) {
+      byte(0xd1);
+      be(bits, 2);
+    } else if (v >= -(std::int64_t{1} << 31)) {
+      byte(0xd2);
+      be(bits, 4);
+    } else {
+      byte(0xd3);
+      be(bits, 8);
+    }
+  }
+
+ private:
+  void byte(unsigned b) noexcept { *p_++ = static_cast<std::byte>(b); }
+  // The low `n` bytes of `v`, big-endian (msgpack's order).
+  void be(std::uint64_t v, int n) noexcept {
+    for (int i = n; i-- > 0;) *p_++ = static_cast<std::byte>(v >> (8 * i));
+  }
+  std::byte* p_;
+};
+
+// Most bytes write_row() writes for `e`: each field at its widest form.
+std::size_t row_bound(const Entry& e) noexcept {
+  return 1 + (5 + e.key.size()) + 9 + 9 + 2 + (e.dtype ? 5 + e.dtype->size() : 1) +
+         (e.shape ? 5 + 9 * e.shape->size() : 1);
 }
 
 // One index row [key, off, len, kind, dtype, shape], as the reference
-// encodes it: canonical smallest msgpack encodings, str (not bin) keys.
-void pack_row(msgpack::packer<msgpack::sbuffer>& pk, const Entry& e) {
-  pk.pack_array(6);
-  pk.pack_str(static_cast<std::uint32_t>(e.key.size()));
-  pk.pack_str_body(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
-  pk.pack(e.off);
-  pk.pack(e.len);
-  detail::pack_kind(pk, e);
-  detail::pack_dtype(pk, e);
-  detail::pack_shape(pk, e, /*nil_as_empty=*/false);
+// encodes it. A missing dtype or shape is nil.
+void write_row(canonical_writer& w, const Entry& e) noexcept {
+  w.array(6);
+  w.str(e.key.data(), static_cast<std::uint32_t>(e.key.size()));
+  w.uint(e.off);
+  w.uint(e.len);
+  w.str(&e.kind, 1);
+  if (e.dtype)
+    w.str(e.dtype->data(), static_cast<std::uint32_t>(e.dtype->size()));
+  else
+    w.nil();
+  if (e.shape) {
+    w.array(static_cast<std::uint32_t>(e.shape->size()));
+    for (const std::int64_t d : *e.shape) w.sint(d);
+  } else {
+    w.nil();
+  }
 }
 
 // The index (msgpack array of rows) of `rows`, each row's Entry given by
-// `entry_of`. A template so that layout_builder encodes its planned
-// entries without copying their rows first.
+// `entry_of`, in one pass into a buffer of `bound` bytes (at least the
+// array header's 5 and each row's row_bound), cut to what was written. A
+// template so that layout_builder encodes its planned entries without
+// copying their rows first.
 template <class Rows, class EntryOf>
-std::vector<std::byte> encode_rows(const Rows& rows, EntryOf entry_of) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(static_cast<std::uint32_t>(std::size(rows)));
-  for (const auto& row : rows) pack_row(pk, entry_of(row));
-  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
-  return {b, b + buf.size()};
+std::vector<std::byte> encode_rows(const Rows& rows, EntryOf entry_of, std::size_t bound) {
+  std::vector<std::byte> out(bound);
+  canonical_writer w(out.data());
+  w.array(static_cast<std::uint32_t>(std::size(rows)));
+  for (const auto& row : rows) write_row(w, entry_of(row));
+  out.resize(static_cast<std::size_t>(w.pos() - out.data()));
+  return out;
 }
 
 }  // namespace
@@ -160,24 +257,37 @@ value value::pickle(std::span<const std::byte> bytes) {
 }
 
 result<const planned_entry*> layout_builder::add(std::string key, value v) {
+  return add(std::move(key), std::move(v), nullptr);
+}
+
+result<const planned_entry*> layout_builder::add(std::string&& key, value&& v, const dtype* dt) {
   if (finished_) return make_error(errc::closed, "layout_builder: add after finish");
-  auto pe = plan_entry(std::move(key), std::move(v), cursor_);
-  if (!pe) return pe.err();
-  auto end = detail::checked_add(pe->entry.off, pe->entry.len);
-  if (!end || *end > v3_limit)
-    return make_error(errc::too_large, describe(pe->entry.key) +
+  // Planned where it will stay; a refusal takes it back.
+  planned_entry& pe = entries_.emplace_back();
+  if (auto planned = plan_into(pe, key, v, dt, cursor_); !planned) {
+    entries_.pop_back();
+    return planned.err();
+  }
+  auto end = detail::checked_add(pe.entry.off, pe.entry.len);
+  if (!end || *end > v3_limit) {
+    entries_.pop_back();
+    return make_error(errc::too_large, describe(key) +
                                            ": data would pass 4 GiB, which the v3 footer "
                                            "cannot address");
+  }
+  pe.entry.key = std::move(key);
+  pe.source = std::move(v);
   cursor_ = align_up(*end);
-  entries_.push_back(std::move(*pe));
-  return &entries_.back();
+  index_bound_ += row_bound(pe.entry);
+  return &pe;
 }
 
 result<BlobPlan> layout_builder::finish(const tag_t& tag) {
   if (finished_) return make_error(errc::closed, "layout_builder: finish called twice");
   finished_ = true;
   BlobPlan p;
-  p.index = encode_rows(entries_, [](const planned_entry& pe) -> const Entry& { return pe.entry; });
+  p.index = encode_rows(
+      entries_, [](const planned_entry& pe) -> const Entry& { return pe.entry; }, index_bound_);
   if (cursor_ >= v3_limit || p.index.size() >= v3_limit)
     return make_error(errc::too_large, "index_off " + std::to_string(cursor_) + " or index_len " +
                                            std::to_string(p.index.size()) +
@@ -189,17 +299,17 @@ result<BlobPlan> layout_builder::finish(const tag_t& tag) {
 }
 
 std::vector<std::byte> encode_index(std::span<const Entry> entries) {
-  return encode_rows(entries, [](const Entry& e) -> const Entry& { return e; });
+  std::size_t bound = 5;
+  for (const Entry& e : entries) bound += row_bound(e);
+  return encode_rows(entries, [](const Entry& e) -> const Entry& { return e; }, bound);
 }
 
 void append_index_row(const Entry& e, std::vector<std::byte>& out) {
-  // One packing buffer per thread, kept: no allocation per row once warm.
-  thread_local msgpack::sbuffer buf;
-  buf.clear();
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  pack_row(pk, e);
-  const auto* b = reinterpret_cast<const std::byte*>(buf.data());
-  out.insert(out.end(), b, b + buf.size());
+  const std::size_t at = out.size();
+  out.resize(at + row_bound(e));
+  canonical_writer w(out.data() + at);
+  write_row(w, e);
+  out.resize(static_cast<std::size_t>(w.pos() - out.data()));
 }
 
 result<BlobPlan> plan(std::span<const std::string> keys, std::span<const value> values,

@@ -45,10 +45,10 @@ asio::awaitable<void> watch(std::shared_ptr<sender_state> s) {
 /// The len `v` will be planned with (layout_builder's rule: a pickle's
 /// nbytes, else its shape's elements times its dtype's size), so that
 /// the consumer's max_entry_bytes can refuse it before it is planned;
-/// 0 when `v` is malformed, which planning then reports.
-std::uint64_t entry_len_of(const value& v) {
+/// 0 when `v` is malformed, which planning then reports. `dt` is
+/// lookup_dtype(v.kind, v.dtype), which planning is given as well.
+std::uint64_t entry_len_of(const value& v, const dtype* dt) {
   if (v.kind == KIND_PICKLE) return v.nbytes;
-  const dtype* dt = lookup_dtype(v.kind, v.dtype);
   if (!dt) return 0;
   std::uint64_t n = dt->itemsize;
   for (const std::int64_t d : v.shape)
@@ -75,7 +75,10 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   sender_state& s = *b.sender;
   sender_blob& w = b.wire();
   b.last_error.clear();
-  if (auto ok = s.session.check_emit(w, key.size(), entry_len_of(v)); !ok) {
+  // The value's dtype, looked up once: for the length checked here and for
+  // planning below (nothing between them looks a dtype up).
+  const dtype* dt = v.kind == KIND_PICKLE ? nullptr : lookup_dtype(v.kind, v.dtype);
+  if (auto ok = s.session.check_emit(w, key.size(), entry_len_of(v, dt)); !ok) {
     b.last_error = ok.message();
     if (s.error && ok.code() == s.error && !s.message.empty())
       b.last_error = "the sender ended: " + s.message;
@@ -92,7 +95,7 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   v.memory = where->kind;
   p.device = where->device;
-  auto added = b.builder.add(std::move(key), std::move(v));
+  auto added = b.builder.add(std::move(key), std::move(v), dt);
   if (!added) {
     b.last_error = added.message();
     p.ec = added.code();  // nothing sent: the blob stays usable
@@ -152,6 +155,22 @@ asio::awaitable<std::error_code> end_blob(std::shared_ptr<blob_state> b, std::st
   co_return w.id() != 0 ? s->error : std::error_code{};
 }
 
+/// Hands a finished plan's entries, emptied, to the sender's next blob
+/// (sender_state::spare_entries) when it goes out of scope, where the plan
+/// would have dropped them: the values' owners are released at the same
+/// point as before. Storage above spare_entries_bytes is freed instead.
+struct spare_entries_back {
+  sender_state& s;
+  std::vector<planned_entry>& entries;
+  ~spare_entries_back() {
+    const std::size_t cap = entries.capacity();
+    if (cap * sizeof(planned_entry) > spare_entries_bytes || cap <= s.spare_entries.capacity())
+      return;
+    entries.clear();
+    s.spare_entries = std::move(entries);
+  }
+};
+
 /// Takes the blob's lock: at once when it is free, else in call order.
 asio::awaitable<std::error_code> lock_blob(blob_state& b) {
   if (b.lock.try_lock()) co_return std::error_code{};
@@ -161,7 +180,10 @@ asio::awaitable<std::error_code> lock_blob(blob_state& b) {
 }  // namespace
 
 blob_state::blob_state(std::shared_ptr<sender_state> s, const blob_options& o)
-    : sender(std::move(s)), own(o.tag, o.group), lock(sender->ex) {
+    : sender(std::move(s)),
+      own(o.tag, o.group),
+      builder(std::move(sender->spare_entries)),
+      lock(sender->ex) {
   if (sender->resend) kept = std::make_shared<kept_blob>(sender->ex, o.tag, o.group);
 }
 
@@ -245,6 +267,7 @@ asio::awaitable<std::error_code> blob_writer::finish() {
     (void)co_await detail::end_blob(b, plan.message());
     co_return plan.code();
   }
+  const detail::spare_entries_back spare{*s, plan->entries};
   std::vector<std::byte> tail(tail_size(*plan));
   if (auto r = write_tail(*plan, tail); !r) co_return r.code();
   // The retention policy: a resend session keeps the tail within

@@ -85,7 +85,14 @@ struct sender_state : std::enable_shared_from_this<sender_state> {
   task_group tasks;
   std::string timeout_reason;        // set when the watchdog fired
   std::unique_ptr<resend_state> resend;  // resend sessions only
+  // The last finished blob's planned-entry storage, emptied, which the
+  // next blob's layout_builder plans into: a blob as large as the last
+  // does not grow (and move) its entries. Kept up to spare_entries_bytes.
+  std::vector<planned_entry> spare_entries;
 };
+
+/// Most capacity, in bytes, sender_state::spare_entries keeps between blobs.
+inline constexpr std::size_t spare_entries_bytes = std::size_t{1} << 20;
 
 struct blob_state {
   blob_state(std::shared_ptr<sender_state> s, const blob_options& o);

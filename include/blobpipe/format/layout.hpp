@@ -167,11 +167,30 @@ struct BlobPlan {
 /// `finish()` produces the same BlobPlan `plan()` would.
 class layout_builder {
  public:
+  layout_builder() = default;
+  /// A builder that plans into `storage`'s memory: its entries are
+  /// dropped, its capacity kept (a sender hands a finished blob's entries
+  /// to its next blob, so that a blob as large as the last moves none).
+  explicit layout_builder(std::vector<planned_entry> storage) : entries_(std::move(storage)) {
+    entries_.clear();
+  }
   /// Makes room for `n` entries in all, so that adding them moves none.
   void reserve(std::size_t n) { entries_.reserve(n); }
-  /// Adds one entry. Errors: as `plan`, for this value; closed after finish.
+  /// Adds one entry, planned in place at the end of the builder's entries.
+  /// The pointer stays valid until the next add (or finish) that must grow
+  /// the entries (none does within `reserve`). A refused add leaves the
+  /// builder as it was: same entries, data_end() and finish().
+  /// Errors: as `plan`, for this value; closed after finish.
   [[nodiscard]] result<const planned_entry*> add(std::string key, value v);
-  /// Encodes the index and computes nbytes. Errors: too_large, closed.
+  /// As add(key, v), with `v`'s dtype looked up already: `dt` must be what
+  /// `lookup_dtype(v.kind, v.dtype)` returned on this thread, with no
+  /// lookup_dtype call since (the sender checks the entry's length against
+  /// the consumer's limit with it first, so the value's dtype is looked up
+  /// once). Null is always allowed: add then looks it up itself. Ignored
+  /// for a pickle. `key` and `v` are moved from only when the add succeeds.
+  [[nodiscard]] result<const planned_entry*> add(std::string&& key, value&& v, const dtype* dt);
+  /// Encodes the index (one pass over the rows, straight into the plan's
+  /// index buffer) and computes nbytes. Errors: too_large, closed.
   [[nodiscard]] result<BlobPlan> finish(const tag_t& tag);
   /// Bytes of data laid out so far (the aligned end of the last entry).
   std::uint64_t data_end() const noexcept { return cursor_; }
@@ -180,6 +199,7 @@ class layout_builder {
  private:
   std::vector<planned_entry> entries_;
   std::uint64_t cursor_ = 0;
+  std::size_t index_bound_ = 5;  // bytes the index can take: its header and each row's bound
   bool finished_ = false;
 };
 
