@@ -6,7 +6,8 @@
 //   off size field
 //     0    1 type       frame_type
 //     1    1 flags      per type (entry_begin: frame_flag_inline,
-//                       frame_flag_timestamp; blob_begin: frame_flag_group;
+//                       frame_flag_timestamp, frame_flag_compact;
+//                       blob_begin: frame_flag_group;
 //                       ack: frame_flag_credit_request); any other bit is a
 //                       violation, and so is a flag whose feature was not
 //                       negotiated
@@ -143,7 +144,7 @@ inline constexpr session_id NO_SESSION{};
 /// an answer naming a feature that was not offered is a violation. Bits
 /// this release does not know are never accepted. The bits are reserved
 /// for what releases add without a new version (bit 3: a UCX
-/// worker-address rendezvous); frames of a feature not accepted by both
+/// worker-address rendezvous, not defined yet); frames of a feature not accepted by both
 /// sides are violations. docs/wire_features.md has the frame layouts.
 ///
 /// Bit 0: entry_begin may carry the sender's monotonic clock
