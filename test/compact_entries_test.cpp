@@ -282,6 +282,18 @@ BOOST_AUTO_TEST_CASE(a_compact_payload_shorter_than_its_fixed_fields_is_refused)
   BOOST_TEST(v.message().find("shorter than its 16 fixed bytes") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_compact_payload_longer_than_its_limits_allow_is_refused_at_the_header) {
+  // 4 + max_key + max_meta: key_len, then key and compact meta at their limits.
+  consumer_side c(known_features, decoder_limits{.max_key_bytes = 4, .max_meta_bytes = 20});
+  BOOST_TEST(refused_naming(c.entry_begin(frame_flag_compact, std::vector<std::byte>(29)),
+                            "payload of 29 bytes not in [16, 28]"));
+  consumer_side inl(known_features,
+                    decoder_limits{.inline_bytes = 8, .max_key_bytes = 4, .max_meta_bytes = 20});
+  BOOST_TEST(refused_naming(
+      inl.entry_begin(frame_flag_compact | frame_flag_inline, std::vector<std::byte>(37)),
+      "payload of 37 bytes not in [16, 36]"));
+}
+
 BOOST_AUTO_TEST_CASE(a_compact_payload_cut_short_is_refused_naming_dims_and_key) {
   consumer_side c;
   auto p = float32_2x3({});
