@@ -1,6 +1,7 @@
 // The frame codec (docs/wire.md "Frame header", "Handshake", "entry_begin").
 #include "blobpipe/protocol/wire.hpp"
 
+#include <array>
 #include <cstring>
 
 #include "lib/format/le.hpp"
@@ -306,6 +307,32 @@ constexpr std::array<compact_dtype, 50> compact_dtypes{{
 constexpr std::size_t compact_torch_count = 25;
 constexpr std::uint8_t compact_numpy_first = 64;
 
+// compact_dtype_code runs for every entry a sender frames: an open-
+// addressed table of the rows (128 slots for 50 rows) finds a name with
+// one or two probes and one comparison, not a scan of the table.
+constexpr std::size_t compact_slots = 128;
+
+constexpr std::size_t compact_slot(char kind, std::string_view n) noexcept {
+  std::size_t h = n.size() * 31u + static_cast<unsigned char>(kind);
+  if (!n.empty()) {
+    h = h * 131u + static_cast<unsigned char>(n.front());
+    h = h * 131u + static_cast<unsigned char>(n.back());
+  }
+  if (n.size() >= 2) h = h * 131u + static_cast<unsigned char>(n[n.size() - 2]);
+  return (h ^ (h >> 7)) % compact_slots;
+}
+
+// Slot -> 1 + the row's place in compact_dtypes; 0: empty.
+constexpr auto compact_index = [] {
+  std::array<std::uint8_t, compact_slots> t{};
+  for (std::size_t i = 0; i < compact_dtypes.size(); ++i) {
+    std::size_t s = compact_slot(compact_dtypes[i].kind, compact_dtypes[i].name);
+    while (t[s] != 0) s = (s + 1) % compact_slots;
+    t[s] = static_cast<std::uint8_t>(i + 1);
+  }
+  return t;
+}();
+
 }  // namespace
 
 const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept {
@@ -316,13 +343,13 @@ const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept {
 }
 
 std::uint8_t compact_dtype_code(char kind, std::string_view name) noexcept {
-  const auto all = std::span(compact_dtypes);
-  const auto rows = kind == 't'   ? all.first(compact_torch_count)
-                    : kind == 'n' ? all.subspan(compact_torch_count)
-                                  : all.first(0);
-  for (const compact_dtype& d : rows)
-    if (d.name == name) return d.code;
-  return 0;
+  // The table has empty slots: every probe sequence ends.
+  for (std::size_t s = compact_slot(kind, name);; s = (s + 1) % compact_slots) {
+    const std::uint8_t i = compact_index[s];
+    if (i == 0) return 0;
+    const compact_dtype& d = compact_dtypes[i - 1];
+    if (d.kind == kind && d.name == name) return d.code;
+  }
 }
 
 std::int64_t compact_entry_view::dim(std::size_t i) const noexcept {
