@@ -307,31 +307,40 @@ constexpr std::array<compact_dtype, 50> compact_dtypes{{
 constexpr std::size_t compact_torch_count = 25;
 constexpr std::uint8_t compact_numpy_first = 64;
 
-// compact_dtype_code runs for every entry a sender frames: an open-
-// addressed table of the rows (128 slots for 50 rows) finds a name with
-// one or two probes and one comparison, not a scan of the table.
+// compact_dtype_code runs for every entry a sender frames: a perfect
+// hash of the rows (their kind, length and four of their characters;
+// constants found by search) gives the one row a name can be, checked with
+// one comparison, instead of a scan of the table.
 constexpr std::size_t compact_slots = 128;
 
+/// REQUIRES: n.size() >= 2.
 constexpr std::size_t compact_slot(char kind, std::string_view n) noexcept {
-  std::size_t h = n.size() * 31u + static_cast<unsigned char>(kind);
-  if (!n.empty()) {
-    h = h * 131u + static_cast<unsigned char>(n.front());
-    h = h * 131u + static_cast<unsigned char>(n.back());
-  }
-  if (n.size() >= 2) h = h * 131u + static_cast<unsigned char>(n[n.size() - 2]);
-  return (h ^ (h >> 7)) % compact_slots;
+  std::uint64_t h = n.size() * 276u + static_cast<unsigned char>(kind);
+  for (char c : {n.front(), n[(n.size() + 1) / 2], n[n.size() - 2], n.back()})
+    h = h * 131u + static_cast<unsigned char>(c);
+  return static_cast<std::size_t>((h ^ (h >> 15)) % compact_slots);
 }
 
-// Slot -> 1 + the row's place in compact_dtypes; 0: empty.
+// Slot -> 1 + the row's place in compact_dtypes; 0: no row. Built at
+// compile time; two rows in one slot would not compile.
 constexpr auto compact_index = [] {
   std::array<std::uint8_t, compact_slots> t{};
   for (std::size_t i = 0; i < compact_dtypes.size(); ++i) {
-    std::size_t s = compact_slot(compact_dtypes[i].kind, compact_dtypes[i].name);
-    while (t[s] != 0) s = (s + 1) % compact_slots;
+    const std::size_t s = compact_slot(compact_dtypes[i].kind, compact_dtypes[i].name);
+    if (t[s] != 0) throw "compact_slot: two dtypes share a slot";
     t[s] = static_cast<std::uint8_t>(i + 1);
   }
   return t;
 }();
+
+/// a == b for names of at most a few bytes, compared in place (a call to
+/// memcmp would cost more than the rest of the lookup).
+constexpr bool same_name(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
 
 }  // namespace
 
@@ -343,13 +352,11 @@ const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept {
 }
 
 std::uint8_t compact_dtype_code(char kind, std::string_view name) noexcept {
-  // The table has empty slots: every probe sequence ends.
-  for (std::size_t s = compact_slot(kind, name);; s = (s + 1) % compact_slots) {
-    const std::uint8_t i = compact_index[s];
-    if (i == 0) return 0;
-    const compact_dtype& d = compact_dtypes[i - 1];
-    if (d.kind == kind && d.name == name) return d.code;
-  }
+  if (name.size() < 2) return 0;  // every name in the table has 3 or more
+  const std::uint8_t i = compact_index[compact_slot(kind, name)];
+  if (i == 0) return 0;
+  const compact_dtype& d = compact_dtypes[i - 1];
+  return d.kind == kind && same_name(d.name, name) ? d.code : 0;
 }
 
 std::int64_t compact_entry_view::dim(std::size_t i) const noexcept {
