@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(decoded_compact_rows_equal_the_msgpack_forms_rows) {
       auto ok = s.check_emit(b, pe->entry.key.size(), pe->entry.len);
       BOOST_TEST_REQUIRE(ok.has_value(), ok.message());
       std::vector<std::byte> meta;
-      if (s.needs_meta(pe->entry)) pe->entry.append_meta(meta);
+      if (s.needs_meta(b, pe->entry)) pe->entry.append_meta(meta);
       auto credit = s.plan_entry(b, pe->entry, meta);
       BOOST_TEST_REQUIRE(credit.has_value());
       BOOST_TEST(s.take_credit(*credit));
@@ -462,9 +462,9 @@ BOOST_AUTO_TEST_CASE(the_session_sends_compact_iff_negotiated_and_coded) {
     s.connect(sender_limits{.features = w.features}, &out);
     sender_blob b(tag_of(2));
     BOOST_TEST(s.compact_code_for(e).has_value() == w.compact, *e.dtype << " features " << w.features);
-    BOOST_TEST(s.needs_meta(e) == !w.compact);
+    BOOST_TEST(s.needs_meta(b, e) == !w.compact);
     std::vector<std::byte> meta;
-    if (s.needs_meta(e)) e.append_meta(meta);
+    if (s.needs_meta(b, e)) e.append_meta(meta);
     auto credit = s.plan_entry(b, e, meta);
     BOOST_TEST_REQUIRE(credit.has_value());
     BOOST_TEST(*credit == (w.compact ? compact_entry_credit(8, 1, 1) : entry_credit(8, 1, meta.size())));
@@ -474,6 +474,25 @@ BOOST_AUTO_TEST_CASE(the_session_sends_compact_iff_negotiated_and_coded) {
     BOOST_TEST(((flags & frame_flag_compact) != 0) == w.compact, *e.dtype);
     BOOST_TEST((flags & frame_flag_inline) != 0);
   }
+}
+
+BOOST_AUTO_TEST_CASE(the_form_chosen_for_an_entry_follows_a_new_connection) {
+  planned_row f32("float32");
+  const Entry& e = f32.pe->entry;
+  sender_session s;
+  outbox out;
+  s.connect(sender_limits{.features = feature_compact_entries}, &out);
+  sender_blob b(tag_of(4));
+  BOOST_TEST(!s.needs_meta(b, e));  // compact here
+  outbox out2;
+  s.connect(sender_limits{.features = 0}, &out2);  // the same Entry, planned anew
+  BOOST_TEST(s.needs_meta(b, e));
+  const auto meta = e.meta();
+  auto credit = s.plan_entry(b, e, meta);
+  BOOST_TEST_REQUIRE(credit.has_value());
+  BOOST_TEST(*credit == entry_credit(8, 1, meta.size()));
+  (void)s.add_entry(b, e, meta, 0, entry_route::automatic);
+  BOOST_TEST((entry_flags(out2) & frame_flag_compact) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(too_many_dims_for_the_consumers_max_meta_bytes_fall_back_to_msgpack) {
@@ -495,8 +514,8 @@ BOOST_AUTO_TEST_CASE(a_resend_session_keeps_meta_and_charges_each_connections_fo
   sender_session s({.resend = true});
   outbox out;
   s.connect(sender_limits{.features = feature_compact_entries, .dedup_window = 8}, &out);
-  BOOST_TEST(s.needs_meta(e));  // a later connection may not take the compact form
   auto b = std::make_shared<sender_blob>(tag_of(3));
+  BOOST_TEST(s.needs_meta(*b, e));  // a later connection may not take the compact form
   BOOST_TEST(s.list(b));
   kept_entry k{.entry = e, .meta = e.meta(), .bytes = f32.bytes, .emitted_ns = 0};
   const std::size_t meta_bytes = k.meta.size();

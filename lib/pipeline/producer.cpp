@@ -103,7 +103,7 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   // lock): no allocation per entry once warm. None for an entry going in
   // the compact form (sender_session::needs_meta).
   b.meta.clear();
-  if (s.session.needs_meta(p.planned->entry)) p.planned->entry.append_meta(b.meta);
+  if (s.session.needs_meta(w, p.planned->entry)) p.planned->entry.append_meta(b.meta);
   // From here until entry_sent() an early return leaves the consumer
   // without this entry: the session holds the blob broken.
   auto credit = s.session.plan_entry(w, p.planned->entry, b.meta);

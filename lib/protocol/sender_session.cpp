@@ -143,10 +143,18 @@ std::optional<std::uint8_t> sender_session::compact_code_for(const Entry& e) con
   return compact_code(e, limits_.max_meta_bytes);
 }
 
-bool sender_session::needs_meta(const Entry& e) const noexcept {
+std::optional<std::uint8_t> sender_session::form_of(sender_blob& b, const Entry& e) noexcept {
+  if (b.form_entry_ == &e && b.form_connection_ == connection_) return b.form_code_;
+  b.form_entry_ = &e;
+  b.form_connection_ = connection_;
+  b.form_code_ = compact_code_for(e);
+  return b.form_code_;
+}
+
+bool sender_session::needs_meta(sender_blob& b, const Entry& e) noexcept {
   // A resend session may send a kept entry again on a connection without
   // the compact form: it keeps the msgpack meta of every entry.
-  return opt_.resend || !compact_code_for(e);
+  return opt_.resend || !form_of(b, e);
 }
 
 namespace {
@@ -162,7 +170,7 @@ result<std::uint64_t> sender_session::plan_entry(sender_blob& b, const Entry& e,
                                                  std::span<const std::byte> meta) {
   // From here until entry_sent() the blob lacks an entry it has planned.
   b.broken_ = true;
-  const bool compact = compact_code_for(e).has_value();
+  const bool compact = form_of(b, e).has_value();
   if (!compact && meta.size() > limits_.max_meta_bytes)
     return {errc::invalid_argument,
             "the entry's meta (its index row) is " + num(meta.size()) +
@@ -207,7 +215,9 @@ std::span<std::byte> sender_session::add_entry(sender_blob& b, const Entry& e,
   if (limits_.features & feature_entry_timestamps) stamp = emitted_ns;
   const bool inline_bytes =
       route == entry_route::automatic && e.len != 0 && e.len <= limits_.inline_bytes;
-  if (const auto code = compact_code_for(e)) {
+  const auto code = form_of(b, e);
+  b.form_entry_ = nullptr;  // taken: the next entry is looked up afresh
+  if (code) {
     if (inline_bytes) return frame_entry_begin_compact_inline(*out_, b.id_, index, e, *code, stamp);
     frame_entry_begin_compact(*out_, b.id_, index, e, *code, stamp);
   } else if (inline_bytes) {
@@ -365,6 +375,7 @@ void sender_session::keep_entry(sender_blob& b, kept_entry e) {
   ++counts_.entries_sent;
   if (counts_.first_entry_ns == 0) counts_.first_entry_ns = e.emitted_ns;
   b.kept_.push_back(std::move(e));
+  b.form_entry_ = nullptr;  // a kept entry is framed later, looked up then
   b.broken_ = false;
 }
 

@@ -152,6 +152,12 @@ class sender_blob {
   std::uint64_t next_index_ = 0;
   std::uint64_t entry_left_ = 0;   // bytes of the current entry not yet framed
   std::uint64_t entry_off_ = 0;    // blob offset of its next data byte
+  // The form chosen for the entry being planned (sender_session::form_of):
+  // valid for that Entry object on connection form_connection_ until
+  // add_entry() or keep_entry() takes it.
+  const Entry* form_entry_ = nullptr;
+  std::uint64_t form_connection_ = 0;
+  std::optional<std::uint8_t> form_code_;
   bool ended_ = false;
   bool end_framed_ = false;        // tail or abort framed on connection_
   bool broken_ = false;
@@ -277,8 +283,10 @@ class sender_session {
   /// Whether plan_entry() and add_entry() need e's Entry::meta(): not for
   /// an entry going in the compact form, unless this is a resend session
   /// (a kept entry may go again on a connection without the feature).
-  /// Where it is not needed, `meta` may be empty.
-  bool needs_meta(const Entry& e) const noexcept;
+  /// Where it is not needed, `meta` may be empty. The form chosen for `e`
+  /// is kept with `b` for plan_entry() and add_entry() of the same `e`
+  /// on this connection (its dtype is looked up once per entry).
+  bool needs_meta(sender_blob& b, const Entry& e) noexcept;
   /// The entry `e` (with its Entry::meta() `meta`, where needs_meta) was
   /// planned: `b` is broken until entry_sent(). Returns its credit:
   /// compact_entry_credit in the compact form, else entry_credit.
@@ -409,6 +417,9 @@ class sender_session {
  private:
   void begin(sender_blob& b);
   void release(sender_blob& b) noexcept;
+  /// compact_code_for(e), kept with `b` for the same `e` on this
+  /// connection until add_entry() or keep_entry() takes it.
+  std::optional<std::uint8_t> form_of(sender_blob& b, const Entry& e) noexcept;
   // abort() of a resend session: keeps the abort, or forgets a blob no
   // consumer heard of. REQUIRES: b ended by the caller just now.
   bool keep_abort(sender_blob& b, std::string_view reason);
