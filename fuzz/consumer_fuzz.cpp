@@ -8,7 +8,8 @@
 // bytes. Byte 0 picks
 // options: bit 0 prepends a valid sender hello (bit 1: with a resend
 // session), bit 2 assembles blobs in memory, bit 3 holds every entry until
-// its blob ends. In every mode: no entry is yielded twice; a blob reported
+// its blob ends, bit 5 has that hello offer compact entries (which the
+// consumer accepts by default). In every mode: no entry is yielded twice; a blob reported
 // complete had each of its index's entries yielded exactly once, each as
 // its row says (in memory mode, with the bytes the assembled blob holds at
 // its offset); and it reads back with read_index (memory mode).
@@ -148,6 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (mode & 1) {
     h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096};
     if (mode & 2) h->session[0] = std::byte{1};
+    if (mode & 32) h->features = feature_compact_entries;
   }
   const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
 

@@ -5,7 +5,9 @@
 // stream is cut (one call, fixed pieces of 1, 7, 24, 100 or 4096 bytes, or
 // pieces sized by the input's own bytes); bit 4 lands large payloads the
 // way a socket reader does (payload_target / commit_payload) instead of
-// copying them through consume(). Whatever the input, the decoder must
+// copying them through consume(); bit 5 has the prepended hello offer
+// compact entries (feature_compact_entries, the one feature the decoder
+// accepts here, from any hello that offers it). Whatever the input, the decoder must
 // keep its invariants:
 // - entry bytes only ever land inside the destination the listener gave
 //   (each is a vector of exactly len bytes: ASan catches a byte past it);
@@ -52,6 +54,7 @@ struct fuzz_listener final : decoder_listener {
     auto l = dec->limits();
     l.max_chunk_bytes = std::min<std::uint32_t>(h.max_chunk_bytes, 4096);
     l.inline_bytes = std::min<std::uint32_t>(h.inline_bytes, 1024);
+    l.features = h.features & feature_compact_entries;
     dec->set_limits(l);
     return {};
   }
@@ -151,7 +154,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   const std::uint8_t mode = data[0];
   std::optional<hello> h;
-  if (mode & 1) h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
+  if (mode & 1) {
+    h = hello{.role = wire_role::sender, .max_chunk_bytes = 4096, .inline_bytes = 1024};
+    if (mode & 32) h->features = feature_compact_entries;
+  }
   const auto rest = std::as_bytes(std::span(data + 1, size - 1));
   const std::vector<std::byte> stream = fuzzing::stream_input(h, std::span(data + 1, size - 1));
   // Every byte of a completed entry landed: it reads the same whatever the

@@ -600,14 +600,9 @@ BOOST_AUTO_TEST_CASE(entry_larger_than_window_is_admitted_alone) {
   r.spawn(consume());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST(entries == 2);
-  // Alone: nothing beside it (its credit: bytes, key, meta, bookkeeping).
-  Entry big_row;
-  big_row.key = "big";
-  big_row.off = 64;  // after "small" (64 bytes)
-  big_row.len = big.size() * 4;
-  big_row.dtype = "float32";
-  big_row.shape = shape_t{static_cast<std::int64_t>(big.size())};
-  BOOST_TEST(st.buffered_high_water == entry_credit(big_row.len, 3, big_row.meta().size()));
+  // Alone: nothing beside it (its credit: bytes, key, its compact meta of
+  // one dim, bookkeeping).
+  BOOST_TEST(st.buffered_high_water == compact_entry_credit(big.size() * 4, 3, 1));
 }
 
 // (e) A connection dropped mid-blob: the completed blob stays complete, the

@@ -350,13 +350,9 @@ BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
       auto closer = [&]() -> asio::awaitable<void> {
         while (!waiting) co_await yield_n(1);
         co_await yield_n(20);
-        // x0 alone is outstanding: its bytes, key, meta and bookkeeping.
-        Entry x0;
-        x0.key = "x0";
-        x0.len = 4096;
-        x0.dtype = "float32";
-        x0.shape = shape_t{1024};
-        BOOST_TEST(ep.s.in_flight_bytes() == entry_credit(4096, 2, x0.meta().size()));
+        // x0 alone is outstanding: its bytes, key, its compact meta of one
+        // dim, and bookkeeping.
+        BOOST_TEST(ep.s.in_flight_bytes() == compact_entry_credit(4096, 2, 1));
         ep.s.close();
       };
       r.spawn(produce());

@@ -126,7 +126,8 @@ BOOST_AUTO_TEST_CASE(feature_bits_and_flags_are_the_reserved_ones) {
   BOOST_TEST(feature_entry_timestamps == 1u);
   BOOST_TEST(feature_blob_groups == 2u);
   BOOST_TEST(feature_credit_grants == 4u);
-  BOOST_TEST(known_features == 7u);
+  BOOST_TEST(feature_compact_entries == 16u);  // bit 3 stays reserved (UCX rendezvous)
+  BOOST_TEST(known_features == 0x17u);
   std::array<std::byte, frame_header_size> buf;
   const auto flags_ok = [&](frame_type t, std::uint8_t f) {
     encode_frame_header({.type = t, .flags = f}, buf);
@@ -135,7 +136,10 @@ BOOST_AUTO_TEST_CASE(feature_bits_and_flags_are_the_reserved_ones) {
   BOOST_TEST(flags_ok(frame_type::blob_begin, frame_flag_group));
   BOOST_TEST(!flags_ok(frame_type::blob_begin, 0x02));
   BOOST_TEST(flags_ok(frame_type::entry_begin, frame_flag_inline | frame_flag_timestamp));
+  BOOST_TEST(flags_ok(frame_type::entry_begin, frame_flag_compact));
+  BOOST_TEST(frame_flag_compact == 0x08);
   BOOST_TEST(!flags_ok(frame_type::entry_begin, 0x02));
+  BOOST_TEST(!flags_ok(frame_type::entry_begin, 0x10));
   BOOST_TEST(flags_ok(frame_type::ack, frame_flag_credit_request));
   BOOST_TEST(!flags_ok(frame_type::ack, 0x01));
   BOOST_TEST(!flags_ok(frame_type::data, frame_flag_group));

@@ -57,9 +57,12 @@ class vector_listener final : public decoder_listener {
                     " inline_bytes=" + std::to_string(h.inline_bytes) +
                     " features=" + std::to_string(h.features) + " session=" + hex(h.session) +
                     " extensions=" + std::to_string(h.extensions.size()));
-    auto l = dec->limits();  // the consumer's defaults: chunk and inline as offered
+    // The consumer's defaults: chunk and inline as offered, and the
+    // features a consumer accepts by default (consumer_options).
+    auto l = dec->limits();
     l.max_chunk_bytes = std::min(l.max_chunk_bytes, h.max_chunk_bytes);
     l.inline_bytes = std::min(l.inline_bytes, h.inline_bytes);
+    l.features = h.features & (feature_blob_groups | feature_compact_entries);
     dec->set_limits(l);
     return {};
   }
@@ -155,6 +158,40 @@ inline void entry(outbox& o, layout_builder& b, std::uint64_t id, std::string ke
   }
   frame_entry_begin(o, id, index, pe.entry, meta);
   frame_data(o, id, pe.entry.off, std::span(pe.source.data, pe.entry.len), chunk, true);
+}
+
+/// As entry(), in the compact form (docs/wire.md "Compact entries") when
+/// the row has a dtype code, else in the msgpack form: what a sender does
+/// on a connection with feature_compact_entries.
+inline void compact_entry(outbox& o, layout_builder& b, std::uint64_t id, std::string key,
+                          value v, std::uint64_t inline_max, std::uint32_t chunk) {
+  const planned_entry& pe = *b.add(std::move(key), std::move(v)).value();
+  const auto code = compact_code(pe.entry, default_max_meta_bytes);
+  const std::uint64_t index = b.size() - 1;
+  const auto meta = code ? std::vector<std::byte>{} : pe.entry.meta();
+  if (pe.entry.len != 0 && pe.entry.len <= inline_max) {
+    auto room = code ? frame_entry_begin_compact_inline(o, id, index, pe.entry, *code)
+                     : frame_entry_begin_inline(o, id, index, pe.entry, meta);
+    (void)write_entry(pe, room);
+    return;
+  }
+  if (code) {
+    frame_entry_begin_compact(o, id, index, pe.entry, *code);
+  } else {
+    frame_entry_begin(o, id, index, pe.entry, meta);
+  }
+  frame_data(o, id, pe.entry.off, std::span(pe.source.data, pe.entry.len), chunk, true);
+}
+
+/// A hand-built entry_begin (entry `index` of blob `id`) with `flags` and `payload`.
+inline void raw_entry_begin(outbox& o, std::uint64_t id, std::uint64_t index, std::uint8_t flags,
+                            std::span<const std::byte> payload) {
+  auto room = o.append(frame_header_size + payload.size());
+  encode_frame_header({.type = frame_type::entry_begin, .flags = flags,
+                       .length = static_cast<std::uint32_t>(payload.size()), .blob_id = id,
+                       .arg = index},
+                      room);
+  std::memcpy(room.data() + frame_header_size, payload.data(), payload.size());
 }
 
 inline void tail(outbox& o, layout_builder& b, std::uint64_t id, const tag_t& tag) {
@@ -260,6 +297,47 @@ inline std::vector<wire_vector> build_vectors() {
                         room);
     std::memcpy(room.data() + frame_header_size, payload.data(), payload.size());
     out.push_back({"inline_short.bin", bytes_of(o)});
+  }
+  const hello compact_hello{.role = wire_role::sender, .max_chunk_bytes = 128,
+                            .features = feature_compact_entries, .inline_bytes = 64};
+  {  // Compact entries (feature bit 4): inline, in data frames, empty, a
+     // pickle, 5 dims, and a dtype without a code in the msgpack form on the
+     // same connection; tail; close.
+    static const std::vector<std::uint8_t> v8(8, 0x5a);
+    outbox o;
+    frame_hello(o, compact_hello);
+    const tag_t tag = tag_of("compact");
+    frame_blob_begin(o, 1, tag);
+    layout_builder b;
+    compact_entry(o, b, 1, "x", value::tensor(f4, {2, 2}), 64, 128);
+    compact_entry(o, b, 1, "big", value::ndarray_bytes(std::as_bytes(std::span(u300)), "|u1",
+                                                       {300}), 64, 128);
+    compact_entry(o, b, 1, "empty", value::tensor(none, {0}), 64, 128);
+    compact_entry(o, b, 1, "meta", value::pickle(std::as_bytes(std::span(pickled))), 64, 128);
+    compact_entry(o, b, 1, "five", value::ndarray_bytes(std::as_bytes(std::span(u300)).first(16),
+                                                        ">i2", {2, 1, 2, 1, 2}), 64, 128);
+    compact_entry(o, b, 1, "rec", value::ndarray_bytes(std::as_bytes(std::span(v8)), "|V4", {2}),
+                  64, 128);
+    tail(o, b, 1, tag);
+    frame_close(o, "done");
+    out.push_back({"compact_blob.bin", bytes_of(o)});
+  }
+  {  // The compact flag on a connection that did not negotiate it.
+    outbox o;
+    frame_hello(o, sender_hello);
+    frame_blob_begin(o, 1, tag_of("not negotiated"));
+    layout_builder b;
+    compact_entry(o, b, 1, "x", value::tensor(f4, {2, 2}), 64, 128);
+    out.push_back({"compact_not_negotiated.bin", bytes_of(o)});
+  }
+  {  // A reserved dtype code (30).
+    outbox o;
+    frame_hello(o, compact_hello);
+    frame_blob_begin(o, 1, tag_of("reserved code"));
+    const std::vector<std::int64_t> dims{4};
+    const auto payload = encode_compact_entry_begin("x", 't', 30, 16, dims);
+    raw_entry_begin(o, 1, 0, frame_flag_compact, payload);
+    out.push_back({"compact_reserved_code.bin", bytes_of(o)});
   }
   {  // A stray client: fewer bytes than a frame header, refused on the first.
     const std::string_view http = "GET / HTTP/1.0\r\n\r\n";

@@ -79,7 +79,9 @@ BOOST_AUTO_TEST_CASE(valid_vectors_complete_and_invalid_ones_fail_as_documented)
   const auto want = expectations();
   BOOST_TEST(want.at("one_blob.bin").back() == "close reason='done'");
   BOOST_TEST(want.at("interleaved_abort.bin").size() > 5u);
+  BOOST_TEST(want.at("compact_blob.bin").back() == "close reason='done'");
   for (const char* bad : {"v2_hello.bin", "tail_mismatch.bin", "data_past_entry.bin",
-                          "inline_short.bin", "stray_client.bin"})
+                          "inline_short.bin", "stray_client.bin", "compact_not_negotiated.bin",
+                          "compact_reserved_code.bin"})
     BOOST_TEST(want.at(bad).back() == "error protocol_violation", bad);
 }

@@ -103,9 +103,10 @@ emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   }
   p.planned = *added;
   // Encoded into the blob's own buffer (blob calls are serialised by its
-  // lock): no allocation per entry once warm.
+  // lock): no allocation per entry once warm. None for an entry going in
+  // the compact form (sender_session::needs_meta).
   b.meta.clear();
-  p.planned->entry.append_meta(b.meta);
+  if (s.session.needs_meta(w, p.planned->entry)) p.planned->entry.append_meta(b.meta);
   // From here until entry_sent() an early return leaves the consumer
   // without this entry: the session holds the blob broken.
   auto credit = s.session.plan_entry(w, p.planned->entry, b.meta);

@@ -209,7 +209,7 @@ void install(const std::shared_ptr<sender_state>& s, std::shared_ptr<ack_reader>
 // ---- credit -----------------------------------------------------------------
 
 std::uint64_t offered_features(const sender_options& opt) noexcept {
-  return feature_blob_groups | feature_credit_grants |
+  return feature_blob_groups | feature_credit_grants | feature_compact_entries |
          (opt.entry_timestamps ? feature_entry_timestamps : 0);
 }
 

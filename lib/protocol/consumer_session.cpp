@@ -70,7 +70,8 @@ result<void> consumer_session::on_hello(const hello& h) {
   auto l = frames_.limits();
   l.max_chunk_bytes = std::min(h.max_chunk_bytes, opt_.limits.max_chunk_bytes);
   l.inline_bytes = std::min(h.inline_bytes, opt_.limits.inline_bytes);
-  std::uint64_t accept = opt_.accept_features & (feature_entry_timestamps | feature_blob_groups);
+  std::uint64_t accept = opt_.accept_features &
+                         (feature_entry_timestamps | feature_blob_groups | feature_compact_entries);
   if (opt_.pooled) accept |= feature_credit_grants;
   l.features = h.features & accept & known_features;
   // With grants, the window is the pool's: each grant raises it (grant()),

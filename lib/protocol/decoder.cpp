@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "blobpipe/format/dtype.hpp"
 #include "blobpipe/format/layout.hpp"
 #include "lib/format/index_rows.hpp"
 
@@ -56,6 +57,21 @@ std::uint64_t max_row_bytes(const Entry& e) {
 /// an empty Entry would not do: a string assigned a short one keeps its
 /// buffer.
 void forget_entry(Entry& e) noexcept { [[maybe_unused]] Entry gone = std::move(e); }
+
+/// The row a checked compact entry_begin announces, at offset `off` (the
+/// aligned end of the previous entry): the same Entry Entry::from_meta
+/// gives for the msgpack form of that row (a pickle keeps no dtype or
+/// shape; 't' and 'n' rows keep their shape, [] when ndim is 0).
+void read_compact(const compact_entry_view& cv, std::uint64_t off, Entry& e) {
+  e.key.assign(cv.key);
+  e.off = off;
+  e.len = cv.len;
+  e.kind = cv.kind;
+  if (cv.kind == KIND_PICKLE) return;  // (decode_compact_entry_begin: code 0, no dims)
+  e.dtype.emplace(cv.dtype->name);
+  e.shape.emplace(cv.ndim);  // inline up to shape_inline_dims
+  for (std::size_t i = 0; i < cv.ndim; ++i) (*e.shape)[i] = cv.dim(i);
+}
 
 }  // namespace
 
@@ -319,13 +335,20 @@ result<void> decoder::check_header(const frame_header& h) {
       if (stamped && !(limits_.features & feature_entry_timestamps))
         return violation("entry_begin: a timestamp, but the entry-timestamps feature was not "
                          "negotiated");
+      const bool compact = (h.flags & frame_flag_compact) != 0;
+      if (compact && !(limits_.features & feature_compact_entries))
+        return violation("entry_begin: the compact form, but the compact-entries feature was "
+                         "not negotiated");
       const std::uint64_t stamp = stamped ? timestamp_bytes : 0;
-      const std::uint64_t max_len = stamp + 8ull + limits_.max_key_bytes +
+      // The msgpack form: key_len, meta_len and at least one meta byte;
+      // the compact form: its fixed bytes (key_len counted in them).
+      const std::uint64_t min_len = stamp + (compact ? compact_fixed_bytes : 9);
+      const std::uint64_t max_len = stamp + (compact ? 4ull : 8ull) + limits_.max_key_bytes +
                                     limits_.max_meta_bytes +
                                     (inline_bytes ? limits_.inline_bytes : 0);
-      if (h.length < stamp + 9 || h.length > max_len)
+      if (h.length < min_len || h.length > max_len)
         return violation("entry_begin: payload of " + num(h.length) + " bytes not in [" +
-                         num(stamp + 9) + ", " + num(max_len) + "]");
+                         num(min_len) + ", " + num(max_len) + "]");
       return start_payload(sink::assemble);
     }
     case frame_type::data: {
@@ -453,10 +476,29 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
     sent_ns = decode_timestamp(p);
     p = p.subspan(timestamp_bytes);
   }
-  auto eb = decode_entry_begin(p, has_inline, limits_.max_key_bytes, limits_.max_meta_bytes);
-  if (!eb) return eb.err();
-  auto e = Entry::from_meta(std::string(eb->key), eb->meta);
-  if (!e) return violation("entry_begin meta: " + e.message());
+  // Either form gives the row, the inline bytes and the key and meta
+  // bytes the entry's credit counts.
+  result<Entry> e = Entry{};
+  std::span<const std::byte> inline_bytes;
+  std::uint64_t key_bytes = 0;
+  std::uint64_t meta_bytes = 0;
+  if (cur_.flags & frame_flag_compact) {  // its feature was checked with the header
+    auto cv = decode_compact_entry_begin(p, has_inline, limits_.max_key_bytes,
+                                         limits_.max_meta_bytes);
+    if (!cv) return cv.err();
+    read_compact(*cv, b.data_end, *e);
+    inline_bytes = cv->inline_bytes;
+    key_bytes = cv->key.size();
+    meta_bytes = compact_meta_bytes(cv->ndim);
+  } else {
+    auto eb = decode_entry_begin(p, has_inline, limits_.max_key_bytes, limits_.max_meta_bytes);
+    if (!eb) return eb.err();
+    e = Entry::from_meta(std::string(eb->key), eb->meta);
+    if (!e) return violation("entry_begin meta: " + e.message());
+    inline_bytes = eb->inline_bytes;
+    key_bytes = eb->key.size();
+    meta_bytes = eb->meta.size();
+  }
   if (auto r = validate_entry(*e, limits_.max_blob_bytes); !r)
     return violation("entry " + quote(e->key) + ": " + r.message());
   if (e->off != b.data_end)
@@ -465,8 +507,8 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   if (e->len > limits_.max_entry_bytes)
     return violation("entry " + quote(e->key) + ": " + num(e->len) +
                      " bytes exceed max_entry_bytes " + num(limits_.max_entry_bytes));
-  if (has_inline && eb->inline_bytes.size() != e->len)
-    return violation("entry " + quote(e->key) + ": " + num(eb->inline_bytes.size()) +
+  if (has_inline && inline_bytes.size() != e->len)
+    return violation("entry " + quote(e->key) + ": " + num(inline_bytes.size()) +
                      " inline bytes for an entry of " + num(e->len));
   // The header's length bound leaves the unused key and meta room free, so
   // an inline entry could pass it above the negotiated threshold; and an
@@ -477,7 +519,9 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
                      num(limits_.inline_bytes));
   if (has_inline && e->len == 0)
     return violation("entry " + quote(e->key) + ": the inline flag on an entry of 0 bytes");
-  const std::uint64_t credit = entry_credit(e->len, eb->key.size(), eb->meta.size());
+  // compact_entry_credit for a compact entry (meta_bytes are its compact
+  // meta bytes), the sender's figure either way.
+  const std::uint64_t credit = entry_credit(e->len, key_bytes, meta_bytes);
   if (auto r = check_window(credit, "entry"); !r) return r;
   buffered_ += credit;
   // The row goes into the blob's keyed digest now, in canonical form, and
@@ -504,7 +548,7 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
                           num(len));
   if (whole) {
     admitted_bytes_ += len;
-    if (len != 0 && !dest->empty()) std::memcpy(dest->data(), eb->inline_bytes.data(), len);
+    if (len != 0 && !dest->empty()) std::memcpy(dest->data(), inline_bytes.data(), len);
     forget_entry(b.current);
     return listener_->on_entry_complete(b.user, b.id);
   }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "blobpipe/format/dtype.hpp"
+
 namespace blobpipe {
 
 std::span<std::byte> outbox::append(std::size_t n) {
@@ -103,6 +105,62 @@ std::span<std::byte> frame_entry_begin_inline(outbox& out, std::uint64_t blob_id
                                               std::span<const std::byte> meta,
                                               std::optional<std::uint64_t> sent_ns) {
   return entry_begin_frame(out, blob_id, index, e, meta, sent_ns, frame_flag_inline, e.len);
+}
+
+std::optional<std::uint8_t> compact_code(const Entry& e, std::uint32_t max_meta_bytes) noexcept {
+  // A pickle's dtype and shape are not part of its row (Entry::from_meta
+  // drops them): code 0, no dims.
+  if (e.kind == KIND_PICKLE) {
+    if (!compact_dims_fit(0, max_meta_bytes)) return std::nullopt;
+    return std::uint8_t{0};
+  }
+  const std::uint8_t code = e.dtype ? compact_dtype_code(e.kind, *e.dtype) : 0;
+  if (code == 0 || !compact_dims_fit(e.shape ? e.shape->size() : 0, max_meta_bytes))
+    return std::nullopt;
+  return code;
+}
+
+namespace {
+
+/// A compact entry_begin header and payload up to the inline bytes (the
+/// timestamp, then the compact prefix); returns the room after them
+/// (`extra` bytes).
+std::span<std::byte> compact_entry_begin_frame(outbox& out, std::uint64_t blob_id,
+                                               std::uint64_t index, const Entry& e,
+                                               std::uint8_t code,
+                                               std::optional<std::uint64_t> sent_ns,
+                                               std::uint8_t flags, std::size_t extra) {
+  const bool pickle = e.kind == KIND_PICKLE;
+  std::span<const std::int64_t> dims;
+  if (!pickle && e.shape) dims = *e.shape;
+  const std::size_t stamp = sent_ns ? timestamp_bytes : 0;
+  const std::size_t prefix = stamp + compact_entry_begin_prefix_bytes(e.key.size(), dims.size());
+  flags |= frame_flag_compact;
+  if (sent_ns) flags |= frame_flag_timestamp;
+  auto room = header(out, {.type = frame_type::entry_begin, .flags = flags,
+                           .length = static_cast<std::uint32_t>(prefix + extra),
+                           .blob_id = blob_id, .arg = index},
+                     prefix + extra);
+  if (sent_ns) encode_timestamp(*sent_ns, room);
+  encode_compact_entry_begin_prefix(e.key, e.kind, code, e.len, dims,
+                                    room.subspan(stamp));
+  return room.subspan(prefix);
+}
+
+}  // namespace
+
+void frame_entry_begin_compact(outbox& out, std::uint64_t blob_id, std::uint64_t index,
+                               const Entry& e, std::uint8_t code,
+                               std::optional<std::uint64_t> sent_ns) {
+  compact_entry_begin_frame(out, blob_id, index, e, code, sent_ns, 0, 0);
+}
+
+std::span<std::byte> frame_entry_begin_compact_inline(outbox& out, std::uint64_t blob_id,
+                                                      std::uint64_t index, const Entry& e,
+                                                      std::uint8_t code,
+                                                      std::optional<std::uint64_t> sent_ns) {
+  return compact_entry_begin_frame(out, blob_id, index, e, code, sent_ns, frame_flag_inline,
+                                   e.len);
 }
 
 void frame_data(outbox& out, std::uint64_t blob_id, std::uint64_t off,

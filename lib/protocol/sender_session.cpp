@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "blobpipe/format/dtype.hpp"
+
 namespace blobpipe {
 namespace {
 
@@ -136,17 +138,48 @@ result<void> sender_session::check_finish(const sender_blob& b) const {
   return {};
 }
 
+std::optional<std::uint8_t> sender_session::compact_code_for(const Entry& e) const noexcept {
+  if (!(limits_.features & feature_compact_entries)) return std::nullopt;
+  return compact_code(e, limits_.max_meta_bytes);
+}
+
+std::optional<std::uint8_t> sender_session::form_of(sender_blob& b, const Entry& e) noexcept {
+  if (b.form_entry_ == &e && b.form_connection_ == connection_) return b.form_code_;
+  b.form_entry_ = &e;
+  b.form_connection_ = connection_;
+  b.form_code_ = compact_code_for(e);
+  return b.form_code_;
+}
+
+bool sender_session::needs_meta(sender_blob& b, const Entry& e) noexcept {
+  // A resend session may send a kept entry again on a connection without
+  // the compact form: it keeps the msgpack meta of every entry.
+  return opt_.resend || !form_of(b, e);
+}
+
+namespace {
+
+/// Dims the compact form of `e` carries (a pickle's shape is not sent).
+std::size_t compact_ndim(const Entry& e) noexcept {
+  return e.kind != KIND_PICKLE && e.shape ? e.shape->size() : 0;
+}
+
+}  // namespace
+
 result<std::uint64_t> sender_session::plan_entry(sender_blob& b, const Entry& e,
                                                  std::span<const std::byte> meta) {
   // From here until entry_sent() the blob lacks an entry it has planned.
   b.broken_ = true;
-  if (meta.size() > limits_.max_meta_bytes)
+  const bool compact = form_of(b, e).has_value();
+  if (!compact && meta.size() > limits_.max_meta_bytes)
     return {errc::invalid_argument,
             "the entry's meta (its index row) is " + num(meta.size()) +
                 " bytes, longer than the consumer's max_meta_bytes (" +
                 num(limits_.max_meta_bytes) + " bytes)"};
-  // Key and meta are bounded by the limits above; only len can be huge.
-  const std::uint64_t rest = entry_credit(0, e.key.size(), meta.size());
+  // Key and meta are bounded by the limits above (the compact meta by
+  // compact_dims_fit); only len can be huge.
+  const std::uint64_t rest = compact ? compact_entry_credit(0, e.key.size(), compact_ndim(e))
+                                     : entry_credit(0, e.key.size(), meta.size());
   if (e.len > std::numeric_limits<std::uint64_t>::max() - rest)
     return {errc::too_large, "entry of " + num(e.len) + " bytes: its credit overflows 64 bits"};
   return e.len + rest;
@@ -180,9 +213,18 @@ std::span<std::byte> sender_session::add_entry(sender_blob& b, const Entry& e,
   }
   std::optional<std::uint64_t> stamp;
   if (limits_.features & feature_entry_timestamps) stamp = emitted_ns;
-  if (route == entry_route::automatic && e.len != 0 && e.len <= limits_.inline_bytes)
+  const bool inline_bytes =
+      route == entry_route::automatic && e.len != 0 && e.len <= limits_.inline_bytes;
+  const auto code = form_of(b, e);
+  b.form_entry_ = nullptr;  // taken: the next entry is looked up afresh
+  if (code) {
+    if (inline_bytes) return frame_entry_begin_compact_inline(*out_, b.id_, index, e, *code, stamp);
+    frame_entry_begin_compact(*out_, b.id_, index, e, *code, stamp);
+  } else if (inline_bytes) {
     return frame_entry_begin_inline(*out_, b.id_, index, e, meta, stamp);
-  frame_entry_begin(*out_, b.id_, index, e, meta, stamp);
+  } else {
+    frame_entry_begin(*out_, b.id_, index, e, meta, stamp);
+  }
   b.entry_left_ = e.len;
   b.entry_off_ = e.off;
   return {};
@@ -333,6 +375,7 @@ void sender_session::keep_entry(sender_blob& b, kept_entry e) {
   ++counts_.entries_sent;
   if (counts_.first_entry_ns == 0) counts_.first_entry_ns = e.emitted_ns;
   b.kept_.push_back(std::move(e));
+  b.form_entry_ = nullptr;  // a kept entry is framed later, looked up then
   b.broken_ = false;
 }
 
@@ -367,6 +410,9 @@ sync_step sender_session::next_step(sender_blob& b) {
 
 std::uint64_t sender_session::kept_credit(const sender_blob& b) const noexcept {
   const kept_entry& k = b.kept_[b.next_index_];
+  // The form this connection sends it in (send_kept_entry).
+  if (compact_code_for(k.entry))
+    return compact_entry_credit(k.entry.len, k.entry.key.size(), compact_ndim(k.entry));
   return entry_credit(k.entry.len, k.entry.key.size(), k.meta.size());
 }
 

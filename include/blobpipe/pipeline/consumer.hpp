@@ -294,9 +294,11 @@ struct consumer_options {
 
   /// Optional wire features accepted when the sender offers them
   /// (docs/wire_features.md): feature_entry_timestamps
-  /// (received_entry::sent_ns) and feature_blob_groups (event::group).
+  /// (received_entry::sent_ns), feature_blob_groups (event::group) and
+  /// feature_compact_entries (entry rows in a fixed binary form instead of
+  /// msgpack; leave it out and the sender sends msgpack meta maps).
   /// feature_credit_grants is accepted exactly when `pool` is set.
-  std::uint64_t accept_features = feature_blob_groups;
+  std::uint64_t accept_features = feature_blob_groups | feature_compact_entries;
 
   /// A receive budget shared with other consumers (credit_pool.hpp; a
   /// fan-in server sets it). Null: this consumer's own window_bytes. Set:

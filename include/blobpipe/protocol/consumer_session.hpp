@@ -141,8 +141,9 @@ struct consumer_session_options {
   /// by a pooled session, whose window is the pool's grant).
   decoder_limits limits;
   /// Optional features accepted when offered (feature_entry_timestamps,
-  /// feature_blob_groups; feature_credit_grants is accepted only pooled).
-  std::uint64_t accept_features = feature_blob_groups;
+  /// feature_blob_groups, feature_compact_entries; feature_credit_grants
+  /// is accepted only pooled).
+  std::uint64_t accept_features = feature_blob_groups | feature_compact_entries;
   /// Credit comes from a shared pool (feature_credit_grants required of
   /// the sender: its own window would be outside the pool's budget).
   bool pooled = false;

@@ -22,7 +22,8 @@
 // then land the payload with payload_target()/commit_payload().
 //
 // Window: the decoder counts the credit of every entry (len + key + meta +
-// entry_overhead_bytes) and tail it admits against
+// entry_overhead_bytes; compact_entry_credit for the compact form) and
+// tail it admits against
 // decoder_limits::window_bytes (docs/wire.md "Flow control"). An entry's
 // credit is handed to the listener (entry_announcement::credit), which
 // release()s it when the application drops the entry; a tail's the decoder
@@ -90,7 +91,8 @@ struct entry_announcement {
   std::uint64_t index = 0;   ///< row number in the blob
   const Entry* entry = nullptr;  ///< the row as announced (offsets from blob start)
   /// Window credit this entry holds until the application drops it
-  /// (entry_credit(len, key, meta)): pass it to decoder::release() then.
+  /// (entry_credit(len, key, meta), or compact_entry_credit(len, key,
+  /// ndim) for the compact form): pass it to decoder::release() then.
   std::uint64_t credit = 0;
   /// The sender's monotonic clock when it emitted the entry, nanoseconds
   /// (frame_flag_timestamp); empty when not stamped.

@@ -97,6 +97,25 @@ std::span<std::byte> frame_entry_begin_inline(outbox& out, std::uint64_t blob_id
                                               std::uint64_t index, const Entry& e,
                                               std::span<const std::byte> meta,
                                               std::optional<std::uint64_t> sent_ns = std::nullopt);
+/// The dtype code (compact_dtype_code) with which row `e` travels in the
+/// compact form to a consumer whose max_meta_bytes is `max_meta_bytes`:
+/// 0 for a pickle (whose dtype and shape are not part of its row). Empty
+/// when it must go in the msgpack form: its dtype has no code (a tensor
+/// row with no dtype included), or it has more dims than compact_dims_fit
+/// allows. docs/wire.md "Compact entries".
+std::optional<std::uint8_t> compact_code(const Entry& e, std::uint32_t max_meta_bytes) noexcept;
+/// entry_begin for row `e` in the compact form (frame_flag_compact; only
+/// on a connection that accepted feature_compact_entries), without inline
+/// bytes; otherwise as frame_entry_begin. `code`: compact_code(e, the
+/// consumer's max_meta_bytes), which must not be empty.
+void frame_entry_begin_compact(outbox& out, std::uint64_t blob_id, std::uint64_t index,
+                               const Entry& e, std::uint8_t code,
+                               std::optional<std::uint64_t> sent_ns = std::nullopt);
+/// The compact entry_begin carrying the entry's bytes (frame_flag_inline):
+/// as frame_entry_begin_inline.
+std::span<std::byte> frame_entry_begin_compact_inline(
+    outbox& out, std::uint64_t blob_id, std::uint64_t index, const Entry& e, std::uint8_t code,
+    std::optional<std::uint64_t> sent_ns = std::nullopt);
 /// data frames covering blob offsets [off, off + bytes.size()), each at
 /// most `chunk_bytes` of payload. `copy`: the payload is copied into the
 /// outbox; else it is referenced (the caller keeps it valid until written)

@@ -152,6 +152,12 @@ class sender_blob {
   std::uint64_t next_index_ = 0;
   std::uint64_t entry_left_ = 0;   // bytes of the current entry not yet framed
   std::uint64_t entry_off_ = 0;    // blob offset of its next data byte
+  // The form chosen for the entry being planned (sender_session::form_of):
+  // valid for that Entry object on connection form_connection_ until
+  // add_entry() or keep_entry() takes it.
+  const Entry* form_entry_ = nullptr;
+  std::uint64_t form_connection_ = 0;
+  std::optional<std::uint8_t> form_code_;
   bool ended_ = false;
   bool end_framed_ = false;        // tail or abort framed on connection_
   bool broken_ = false;
@@ -270,15 +276,28 @@ class sender_session {
   /// "NO_TAG": resend sessions identify blobs by tag).
   result<void> check_emit(const sender_blob& b, std::size_t key_bytes,
                           std::uint64_t entry_bytes = 0) const;
-  /// The entry `e` (with its Entry::meta() `meta`) was planned: `b` is
-  /// broken until entry_sent(). Returns its credit (entry_credit).
+  /// The dtype code with which `e` goes in the compact form on this
+  /// connection (feature_compact_entries accepted, and compact_code()
+  /// gives one); empty: the msgpack form, with its Entry::meta().
+  std::optional<std::uint8_t> compact_code_for(const Entry& e) const noexcept;
+  /// Whether plan_entry() and add_entry() need e's Entry::meta(): not for
+  /// an entry going in the compact form, unless this is a resend session
+  /// (a kept entry may go again on a connection without the feature).
+  /// Where it is not needed, `meta` may be empty. The form chosen for `e`
+  /// is kept with `b` for plan_entry() and add_entry() of the same `e`
+  /// on this connection (its dtype is looked up once per entry).
+  bool needs_meta(sender_blob& b, const Entry& e) noexcept;
+  /// The entry `e` (with its Entry::meta() `meta`, where needs_meta) was
+  /// planned: `b` is broken until entry_sent(). Returns its credit:
+  /// compact_entry_credit in the compact form, else entry_credit.
   /// Errors: invalid_argument ("meta ... max_meta_bytes"), too_large (the
   /// credit overflows 64 bits).
   result<std::uint64_t> plan_entry(sender_blob& b, const Entry& e,
                                    std::span<const std::byte> meta);
   /// Frames blob_begin (once per connection) and entry_begin for `e` as
-  /// entry b.entries(), stamped with `emitted_ns` when the consumer accepted
-  /// feature_entry_timestamps. Returns the e.len bytes to fill inside the
+  /// entry b.entries(), in the compact form where compact_code_for(e)
+  /// gives a code (else with `meta`), stamped with `emitted_ns` when the
+  /// consumer accepted feature_entry_timestamps. Returns the e.len bytes to fill inside the
   /// frame when it goes inline (route automatic, 1 <= len <= inline_bytes);
   /// else empty, and the bytes follow through add_chunk().
   /// REQUIRES: its credit taken; no entry of `b` being framed.
@@ -364,7 +383,8 @@ class sender_session {
   /// there first when it has not been (blob_begin under a fresh id; counted
   /// as resent from its second connection on).
   sync_step next_step(sender_blob& b);
-  /// The credit of kept entry b.entries() (entry_credit).
+  /// The credit of kept entry b.entries() in the form this connection
+  /// sends it in (compact_entry_credit or entry_credit).
   std::uint64_t kept_credit(const sender_blob& b) const noexcept;
   /// Frames kept entry b.entries() (blob_begin first when needed): returns
   /// its inline room, empty when it goes in data frames from
@@ -397,6 +417,9 @@ class sender_session {
  private:
   void begin(sender_blob& b);
   void release(sender_blob& b) noexcept;
+  /// compact_code_for(e), kept with `b` for the same `e` on this
+  /// connection until add_entry() or keep_entry() takes it.
+  std::optional<std::uint8_t> form_of(sender_blob& b, const Entry& e) noexcept;
   // abort() of a resend session: keeps the abort, or forgets a blob no
   // consumer heard of. REQUIRES: b ended by the caller just now.
   bool keep_abort(sender_blob& b, std::string_view reason);

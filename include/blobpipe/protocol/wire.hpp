@@ -6,7 +6,8 @@
 //   off size field
 //     0    1 type       frame_type
 //     1    1 flags      per type (entry_begin: frame_flag_inline,
-//                       frame_flag_timestamp; blob_begin: frame_flag_group;
+//                       frame_flag_timestamp, frame_flag_compact;
+//                       blob_begin: frame_flag_group;
 //                       ack: frame_flag_credit_request); any other bit is a
 //                       violation, and so is a flag whose feature was not
 //                       negotiated
@@ -143,7 +144,7 @@ inline constexpr session_id NO_SESSION{};
 /// an answer naming a feature that was not offered is a violation. Bits
 /// this release does not know are never accepted. The bits are reserved
 /// for what releases add without a new version (bit 3: a UCX
-/// worker-address rendezvous); frames of a feature not accepted by both
+/// worker-address rendezvous, not defined yet); frames of a feature not accepted by both
 /// sides are violations. docs/wire_features.md has the frame layouts.
 ///
 /// Bit 0: entry_begin may carry the sender's monotonic clock
@@ -157,8 +158,13 @@ inline constexpr std::uint64_t feature_blob_groups = 1u << 1;
 /// admitted beyond the credit granted, and the sender asks for credit it
 /// waits for (an ack frame from the sender with frame_flag_credit_request).
 inline constexpr std::uint64_t feature_credit_grants = 1u << 2;
-inline constexpr std::uint64_t known_features =
-    feature_entry_timestamps | feature_blob_groups | feature_credit_grants;
+/// Bit 4: entry_begin may carry the entry's row in a fixed binary form
+/// (frame_flag_compact) instead of the msgpack meta map: no msgpack is
+/// packed or parsed per entry. Entries whose dtype has no code
+/// (compact_dtype_code) still go in the msgpack form on such a connection.
+inline constexpr std::uint64_t feature_compact_entries = 1u << 4;
+inline constexpr std::uint64_t known_features = feature_entry_timestamps | feature_blob_groups |
+                                                feature_credit_grants | feature_compact_entries;
 
 /// blob_begin flag (feature_blob_groups): the tag is followed by the group
 /// (blob_group_bytes; encode_blob_group).
@@ -173,6 +179,10 @@ inline constexpr std::uint8_t frame_flag_credit_request = 0x02;
 /// key_len. Its 8 bytes are not counted in the entry's credit.
 inline constexpr std::uint8_t frame_flag_timestamp = 0x04;
 inline constexpr std::size_t timestamp_bytes = 8;
+/// entry_begin flag (feature_compact_entries): the payload after the
+/// timestamp is the compact form (encode_compact_entry_begin_prefix), not
+/// key_len | meta_len | key | meta.
+inline constexpr std::uint8_t frame_flag_compact = 0x08;
 /// Writes / reads the u64 of frame_flag_timestamp (little-endian).
 /// REQUIRES: at least timestamp_bytes bytes.
 void encode_timestamp(std::uint64_t ns, std::span<std::byte> out) noexcept;
@@ -302,5 +312,99 @@ std::vector<std::byte> encode_entry_begin(std::string_view key, std::span<const 
                                                           bool has_inline,
                                                           std::uint32_t max_key_bytes,
                                                           std::uint32_t max_meta_bytes);
+
+// ---- the compact entry_begin (feature_compact_entries) ----------------------
+
+/// One dtype of the compact form's fixed table (docs/wire.md "Compact
+/// entries"): code 0 is a pickle's missing dtype; 1 to 25 are the torch
+/// names the reference writes (kind 't', parse_torch_dtype's canonical
+/// spellings); 64 to 88 are fixed-size numpy dtype.str values (kind 'n':
+/// |b1 |i1 |u1, then i2 i4 i8 u2 u4 u8 f2 f4 f8 c8 c16 little-endian
+/// ('<') and big-endian ('>')). Every other code is reserved.
+struct compact_dtype {
+  std::uint8_t code = 0;
+  char kind = 0;          ///< 't' or 'n'
+  std::string_view name;  ///< exactly as the index row spells it
+};
+
+/// The table entry of `code`, or null for code 0 and the reserved codes.
+const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept;
+/// The code of dtype `name` for entry kind `kind`, or 0 when it has none
+/// (only exact spellings: "float32" has one, its alias "float" does not,
+/// so the row the consumer rebuilds is the row the sender wrote).
+std::uint8_t compact_dtype_code(char kind, std::string_view name) noexcept;
+
+/// Compact entry_begin payload, after the timestamp (frame_flag_compact):
+///   u32 key_len | u8 kind | u8 dtype code | u16 ndim | u64 len |
+///   ndim x i64 dims | key | with frame_flag_inline, the len bytes.
+/// The entry's offset is not sent: it is the aligned end of the previous
+/// entry, which the decoder requires of every entry. Little-endian.
+inline constexpr std::size_t compact_fixed_bytes = 16;  ///< key_len to len, bytes
+/// The compact form's meta bytes (kind, code, ndim, len, dims), bytes:
+/// what an entry's credit counts and max_meta_bytes bounds, as meta_len
+/// does in the msgpack form (key_len is not counted, as neither length
+/// of the msgpack form is).
+constexpr std::uint64_t compact_meta_bytes(std::uint64_t ndim) noexcept {
+  return compact_fixed_bytes - 4 + 8 * ndim;
+}
+/// Window credit of a compact entry (docs/wire.md "Flow control"), bytes:
+/// entry_credit with its compact meta bytes. Sender and consumer both
+/// charge this.
+constexpr std::uint64_t compact_entry_credit(std::uint64_t len, std::uint64_t key_bytes,
+                                             std::uint64_t ndim) noexcept {
+  return entry_credit(len, key_bytes, compact_meta_bytes(ndim));
+}
+/// Most dims a compact entry may have (torch's limit, as max_dims).
+inline constexpr std::uint64_t compact_max_dims = 64;
+/// Whether a compact entry of `ndim` dims is allowed: at most
+/// compact_max_dims, and its compact meta bytes within the consumer's
+/// max_meta_bytes (which thus bounds ndim, as it bounds meta_len).
+constexpr bool compact_dims_fit(std::uint64_t ndim, std::uint32_t max_meta_bytes) noexcept {
+  return ndim <= compact_max_dims && compact_meta_bytes(ndim) <= max_meta_bytes;
+}
+
+/// Bytes of a compact entry_begin payload before the inline bytes.
+constexpr std::size_t compact_entry_begin_prefix_bytes(std::size_t key_bytes,
+                                                       std::size_t ndim) noexcept {
+  return compact_fixed_bytes + 8 * ndim + key_bytes;
+}
+
+/// A compact entry_begin's fields (views into its payload).
+struct compact_entry_view {
+  std::string_view key;
+  char kind = 'p';
+  const compact_dtype* dtype = nullptr;     ///< null for a pickle (code 0)
+  std::uint64_t len = 0;                    ///< bytes
+  std::uint16_t ndim = 0;
+  std::span<const std::byte> dims;          ///< ndim x i64, little-endian, each in [0, 2^62]
+  std::span<const std::byte> inline_bytes;  ///< empty unless frame_flag_inline
+  /// Dim `i` (REQUIRES: i < ndim).
+  std::int64_t dim(std::size_t i) const noexcept;
+};
+
+/// Writes the compact prefix (compact_entry_begin_prefix_bytes long) into
+/// `out`. REQUIRES: `code` is kind's (or 0 for a pickle), dims.size() fits
+/// a u16.
+void encode_compact_entry_begin_prefix(std::string_view key, char kind, std::uint8_t code,
+                                       std::uint64_t len, std::span<const std::int64_t> dims,
+                                       std::span<std::byte> out) noexcept;
+
+/// Builds a whole compact entry_begin payload (prefix, then `inline_bytes`).
+std::vector<std::byte> encode_compact_entry_begin(std::string_view key, char kind,
+                                                  std::uint8_t code, std::uint64_t len,
+                                                  std::span<const std::int64_t> dims,
+                                                  std::span<const std::byte> inline_bytes = {});
+
+/// Splits and checks a compact entry_begin payload, in this order: the 16
+/// fixed bytes present; key_len <= max_key_bytes; kind 't', 'n' or 'p';
+/// the dtype code assigned (compact_dtype_of), and of the entry's kind
+/// (a pickle: code 0 and no dims; 't'/'n': a code of that kind);
+/// compact_dims_fit(ndim, max_meta_bytes); dims and key inside the
+/// payload; nothing after them unless `has_inline`; each dim in [0, 2^62].
+/// Errors: protocol_violation, the message naming the field
+/// ("entry_begin: compact dtype code 30 is reserved").
+[[nodiscard]] result<compact_entry_view> decode_compact_entry_begin(
+    std::span<const std::byte> payload, bool has_inline, std::uint32_t max_key_bytes,
+    std::uint32_t max_meta_bytes);
 
 }  // namespace blobpipe
