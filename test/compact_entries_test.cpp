@@ -208,6 +208,9 @@ BOOST_AUTO_TEST_CASE(decoded_compact_rows_equal_the_msgpack_forms_rows) {
     s.connect(sender_limits{.inline_bytes = 16, .features = accept}, &out);
     sender_blob b(tag_of(1));
     int compact_frames = 0;
+    // The entries' bytes: data frames point at them until `out` is read.
+    std::vector<std::vector<std::byte>> held;
+    held.reserve(pes.size());
     for (const planned_entry* pe : pes) {
       auto ok = s.check_emit(b, pe->entry.key.size(), pe->entry.len);
       BOOST_TEST_REQUIRE(ok.has_value(), ok.message());
@@ -218,7 +221,7 @@ BOOST_AUTO_TEST_CASE(decoded_compact_rows_equal_the_msgpack_forms_rows) {
       BOOST_TEST(s.take_credit(*credit));
       if (s.compact_code_for(pe->entry)) ++compact_frames;
       auto room = s.add_entry(b, pe->entry, meta, 0, entry_route::automatic);
-      std::vector<std::byte> bytes(pe->entry.len);
+      std::vector<std::byte>& bytes = held.emplace_back(pe->entry.len);
       BOOST_TEST_REQUIRE(write_entry(*pe, bytes).has_value());
       if (!room.empty()) std::memcpy(room.data(), bytes.data(), bytes.size());
       else for (std::size_t at = 0; at < bytes.size();) at += s.add_chunk(b, std::span(bytes).subspan(at));

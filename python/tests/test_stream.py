@@ -144,9 +144,9 @@ def test_window_bytes_is_no_hard_limit_one_larger_entry_goes_alone(transport):
         t.join_result()
         high = consumer.stats()["buffered_high_water"]
     assert got == [("a", 16 << 10, 1, 1), ("big", big, 2, 2), ("c", 16 << 10, 3, 3)], got
-    # entry_credit: len + key + meta + 256 (docs/wire.md "Flow control").
-    meta = len(bf.Entry("big", 16 << 10, big, "n", "|u1", (big,)).meta_msgpack())  # at its offset
-    assert high == big + len("big") + meta + 256 > window, high
+    # compact_entry_credit: len + key + its compact meta (12 + 8 per dim)
+    # + 256 (docs/wire.md "Flow control"; |u1 travels in the compact form).
+    assert high == big + len("big") + (12 + 8 * 1) + 256 > window, high
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
