@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
@@ -189,22 +190,29 @@ asio::awaitable<void> serve(std::shared_ptr<server_state> s, std::shared_ptr<ser
   });
   s->drain_one(io);
   const std::size_t room = s->opt.max_queued_events_per_connection;
-  for (;;) {
+  std::vector<event> batch;  // what one read completed (next_batch), reused
+  for (bool end = false; !end;) {
     // Events that hold no credit are bounded per connection: at the bound
     // its consumer is asked for nothing more, so it reads nothing more and
     // its sender waits in the transport's flow control, until the
-    // application takes one (server_state::uncredited_left wakes us).
-    while (cn->uncredited_queued.load(std::memory_order_acquire) >= room && !s->closed)
+    // application takes one (server_state::uncredited_left wakes us). A
+    // batch takes at most the room left, so it cannot pass the bound.
+    std::size_t queued = cn->uncredited_queued.load(std::memory_order_acquire);
+    while (queued >= room && !s->closed) {
       (void)co_await io.room->wait();
-    event ev = co_await io.c->next();
+      queued = cn->uncredited_queued.load(std::memory_order_acquire);
+    }
+    batch.clear();
+    co_await io.c->next_batch(batch, queued < room ? room - queued : 1);
     cn->credit_requests.store(io.c->stats().credit_requests, std::memory_order_relaxed);
-    const bool end = ev.kind == event_kind::end_of_stream;
-    if (end && !io.closed_why.empty()) ev.reason = io.closed_why;
-    if (ev.kind != event_kind::entry_ready)
-      cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
-    hand_home(*s, cn, std::move(ev));
-    if (end) break;
-    s->drain_one(io);
+    for (event& ev : batch) {
+      end = ev.kind == event_kind::end_of_stream;
+      if (end && !io.closed_why.empty()) ev.reason = io.closed_why;
+      if (ev.kind != event_kind::entry_ready)
+        cn->uncredited_queued.fetch_add(1, std::memory_order_acq_rel);
+      hand_home(*s, cn, std::move(ev));
+    }
+    if (!end) s->drain_one(io);
   }
 }
 
