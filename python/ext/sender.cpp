@@ -1135,8 +1135,9 @@ figures read.)")
                              "The consumer's key limit, bytes: emit refuses longer keys (UTF-8).")
       .def_property_readonly("max_meta_bytes", [](const py_sender& s) { return s.h->core().max_meta_bytes; },
                              "The consumer's limit on an entry's meta (its index row: offset,\n"
-                             "length, kind, dtype, shape in msgpack), bytes: emit refuses an entry\n"
-                             "whose meta is longer (a shape of many dimensions).")
+                             "length, kind, dtype, shape in msgpack; 12 + 8 per dimension in the\n"
+                             "compact form), bytes: emit refuses an entry whose meta is longer in\n"
+                             "the form it would travel in (a shape of many dimensions).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
                              "emit() blocks while more than this many bytes are queued, bytes\n"
                              "(connect()'s queue_bytes; by default the consumer's window, at most\n"
@@ -1192,7 +1193,7 @@ nothing (TimedOutError).
 Raises FormatError for a value the codec refuses (invalid_argument,
 unknown_dtype, too_large) or a key longer than the consumer's
 max_key_bytes, or an entry whose meta (index row) is longer than its
-max_meta_bytes (invalid_argument, the message naming the key and the limit
+max_meta_bytes in the form it would travel in (invalid_argument, the message naming the key and the limit
 in bytes; Sender.max_key_bytes, Sender.max_meta_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
 was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the
