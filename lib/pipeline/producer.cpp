@@ -437,6 +437,7 @@ std::uint32_t sender::inline_bytes() const noexcept { return limits_of(state_).i
 std::uint64_t sender::window_bytes() const noexcept { return limits_of(state_).window_bytes; }
 std::uint32_t sender::max_key_bytes() const noexcept { return limits_of(state_).max_key_bytes; }
 std::uint32_t sender::max_meta_bytes() const noexcept { return limits_of(state_).max_meta_bytes; }
+std::uint64_t sender::features() const noexcept { return limits_of(state_).features; }
 std::uint64_t sender::max_entry_bytes() const noexcept { return limits_of(state_).max_entry_bytes; }
 std::uint64_t sender::in_flight_bytes() const noexcept {
   return state_ ? state_->session.in_flight() : 0;

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "blobpipe/format/layout.hpp"
+#include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
@@ -151,6 +152,7 @@ struct sender_core {
   sender s;  // io thread only
   // Negotiated in the handshake, before any Python thread looks.
   std::uint32_t inline_bytes = 0, chunk_bytes = 0, max_key_bytes = 0, max_meta_bytes = 0;
+  std::uint64_t features = 0;  // negotiated (feature_* bits)
   std::uint64_t window_bytes = 0;
   bool resend = false;  // a resend session (set before launch)
 
@@ -499,7 +501,9 @@ class sender_handle {
 
   /// Refuses, as the C++ sender would on the io thread (where it could
   /// only abort the blob), an entry whose meta (index row) is longer than
-  /// the consumer's max_meta_bytes. Encoded only when its bound could
+  /// the consumer's max_meta_bytes, unless it goes in the compact form,
+  /// which the C++ sender bounds by its own size (docs/wire.md "Compact
+  /// entries"; compact_code). Encoded only when its bound could
   /// pass the limit: at most meta_fixed_bytes + the dtype's length + 9 per
   /// dimension (msgpack: a map of five fields, uint64s and strings). The
   /// entry was planned alone, at offset 0; in its blob the offset may take
@@ -512,6 +516,8 @@ class sender_handle {
     const std::size_t rank = en.shape ? en.shape->size() : 0;
     const std::size_t bound = meta_fixed_bytes + (en.dtype ? en.dtype->size() : 0) + 9 * rank;
     if (core_->max_meta_bytes == 0 || bound <= core_->max_meta_bytes) return;
+    if ((core_->features & feature_compact_entries) && compact_code(en, core_->max_meta_bytes))
+      return;
     thread_local std::vector<std::byte> meta;
     meta.clear();
     en.append_meta(meta);
@@ -991,6 +997,7 @@ void launch_sender(std::shared_ptr<sender_core> core, std::unique_ptr<transport>
       core->inline_bytes = core->s.inline_bytes();
       core->max_key_bytes = core->s.max_key_bytes();
       core->max_meta_bytes = core->s.max_meta_bytes();
+      core->features = core->s.features();
       core->chunk_bytes = core->s.chunk_bytes();
       core->window_bytes = core->s.window_bytes();
     }
@@ -1128,8 +1135,9 @@ figures read.)")
                              "The consumer's key limit, bytes: emit refuses longer keys (UTF-8).")
       .def_property_readonly("max_meta_bytes", [](const py_sender& s) { return s.h->core().max_meta_bytes; },
                              "The consumer's limit on an entry's meta (its index row: offset,\n"
-                             "length, kind, dtype, shape in msgpack), bytes: emit refuses an entry\n"
-                             "whose meta is longer (a shape of many dimensions).")
+                             "length, kind, dtype, shape in msgpack; 12 + 8 per dimension in the\n"
+                             "compact form), bytes: emit refuses an entry whose meta is longer in\n"
+                             "the form it would travel in (a shape of many dimensions).")
       .def_property_readonly("queue_bytes", [](const py_sender& s) { return s.h->queue_limit(); },
                              "emit() blocks while more than this many bytes are queued, bytes\n"
                              "(connect()'s queue_bytes; by default the consumer's window, at most\n"
@@ -1185,7 +1193,7 @@ nothing (TimedOutError).
 Raises FormatError for a value the codec refuses (invalid_argument,
 unknown_dtype, too_large) or a key longer than the consumer's
 max_key_bytes, or an entry whose meta (index row) is longer than its
-max_meta_bytes (invalid_argument, the message naming the key and the limit
+max_meta_bytes in the form it would travel in (invalid_argument, the message naming the key and the limit
 in bytes; Sender.max_key_bytes, Sender.max_meta_bytes) — nothing is sent and the blob stays usable; ClosedError (the blob
 was finished or aborted, or the sender closed); the connection's error; or
 the error of an earlier entry of this blob that could not be sent (the

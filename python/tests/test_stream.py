@@ -915,6 +915,25 @@ def test_emit_refuses_meta_over_max_meta_bytes_at_once_naming_key_and_limit(tran
     assert [ev.key for ev in events[:2]] == ["small", "after"]
 
 
+def test_an_entry_whose_compact_form_fits_max_meta_bytes_is_sent_though_its_msgpack_meta_does_not():
+    # Empty, with a dim past 2^32: its msgpack meta (a uint64 dim) is 30
+    # bytes, its compact form 12 + 8 x 2 = 28. A consumer limit of 29 takes
+    # the compact form, as the C++ sender sends it (docs/wire.md "Compact
+    # entries").
+    shape = (1 << 40, 0)
+    limit = 29
+    assert len(bf.Entry("w", 0, 0, "n", "|u1", shape).meta_msgpack()) > limit
+    assert 12 + 8 * len(shape) <= limit
+    with Pair("inproc", consumer_options={"max_meta_bytes": limit}) as (sender, consumer):
+        blob = sender.open_blob(tag=b"wide")
+        blob.emit("w", np.zeros(shape, np.uint8))
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"], events
+    assert events[0].key == "w"
+
+
 def test_meta_over_the_limit_only_at_its_blob_offset_fails_naming_key_and_limit():
     # Planned alone (offset 0) its meta fits; at its offset in the blob
     # (past 64 KiB, a uint32 instead of a fixint) it does not: the io

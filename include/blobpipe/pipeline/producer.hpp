@@ -393,10 +393,16 @@ class sender {
   /// longer key (invalid_argument).
   std::uint32_t max_key_bytes() const noexcept;
   /// The consumer's limit on an entry's meta (its index row: msgpack of
-  /// offset, length, kind, dtype and shape) from its handshake, bytes: emit
-  /// refuses an entry whose meta is longer (invalid_argument; last_error()
-  /// names both sizes). A shape of many dimensions is what makes it long.
+  /// offset, length, kind, dtype and shape; in the compact form, 12 + 8
+  /// per dimension) from its handshake, bytes: emit refuses an entry whose
+  /// meta is longer in the form it would go in (invalid_argument;
+  /// last_error() names both sizes; an entry that fits the compact form
+  /// goes in it, docs/wire.md "Compact entries"). A shape of many
+  /// dimensions is what makes it long.
   std::uint32_t max_meta_bytes() const noexcept;
+  /// The optional features negotiated with the consumer (feature_* bits,
+  /// docs/wire_features.md); 0 for a sender that was never started.
+  std::uint64_t features() const noexcept;
   /// The consumer's limit on one entry's length from its handshake (its
   /// hello's max_entry_bytes extension, docs/wire.md "Hello extensions"),
   /// bytes: emit refuses a longer entry at once (invalid_argument), before

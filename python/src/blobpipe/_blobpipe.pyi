@@ -134,7 +134,8 @@ class Sender:
     @property
     def max_meta_bytes(self) -> int:
         """The consumer's limit on an entry's meta (its index row), bytes:
-        emit refuses an entry whose meta is longer."""
+        emit refuses an entry whose meta is longer in the form it would
+        travel in (the compact form: 12 + 8 bytes per dimension)."""
     @property
     def queue_bytes(self) -> int:
         """emit() blocks while more than this many bytes are queued
