@@ -398,9 +398,18 @@ asio::awaitable<std::error_code> sender::shutdown() {
   auto q = s->queue;
   frame_close(q->frames(), {});
   q->kick();
+  const std::uint64_t close_ticket = q->ticket();
   s->stall_watch.begin_wait();
-  const std::error_code written = co_await q->wait_written(q->ticket());
+  std::error_code written = co_await q->wait_written(close_ticket);
   s->stall_watch.end_wait();
+  if (written && written != asio::error::operation_aborted) {
+    // The consumer answers `close` by closing its end, and the ack reader
+    // may see that (and fail the queue) before the writer has recorded the
+    // write that carried `close`: wait for the writer to end, then the
+    // transport's outcome of that write decides, not the order of the two.
+    co_await q->join_writer();
+    if (q->wrote(close_ticket)) written = {};
+  }
   if (written) {
     const std::error_code ec = s->error ? s->error : written;
     co_await detail::end_tasks(s);

@@ -73,6 +73,9 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   /// used after it (error() is set: every caller checks it first).
   void release_link() noexcept;
   std::error_code error() const noexcept { return error_; }
+  /// Whether the transport took every byte up to `ticket` (the writer
+  /// recorded it), failed since or not.
+  bool wrote(std::uint64_t ticket) const noexcept { return written_ >= ticket; }
   /// Completes once the writer (run) has ended: after fail(), at once or
   /// when its write in flight ends (fail closed the transport). Run on
   /// the transport's executor; one joiner at a time.

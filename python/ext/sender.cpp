@@ -317,6 +317,12 @@ void start_drain(const std::shared_ptr<sender_core>& c) {
 
 // ---- the Python side ----
 
+/// Which errors a push raises: `all`, or `stream_only` (the Sender closed
+/// or its connection failed), for send_blob's commands after its open,
+/// whose blob's own asynchronous failure and earlier blobs' deferred
+/// failures go to the next call (sender_handle::send_blob).
+enum class checks { all, stream_only };
+
 /// What a Sender's Python objects share: the runtime, the core, and the
 /// Python-side bookkeeping. Lives on Python threads (its destructor runs
 /// with the GIL).
@@ -438,8 +444,9 @@ class sender_handle {
   /// `copy` false: a torch tensor above inline_bytes is held and sent from
   /// its own memory, as a numpy array is (the caller's promise that torch
   /// will not reallocate it until finish() or flush() returns).
+  /// `checks` as push's: send_blob's entries pass `stream_only`.
   void emit(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val,
-            bool copy = true) {
+            bool copy = true, checks what_raises = checks::all) {
     check("Blob");
     // Encoding calls torch (whose methods release the GIL and take it back
     // in a noexcept destructor), numpy and pickle; the waits below park at
@@ -496,7 +503,7 @@ class sender_handle {
       else cmd.keep = py_ref(std::move(e.keep));
     }
     cmd.cost = len + cmd.text.size() + command_overhead_bytes;
-    push(std::move(cmd), b.get());
+    push(std::move(cmd), b.get(), what_raises);
   }
 
   /// Refuses, as the C++ sender would on the io thread (where it could
@@ -532,14 +539,14 @@ class sender_handle {
   /// emit() of each (keys[i], values[i]) in order: one call for many
   /// entries. Raises as emit (entries before the bad one stay emitted).
   void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values,
-                 bool copy = true) {
+                 bool copy = true, checks what_raises = checks::all) {
     auto [ks, vs] = paired_sequences(keys, values);
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
     for (Py_ssize_t i = 0; i < n; ++i) {
       try {
-        emit(b, k[i], v[i], copy);
+        emit(b, k[i], v[i], copy, what_raises);
       } catch (py::builtin_exception& e) {
         e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
         py::error_already_set raised;
@@ -597,19 +604,24 @@ class sender_handle {
   }
 
   /// A whole blob in one call, finished without waiting: open_blob(tag),
-  /// emit_many, then the finish queued behind the entries. A value refused
-  /// here aborts the blob and raises; a failure the background thread
-  /// meets later (the consumer refusing an entry) raises from the next call
-  /// on the Sender (flush() and shutdown() included). Returns the tag.
+  /// emit_many, then the finish queued behind the entries. Returns the tag.
+  /// Raises, before queueing anything, an earlier blob's deferred failure.
+  /// Then only what is decided here raises (a value or key refused by
+  /// emit's checks, the Sender closed, the connection failed), the blob
+  /// aborted. A failure the background thread meets for this blob (the
+  /// consumer's limits refusing an entry), or for an earlier one, while
+  /// this call runs or later, never raises here, whatever the timing: the
+  /// blob's remaining entries are dropped, its finish fails, and that
+  /// failure is raised once by the next call on the Sender.
   py::bytes send_blob(py::handle keys, py::handle values, py::handle tag, bool copy = true) {
     auto [ks, vs] = paired_sequences(keys, values);
     std::shared_ptr<blob_slot> b = open_blob(tag);
     try {
-      emit_many(b, ks, vs, copy);
+      emit_many(b, ks, vs, copy, checks::stream_only);
       send_command cmd;
       cmd.what = op::finish;
       cmd.blob = b;
-      push(std::move(cmd), b.get());
+      push(std::move(cmd), b.get(), checks::stream_only);
     } catch (py::error_already_set& e) {
       abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())), exit_grace(e.value()));
       drop_blob(std::move(b));
@@ -797,9 +809,13 @@ class sender_handle {
     std::uint64_t in_flight = 0, unacked = 0;
   };
 
-  /// Raises the error that keeps `b` (or the sender) from taking commands.
+  /// Raises the error that keeps `b` (or the sender) from taking commands;
+  /// with `stream_only`, not a deferred failure nor `b`'s own (they stay
+  /// for the next call, and `b`'s commands are dropped by the io thread).
   /// REQUIRES: core_->mu held by the caller (released before raising).
-  void check_open_locked(std::unique_lock<std::mutex>& lk, const blob_slot* b) {
+  void check_open_locked(std::unique_lock<std::mutex>& lk, const blob_slot* b,
+                         checks what_raises = checks::all) {
+    const bool all = what_raises == checks::all;
     std::error_code ec;
     std::string why;
     if (core_->failed) {
@@ -808,10 +824,10 @@ class sender_handle {
     } else if (core_->closed) {
       ec = errc::closed;
       why = "the Sender is closed";
-    } else if (core_->deferred) {
+    } else if (all && core_->deferred) {
       ec = std::exchange(core_->deferred, {});
       why = std::move(core_->deferred_why);
-    } else if (b && b->failed) {
+    } else if (all && b && b->failed) {
       ec = b->failed;
       why = b->why;
     } else if (b && b->ended) {
@@ -823,13 +839,14 @@ class sender_handle {
     raise_code(ec, why);
   }
 
-  /// Queues `cmd`, first waiting for room if it is an entry.
-  void push(send_command cmd, blob_slot* b) {
+  /// Queues `cmd`, first waiting for room if it is an entry. Raises as
+  /// check_open_locked(`what_raises`), before and after waiting.
+  void push(send_command cmd, blob_slot* b, checks what_raises = checks::all) {
     std::vector<PyObject*> drop;
     {
       std::unique_lock lk(core_->mu);
       drop.swap(core_->released);
-      check_open_locked(lk, b);
+      check_open_locked(lk, b, what_raises);
       const std::uint64_t cost = cmd.cost;
       if (cost > 0 && core_->pending_bytes > 0 && core_->pending_bytes + cost > queue_limit_) {
         ++queue_waits_;
@@ -840,7 +857,7 @@ class sender_handle {
                  core_->closed || core_->failed;
         });
         lk.lock();
-        check_open_locked(lk, b);
+        check_open_locked(lk, b, what_raises);
       }
       if (cmd.what == op::finish || cmd.what == op::abort) b->ended = true;
       core_->pending_bytes += cost;
@@ -1096,12 +1113,18 @@ or all zeros, with ValueError).
 
 Each value is taken as Blob.emit takes it (copied or held; copy=False
 as Blob.emit's). Blocks only
-while the queue is full, as emit. Raises as emit for a value or key
-refused here (the blob is then aborted, nothing of it completes), and
-ValueError (FormatError invalid_argument) when keys and values differ in
-length. A failure met after the call returned (the consumer refusing an
-entry) aborts the blob and is raised, once, by the next call on this
-Sender: send_blob, open_blob, flush() or shutdown().)")
+while the queue is full, as emit. Raises, before queueing anything, the
+deferred failure of an earlier send_blob (below). Then raises only what
+is decided in this call: as emit for a value or key refused here (the
+blob is then aborted, nothing of it completes), ValueError (FormatError
+invalid_argument) when keys and values differ in length, ClosedError or
+the connection's error. A failure the background thread meets for this
+blob (the consumer's limits refusing an entry, such as its meta longer
+than max_meta_bytes at its offset) never raises from this call, whether
+met before or after it returned: the blob is aborted (its later entries
+dropped, the consumer sees BlobAborted) and the failure is raised, once,
+by the next call on this Sender: send_blob, open_blob, flush() or
+shutdown().)")
       .def("flush", [](py_sender& s) { s.h->flush(); },
            R"(Waits until every entry, tail and abort queued so far has been handed to
 the transport (not: read by the consumer). Interrupted by Ctrl-C. Raises

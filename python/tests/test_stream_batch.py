@@ -128,18 +128,29 @@ def test_send_blob_refuses_sequences_of_different_lengths_before_opening_a_blob(
         assert list(consumer) == []
 
 
-def test_a_send_blob_failure_met_later_is_raised_once_by_the_next_call():
-    # The entry's meta passes the check at emit (planned alone, at offset
-    # 0) but, at its offset in the blob (past 64 KiB: a uint32, not a
-    # fixint), is longer than the consumer's max_meta_bytes, which only the
-    # C++ sender sees, after send_blob returned: the blob is aborted, and
-    # the next call on the Sender raises that error, once.
+@pytest.mark.parametrize("io_first", [False, True], ids=["any_timing", "io_thread_first"])
+def test_a_send_blob_failure_met_later_is_raised_once_by_the_next_call(io_first):
+    # The consumer's max_meta_bytes is the entry's msgpack meta planned
+    # alone (offset 0). Its 12 dims do not fit the compact form (12 + 8 x
+    # 12 bytes > the limit, docs/wire_features.md "Bit 4"), so the C++
+    # sender sends it with msgpack meta, whose offset past 64 KiB is a
+    # uint32, not a fixint: longer than the limit. emit's check (planned
+    # alone) passes it; the io thread refuses it, and the blob is aborted.
+    # That failure never raises inside send_blob, whenever the io thread
+    # meets it: it is raised once, by the next call on the Sender.
+    # io_first: queue_bytes=1 makes each entry's emit wait until the io
+    # thread has run every command queued before it, so 'wide' has been
+    # refused before send_blob queues 'after' and the finish.
     shape = (1,) * 12
     wide = torch.ones(shape, dtype=torch.uint8)
     limit = len(bf.Entry("wide", 0, 1, "t", "uint8", shape).meta_msgpack())
     assert len(bf.Entry("wide", 1 << 17, 1, "t", "uint8", shape).meta_msgpack()) > limit
-    with Pair("inproc", consumer_options={"max_meta_bytes": limit}) as (sender, consumer):
-        sender.send_blob(["ok", "wide"], [np.zeros(1 << 17, np.uint8), wide], tag=b"late")
+    assert 12 + 8 * len(shape) > limit  # the compact form does not fit either
+    sender_options = {"queue_bytes": 1} if io_first else None
+    with Pair("inproc", sender_options=sender_options,
+              consumer_options={"max_meta_bytes": limit}) as (sender, consumer):
+        sender.send_blob(["ok", "wide", "after"], [np.zeros(1 << 17, np.uint8), wide, 2],
+                         tag=b"late")
         with pytest.raises(bf.FormatError) as e:
             sender.flush()
         assert e.value.category == "invalid_argument"

@@ -152,8 +152,12 @@ class Sender:
                   tag: Any = None, *, copy: bool = True) -> bytes:
         """A whole blob in one call (open_blob, emit of each entry, finish),
         its finish queued and not waited for; returns its 16-byte tag.
-        Raises as emit (the blob then aborted); a failure met after it
-        returned is raised once by the next call on this Sender."""
+        Raises an earlier send_blob's deferred failure before queueing
+        anything, then as emit for what is refused in this call (the blob
+        then aborted). A failure the background thread meets for this
+        blob (the consumer refusing an entry), during the call or after,
+        never raises here: it aborts the blob and is raised once by the
+        next call on this Sender."""
     def flush(self) -> None:
         """Waits until everything queued was handed to the transport.
         Raises the connection's StreamError."""
