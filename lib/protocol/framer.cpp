@@ -74,6 +74,22 @@ void frame_blob_begin(outbox& out, std::uint64_t blob_id, const tag_t& tag,
 
 namespace {
 
+/// An entry_begin header (either form) and its timestamp when `sent_ns`;
+/// returns the payload's room after the timestamp: `form_bytes` of the
+/// form's prefix, then `extra` bytes.
+std::span<std::byte> entry_begin_header(outbox& out, std::uint64_t blob_id, std::uint64_t index,
+                                        std::optional<std::uint64_t> sent_ns, std::uint8_t flags,
+                                        std::size_t form_bytes, std::size_t extra) {
+  const std::size_t stamp = sent_ns ? timestamp_bytes : 0;
+  if (sent_ns) flags |= frame_flag_timestamp;
+  auto room = header(out, {.type = frame_type::entry_begin, .flags = flags,
+                           .length = static_cast<std::uint32_t>(stamp + form_bytes + extra),
+                           .blob_id = blob_id, .arg = index},
+                     stamp + form_bytes + extra);
+  if (sent_ns) encode_timestamp(*sent_ns, room);
+  return room.subspan(stamp);
+}
+
 /// An entry_begin header and its payload up to the inline bytes (the
 /// timestamp, then key_len | meta_len | key | meta); returns the room after
 /// them (`extra` bytes).
@@ -81,15 +97,9 @@ std::span<std::byte> entry_begin_frame(outbox& out, std::uint64_t blob_id, std::
                                        const Entry& e, std::span<const std::byte> meta,
                                        std::optional<std::uint64_t> sent_ns, std::uint8_t flags,
                                        std::size_t extra) {
-  const std::size_t stamp = sent_ns ? timestamp_bytes : 0;
-  const std::size_t prefix = stamp + entry_begin_prefix_bytes(e.key.size(), meta.size());
-  if (sent_ns) flags |= frame_flag_timestamp;
-  auto room = header(out, {.type = frame_type::entry_begin, .flags = flags,
-                           .length = static_cast<std::uint32_t>(prefix + extra),
-                           .blob_id = blob_id, .arg = index},
-                     prefix + extra);
-  if (sent_ns) encode_timestamp(*sent_ns, room);
-  encode_entry_begin_prefix(e.key, meta, room.subspan(stamp));
+  const std::size_t prefix = entry_begin_prefix_bytes(e.key.size(), meta.size());
+  auto room = entry_begin_header(out, blob_id, index, sent_ns, flags, prefix, extra);
+  encode_entry_begin_prefix(e.key, meta, room);
   return room.subspan(prefix);
 }
 
@@ -133,17 +143,11 @@ std::span<std::byte> compact_entry_begin_frame(outbox& out, std::uint64_t blob_i
   const bool pickle = e.kind == KIND_PICKLE;
   std::span<const std::int64_t> dims;
   if (!pickle && e.shape) dims = *e.shape;
-  const std::size_t stamp = sent_ns ? timestamp_bytes : 0;
-  const std::size_t prefix = stamp + compact_entry_begin_prefix_bytes(e.key.size(), dims.size());
-  flags |= frame_flag_compact;
-  if (sent_ns) flags |= frame_flag_timestamp;
-  auto room = header(out, {.type = frame_type::entry_begin, .flags = flags,
-                           .length = static_cast<std::uint32_t>(prefix + extra),
-                           .blob_id = blob_id, .arg = index},
-                     prefix + extra);
-  if (sent_ns) encode_timestamp(*sent_ns, room);
-  encode_compact_entry_begin_prefix(e.key, e.kind, code, e.len, dims,
-                                    room.subspan(stamp));
+  const std::size_t prefix = compact_entry_begin_prefix_bytes(e.key.size(), dims.size());
+  auto room = entry_begin_header(out, blob_id, index, sent_ns,
+                                 static_cast<std::uint8_t>(flags | frame_flag_compact),
+                                 prefix, extra);
+  encode_compact_entry_begin_prefix(e.key, e.kind, code, e.len, dims, room);
   return room.subspan(prefix);
 }
 
