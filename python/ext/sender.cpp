@@ -41,14 +41,18 @@
 #include <asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstring>
 #include <deque>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/framer.hpp"
 #include "lib/runtime/deadline.hpp"
+#include "lib/runtime/pools.hpp"
 #include "encode.hpp"
 #include "errors.hpp"
 #include "sequences.hpp"
@@ -77,12 +81,80 @@ struct blob_slot {
 
 namespace {
 
+/// Frees a copy's bytes: back to the small pool it came from, else through
+/// `large` (a buffer_pool's block, or the heap).
+struct copy_free {
+  detail::block_pool* small = nullptr;
+  detail::aligned_free large;
+  void operator()(std::byte* p) const noexcept {
+    if (small != nullptr) small->give_back(p);
+    else large(p);
+  }
+};
+using copy_bytes = std::unique_ptr<std::byte[], copy_free>;
+
+/// Bytes for emit's copies, kept for reuse once the background thread has
+/// sent them, so that a copy costs no allocation, no page faults and no
+/// lock shared with the io thread (a block freed on another thread than
+/// the one that allocated it takes the allocator's arena lock). A copy of
+/// at most small_max bytes comes from the block_pool of its power-of-two
+/// class (64 B to 64 KiB; each keeps at most class_kept_bytes), a larger
+/// one from a buffer_pool (at most large_kept_bytes kept). Taken on Python
+/// threads (under the GIL: one at a time, as block_pool::acquire needs),
+/// given back on any thread. Must outlive every copy it gave.
+class copy_pools {
+ public:
+  static constexpr std::uint64_t small_max = 64 << 10;
+  static constexpr std::uint64_t class_kept_bytes = 1 << 20;
+  static constexpr std::uint64_t large_kept_bytes = 32 << 20;
+
+  copy_pools() : large_(std::make_shared<detail::buffer_pool>(large_kept_bytes)) {
+    for (std::size_t c = 0; c < small_.size(); ++c) {
+      const std::size_t bytes = std::size_t{64} << c;
+      small_[c] = std::make_unique<detail::block_pool>(bytes, class_kept_bytes / bytes);
+    }
+  }
+
+  /// `n` bytes, uninitialised. Throws std::bad_alloc.
+  copy_bytes take(std::uint64_t n) {
+    bool reused = false;
+    if (n <= small_max) {
+      detail::block_pool& pool = *small_[class_of(n)];
+      auto* p = static_cast<std::byte*>(pool.acquire(reused));
+      reused_ += reused;
+      return copy_bytes(p, copy_free{&pool, {}});
+    }
+    detail::aligned_bytes block = large_->acquire(n, reused);
+    if (!block) throw std::bad_alloc();
+    reused_ += reused;
+    detail::aligned_free owner = block.get_deleter();
+    return copy_bytes(block.release(), copy_free{nullptr, std::move(owner)});
+  }
+
+  /// Copies that reused a kept block, since the Sender was made.
+  std::uint64_t reused() const { return reused_; }
+  /// Bytes kept for later copies now.
+  std::uint64_t kept_bytes() const {
+    std::uint64_t n = large_->kept_bytes();
+    for (const auto& pool : small_) n += pool->kept() * pool->block_bytes();
+    return n;
+  }
+
+ private:
+  static std::size_t class_of(std::uint64_t n) {
+    return n <= 64 ? 0 : static_cast<std::size_t>(std::bit_width(n - 1) - 6);
+  }
+  std::array<std::unique_ptr<detail::block_pool>, 11> small_;  // 64 B << 0..10
+  std::shared_ptr<detail::buffer_pool> large_;
+  std::uint64_t reused_ = 0;
+};
+
 struct send_command {
   op what = op::emit;
   std::shared_ptr<blob_slot> blob;
   std::string text;  // emit: the key; abort: the reason
   value v;           // emit
-  std::vector<std::byte> copy;  // emit of a copied value: its bytes (v.data points here)
+  copy_bytes copy;  // emit of a copied value: its bytes (v.data points here)
   py_ref keep;                  // emit of a held value: the object v.data points into
   std::uint64_t cost = 0;       // bytes counted against the queue limit
   std::shared_ptr<completion> done;  // finish, abort, flush, shutdown
@@ -112,6 +184,11 @@ std::chrono::milliseconds exit_grace(py::handle exc) {
 // never more than this, bytes, whatever window the consumer grants. The
 // consumer's default window, so a default pair behaves as before.
 constexpr std::uint64_t default_queue_bytes = 64ull << 20;
+
+// emit_many and send_blob queue their entries in groups of about this
+// many bytes (their cost): one lock per group, and a blob much larger than
+// a group is not copied whole before the background thread starts on it.
+constexpr std::uint64_t group_bytes = 1ull << 20;
 
 // Costs a queued entry beyond its bytes (bookkeeping; never zero, so that
 // empty entries count too).
@@ -156,12 +233,19 @@ struct sender_core {
   std::uint64_t window_bytes = 0;
   bool resend = false;  // a resend session (set before launch)
 
+  // Before the queue, whose commands hold its blocks: destroyed after it.
+  copy_pools copies;  // taken under the GIL
+
   std::mutex mu;
   std::condition_variable cv;
   // Guarded by mu:
   std::deque<send_command> queue;
   bool draining = false;            // a drain coroutine runs or is posted
   std::uint64_t pending_bytes = 0;  // queued and running commands' cost
+  // A Python thread that waited for queue room goes on once pending_bytes
+  // is down to this (half the queue limit, set with it): it is woken once
+  // per half a queue, not once per command.
+  std::uint64_t resume_bytes = 0;
   std::vector<PyObject*> released;  // held values whose emit completed
   std::error_code failed;           // the stream ended with this error
   std::string why;
@@ -207,8 +291,9 @@ std::string stream_text(const sender& s, std::error_code ec) {
 asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std::string& why) {
   std::error_code ec;
   blob_slot* b = cmd.blob.get();
+  // b->failed and b->why are written only here, on the io thread (Python
+  // threads read them under c.mu): this thread reads them without it.
   auto blob_failed = [&] {
-    std::lock_guard lk(c.mu);
     if (b->failed) why = b->why;
     return b->failed;
   };
@@ -263,26 +348,64 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
   co_return ec;
 }
 
-void complete(sender_core& c, send_command& cmd, std::error_code ec, std::string why) {
-  {
+/// Completed commands whose bookkeeping is not yet under sender_core::mu:
+/// the io thread takes the lock once per group, not once per command.
+struct completions {
+  std::uint64_t cost = 0;
+  std::vector<PyObject*> released;
+  int count = 0;
+
+  /// At most this many commands wait for their bookkeeping: a Python
+  /// thread waiting for queue room sees the room within a group.
+  static constexpr int max_count = 16;
+};
+
+/// Whether a Python thread waiting for queue room may go on: the queue is
+/// down to its resume mark, or the stream ended (the wait then raises).
+/// REQUIRES: c.mu held.
+bool resumes(const sender_core& c) {
+  return c.pending_bytes <= c.resume_bytes || c.failed || c.closed;
+}
+
+/// Books the group in: the queue's cost, the held values to hand back; wakes
+/// the Python threads waiting for room when they may go on. REQUIRES: c.mu
+/// held.
+void book_locked(sender_core& c, completions& g) {
+  c.pending_bytes -= g.cost;
+  c.released.insert(c.released.end(), g.released.begin(), g.released.end());
+  g.cost = 0;
+  g.count = 0;
+  g.released.clear();
+  if (c.waiting > 0 && resumes(c)) c.cv.notify_all();
+}
+
+/// `cmd` has run with `ec`: its cost and held value join the group, booked
+/// at once when it failed, when a call waits for it, or when the group is
+/// full; else at the end of the batch (drain).
+void complete(sender_core& c, send_command& cmd, std::error_code ec, std::string why,
+              completions& g) {
+  g.cost += cmd.cost;
+  if (cmd.keep) g.released.push_back(cmd.keep.release());
+  ++g.count;
+  if (ec || cmd.done || g.count >= completions::max_count) {
     std::lock_guard lk(c.mu);
-    c.pending_bytes -= cmd.cost;
     // A finish nobody waits for (send_blob): its error goes to the next call.
     if (ec && !cmd.done && cmd.what == op::finish && !ends_stream(ec) && !c.deferred) {
       c.deferred = ec;
       c.deferred_why = "an earlier send_blob (tag " + tag_hex(cmd.blob->tag) + ") failed: " + why;
     }
-    if (cmd.keep) c.released.push_back(cmd.keep.release());
-    if (c.waiting > 0) c.cv.notify_all();
+    book_locked(c, g);
   }
   if (cmd.done) cmd.done->set(ec, std::move(why));
 }
 
 asio::awaitable<void> drain(std::shared_ptr<sender_core> c) {
   std::deque<send_command> batch;
+  completions done;
   for (;;) {
     {
       std::lock_guard lk(c->mu);
+      book_locked(*c, done);
       if (c->queue.empty()) {
         c->draining = false;
         if (c->waiting > 0) c->cv.notify_all();  // close() waits for this
@@ -293,7 +416,7 @@ asio::awaitable<void> drain(std::shared_ptr<sender_core> c) {
     while (!batch.empty()) {
       std::string why;
       const std::error_code ec = co_await run_one(*c, batch.front(), why);
-      complete(*c, batch.front(), ec, std::move(why));
+      complete(*c, batch.front(), ec, std::move(why), done);
       batch.pop_front();
     }
   }
@@ -335,7 +458,10 @@ class sender_handle {
         generation_(rt_->generation()),
         queue_limit_(queue_bytes ? queue_bytes
                                  : std::clamp<std::uint64_t>(core_->window_bytes, 1,
-                                                             default_queue_bytes)) {}
+                                                             default_queue_bytes)) {
+    std::lock_guard lk(core_->mu);
+    core_->resume_bytes = queue_limit_ / 2;
+  }
 
   ~sender_handle() {
     if (generation_ != fork_generation()) {
@@ -452,6 +578,15 @@ class sender_handle {
     // in a noexcept destructor), numpy and pickle; the waits below park at
     // exit and leave this count as they do (runtime.hpp).
     python_call encoding;
+    send_command cmd = entry_command(b, key, val, copy);
+    push({&cmd, 1}, b.get(), what_raises);
+  }
+
+  /// The command that queues entry (`key`, `val`) of `b`, as emit()
+  /// describes: encoded, planned alone and checked, copied or held. Raises
+  /// as emit; queues nothing. REQUIRES: inside a python_call.
+  send_command entry_command(const std::shared_ptr<blob_slot>& b, py::handle key, py::handle val,
+                             bool copy) {
     send_command cmd;
     cmd.what = op::emit;
     cmd.blob = b;
@@ -482,16 +617,17 @@ class sender_handle {
     if (small || (copy && e.storage && storage_resizable(e.storage))) {
       // Copied now (as the C++ sender copies small ones), so the caller may
       // change the value as soon as emit returns.
-      cmd.copy.resize(len);
+      cmd.copy = core_->copies.take(len);
       if (len > 0) {
-        result<void> copied = small ? write_entry(*pe, cmd.copy) : [&] {
+        const std::span<std::byte> to(cmd.copy.get(), len);
+        result<void> copied = small ? write_entry(*pe, to) : [&] {
           gil_released nogil;  // a large copy touches no Python object
-          return write_entry(*pe, cmd.copy);
+          return write_entry(*pe, to);
         }();
         unwrap(std::move(copied));
       }
       cmd.v = std::move(e.v);
-      cmd.v.data = cmd.copy.data();
+      cmd.v.data = cmd.copy.get();
       cmd.v.strides.clear();
       if (cmd.v.kind == KIND_PICKLE) cmd.v.nbytes = len;
     } else {
@@ -503,7 +639,7 @@ class sender_handle {
       else cmd.keep = py_ref(std::move(e.keep));
     }
     cmd.cost = len + cmd.text.size() + command_overhead_bytes;
-    push(std::move(cmd), b.get(), what_raises);
+    return cmd;
   }
 
   /// Refuses, as the C++ sender would on the io thread (where it could
@@ -537,24 +673,48 @@ class sender_handle {
   }
 
   /// emit() of each (keys[i], values[i]) in order: one call for many
-  /// entries. Raises as emit (entries before the bad one stay emitted).
+  /// entries, queued in groups (one lock and at most one wake of the
+  /// background thread per group). Raises as emit; the entries before the
+  /// bad one stay emitted.
   void emit_many(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values,
                  bool copy = true, checks what_raises = checks::all) {
+    check("Blob");
+    python_call encoding;
+    std::vector<send_command> group;
+    stage_entries(b, keys, values, copy, what_raises, group);
+    push(group, b.get(), what_raises);
+  }
+
+  /// The commands of entries (keys[i], values[i]) of `b`, in order, into
+  /// `group`; a group that reaches group_bytes is queued first. Raises as
+  /// emit, naming the entry, once the entries before the bad one are
+  /// queued. REQUIRES: inside a python_call.
+  void stage_entries(const std::shared_ptr<blob_slot>& b, py::handle keys, py::handle values,
+                     bool copy, checks what_raises, std::vector<send_command>& group) {
     auto [ks, vs] = paired_sequences(keys, values);
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
+    std::uint64_t staged = 0;
     for (Py_ssize_t i = 0; i < n; ++i) {
       try {
-        emit(b, k[i], v[i], copy, what_raises);
+        group.push_back(entry_command(b, k[i], v[i], copy));
       } catch (py::builtin_exception& e) {
         e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
         py::error_already_set raised;
         name_entry(raised, i, k[i]);
+        push(group, b.get(), what_raises);
         throw raised;
       } catch (py::error_already_set& e) {
         name_entry(e, i, k[i]);
+        push(group, b.get(), what_raises);
         throw;
+      }
+      staged += group.back().cost;
+      if (staged >= group_bytes) {
+        push(group, b.get(), what_raises);
+        group.clear();
+        staged = 0;
       }
     }
   }
@@ -617,11 +777,14 @@ class sender_handle {
     auto [ks, vs] = paired_sequences(keys, values);
     std::shared_ptr<blob_slot> b = open_blob(tag);
     try {
-      emit_many(b, ks, vs, copy, checks::stream_only);
-      send_command cmd;
-      cmd.what = op::finish;
-      cmd.blob = b;
-      push(std::move(cmd), b.get(), checks::stream_only);
+      python_call encoding;
+      // The entries and the finish in one group when they fit in one.
+      std::vector<send_command> group;
+      stage_entries(b, ks, vs, copy, checks::stream_only, group);
+      send_command& fin = group.emplace_back();
+      fin.what = op::finish;
+      fin.blob = b;
+      push(group, b.get(), checks::stream_only);
     } catch (py::error_already_set& e) {
       abort_on_exit(b, "send_blob: " + std::string(py::str(e.value())), exit_grace(e.value()));
       drop_blob(std::move(b));
@@ -793,6 +956,8 @@ class sender_handle {
     std::lock_guard lk(core_->mu);
     d["queued_bytes"] = core_->pending_bytes;
     d["queue_waits"] = queue_waits_;
+    d["copies_reused"] = core_->copies.reused();
+    d["copy_bytes_kept"] = core_->copies.kept_bytes();
     return d;
   }
 
@@ -842,27 +1007,53 @@ class sender_handle {
   /// Queues `cmd`, first waiting for room if it is an entry. Raises as
   /// check_open_locked(`what_raises`), before and after waiting.
   void push(send_command cmd, blob_slot* b, checks what_raises = checks::all) {
+    push({&cmd, 1}, b, what_raises);
+  }
+
+  /// Queues `cmds` in order under one lock, each entry first waiting for
+  /// room: while the queued commands' cost would pass the queue limit, until
+  /// it is down to sender_core::resume_bytes. The background thread is
+  /// started (woken) at most once, or before a wait. Raises as
+  /// check_open_locked(`what_raises`), before and after a wait; the commands
+  /// queued before a raise stay queued.
+  void push(std::span<send_command> cmds, blob_slot* b, checks what_raises = checks::all) {
+    if (cmds.empty()) return;
     std::vector<PyObject*> drop;
-    {
-      std::unique_lock lk(core_->mu);
-      drop.swap(core_->released);
-      check_open_locked(lk, b, what_raises);
+    // A drain owed to commands queued here, started when the lock is let go
+    // (by a wait, a raise or the end).
+    struct owed_drain {
+      const std::shared_ptr<sender_core>& core;
+      bool owed = false;
+      void start() {
+        if (std::exchange(owed, false)) start_drain(core);
+      }
+      ~owed_drain() { start(); }
+    } drain{core_};
+    std::unique_lock lk(core_->mu);
+    drop.swap(core_->released);
+    check_open_locked(lk, b, what_raises);
+    for (send_command& cmd : cmds) {
       const std::uint64_t cost = cmd.cost;
       if (cost > 0 && core_->pending_bytes > 0 && core_->pending_bytes + cost > queue_limit_) {
         ++queue_waits_;
         lk.unlock();
+        drain.start();
         drop_now(drop);
         wait_counted(core_->mu, core_->cv, core_->waiting, [&] {
-          return core_->pending_bytes == 0 || core_->pending_bytes + cost <= queue_limit_ ||
-                 core_->closed || core_->failed;
+          return resumes(*core_) &&
+                 (core_->pending_bytes == 0 || core_->pending_bytes + cost <= queue_limit_ ||
+                  core_->closed || core_->failed);
         });
         lk.lock();
         check_open_locked(lk, b, what_raises);
       }
       if (cmd.what == op::finish || cmd.what == op::abort) b->ended = true;
       core_->pending_bytes += cost;
-      enqueue_locked(lk, std::move(cmd));
+      core_->queue.push_back(std::move(cmd));
+      if (!core_->draining) drain.owed = core_->draining = true;
     }
+    lk.unlock();
+    drain.start();
     drop_now(drop);
   }
 
@@ -1145,9 +1336,12 @@ the background thread stops. Idempotent; never raises for the connection.)")
 consumer's window), gathered_entries, reconnects, blobs_resent,
 blobs_delivered, budget_waits (resend sessions), in_flight_bytes (credit
 held now), unacked_bytes (resend: bytes kept until delivered),
-queued_bytes (entries emitted and not yet handed to the C++ sender) and
-queue_waits (times emit() blocked on a full queue). After close() the last
-figures read.)")
+queued_bytes (entries emitted and not yet handed to the C++ sender),
+queue_waits (times emit() blocked on a full queue; once blocked, it goes on
+when the queue is half empty), copies_reused (copies emit made into memory
+kept from earlier copies) and copy_bytes_kept (bytes kept for later copies:
+at most 1 MiB per power-of-two size class up to 64 KiB, and 32 MiB above).
+After close() the last figures read.)")
       .def_property_readonly("chunk_bytes", [](const py_sender& s) { return s.h->core().chunk_bytes; },
                              "Negotiated largest data frame payload, bytes.")
       .def_property_readonly("inline_bytes", [](const py_sender& s) { return s.h->core().inline_bytes; },

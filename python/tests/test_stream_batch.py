@@ -5,6 +5,7 @@ for), over the in-process transport and TCP on 127.0.0.1."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -162,3 +163,68 @@ def test_a_send_blob_failure_met_later_is_raised_once_by_the_next_call(io_first)
     kinds = [type(ev).__name__ for ev in events]
     assert kinds == ["EntryReady", "BlobAborted", "EntryReady", "BlobComplete"], kinds
     assert events[1].tag == b"late".ljust(16, b"\0") and events[3].tag == b"next".ljust(16, b"\0")
+
+
+# ---- the queue and the copies' memory (Sender.stats, connect's queue_bytes) ----
+
+ENTRY = 16 << 10   # copied by emit (at most inline_bytes): the 16 KiB size class
+CLASS_KEPT = 1 << 20   # the most a size class keeps (Sender.stats docstring)
+
+
+def test_copies_reuse_kept_memory_and_each_size_class_keeps_at_most_1_mib():
+    # The consumer's window (256 KiB) stops the background thread while 256
+    # copies (4 MiB) queue up; once they are sent, their memory comes back,
+    # and the class keeps 1 MiB of it for the next blob's copies.
+    x = np.full(ENTRY, 7, np.uint8)
+    kept, stats = [], {}
+    with Pair("inproc", sender_options={"queue_bytes": 8 << 20},
+              consumer_options={"window_bytes": 256 << 10}) as (sender, consumer):
+        def send():
+            for tag in (b"first", b"second"):
+                with sender.open_blob(tag=tag) as blob:
+                    for i in range(256):
+                        blob.emit(f"e{i}", x)
+                sender.flush()
+                after_flush = sender.stats()
+                # flush() returns once all queued before it was handed over.
+                assert after_flush["queued_bytes"] == 0, after_flush
+                kept.append(after_flush["copy_bytes_kept"])
+            stats.update(sender.stats())
+            sender.shutdown()
+        t = Thread(send)
+        t.start()
+        entries = sum(isinstance(ev, bf.EntryReady) and bool((ev.value == 7).all())
+                      for ev in consumer)
+        t.join_result()
+    assert entries == 512
+    assert all(0 < k <= CLASS_KEPT for k in kept), kept
+    # The second blob's copies reused the 64 blocks (1 MiB) the first left.
+    assert stats["copies_reused"] >= CLASS_KEPT // ENTRY, stats
+
+
+def test_an_emit_blocked_on_a_full_queue_goes_on_once_half_of_it_is_free():
+    # The queue holds 1 MiB (about 62 entries of 16 KiB); a slow consumer
+    # keeps it full. An emit that blocked goes on when the queue is down to
+    # half, so the next ~31 emits queue without blocking: at most one wait
+    # per 31 entries, however the two threads interleave.
+    x = np.full(ENTRY, 3, np.uint8)
+    count, stats = 2000, {}
+    with Pair("tcp", sender_options={"queue_bytes": 1 << 20}) as (sender, consumer):
+        def send():
+            with sender.open_blob(tag=b"q") as blob:
+                for i in range(count):
+                    blob.emit(f"e{i}", x)
+            stats.update(sender.stats())
+            sender.shutdown()
+        t = Thread(send)
+        t.start()
+        n = 0
+        for ev in consumer:
+            if isinstance(ev, bf.EntryReady):
+                n += 1
+                if n % 16 == 0:
+                    time.sleep(0.001)   # slower than the sender: the queue stays full
+        t.join_result()
+    assert n == count
+    per_resume = ((1 << 20) // 2) // (ENTRY + 64 + 5)   # entries between two waits
+    assert 0 < stats["queue_waits"] <= count // per_resume + 1, stats

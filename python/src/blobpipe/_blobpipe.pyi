@@ -167,7 +167,8 @@ class Sender:
     def close(self) -> None:
         """Closes now (blobs in flight are aborted); never raises."""
     def stats(self) -> Dict[str, int]:
-        """Counters: entries_sent, bytes_sent, credit_waits, queue_waits, ..."""
+        """Counters: entries_sent, bytes_sent, credit_waits, queue_waits,
+        copies_reused, copy_bytes_kept, ..."""
     def __enter__(self) -> Sender: ...
     def __exit__(self, t: Optional[Type[BaseException]], v: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool: ...

@@ -72,7 +72,8 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
             max_queued_bytes: copied bytes the C++ sender queues for its
                 writer before it waits, bytes (default 4 MiB).
             queue_bytes: bytes emitted and not yet taken by the C++ sender
-                beyond which ``emit`` blocks, 1 to 64 MiB (default: the
+                beyond which ``emit`` blocks (until they are down to half of
+                it), 1 to 64 MiB (default: the
                 consumer's window, at most 64 MiB: a consumer may grant any
                 window, and the Sender's memory keeps its own bound).
             stall_timeout: seconds the sender waits on a consumer that
