@@ -71,6 +71,18 @@ class scripted_transport final : public transport {
     messages_.push_back(std::move(m));
     changed_.cancel();
   }
+  /// A message of `h` (length as given) and `inline_payload`, announcing
+  /// `bulk` as its bulk payload, whatever the frame: a peer's bug.
+  void push_with_bulk(frame_header h, std::vector<std::byte> inline_payload,
+                      std::vector<std::byte> bulk) {
+    message m;
+    m.bytes.resize(frame_header_size);
+    encode_frame_header(h, m.bytes);
+    m.bytes.insert(m.bytes.end(), inline_payload.begin(), inline_payload.end());
+    m.bulk = std::move(bulk);
+    messages_.push_back(std::move(m));
+    changed_.cancel();
+  }
   /// Posted fetches so far, and how many have landed.
   std::size_t posted() const { return fetches_.size(); }
   std::size_t landed() const {
@@ -543,4 +555,39 @@ BOOST_AUTO_TEST_CASE(io_context_destroyed_while_next_waits_for_a_fetch) {
   }
   BOOST_TEST(retired->size() >= 1u);
   std::memset(dest.data(), 0xab, dest.size());  // landing late
+}
+
+// transport.hpp read_result::bulk_bytes: a bulk payload is exactly the rest
+// of the frame whose header ends the bytes read with it. One that is not (a
+// data frame announcing 64 bytes with a bulk payload of 32, a blob_abort
+// with one) ends the stream with protocol_violation, before a byte of it is
+// read.
+BOOST_AUTO_TEST_CASE(a_bulk_payload_apart_from_its_frame_is_a_protocol_violation) {
+  for (const bool data : {true, false}) {
+    BOOST_TEST_CONTEXT((data ? "a data frame of 64 bytes" : "a blob_abort")) {
+      harness h;
+      Entry e{.key = "e0", .off = 0, .len = entry_bytes, .kind = 'n', .dtype = "|u1",
+              .shape = shape_t{std::int64_t(entry_bytes)}};
+      h.t->push(header(frame_type::entry_begin, 1, 0), encode_entry_begin(e.key, e.meta()));
+      if (data) {
+        frame_header d = header(frame_type::data, 1, 0);
+        d.length = entry_bytes;
+        h.t->push_with_bulk(d, {}, bytes_of(32, 0));
+      } else {
+        frame_header a = header(frame_type::blob_abort, 1);
+        a.length = 1;
+        h.t->push_with_bulk(a, {std::byte{'x'}}, bytes_of(32, 0));
+      }
+      h.poll();
+      BOOST_TEST_REQUIRE(h.ended);
+      BOOST_TEST(h.t->posted() == 0u);
+      BOOST_TEST_REQUIRE(!h.events.empty());
+      const event& last = h.events.back();
+      BOOST_TEST((last.kind == event_kind::end_of_stream));
+      BOOST_TEST((last.error == errc::protocol_violation), last.reason);
+      BOOST_TEST(last.reason.find("a bulk payload of 32 bytes apart from its frame") !=
+                     std::string::npos,
+                 last.reason);
+    }
+  }
 }
