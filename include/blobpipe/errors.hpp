@@ -48,7 +48,7 @@ enum class errc {
   // device
   cuda_failure,        ///< a CUDA runtime call failed
   // files (read_index_file, open_blob_file)
-  io,                  ///< a file cannot be opened, seeked or read, or is not a regular file
+  io,                  ///< a file cannot be opened, seeked, read or written, or is not a regular file
 };
 
 /// The category of every blobpipe error code (name "blobpipe").
