@@ -342,6 +342,31 @@ BOOST_AUTO_TEST_CASE(payload_window_zero_is_refused_at_start) {
   BOOST_TEST((*got == errc::invalid_argument), got->message());
 }
 
+// consumer_options::landing (docs/cuda.md "Consumer"): assemble_mode other
+// than none, or pool_depth 0, is refused at start as invalid_argument,
+// before any device is asked for, so with or without a GPU.
+BOOST_AUTO_TEST_CASE(device_landing_options_out_of_range_are_refused_at_start) {
+  for (const bool assembled : {true, false}) {
+    BOOST_TEST_CONTEXT((assembled ? "assemble_mode::memory" : "pool_depth 0")) {
+      asio::io_context ctx;
+      consumer_options opt;
+      opt.landing.enabled = true;
+      if (assembled) opt.assemble = assemble_mode::memory;
+      else opt.landing.pool_depth = 0;
+      auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+      push_start(*owned);  // a valid hello waiting: only the option can refuse
+      std::optional<std::error_code> got;
+      asio::co_spawn(ctx, consumer::start(std::move(owned), opt),
+                     [&](std::exception_ptr, std::tuple<std::error_code, consumer> r) {
+                       got = std::get<0>(r);
+                     });
+      ctx.poll();
+      BOOST_TEST_REQUIRE(got.has_value(), "start did not refuse the landing options at once");
+      BOOST_TEST((*got == errc::invalid_argument), got->message());
+    }
+  }
+}
+
 // payload_window 1: each fetch lands before the next frame is read.
 BOOST_AUTO_TEST_CASE(payload_window_one_fetches_one_entry_at_a_time) {
   consumer_options opt;
