@@ -646,20 +646,23 @@ namespace {
 
 // A FILE over `data` (fopencookie) whose seeks after the first `seeks_ok`
 // and reads after the first `reads_ok` fail with EIO, as a file on a
-// failing disk or a network stream does.
+// failing disk or a network stream does; so does a read that begins in
+// [hole_begin, hole_end), and one that begins before stops there.
 struct failing_file {
   std::vector<std::byte> data;
   int seeks_ok = 1 << 30;
   int reads_ok = 1 << 30;
+  off64_t hole_begin = 0, hole_end = 0;
   off64_t pos = 0;
 
   static ssize_t read(void* c, char* buf, std::size_t n) {
     auto& f = *static_cast<failing_file*>(c);
-    if (f.reads_ok-- <= 0) {
+    if (f.reads_ok-- <= 0 || (f.pos >= f.hole_begin && f.pos < f.hole_end)) {
       errno = EIO;
       return -1;
     }
-    const auto have = static_cast<std::size_t>(std::max<off64_t>(0, static_cast<off64_t>(f.data.size()) - f.pos));
+    auto have = static_cast<std::size_t>(std::max<off64_t>(0, static_cast<off64_t>(f.data.size()) - f.pos));
+    if (f.pos < f.hole_begin) have = std::min(have, static_cast<std::size_t>(f.hole_begin - f.pos));
     const std::size_t m = std::min(n, have);
     if (m != 0) std::memcpy(buf, f.data.data() + f.pos, m);
     f.pos += static_cast<off64_t>(m);
@@ -731,7 +734,28 @@ BOOST_AUTO_TEST_CASE(read_index_file_of_a_failing_file_is_io_naming_the_failed_c
 }
 
 // An index over first_index_read_bytes (1 MiB) is read in pieces, and the
-// first is checked to begin an array of rows before the next is allocated.
+// first is checked to begin an array of rows before the next is allocated:
+// one whose msgpack value ends inside that piece (an empty array, then
+// bytes) is refused there. The bytes after the first piece cannot be read
+// here, so the refusal must come before any read of them.
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_large_index_that_ends_early_after_its_first_piece) {
+  constexpr std::size_t piece = std::size_t{1} << 20;  // first_index_read_bytes
+  constexpr std::size_t data = 64;
+  // The footer at 2 MiB, a block boundary, so stdio's reads of it start
+  // past the unreadable bytes.
+  std::vector<std::uint8_t> index((std::size_t{2} << 20) - data);
+  index[0] = 0x90;  // an empty array: the whole msgpack value
+  failing_file f{blob_with_index(index, data)};
+  f.hole_begin = static_cast<off64_t>(data + piece);
+  f.hole_end = static_cast<off64_t>(data + index.size());
+  auto r = f.read_index();
+  BOOST_TEST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.code() == bp::errc::malformed_index), r.message());
+  BOOST_TEST(r.message().find("index: " + std::to_string(index.size() - 1) +
+                              " trailing bytes after the msgpack object") != std::string::npos,
+             r.message());
+}
+
 BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_large_index_whose_first_piece_is_no_table) {
   std::vector<std::uint8_t> index((std::size_t{1} << 20) + 1);
   index[0] = 0x80;  // an empty map, not an array of rows
