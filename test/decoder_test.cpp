@@ -1088,7 +1088,8 @@ class refusing final : public recorder {
   result<std::span<std::byte>> on_entry_begin(void* blob, const entry_announcement& a) override {
     if (where_ == at::entry_begin) return refusal();
     auto dest = recorder::on_entry_begin(blob, a);
-    if (where_ == at::short_destination && dest && !dest->empty()) return dest->first(dest->size() - 1);
+    if (where_ == at::short_destination && dest && !dest->empty())
+      return dest->first(dest->size() - 1);
     return dest;
   }
   result<void> on_entry_complete(void* blob, std::uint64_t id) override {

@@ -661,8 +661,10 @@ struct failing_file {
       errno = EIO;
       return -1;
     }
-    auto have = static_cast<std::size_t>(std::max<off64_t>(0, static_cast<off64_t>(f.data.size()) - f.pos));
-    if (f.pos < f.hole_begin) have = std::min(have, static_cast<std::size_t>(f.hole_begin - f.pos));
+    const off64_t size = static_cast<off64_t>(f.data.size());
+    auto have = static_cast<std::size_t>(std::max<off64_t>(0, size - f.pos));
+    if (f.pos < f.hole_begin)
+      have = std::min(have, static_cast<std::size_t>(f.hole_begin - f.pos));
     const std::size_t m = std::min(n, have);
     if (m != 0) std::memcpy(buf, f.data.data() + f.pos, m);
     f.pos += static_cast<off64_t>(m);
@@ -674,8 +676,9 @@ struct failing_file {
       errno = EIO;
       return -1;
     }
-    const off64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f.pos
-                                                                      : static_cast<off64_t>(f.data.size());
+    const off64_t base = whence == SEEK_SET   ? 0
+                         : whence == SEEK_CUR ? f.pos
+                                              : static_cast<off64_t>(f.data.size());
     f.pos = base + *off;
     *off = f.pos;
     return 0;
