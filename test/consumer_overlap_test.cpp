@@ -71,6 +71,18 @@ class scripted_transport final : public transport {
     messages_.push_back(std::move(m));
     changed_.cancel();
   }
+  /// A message of `h` (length as given) and `inline_payload`, announcing
+  /// `bulk` as its bulk payload, whatever the frame: a peer's bug.
+  void push_with_bulk(frame_header h, std::vector<std::byte> inline_payload,
+                      std::vector<std::byte> bulk) {
+    message m;
+    m.bytes.resize(frame_header_size);
+    encode_frame_header(h, m.bytes);
+    m.bytes.insert(m.bytes.end(), inline_payload.begin(), inline_payload.end());
+    m.bulk = std::move(bulk);
+    messages_.push_back(std::move(m));
+    changed_.cancel();
+  }
   /// Posted fetches so far, and how many have landed.
   std::size_t posted() const { return fetches_.size(); }
   std::size_t landed() const {
@@ -330,6 +342,31 @@ BOOST_AUTO_TEST_CASE(payload_window_zero_is_refused_at_start) {
   BOOST_TEST((*got == errc::invalid_argument), got->message());
 }
 
+// consumer_options::landing (docs/cuda.md "Consumer"): assemble_mode other
+// than none, or pool_depth 0, is refused at start as invalid_argument,
+// before any device is asked for, so with or without a GPU.
+BOOST_AUTO_TEST_CASE(device_landing_options_out_of_range_are_refused_at_start) {
+  for (const bool assembled : {true, false}) {
+    BOOST_TEST_CONTEXT((assembled ? "assemble_mode::memory" : "pool_depth 0")) {
+      asio::io_context ctx;
+      consumer_options opt;
+      opt.landing.enabled = true;
+      if (assembled) opt.assemble = assemble_mode::memory;
+      else opt.landing.pool_depth = 0;
+      auto owned = std::make_unique<scripted_transport>(ctx.get_executor());
+      push_start(*owned);  // a valid hello waiting: only the option can refuse
+      std::optional<std::error_code> got;
+      asio::co_spawn(ctx, consumer::start(std::move(owned), opt),
+                     [&](std::exception_ptr, std::tuple<std::error_code, consumer> r) {
+                       got = std::get<0>(r);
+                     });
+      ctx.poll();
+      BOOST_TEST_REQUIRE(got.has_value(), "start did not refuse the landing options at once");
+      BOOST_TEST((*got == errc::invalid_argument), got->message());
+    }
+  }
+}
+
 // payload_window 1: each fetch lands before the next frame is read.
 BOOST_AUTO_TEST_CASE(payload_window_one_fetches_one_entry_at_a_time) {
   consumer_options opt;
@@ -543,4 +580,39 @@ BOOST_AUTO_TEST_CASE(io_context_destroyed_while_next_waits_for_a_fetch) {
   }
   BOOST_TEST(retired->size() >= 1u);
   std::memset(dest.data(), 0xab, dest.size());  // landing late
+}
+
+// transport.hpp read_result::bulk_bytes: a bulk payload is exactly the rest
+// of the frame whose header ends the bytes read with it. One that is not (a
+// data frame announcing 64 bytes with a bulk payload of 32, a blob_abort
+// with one) ends the stream with protocol_violation, before a byte of it is
+// read.
+BOOST_AUTO_TEST_CASE(a_bulk_payload_apart_from_its_frame_is_a_protocol_violation) {
+  for (const bool data : {true, false}) {
+    BOOST_TEST_CONTEXT((data ? "a data frame of 64 bytes" : "a blob_abort")) {
+      harness h;
+      Entry e{.key = "e0", .off = 0, .len = entry_bytes, .kind = 'n', .dtype = "|u1",
+              .shape = shape_t{std::int64_t(entry_bytes)}};
+      h.t->push(header(frame_type::entry_begin, 1, 0), encode_entry_begin(e.key, e.meta()));
+      if (data) {
+        frame_header d = header(frame_type::data, 1, 0);
+        d.length = entry_bytes;
+        h.t->push_with_bulk(d, {}, bytes_of(32, 0));
+      } else {
+        frame_header a = header(frame_type::blob_abort, 1);
+        a.length = 1;
+        h.t->push_with_bulk(a, {std::byte{'x'}}, bytes_of(32, 0));
+      }
+      h.poll();
+      BOOST_TEST_REQUIRE(h.ended);
+      BOOST_TEST(h.t->posted() == 0u);
+      BOOST_TEST_REQUIRE(!h.events.empty());
+      const event& last = h.events.back();
+      BOOST_TEST((last.kind == event_kind::end_of_stream));
+      BOOST_TEST((last.error == errc::protocol_violation), last.reason);
+      BOOST_TEST(last.reason.find("a bulk payload of 32 bytes apart from its frame") !=
+                     std::string::npos,
+                 last.reason);
+    }
+  }
 }

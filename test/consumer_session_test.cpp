@@ -78,6 +78,8 @@ class sinks final : public consumer_session_listener {
   consumer_session* s = nullptr;
   bool hold = false;
   bool fail_tails = false;          // blob_complete: the sink fails
+  bool refuse_begins = false;       // blob_begin returns an error
+  bool refuse_tails = false;        // blob_complete returns an error
   std::uint64_t initial_grant = 4096;
   bool pressed = false;             // pool_pressed()
   std::vector<std::string> lines;
@@ -91,6 +93,7 @@ class sinks final : public consumer_session_listener {
   result<session_blob*> blob_begin(std::uint64_t id, const tag_t& tag, bool duplicate) override {
     lines.push_back("begin " + std::to_string(id) + " " + static_cast<char>(tag[0]) +
                     (duplicate ? " duplicate" : ""));
+    if (refuse_begins) return error{errc::too_large, "the sink refuses the blob"};
     auto& b = blobs[id];
     b = std::make_unique<blob>();
     return static_cast<session_blob*>(b.get());
@@ -120,6 +123,7 @@ class sinks final : public consumer_session_listener {
   result<bool> blob_complete(session_blob& sb, blob_index index,
                              std::span<const std::byte> tail) override {
     tail_credit += tail.size();
+    if (refuse_tails) return error{errc::too_large, "the sink refuses the tail"};
     if (fail_tails) {
       blob_abort(sb, make_error_code(errc::io), "disk full", false);
       return false;
@@ -235,6 +239,8 @@ struct scenario {
   bool fail_tails = false;
   std::uint64_t initial_grant = 4096;
   std::vector<step> steps{};
+  bool refuse_begins = false;
+  bool refuse_tails = false;
 };
 
 struct outcome {
@@ -285,6 +291,8 @@ outcome run(const scenario& sc, feeding f, unsigned seed) {
   sinks l;
   l.hold = sc.hold;
   l.fail_tails = sc.fail_tails;
+  l.refuse_begins = sc.refuse_begins;
+  l.refuse_tails = sc.refuse_tails;
   l.initial_grant = sc.initial_grant;
   consumer_session s(sc.opt, l);
   l.s = &s;
@@ -615,6 +623,31 @@ BOOST_AUTO_TEST_CASE(a_blob_the_sink_failed_is_not_recorded_delivered) {
   BOOST_TEST(o.lines.back() == "abort 1 io disk full");
   BOOST_TEST(!log->contains(session_of('s'), tag_of("a")));
   BOOST_TEST(o.sent.delivered().empty());
+}
+
+// consumer_session_listener: an error from blob_begin (the blob cannot be
+// taken) or blob_complete (nor ended) ends the stream with that error; the
+// blob is neither completed nor recorded delivered.
+BOOST_AUTO_TEST_CASE(a_listener_error_at_blob_begin_or_blob_complete_ends_the_stream) {
+  for (const bool at_begin : {true, false}) {
+    BOOST_TEST_CONTEXT((at_begin ? "blob_begin" : "blob_complete")) {
+      auto log = std::make_shared<tag_log>();
+      scenario sc{.opt = small_options(), .refuse_begins = at_begin, .refuse_tails = !at_begin};
+      sc.opt.delivered = log;
+      auto o1 = hello_and(0, session_of('s'));
+      frame_blob_begin(o1, 1, tag_of("a"));
+      blob_frames(o1, 1, "a");
+      sc.steps = {call([log](consumer_session&, sinks&, time_point) { log->tags.clear(); }),
+                  bytes(o1)};
+      const outcome o = run_every_way(sc);
+      BOOST_TEST_REQUIRE(!o.r.has_value(), "the session accepted what its listener refused");
+      BOOST_TEST((o.r.code() == errc::too_large), o.r.message());
+      BOOST_TEST(o.r.message() ==
+                     (at_begin ? "the sink refuses the blob" : "the sink refuses the tail"));
+      for (const auto& line : o.lines) BOOST_TEST(!line.starts_with("complete"), line);
+      BOOST_TEST(!log->contains(session_of('s'), tag_of("a")));
+    }
+  }
 }
 
 // ---- credit grants: requests, grants, the pool ---------------------------------------

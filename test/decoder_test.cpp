@@ -49,7 +49,7 @@ value bytes_value(const std::vector<std::uint8_t>& v) {
 /// pre-filled with 0xEE (so a byte never landed shows), counts each entry's
 /// completions, and drops entries (releases their credit) on completion
 /// unless `hold`.
-class recorder final : public decoder_listener {
+class recorder : public decoder_listener {
  public:
   decoder* dec = nullptr;
   bool hold = false;
@@ -672,6 +672,15 @@ std::vector<refusal> refusals() {
   v.push_back({"a consumer's hello where a sender's is due", [](outbox& o) {
                  frame_hello(o, {.role = wire_role::consumer});
                }, "hello: role consumer, expected sender", {}, false});
+  v.push_back({"a sender's hello where a consumer's is due", [](outbox& o) {
+                 frame_hello(o, sender_hello);
+               }, "hello: role sender, expected consumer", {}, false, wire_role::consumer});
+  v.push_back({"an extension shorter than its 4-byte header", [](outbox& o) {
+                 auto p = encode_hello(sender_hello);
+                 p.resize(hello_size + 2);
+                 p[60] = std::byte{2};  // extension bytes: 2
+                 raw(o, {.type = frame_type::hello}, p);
+               }, "hello: truncated extension header", {}, false});
   v.push_back({"bad magic", [](outbox& o) {
                  auto p = encode_hello(sender_hello);
                  p[0] = std::byte{'X'};
@@ -1058,4 +1067,129 @@ BOOST_AUTO_TEST_CASE(bytes_after_a_close_frame_are_refused_whatever_the_turn_lef
   BOOST_TEST_REQUIRE(!took);
   BOOST_TEST(took.message().find("bytes after the peer's close frame") != std::string::npos,
              took.message());
+}
+
+// ---- the listener's refusals and the message transport's calls ------------------
+
+namespace {
+
+/// A recorder that refuses one event, as a consumer over a limit of its
+/// own or out of memory does, or gives entry_begin a destination one byte
+/// short of the entry.
+class refusing final : public recorder {
+ public:
+  enum class at { blob_begin, entry_begin, entry_complete, short_destination };
+  explicit refusing(at where) : where_(where) {}
+
+  result<void*> on_blob_begin(std::uint64_t id, const tag_t& tag) override {
+    if (where_ == at::blob_begin) return refusal();
+    return recorder::on_blob_begin(id, tag);
+  }
+  result<std::span<std::byte>> on_entry_begin(void* blob, const entry_announcement& a) override {
+    if (where_ == at::entry_begin) return refusal();
+    auto dest = recorder::on_entry_begin(blob, a);
+    if (where_ == at::short_destination && dest && !dest->empty())
+      return dest->first(dest->size() - 1);
+    return dest;
+  }
+  result<void> on_entry_complete(void* blob, std::uint64_t id) override {
+    if (where_ == at::entry_complete) return refusal();
+    return recorder::on_entry_complete(blob, id);
+  }
+
+ private:
+  static error refusal() { return {errc::too_large, "the listener refuses"}; }
+  at where_;
+};
+
+/// hello, blob 1, one 200-byte entry in data frames of 128 (not inline).
+std::vector<std::byte> one_chunked_entry() {
+  outbox o;
+  frame_hello(o, sender_hello);
+  layout_builder b;
+  frame_blob_begin(o, 1, tag_of("t"));
+  entry(o, b, 1, "e0", bytes_value(pattern(200, 1)), 64, 128);
+  return bytes_of(o);
+}
+
+/// Feeds `s` whole to a decoder with `l`; the decoder's answer.
+result<void> feed_whole(refusing& l, std::span<const std::byte> s) {
+  decoder_limits lim;
+  lim.max_chunk_bytes = 128;
+  lim.inline_bytes = 64;
+  decoder d(wire_role::sender, lim, l);
+  l.dec = &d;
+  auto r = d.consume(s);
+  if (!r) {
+    const std::byte one{0};
+    auto again = d.consume(std::span(&one, 1));
+    BOOST_TEST(!again, "the decoder goes on after its listener refused");
+  }
+  return r;
+}
+
+}  // namespace
+
+// docs/wire.md "Consumer": what the listener refuses ends the stream with
+// the listener's own error, whichever event it refused.
+BOOST_AUTO_TEST_CASE(a_listener_refusal_ends_the_stream_with_its_error) {
+  const auto s = one_chunked_entry();
+  for (auto where : {refusing::at::blob_begin, refusing::at::entry_begin,
+                     refusing::at::entry_complete}) {
+    BOOST_TEST_CONTEXT("refused at " << static_cast<int>(where)) {
+      refusing l(where);
+      auto r = feed_whole(l, s);
+      BOOST_TEST_REQUIRE(!r, "the decoder accepted what its listener refused");
+      BOOST_TEST((r.code() == errc::too_large), r.message());
+      BOOST_TEST(r.message() == "the listener refuses");
+      for (const auto& line : l.lines) BOOST_TEST(!line.starts_with("blob_complete"), line);
+    }
+  }
+}
+
+// decoder.hpp on_entry_begin: a destination is empty (drop the bytes) or
+// exactly the entry's length; any other is the listener's bug, refused
+// before a byte lands in it.
+BOOST_AUTO_TEST_CASE(a_destination_of_the_wrong_length_is_invalid_argument) {
+  refusing l(refusing::at::short_destination);
+  auto r = feed_whole(l, one_chunked_entry());
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST((r.code() == errc::invalid_argument), r.message());
+  BOOST_TEST(r.message().find("on_entry_begin: destination of 199 bytes for 200") !=
+                 std::string::npos,
+             r.message());
+}
+
+// decoder.hpp commit_payload: only a payload's bytes, at most what is left
+// of it, may be committed.
+BOOST_AUTO_TEST_CASE(commit_payload_outside_a_payload_or_past_it_is_invalid_argument) {
+  {
+    recorder l;
+    decoder d(wire_role::sender, {}, l);
+    l.dec = &d;
+    auto r = d.commit_payload(1);  // no frame yet
+    BOOST_TEST_REQUIRE(!r);
+    BOOST_TEST((r.code() == errc::invalid_argument), r.message());
+    BOOST_TEST(r.message().find("commit_payload: no payload of that size") != std::string::npos,
+               r.message());
+  }
+  const auto s = one_chunked_entry();
+  recorder l;
+  decoder_limits lim;
+  lim.max_chunk_bytes = 128;
+  lim.inline_bytes = 64;
+  decoder d(wire_role::sender, lim, l);
+  l.dec = &d;
+  std::size_t at = 0;
+  while (at < s.size() && !d.in_payload()) {
+    const std::size_t n = std::max<std::size_t>(d.next_required_size(), 1);
+    BOOST_TEST_REQUIRE(d.consume(std::span(s).subspan(at, n)).has_value());
+    at += n;
+  }
+  BOOST_TEST_REQUIRE(d.in_payload(), "no payload in the stream");
+  auto r = d.commit_payload(d.payload_remaining() + 1);
+  BOOST_TEST_REQUIRE(!r);
+  BOOST_TEST((r.code() == errc::invalid_argument), r.message());
+  BOOST_TEST(r.message().find("commit_payload: no payload of that size") != std::string::npos,
+             r.message());
 }

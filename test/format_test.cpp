@@ -330,6 +330,20 @@ BOOST_AUTO_TEST_CASE(plan_refuses_a_blob_the_v3_footer_cannot_address) {
   BOOST_TEST((bp::plan({"big"}, {big}).code() == bp::errc::too_large));
 }
 
+// An entry may end at 4 GiB exactly, but then the index would begin there,
+// past what the footer's u32 index_off holds: finish refuses the blob.
+BOOST_AUTO_TEST_CASE(finish_refuses_an_index_that_would_begin_at_4_gib) {
+  const std::byte fake{};
+  bp::layout_builder lb;
+  auto big = bp::value::tensor_bytes({&fake, 1}, "uint8", {std::int64_t{1} << 32});
+  BOOST_TEST_REQUIRE(lb.add("big", big).has_value());
+  auto p = lb.finish(bp::NO_TAG);
+  BOOST_TEST_REQUIRE(!p.has_value());
+  BOOST_TEST((p.code() == bp::errc::too_large), p.message());
+  BOOST_TEST(p.message().find("index_off 4294967296") != std::string::npos, p.message());
+  BOOST_TEST(p.message().find("does not fit the v3 footer") != std::string::npos, p.message());
+}
+
 BOOST_AUTO_TEST_CASE(plan_refuses_bad_arguments) {
   std::vector<float> x(4);
   std::vector<std::string> keys = {"a", "b"};
@@ -626,6 +640,141 @@ BOOST_AUTO_TEST_CASE(read_index_file_refuses_what_is_not_a_regular_file,
 
   auto d = bp::read_index_file(dir);
   BOOST_TEST((d.code() == bp::errc::io), d.message());
+}
+
+namespace {
+
+// A FILE over `data` (fopencookie) whose seeks after the first `seeks_ok`
+// and reads after the first `reads_ok` fail with EIO, as a file on a
+// failing disk or a network stream does; so does a read that begins in
+// [hole_begin, hole_end), and one that begins before stops there.
+struct failing_file {
+  std::vector<std::byte> data;
+  int seeks_ok = 1 << 30;
+  int reads_ok = 1 << 30;
+  off64_t hole_begin = 0, hole_end = 0;
+  off64_t pos = 0;
+
+  static ssize_t read(void* c, char* buf, std::size_t n) {
+    auto& f = *static_cast<failing_file*>(c);
+    if (f.reads_ok-- <= 0 || (f.pos >= f.hole_begin && f.pos < f.hole_end)) {
+      errno = EIO;
+      return -1;
+    }
+    const off64_t size = static_cast<off64_t>(f.data.size());
+    auto have = static_cast<std::size_t>(std::max<off64_t>(0, size - f.pos));
+    if (f.pos < f.hole_begin)
+      have = std::min(have, static_cast<std::size_t>(f.hole_begin - f.pos));
+    const std::size_t m = std::min(n, have);
+    if (m != 0) std::memcpy(buf, f.data.data() + f.pos, m);
+    f.pos += static_cast<off64_t>(m);
+    return static_cast<ssize_t>(m);
+  }
+  static int seek(void* c, off64_t* off, int whence) {
+    auto& f = *static_cast<failing_file*>(c);
+    if (f.seeks_ok-- <= 0) {
+      errno = EIO;
+      return -1;
+    }
+    const off64_t base = whence == SEEK_SET   ? 0
+                         : whence == SEEK_CUR ? f.pos
+                                              : static_cast<off64_t>(f.data.size());
+    f.pos = base + *off;
+    *off = f.pos;
+    return 0;
+  }
+  bp::result<bp::blob_index> read_index() {
+    cookie_io_functions_t io{&failing_file::read, nullptr, &failing_file::seek, nullptr};
+    std::FILE* f = ::fopencookie(this, "r", io);
+    BOOST_TEST_REQUIRE(f != nullptr);
+    auto r = bp::read_index_file(f, 0, 0);
+    std::fclose(f);
+    return r;
+  }
+};
+
+}  // namespace
+
+// read_index_file(FILE*) on a file whose seek or read fails: io, naming the
+// call that failed and the system's reason, never a format error.
+BOOST_AUTO_TEST_CASE(read_index_file_of_a_failing_file_is_io_naming_the_failed_call) {
+  const auto blob = sample_blob();
+  {
+    failing_file ok{blob};
+    auto r = ok.read_index();
+    BOOST_TEST_REQUIRE(r.has_value(), r.message());
+    BOOST_TEST(r->entries.size() == 3u);
+  }
+  // glibc's stdio: seek 1 is fseeko(SEEK_END), seek 2 ftello, seek 3 the
+  // footer's fseeko(SEEK_SET).
+  const std::pair<int, const char*> seeks[] = {
+      {0, "cannot seek: "}, {1, "cannot tell file size: "}, {2, "cannot seek: "}};
+  for (auto [n, what] : seeks) {
+    failing_file f{blob};
+    f.seeks_ok = n;
+    auto r = f.read_index();
+    BOOST_TEST_CONTEXT(n << " seeks work") {
+      BOOST_TEST_REQUIRE(!r.has_value());
+      BOOST_TEST((r.code() == bp::errc::io), r.message());
+      BOOST_TEST(r.message().starts_with(what), r.message());
+    }
+  }
+  // A read that fails, not a file that ends: the footer's or the index's
+  // read, whichever glibc issues the failing read(2) for.
+  bool short_read = false;
+  for (int n = 0; n <= 4; ++n) {
+    failing_file f{blob};
+    f.reads_ok = n;
+    auto r = f.read_index();
+    if (r) continue;
+    BOOST_TEST_CONTEXT(n << " reads work") {
+      BOOST_TEST((r.code() == bp::errc::io), r.message());
+      BOOST_TEST(r.message().find("ended early") == std::string::npos, r.message());
+      short_read |= r.message().starts_with("short read: ");
+    }
+  }
+  BOOST_TEST(short_read, "no failing read was reported as one");
+}
+
+// An index over first_index_read_bytes (1 MiB) is read in pieces, and the
+// first is checked to begin an array of rows before the next is allocated:
+// one whose msgpack value ends inside that piece (an empty array, then
+// bytes) is refused there. The bytes after the first piece cannot be read
+// here, so the refusal must come before any read of them.
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_large_index_that_ends_early_after_its_first_piece) {
+  constexpr std::size_t piece = std::size_t{1} << 20;  // first_index_read_bytes
+  constexpr std::size_t data = 64;
+  // The footer at 2 MiB, a block boundary, so stdio's reads of it start
+  // past the unreadable bytes.
+  std::vector<std::uint8_t> index((std::size_t{2} << 20) - data);
+  index[0] = 0x90;  // an empty array: the whole msgpack value
+  failing_file f{blob_with_index(index, data)};
+  f.hole_begin = static_cast<off64_t>(data + piece);
+  f.hole_end = static_cast<off64_t>(data + index.size());
+  auto r = f.read_index();
+  BOOST_TEST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.code() == bp::errc::malformed_index), r.message());
+  BOOST_TEST(r.message().find("index: " + std::to_string(index.size() - 1) +
+                              " trailing bytes after the msgpack object") != std::string::npos,
+             r.message());
+}
+
+BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_large_index_whose_first_piece_is_no_table) {
+  std::vector<std::uint8_t> index((std::size_t{1} << 20) + 1);
+  index[0] = 0x80;  // an empty map, not an array of rows
+  const auto blob = blob_with_index(index);
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/format_test_no_table.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+  }
+  auto r = bp::read_index_file(path);
+  BOOST_TEST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.code() == bp::errc::malformed_index), r.message());
+  BOOST_TEST(r.message().find("index: not an array of rows") != std::string::npos, r.message());
+  ::unlink(path.c_str());
 }
 
 BOOST_AUTO_TEST_CASE(read_index_file_refuses_a_null_file) {

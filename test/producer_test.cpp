@@ -13,6 +13,7 @@
 
 #include "test/forwarding_transport.hpp"
 #include "test/pipeline_fixture.hpp"
+#include "test/skip.hpp"
 
 using namespace blobpipe;
 using namespace blobpipe::testing;
@@ -416,6 +417,58 @@ BOOST_AUTO_TEST_CASE(a_blob_the_file_sink_refuses_is_aborted_and_yields_none_of_
   BOOST_TEST(kept_completes == 1);
   ::close(fd);
   ::unlink(path);
+}
+
+// A file_slot whose writes fail (a full disk: /dev/full answers every write
+// with ENOSPC) aborts the blob with io, naming pwrite's error, before any
+// of its entries is yielded; the stream goes on.
+BOOST_AUTO_TEST_CASE(a_blob_whose_file_writes_fail_is_aborted_with_io) {
+  const int fd = ::open("/dev/full", O_WRONLY);
+  if (fd < 0) BLOBPIPE_SKIP("/dev/full cannot be opened for writing here");
+  runner r;
+  const auto spec = make_spec(1, 2);
+  consumer_options copt;
+  copt.assemble = assemble_mode::file;
+  copt.file_slot_for = [&](std::uint64_t, const tag_t&) -> result<file_slot> {
+    return file_slot{fd, 0};
+  };
+  auto ep = r.await(connect(link_kind::tcp, copt));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob(spec.tag);
+    for (std::size_t e = 0; e < spec.keys.size(); ++e)
+      BLOBPIPE_CO_CHECK(blob.emit(spec.keys[e], value::tensor(spec.data[e])));
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  int entries = 0, aborts = 0, completes = 0;
+  std::error_code error, end_error;
+  std::string why;
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::end_of_stream) {
+        end_error = ev.error;
+        break;
+      }
+      if (ev.kind == event_kind::entry_ready) ++entries;
+      if (ev.kind == event_kind::blob_complete) ++completes;
+      if (ev.kind == event_kind::blob_aborted) {
+        ++aborts;
+        error = ev.error;
+        why = ev.reason;
+      }
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(entries == 0);
+  BOOST_TEST(completes == 0);
+  BOOST_TEST(aborts == 1);
+  BOOST_TEST((error == errc::io), error.message());
+  BOOST_TEST(why.find("file sink: pwrite failed: ") != std::string::npos, why);
+  BOOST_TEST(!end_error, end_error.message());
+  ::close(fd);
 }
 
 // The file sink writes each blob at its offset; the file reads back with

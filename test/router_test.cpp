@@ -118,6 +118,34 @@ BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
   BOOST_TEST((bad == errc::invalid_argument));
 }
 
+// router.hpp open_blob and error(): a router that never started (the
+// router{} a failed start returns) and one shut down refuse every blob as
+// closed, naming which; error() of a destination it does not have is closed.
+BOOST_AUTO_TEST_CASE(a_router_not_started_or_shut_down_refuses_blobs_as_closed) {
+  runner r;
+  auto srv = servers(r, "router-shut", 1);
+  auto check = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, rt] = co_await router::start(ex, urls(srv));
+    BOOST_TEST_REQUIRE(!ec);
+    BOOST_TEST((rt.error(1) == errc::closed));  // only destination 0
+    BLOBPIPE_CO_CHECK(rt.shutdown());
+    auto b = rt.open_blob({});
+    BOOST_TEST((b.code() == errc::closed), b.message());
+    BOOST_TEST(b.message().find("router: shut down") != std::string::npos, b.message());
+    BOOST_TEST(rt.stats().refused == 1u);
+    srv[0].close();
+  };
+  r.spawn(check());
+  BOOST_TEST(r.run());
+  router none;
+  auto b = none.open_blob({});
+  BOOST_TEST((b.code() == errc::closed), b.message());
+  BOOST_TEST(b.message().find("router: not started") != std::string::npos, b.message());
+  BOOST_TEST((none.error(0) == errc::closed));
+  BOOST_TEST(none.size() == 0u);
+}
+
 // docs/cluster.md "Fan-out": round-robin skips a destination that is gone
 // (here: unreachable at start), and open_blob fails only when none is left.
 BOOST_AUTO_TEST_CASE(round_robin_skips_a_destination_gone_and_refuses_when_none_is_left) {

@@ -176,3 +176,67 @@ BOOST_AUTO_TEST_CASE(a_max_entry_bytes_extension_of_the_wrong_length_is_refused)
   });
   BOOST_TEST(!well_formed, well_formed.message());
 }
+
+// ---- after the handshake -------------------------------------------------------
+
+namespace {
+
+/// Plays a consumer that answers the hello validly and then, once the
+/// sender's first blob_begin arrives, sends a frame only a sender may send
+/// (a blob_begin), and reads until the sender hangs up.
+asio::awaitable<void> consumer_breaking_the_protocol(std::unique_ptr<transport> t) {
+  frame_reader in;
+  auto [ec, f] = co_await in.next(*t);
+  BOOST_TEST_REQUIRE(!ec, "reading the sender's hello: " << ec.message());
+  auto offer = decode_hello(f.payload);
+  BOOST_TEST_REQUIRE(offer.has_value());
+  const frame_header reply_header{.type = frame_type::hello};
+  const std::vector<std::byte> reply = encode_hello(valid_reply(*offer));
+  (void)co_await send_frame(*t, reply_header, reply);
+  bool sent = false;
+  for (;;) {
+    auto [rec, g] = co_await in.next(*t);
+    if (rec) break;
+    if (!sent && g.header.type == frame_type::blob_begin) {
+      sent = true;
+      const frame_header bad{.type = frame_type::blob_begin, .blob_id = 1};
+      const std::vector<std::byte> tag(TAG_SIZE);
+      (void)co_await send_frame(*t, bad, tag);
+    }
+  }
+}
+
+/// Starts a sender on `t`, sends one blob, and waits until the sender fails.
+asio::awaitable<void> send_until_failed(std::unique_ptr<transport> t, std::error_code& out,
+                                        std::string& reason) {
+  sender_options opt{.chunk_bytes = 4096, .inline_bytes = 256};
+  auto [ec, s] = co_await sender::start(std::move(t), opt);
+  BOOST_TEST_REQUIRE(!ec, "start: " << ec.message());
+  auto b = s.open_blob();
+  const std::vector<float> x(8, 1.0f);
+  std::string key = "x";
+  value v = value::tensor(x);
+  (void)co_await b.emit(std::move(key), std::move(v));
+  (void)co_await b.finish();
+  for (int i = 0; i < 100000 && !s.error(); ++i) co_await yield_n(1);
+  out = s.error();
+  reason = s.failure_reason();
+  s.close();
+}
+
+}  // namespace
+
+// docs/wire.md "Sender": a consumer's frame the sender refuses after the
+// handshake (a blob_begin, which only a sender sends) fails the sender with
+// protocol_violation, and failure_reason() names what broke.
+BOOST_AUTO_TEST_CASE(a_consumer_breaking_the_protocol_after_the_handshake_fails_the_sender) {
+  runner r;
+  std::error_code ec;
+  std::string why;
+  auto [a, b] = loopback::make_pair(r.ex());
+  r.spawn(consumer_breaking_the_protocol(std::move(b)));
+  r.spawn(send_until_failed(std::move(a), ec, why));
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST((ec == errc::protocol_violation), ec.message());
+  BOOST_TEST(why.find("unexpected blob_begin frame from consumer") != std::string::npos, why);
+}

@@ -469,6 +469,19 @@ BOOST_AUTO_TEST_CASE(after_a_failure_every_call_refuses_with_that_error) {
   BOOST_TEST(s.out().empty());
 }
 
+// sender_session.hpp consume: the consumer speaks only after our hello
+// (offer); bytes before it are a violation, not decoded as a hello.
+BOOST_AUTO_TEST_CASE(bytes_from_the_consumer_before_our_hello_are_a_violation) {
+  sender_session s;
+  outbox o;
+  frame_hello(o, hello{.role = wire_role::consumer, .window_bytes = 1 << 20});
+  const auto bytes = flat(o);
+  auto r = s.consume(bytes);
+  BOOST_TEST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.code() == errc::protocol_violation), r.message());
+  BOOST_TEST(r.message().find("before our hello") != std::string::npos, r.message());
+}
+
 BOOST_AUTO_TEST_CASE(resend_sessions_refuse_a_blob_without_a_tag) {
   sender_session s({.resend = true});
   s.connect(small_limits());

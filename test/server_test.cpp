@@ -53,6 +53,16 @@ void check_attribution(const std::vector<seen>& v) {
 
 }  // namespace
 
+// server.hpp listen: a URL the transports cannot listen on is refused with
+// the listener's error, before a server exists.
+BOOST_AUTO_TEST_CASE(listen_on_a_url_no_transport_takes_is_invalid_argument) {
+  runner r;
+  auto s = server::listen(r.ex(), "sctp://127.0.0.1:0");
+  BOOST_TEST_REQUIRE(!s.has_value());
+  BOOST_TEST((s.code() == errc::invalid_argument), s.message());
+  BOOST_TEST(s.message().find("sctp") != std::string::npos, s.message());
+}
+
 BOOST_AUTO_TEST_CASE(many_senders_merge_into_one_stream_naming_each_connection) {
   // Over TCP also with two receive threads (server_options::threads): the
   // connections decode there, and every event still reaches the

@@ -47,8 +47,8 @@ enum class errc {
   aborted,             ///< the producer abandoned the blob (blob_abort)
   // device
   cuda_failure,        ///< a CUDA runtime call failed
-  // files (read_index_file, open_blob_file)
-  io,                  ///< a file cannot be opened, seeked or read, or is not a regular file
+  // files (read_index_file, open_blob_file, the consumer's file_slot)
+  io,                  ///< a file cannot be opened, seeked, read or written, or is not regular
 };
 
 /// The category of every blobpipe error code (name "blobpipe").

@@ -33,8 +33,7 @@ result<void> write_at(int fd, std::uint64_t off, std::span<const std::byte> byte
     const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return {errc::invalid_argument, std::string("file sink: pwrite failed: ") +
-                                          std::strerror(errno)};
+      return {errc::io, std::string("file sink: pwrite failed: ") + std::strerror(errno)};
     }
     bytes = bytes.subspan(static_cast<std::size_t>(n));
     off += static_cast<std::uint64_t>(n);

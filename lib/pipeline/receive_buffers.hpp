@@ -36,8 +36,8 @@ class reserved_region {
 };
 
 /// Writes all of `bytes` at `off` of `fd` (pwrite, retried on EINTR and
-/// short writes). Errors: peer_failed is not right for a local file, so
-/// invalid_argument (the message names errno).
+/// short writes). Errors: io (the message names errno: a full disk, a
+/// descriptor not open for writing).
 [[nodiscard]] result<void> write_at(int fd, std::uint64_t off, std::span<const std::byte> bytes);
 
 /// Writes `n` (< 64) zero bytes at `off`.

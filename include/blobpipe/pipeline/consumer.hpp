@@ -363,7 +363,8 @@ struct event {
   std::shared_ptr<const received_entry> entry;  ///< entry_ready
   std::shared_ptr<const completed_blob> blob;   ///< blob_complete
   /// blob_aborted: aborted (the producer aborted), protocol_violation,
-  /// peer_closed, closed, or the error of file_slot_for. end_of_stream:
+  /// peer_closed, closed, the error of file_slot_for, or io (a write to
+  /// the file_slot failed: the reason says pwrite's error). end_of_stream:
   /// empty after an orderly close, else why.
   std::error_code error;
   /// One line: the producer's reason or what broke; never empty when
