@@ -10,8 +10,8 @@
 // (encode.hpp) and planned alone (layout_builder::add, so bad values raise
 // there). An entry of at most the negotiated copy threshold
 // (sender::inline_bytes()) is copied into the command (gathered if
-// strided), so the caller may change the value at once, as the C++ sender
-// copies it. So is a torch tensor whose memory torch may reallocate
+// strided; into memory kept from earlier copies, copy_pools), so the
+// caller may change the value at once, as the C++ sender copies it. So is a torch tensor whose memory torch may reallocate
 // (storage_guard.hpp; with torch 1.13, every tensor): the background
 // thread could not tell that its bytes were freed. A larger one is held:
 // the command owns a reference to the
@@ -23,7 +23,10 @@
 // default) — the only time it blocks, i.e. when the window is full and
 // the background thread is behind by another window (or by the limit:
 // a consumer's window is no bound on the sender's memory, it may grant
-// 2^64 - 1 and read nothing).
+// 2^64 - 1 and read nothing). Once it blocks, it goes on when they are
+// down to half the limit, so that a full queue wakes the Python thread once
+// per half a queue rather than once per entry. emit_many and send_blob
+// queue their entries in groups, one lock per group.
 //
 // Errors of a queued command cannot be raised by the emit() that queued
 // it, so emit() refuses what it can know first (a bad value, a key longer
