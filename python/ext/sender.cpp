@@ -68,6 +68,7 @@ namespace blobpipe::python {
 namespace {
 
 enum class op { open, emit, finish, abort, flush, shutdown, drop };
+struct send_command;
 
 }  // namespace
 
@@ -80,6 +81,12 @@ struct blob_slot {
   std::error_code failed;  // an entry could not be sent: the blob was aborted
   std::string why;
   bool ended = false;  // finish() or abort() was called
+  // Under the GIL: the entries an emit_many or send_blob on this blob has
+  // prepared and not yet queued (sender_handle::stage_entries). Any other
+  // call that queues for the blob queues them first, so that a call made
+  // meanwhile (from a value's __reduce__, or a thread that ran while the
+  // encoding let the GIL go) comes after the entries prepared before it.
+  std::vector<send_command>* staged = nullptr;
 };
 
 namespace {
@@ -698,6 +705,20 @@ class sender_handle {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(ks.ptr());
     PyObject** k = PySequence_Fast_ITEMS(ks.ptr());
     PyObject** v = PySequence_Fast_ITEMS(vs.ptr());
+    // An emit_many made from a value's __reduce__ inside another one: the
+    // outer call's entries so far go first.
+    push_staged(b.get(), what_raises);
+    struct staging {
+      blob_slot& b;
+      std::vector<send_command>* outer;
+      ~staging() { b.staged = outer; }
+    } registered{*b, std::exchange(b->staged, &group)};
+    // Queued from a vector of its own: a call that runs while this one
+    // waits for room (the GIL released) may take what is staged.
+    auto queue_group = [&] {
+      std::vector<send_command> taken = std::exchange(group, {});
+      push_now(taken, b.get(), what_raises);
+    };
     std::uint64_t staged = 0;
     for (Py_ssize_t i = 0; i < n; ++i) {
       try {
@@ -706,17 +727,16 @@ class sender_handle {
         e.set_error();  // pybind's TypeError/ValueError as a Python exception, to name it
         py::error_already_set raised;
         name_entry(raised, i, k[i]);
-        push(group, b.get(), what_raises);
+        queue_group();
         throw raised;
       } catch (py::error_already_set& e) {
         name_entry(e, i, k[i]);
-        push(group, b.get(), what_raises);
+        queue_group();
         throw;
       }
       staged += group.back().cost;
       if (staged >= group_bytes) {
-        push(group, b.get(), what_raises);
-        group.clear();
+        queue_group();
         staged = 0;
       }
     }
@@ -1013,13 +1033,28 @@ class sender_handle {
     push({&cmd, 1}, b, what_raises);
   }
 
-  /// Queues `cmds` in order under one lock, each entry first waiting for
+  /// Queues `cmds` in order under one lock (after what another call has
+  /// staged for `b`: blob_slot::staged), each entry first waiting for
   /// room: while the queued commands' cost would pass the queue limit, until
   /// it is down to sender_core::resume_bytes. The background thread is
   /// started (woken) at most once, or before a wait. Raises as
   /// check_open_locked(`what_raises`), before and after a wait; the commands
   /// queued before a raise stay queued.
   void push(std::span<send_command> cmds, blob_slot* b, checks what_raises = checks::all) {
+    push_staged(b, what_raises);
+    push_now(cmds, b, what_raises);
+  }
+
+  /// Queues the entries another call has prepared for `b` and not queued
+  /// yet (blob_slot::staged), as push. REQUIRES: the GIL.
+  void push_staged(blob_slot* b, checks what_raises) {
+    if (b == nullptr || b->staged == nullptr || b->staged->empty()) return;
+    std::vector<send_command> taken = std::exchange(*b->staged, {});
+    push_now(taken, b, what_raises);
+  }
+
+  /// push, without first queueing what is staged for `b`.
+  void push_now(std::span<send_command> cmds, blob_slot* b, checks what_raises) {
     if (cmds.empty()) return;
     std::vector<PyObject*> drop;
     // A drain owed to commands queued here, started when the lock is let go

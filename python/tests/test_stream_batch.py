@@ -228,3 +228,46 @@ def test_an_emit_blocked_on_a_full_queue_goes_on_once_half_of_it_is_free():
     assert n == count
     per_resume = ((1 << 20) // 2) // (ENTRY + 64 + 5)   # entries between two waits
     assert 0 < stats["queue_waits"] <= count // per_resume + 1, stats
+
+
+@pytest.mark.parametrize("call", ["emit", "finish"])
+def test_a_call_on_the_blob_from_inside_emit_many_comes_after_the_entries_before_it(call):
+    # emit_many queues its entries in groups of about 1 MiB; a call on the
+    # same blob made while it encodes entry 500 (here from a value's
+    # __reduce__) still comes after entries 0-499, of which the last ~250
+    # were not queued yet.
+    small = np.full(8, 1, np.uint8)
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"nested")
+
+        class CallsTheBlob:
+            def __reduce__(self):
+                if call == "emit":
+                    blob.emit("inner", small)
+                else:
+                    blob.finish()
+                return (int, (0,))
+
+        keys = [f"k{i}" for i in range(501)] + ["k501"]
+        values = [np.full(4096, i % 251, np.uint8) for i in range(500)] + [CallsTheBlob(), small]
+
+        def send():
+            if call == "emit":
+                blob.emit_many(keys, values)
+                blob.finish()
+            else:
+                with pytest.raises(bf.ClosedError):
+                    blob.emit_many(keys, values)
+            sender.shutdown()
+        t = Thread(send)
+        t.start()
+        events = list(consumer)
+        t.join_result()
+    got = [ev.key for ev in events if isinstance(ev, bf.EntryReady)]
+    first = [f"k{i}" for i in range(500)]
+    if call == "emit":
+        assert got == first + ["inner", "k500", "k501"]
+    else:
+        assert got == first
+    complete = [ev for ev in events if isinstance(ev, bf.BlobComplete)]
+    assert len(complete) == 1 and len(complete[0].entries) == len(got)
