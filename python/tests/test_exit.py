@@ -154,6 +154,11 @@ INSIDE = {
     "emit": "s, c = bf.loopback_pair()\n"
             "def work():\n"
             "    with s.open_blob() as b: b.emit('k', SlowDump())\n",
+    "emit_many": "s, c = bf.loopback_pair()\n"
+                 "def work():\n"
+                 "    with s.open_blob() as b: b.emit_many(['k'], [SlowDump()])\n",
+    "send_blob": "s, c = bf.loopback_pair()\n"
+                 "def work(): s.send_blob(['k'], [SlowDump()])\n",
     "plan": "def work(): bf.plan(['k'], [SlowDump()])\n",
     "decode_entry": "p = bf.plan(['k'], [SlowLoad()]); blob = np.zeros(p.nbytes, np.uint8)\n"
                     "bf.write(p, blob); e = bf.read_index(blob)[0]\n"
