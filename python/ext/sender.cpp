@@ -1462,7 +1462,9 @@ which the blob is aborted.)")
            R"(emit(keys[i], values[i], copy=copy) for each i, in order, in one call (two
 sequences of equal length, as plan() takes them). Raises as emit, and
 ValueError (FormatError invalid_argument) when the lengths differ (nothing
-is emitted then); the entries before a refused one stay emitted.)")
+is emitted then); the entries before a refused one stay emitted. A call
+on this blob made while it runs (from a value's __reduce__, or another
+thread) comes after the entries before the one being encoded.)")
       .def("finish", [](py_blob& b) { b.h->end_blob(b.slot, op::finish, {}); },
            R"(Ends the blob (index and footer) and waits until its tail is queued
 behind its entries; every value it held has then been handed to the
