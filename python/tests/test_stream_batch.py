@@ -271,3 +271,21 @@ def test_a_call_on_the_blob_from_inside_emit_many_comes_after_the_entries_before
         assert got == first
     complete = [ev for ev in events if isinstance(ev, bf.BlobComplete)]
     assert len(complete) == 1 and len(complete[0].entries) == len(got)
+
+
+def test_stats_after_close_are_the_last_figures():
+    # close() returns once the background thread has dropped the C++
+    # sender and kept its last figures; stats() then reads those. Repeated,
+    # since a close() that returned early would show up as a race.
+    small = np.full(64, 5, np.uint8)
+    for _ in range(20):
+        sender, consumer = bf.loopback_pair()
+        try:
+            with sender.open_blob() as blob:
+                for i in range(10):
+                    blob.emit(f"e{i}", small)
+            sender.close()
+            assert sender.stats()["entries_sent"] == 10
+        finally:
+            sender.close()
+            consumer.close()
