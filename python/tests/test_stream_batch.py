@@ -275,8 +275,7 @@ def test_a_call_on_the_blob_from_inside_emit_many_comes_after_the_entries_before
 
 def test_stats_after_close_are_the_last_figures():
     # close() returns once the background thread has dropped the C++
-    # sender and kept its last figures; stats() then reads those. Repeated,
-    # since a close() that returned early would show up as a race.
+    # sender and kept its last figures; stats() then reads those.
     small = np.full(64, 5, np.uint8)
     for _ in range(20):
         sender, consumer = bf.loopback_pair()
