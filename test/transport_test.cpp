@@ -12,11 +12,18 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <asio/detached.hpp>
 
 #include "test/pipeline_fixture.hpp"
+#include "test/skip.hpp"
 
 using namespace blobpipe;
 using namespace blobpipe::testing;
@@ -268,4 +275,93 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address) {
   asio::io_context ctx;
   auto l = tcp::listen(ctx.get_executor(), 0, "not-an-address");
   BOOST_TEST((l.code() == errc::invalid_argument));
+}
+
+namespace {
+
+/// net.core.wmem_max or rmem_max, bytes; 0 where unreadable.
+std::uint64_t sysctl_bytes(const char* path) {
+  std::ifstream in(path);
+  std::uint64_t v = 0;
+  return (in >> v) ? v : 0;
+}
+
+std::uint16_t port_of(const std::string& url) {
+  return static_cast<std::uint16_t>(std::stoul(url.substr(url.rfind(':') + 1)));
+}
+
+std::uint16_t port_of(const sockaddr_storage& a) {
+  return a.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port)
+                                : ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+}
+
+/// The descriptor of this process's TCP socket from port `local` to port
+/// `peer` (the transports hide theirs); -1 if none.
+int socket_between(std::uint16_t local, std::uint16_t peer) {
+  for (const auto& f : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(f.path().filename().string());
+    sockaddr_storage me{}, them{};
+    socklen_t n1 = sizeof me, n2 = sizeof them;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&me), &n1) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&them), &n2) != 0)
+      continue;
+    if ((me.ss_family == AF_INET || me.ss_family == AF_INET6) && port_of(me) == local &&
+        port_of(them) == peer)
+      return fd;
+  }
+  return -1;
+}
+
+/// SO_SNDBUF and SO_RCVBUF of both sockets of a TCP pair made with `opt`:
+/// {connected send, connected receive, accepted send, accepted receive}.
+std::array<int, 4> tcp_pair_buffers(transport_options opt) {
+  runner r;
+  auto [a, b] = r.await(raw_pair(link_kind::tcp, opt));
+  const auto listen_port = port_of(a->peer_address()), client_port = port_of(b->peer_address());
+  std::array<int, 4> out{};
+  const std::array<int, 2> fds{socket_between(client_port, listen_port),
+                               socket_between(listen_port, client_port)};
+  for (std::size_t i = 0; i < 2; ++i) {
+    BOOST_REQUIRE(fds[i] >= 0);
+    socklen_t n = sizeof(int);
+    BOOST_REQUIRE(getsockopt(fds[i], SOL_SOCKET, SO_SNDBUF, &out[2 * i], &n) == 0);
+    BOOST_REQUIRE(getsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &out[2 * i + 1], &n) == 0);
+  }
+  return out;
+}
+
+const std::uint64_t wmem_max = sysctl_bytes("/proc/sys/net/core/wmem_max");
+const std::uint64_t rmem_max = sysctl_bytes("/proc/sys/net/core/rmem_max");
+
+}  // namespace
+
+// transport_options::socket_buffer_bytes: asked of both sockets where the
+// system grants the whole size (Linux reports twice the size asked).
+BOOST_AUTO_TEST_CASE(tcp_sockets_ask_for_the_buffer_size_the_system_grants) {
+  constexpr std::uint32_t odd_size = (1u << 20) + 12 * 1024;  // no autotuned value
+  if (std::min(wmem_max, rmem_max) < odd_size)
+    BLOBPIPE_SKIP("net.core.wmem_max " << wmem_max << " or rmem_max " << rmem_max << " is below "
+                                       << odd_size << " bytes");
+  transport_options opt;
+  opt.socket_buffer_bytes = odd_size;
+  for (int got : tcp_pair_buffers(opt)) BOOST_TEST(got == 2 * static_cast<int>(odd_size));
+  if (std::min(wmem_max, rmem_max) >= transport_options{}.socket_buffer_bytes)
+    for (int got : tcp_pair_buffers({}))
+      BOOST_TEST(got == 2 * static_cast<int>(transport_options{}.socket_buffer_bytes));
+}
+
+// A size above the system's maximum, like 0, leaves autotuning: the buffers
+// are what a socket never asked gets, not the system's capped maximum.
+BOOST_AUTO_TEST_CASE(tcp_sockets_keep_autotuning_above_the_system_maximum_and_at_0) {
+  if (wmem_max == 0 || rmem_max == 0 || std::max(wmem_max, rmem_max) >= (1u << 30))
+    BLOBPIPE_SKIP("net.core.wmem_max " << wmem_max << " or rmem_max " << rmem_max
+                                       << " unreadable or at least 1 GiB");
+  transport_options never, above;
+  never.socket_buffer_bytes = 0;
+  above.socket_buffer_bytes = static_cast<std::uint32_t>(std::max(wmem_max, rmem_max) + 4096);
+  const auto autotuned = tcp_pair_buffers(never);
+  BOOST_TEST(autotuned[0] != 2 * static_cast<int>(wmem_max));
+  BOOST_TEST(autotuned[1] != 2 * static_cast<int>(rmem_max));
+  const auto got = tcp_pair_buffers(above);
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == autotuned[i], "buffer " << i);
 }

@@ -4,7 +4,9 @@
 // (no staging copy; the sender combines many frames into one write),
 // read_some() takes what has arrived, read_exact() reads straight into the
 // caller's destination. Sockets run with TCP_NODELAY (a small control
-// frame such as an ack must not wait behind Nagle).
+// frame such as an ack must not wait behind Nagle) and, where the system
+// allows, 4 MiB send and receive buffers
+// (transport_options::socket_buffer_bytes).
 //
 //   auto l = blobpipe::tcp::listen(ex, 0).value();     // ephemeral port
 //   // consumer side                   // sender side
@@ -36,8 +38,9 @@ class listener final : public blobpipe::listener {
   ~listener() override;
 
   std::uint16_t port() const noexcept override;
-  /// The transport has TCP_NODELAY set and lives on opt.executor when
-  /// given (else on the listener's).
+  /// The transport has TCP_NODELAY set, its buffers sized by
+  /// opt.socket_buffer_bytes, and lives on opt.executor when given (else
+  /// on the listener's).
   /// Errors: closed (close() called); the system's EMFILE or ENFILE as is
   /// (compare with std::errc::too_many_files_open, _in_system): out of
   /// descriptors, the connection stays in the backlog until one is freed;
@@ -59,7 +62,9 @@ class listener final : public blobpipe::listener {
 [[nodiscard]] result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
                                       const std::string& address = "127.0.0.1");
 
-/// Resolves `host` and connects to the first address that accepts.
+/// Resolves `host` and connects to the first address that accepts. The
+/// transport has TCP_NODELAY set and its buffers sized by
+/// opt.socket_buffer_bytes.
 /// Errors: peer_failed (resolve or connect failed), closed (cancelled).
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
     asio::any_io_executor ex, std::string host, std::uint16_t port,

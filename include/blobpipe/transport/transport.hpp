@@ -59,6 +59,16 @@ struct transport_options {
   /// inproc (the pair is made at connect) ignore it, so check the
   /// transport's get_executor(). connect functions ignore it.
   asio::any_io_executor executor;
+  /// TCP: the send and the receive buffer each socket asks the kernel for
+  /// (SO_SNDBUF and SO_RCVBUF, socket(7)), bytes. Asked only where the
+  /// system's maximum (net.core.wmem_max, net.core.rmem_max) grants this
+  /// size whole; otherwise, and at 0, the kernel's autotuning stays (a
+  /// fixed buffer it capped would be smaller than autotuning reaches).
+  /// Linux doubles the value for its bookkeeping. At 4 MiB a 256 KiB
+  /// entry's write goes in a few system calls and the receiver wakes less
+  /// often (docs/performance.md "Socket buffers"). Other transports ignore
+  /// it.
+  std::uint32_t socket_buffer_bytes = 4u << 20;
 };
 
 /// A read started by transport::post_read and not yet waited for.

@@ -5,6 +5,9 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <limits>
 #include <vector>
 
 #include <asio/connect.hpp>
@@ -100,10 +103,43 @@ class tcp_transport final : public transport {
   std::error_code peer_error_;  // peer_closed or peer_failed, once peer_gone_
 };
 
-std::unique_ptr<transport> wrap(asio::ip::tcp::socket s) {
+/// The system's largest SO_SNDBUF and SO_RCVBUF an unprivileged socket
+/// may ask for (net.core.wmem_max, rmem_max), bytes; 0 where unreadable.
+struct buffer_limits {
+  std::uint64_t send = 0;
+  std::uint64_t receive = 0;
+};
+
+std::uint64_t read_sysctl(const char* path) {
+  std::ifstream in(path);
+  std::uint64_t v = 0;
+  return (in >> v) ? v : 0;
+}
+
+const buffer_limits& system_buffer_limits() {
+  static const buffer_limits limits{read_sysctl("/proc/sys/net/core/wmem_max"),
+                                    read_sysctl("/proc/sys/net/core/rmem_max")};
+  return limits;
+}
+
+/// Asks for `bytes` of send and receive buffer where the system grants it
+/// whole (transport_options::socket_buffer_bytes); leaves autotuning
+/// otherwise. Each direction is decided alone.
+void size_buffers(asio::ip::tcp::socket& s, std::uint32_t bytes) {
+  if (bytes == 0) return;
+  if (bytes > static_cast<std::uint32_t>(std::numeric_limits<int>::max())) return;
+  const auto& max = system_buffer_limits();
+  const int size = static_cast<int>(bytes);
+  std::error_code ignored;
+  if (bytes <= max.send) s.set_option(asio::socket_base::send_buffer_size(size), ignored);
+  if (bytes <= max.receive) s.set_option(asio::socket_base::receive_buffer_size(size), ignored);
+}
+
+std::unique_ptr<transport> wrap(asio::ip::tcp::socket s, const transport_options& opt) {
   std::error_code ignored;
   // Small control frames (ack, tail) must not wait behind Nagle.
   s.set_option(asio::ip::tcp::no_delay(true), ignored);
+  size_buffers(s, opt.socket_buffer_bytes);
   std::error_code ec;
   const auto peer = s.remote_endpoint(ec);
   auto t = std::make_unique<tcp_transport>(std::move(s));
@@ -152,7 +188,7 @@ asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> listene
                                                   : std::errc::too_many_files_open_in_system),
                          std::unique_ptr<transport>{}};
   if (ec) co_return std::tuple{detail::map_io_error(ec, closed), std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{}, wrap(std::move(sock))};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
 }
 
 void listener::close() noexcept {
@@ -175,14 +211,14 @@ result<listener> listen(asio::any_io_executor ex, std::uint16_t port,
 }
 
 asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> connect(
-    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options) {
+    asio::any_io_executor ex, std::string host, std::uint16_t port, transport_options opt) {
   asio::ip::tcp::resolver resolver(ex);
   auto [rec, endpoints] = co_await resolver.async_resolve(host, std::to_string(port), use_tuple);
   if (rec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
   asio::ip::tcp::socket sock(ex);
   auto [cec, ep] = co_await asio::async_connect(sock, endpoints, use_tuple);
   if (cec) co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>{}};
-  co_return std::tuple{std::error_code{}, wrap(std::move(sock))};
+  co_return std::tuple{std::error_code{}, wrap(std::move(sock), opt)};
 }
 
 }  // namespace blobpipe::tcp
