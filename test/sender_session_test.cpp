@@ -1019,3 +1019,87 @@ BOOST_AUTO_TEST_CASE(an_ack_returning_more_than_is_in_flight_from_the_consumer_i
                f.message);
   }
 }
+
+// A resend session's kept entries must fit the consumer it reconnects to:
+// one that would refuse a kept entry mid-stream is refused at its hello,
+// naming the blob, the entry and the limit (check_kept).
+BOOST_AUTO_TEST_CASE(a_reconnect_to_a_consumer_that_would_refuse_a_kept_entry_fails_its_handshake) {
+  // Kept on a first connection with generous limits: a one-dim entry whose
+  // msgpack meta is longer than its compact form (12 + 8 bytes).
+  auto keep_one = [](sender_session& s) {
+    auto lim = small_limits();
+    s.connect(lim);
+    auto b = std::make_shared<sender_blob>(tag_of('k'));
+    planner p;
+    keep(s, b, p, "a-key-of-20-bytes...", pattern(300, 1));
+    return std::pair{b, p.meta.size()};
+  };
+  struct limit_case {
+    const char* what;
+    std::function<void(hello&, std::size_t meta)> alter;
+    bool refused;
+  };
+  const std::vector<limit_case> cases = {
+      {"the same limits", [](hello&, std::size_t) {}, false},
+      {"max_key_bytes (19 bytes)", [](hello& r, std::size_t) { r.max_key_bytes = 19; }, true},
+      {"max_key_bytes at the key", [](hello& r, std::size_t) { r.max_key_bytes = 20; }, false},
+      {"max_meta_bytes", [](hello& r, std::size_t meta) { r.max_meta_bytes = meta - 1; }, true},
+      {"max_meta_bytes at the meta",
+       [](hello& r, std::size_t meta) { r.max_meta_bytes = static_cast<std::uint32_t>(meta); }, false},
+      // The compact form (20 bytes) fits where the msgpack meta does not.
+      {"max_meta_bytes, compact",
+       [](hello& r, std::size_t meta) {
+         r.features |= feature_compact_entries;
+         r.max_meta_bytes = meta - 1;
+       },
+       false},
+      {"max_entry_bytes 299",
+       [](hello& r, std::size_t) { r.extensions = {max_entry_bytes_extension(299)}; }, true},
+      {"max_entry_bytes at the entry",
+       [](hello& r, std::size_t) { r.extensions = {max_entry_bytes_extension(300)}; }, false},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      sender_session s({.resend = true});
+      auto [b, meta_bytes] = keep_one(s);
+      BOOST_REQUIRE(meta_bytes > 20u);
+      hello mine = offer_of(true);
+      mine.features |= feature_compact_entries;
+      hello answer = answer_to(mine);
+      answer.features &= ~feature_compact_entries;
+      answer.max_key_bytes = 64;
+      answer.max_meta_bytes = 4096;
+      c.alter(answer, meta_bytes);
+      const auto bytes = consumer_bytes(answer);
+      outbox out;
+      (void)s.offer(mine, out);
+      const fed f = feed_all(s, chunkings(bytes)[0]);
+      if (c.refused) {
+        BOOST_TEST((f.ec == errc::invalid_argument), f.message);
+        BOOST_TEST(f.message.find("kept blob " + tag_hex(b->tag()) + ", entry 0") !=
+                       std::string::npos, f.message);
+        BOOST_TEST(f.message.find(c.what) != std::string::npos, f.message);
+        BOOST_TEST(!s.answer());
+      } else {
+        BOOST_TEST(!f.ec, f.message);
+        BOOST_TEST(f.in.hello);
+      }
+      // A session that keeps nothing takes any of these answers.
+      sender_session plain;
+      outbox out2;
+      (void)plain.offer(mine, out2);
+      BOOST_TEST(!feed_all(plain, chunkings(bytes)[0]).ec);
+    }
+  }
+  // An aborted blob's entries are not sent again: they need not fit.
+  sender_session s({.resend = true});
+  auto [b, meta_bytes] = keep_one(s);
+  sync(s, *b);
+  BOOST_REQUIRE(s.abort(*b, "stop"));
+  hello mine = offer_of(true);
+  hello answer = answer_to(mine);
+  answer.max_key_bytes = 4;
+  outbox out;
+  (void)s.offer(mine, out);
+  BOOST_TEST(!feed_all(s, chunkings(consumer_bytes(answer))[0]).ec);
+}

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "blobpipe/format/dtype.hpp"
+#include "blobpipe/format/footer.hpp"
 
 namespace blobpipe {
 namespace {
@@ -66,8 +67,37 @@ result<sender_input> sender_session::consume(std::span<const std::byte> in) {
   return std::move(input_);
 }
 
+result<void> sender_session::check_kept(const sender_limits& l) const {
+  for (const auto& b : kept_) {
+    if (b->end_ == sender_blob::end_kind::abort) continue;  // its entries are not sent again
+    for (std::size_t i = 0; i < b->kept_.size(); ++i) {
+      const kept_entry& k = b->kept_[i];
+      auto refused = [&](std::string why) -> result<void> {
+        return {errc::invalid_argument, "kept blob " + tag_hex(b->tag_) + ", entry " + num(i) +
+                                            ": " + why + "; it cannot be sent again there"};
+      };
+      if (k.entry.key.size() > l.max_key_bytes)
+        return refused("its key is " + num(k.entry.key.size()) +
+                       " bytes, longer than the consumer's max_key_bytes (" +
+                       num(l.max_key_bytes) + " bytes)");
+      const bool compact = (l.features & feature_compact_entries) &&
+                           compact_code(k.entry, l.max_meta_bytes).has_value();
+      if (!compact && k.meta.size() > l.max_meta_bytes)
+        return refused("its meta is " + num(k.meta.size()) +
+                       " bytes, longer than the consumer's max_meta_bytes (" +
+                       num(l.max_meta_bytes) + " bytes)");
+      if (k.entry.len > l.max_entry_bytes)
+        return refused("it is " + num(k.entry.len) + " bytes, over the consumer's max_entry_bytes " +
+                       num(l.max_entry_bytes));
+    }
+  }
+  return {};
+}
+
 result<void> sender_session::consumer_frames::on_hello(const hello& h) {
   if (auto ok = check_answer(s_.offer_, h); !ok) return ok;
+  if (s_.opt_.resend)
+    if (auto ok = s_.check_kept(sender_limits::from_hello(h)); !ok) return ok;
   s_.answer_ = h;
   s_.input_.hello = true;
   return {};

@@ -229,11 +229,12 @@ class sender_session {
   /// "Handshake": at the sender, a chunk or inline threshold above the
   /// proposal, a zero window without credit grants, a feature not offered,
   /// a session not echoed or no delivery log for it, a malformed
-  /// max_entry_bytes extension); then, once connect() made the attempt
+  /// max_entry_bytes extension; a resend session's kept entry it would
+  /// refuse, check_kept); then, once connect() made the attempt
   /// the connection, its acks (on_ack); and its close frame (the reason
   /// kept). Errors: protocol_violation (the message names the check or the
   /// frame: "hello: chunk N above the proposal", "ack before the
-  /// handshake ended", the decoder's), or on_ack's; after one, every
+  /// handshake ended", the decoder's), check_kept's, or on_ack's; after one, every
   /// call returns it (the caller ends the connection).
   result<sender_input> consume(std::span<const std::byte> in);
   /// The consumer's hello on the current attempt, once checked.
@@ -246,6 +247,16 @@ class sender_session {
   /// The sender's checks of a consumer's hello `answer` to `offer` (see
   /// consume()). Errors: protocol_violation.
   static result<void> check_answer(const hello& offer, const hello& answer);
+  /// A resend session: whether every entry it keeps to send again fits a
+  /// consumer with `limits` (its key within max_key_bytes, the meta of
+  /// the form that consumer takes within max_meta_bytes, its bytes within
+  /// max_entry_bytes; docs/wire.md "Compact entries", "Resend"). consume()
+  /// runs it on a resend session's answer, before the attempt can become
+  /// the connection: a consumer that would refuse a kept entry mid-stream
+  /// is refused at the handshake instead, and the attempt fails (counted
+  /// towards max_attempts). Errors: invalid_argument, naming the blob's
+  /// tag, the entry and the limit.
+  result<void> check_kept(const sender_limits& limits) const;
 
   /// Connections made so far (the current one's number; 0: none).
   std::uint64_t connection() const noexcept { return connection_; }
