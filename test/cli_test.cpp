@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "blobpipe/version.hpp"
 #include "test/cli_fixture.hpp"
 #include "test/golden_dir.hpp"
 
@@ -363,4 +364,22 @@ BOOST_AUTO_TEST_CASE(help_exits_0_and_documents_exit_codes) {
     BOOST_TEST(r.out.find("exit status") != std::string::npos);
   }
   BOOST_TEST(run_cli({"inspect", "x.blob", "--help"}).exit_code == 0);
+}
+
+// --version prints the library's version (version.bzl; //test:version_test
+// compares it with the other copies), anywhere on the line; --help wins.
+BOOST_AUTO_TEST_CASE(version_prints_the_library_version_and_exits_0) {
+  const std::string want = std::string("blobpipe ") + blobpipe::version() + "\n";
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--version"}, {"inspect", "x.blob", "--version"}}) {
+    auto r = run_cli(args);
+    BOOST_TEST(r.exit_code == 0);
+    BOOST_TEST(r.out == want);
+    BOOST_TEST(r.err.empty());
+  }
+  auto both = run_cli({"--version", "--help"});
+  BOOST_TEST(both.exit_code == 0);
+  BOOST_TEST(both.out.find("usage:") == 0u);
+  // After `--`, it is a FILE name.
+  BOOST_TEST(run_cli({"inspect", "--", "--version"}).out.find("blobpipe 0") == std::string::npos);
 }

@@ -30,13 +30,14 @@ std::optional<std::uint64_t> parse_u64(std::string_view s, std::string& why) {
 
 const char* usage_line() noexcept {
   return "usage: blobpipe inspect FILE [--offset N] [--nbytes N] [--json] [--digest]; "
-         "blobpipe verify FILE [--offset N] [--nbytes N]; blobpipe --help";
+         "blobpipe verify FILE [--offset N] [--nbytes N]; blobpipe --help; blobpipe --version";
 }
 
 const char* help_text() noexcept {
   return R"(usage: blobpipe inspect FILE [--offset N] [--nbytes N] [--json] [--digest]
        blobpipe verify  FILE [--offset N] [--nbytes N]
        blobpipe --help
+       blobpipe --version
 
 Reads an NVDP blob (format v3, or legacy v2) stored in FILE. A relative
 FILE is relative to the working directory, or under `bazel run` to where
@@ -70,6 +71,7 @@ options:
               whose entries overlap is refused (exit 2, entry_out_of_range),
               so the bytes read stay within the blob's size
   --help      print this text
+  --version   print `blobpipe VERSION` (the library's, blobpipe/version.hpp)
 
 exit status:
   0  success
@@ -95,6 +97,10 @@ std::variant<options, usage_error> parse_args(int argc, const char* const* argv)
   for (auto a : args) {
     if (a == "--") break;
     if (a == "--help" || a == "-h") return options{};  // cmd = help
+  }
+  for (auto a : args) {
+    if (a == "--") break;
+    if (a == "--version") return options{.cmd = command::version};
   }
   if (args.empty()) return usage_error{"missing command"};
 

@@ -19,7 +19,7 @@ inline constexpr int exit_usage = 1;    ///< bad command line
 inline constexpr int exit_invalid = 2;  ///< the blob is not a valid NVDP blob
 inline constexpr int exit_io = 3;       ///< FILE cannot be opened or read, or is not a regular file
 
-enum class command { help, inspect, verify };
+enum class command { help, version, inspect, verify };
 
 /// A parsed command line.
 struct options {
@@ -38,7 +38,7 @@ struct usage_error {
 
 /// Parses argv. Flags may come before or after FILE; `--flag=N` and
 /// `--flag N` are both accepted; `--` ends the flags. `--help` anywhere
-/// wins over everything else.
+/// wins over everything else, then `--version`.
 std::variant<options, usage_error> parse_args(int argc, const char* const* argv);
 
 /// The usage synopsis, exit codes and flags, as --help prints them.

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "blobpipe/version.hpp"
 #include "tools/args.hpp"
 #include "tools/commands.hpp"
 #include "tools/stdout_status.hpp"
@@ -21,6 +22,9 @@ int run(int argc, char** argv) {
   switch (o.cmd) {
     case command::help:
       std::cout << help_text();
+      return exit_ok;
+    case command::version:
+      std::cout << "blobpipe " << blobpipe::version() << '\n';
       return exit_ok;
     case command::inspect:
       return run_inspect(o, std::cout, std::cerr);

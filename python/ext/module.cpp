@@ -8,6 +8,7 @@
 // benchmark compares with (stream_bench.cpp).
 #include <pybind11/pybind11.h>
 
+#include "blobpipe/version.hpp"
 #include "codec.hpp"
 #include "received.hpp"
 #include "state.hpp"
@@ -16,6 +17,7 @@
 PYBIND11_MODULE(_blobpipe, m) {
   m.doc() = "blobpipe's C++ core: the NVDP blob codec and the streaming pipeline "
             "(see the blobpipe package).";
+  m.attr("__version__") = blobpipe::version();
   blobpipe::python::init_state(m);
   blobpipe::python::init_runtime();
   blobpipe::python::init_codec(m);

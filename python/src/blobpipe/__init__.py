@@ -207,7 +207,8 @@ class _LooseEntry(Entry):
     def meta_msgpack(self):
         raise FormatError(f"no blob index holds the row {self!r}", "invalid_argument")
 
-__version__ = "0.1.0"
+# The C++ library's version (version.bzl, the one place it is written).
+__version__ = _blobpipe.__version__
 
 # The reference's constants (documented where they are defined, in _plan).
 from ._plan import (ALIGN, FOOTER_SIZE, FOOTER_V2_SIZE, KIND_NUMPY, KIND_PICKLE, KIND_TENSOR,
