@@ -17,7 +17,7 @@
 //   codec_bench [large] [small] [parse]    # sections to run; default all
 //
 // Prints PASS/MISS against the target but always exits 0: a benchmark
-// reports, it never gates (STYLE.md rule 18). Peak memory is about 1 GiB
+// reports, it never gates (CONTRIBUTING.md "Benchmarks"). Peak memory is about 1 GiB
 // (sources + one blob buffer, reused as the memcpy destination) with
 // [large], a few MiB without it.
 #include <algorithm>

@@ -18,7 +18,7 @@
 // buffer, and the consumer drops each entry as soon as it arrives (its
 // window credit goes straight back). Prints PASS/MISS but always exits 0
 // unless the pipeline itself fails: a benchmark reports, it never gates
-// (STYLE.md rule 18). Runtime: about 20 s on a 2-core VM.
+// (CONTRIBUTING.md "Benchmarks"). Runtime: about 20 s on a 2-core VM.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

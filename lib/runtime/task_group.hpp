@@ -3,8 +3,8 @@
 // asks every task still running to stop (terminal cancellation, through the
 // slot bound to it), and join() completes once none runs, so the owner's
 // close can wait for what it started instead of leaving it detached
-// (STYLE.md rule 10; Asio's cpp20 examples bind a cancellation slot the
-// same way).
+// (CONTRIBUTING.md "Coroutines, ownership and close"; Asio's cpp20
+// examples bind a cancellation slot the same way).
 //
 //   task_group tasks(ex);                       // a member of the owner
 //   tasks.spawn(ack_loop(state));               // on the group's executor

@@ -5,10 +5,11 @@
 // reads the clock for each mark and runs the timer that checks them. A
 // limit on one wait as a whole (a handshake, a connection attempt) is a
 // deadline (lib/runtime/deadline.hpp); docs/reliability.md "Timeouts".
-// Composed, not threaded through (STYLE.md rule 9): the workers only mark
-// when they start and stop waiting and when bytes arrive; the watchdog's
-// own coroutine sleeps on one timer and checks. (A consumer's clocks are
-// its session's, driven by the consumer's own timer: consumer.cpp.)
+// Composed, not threaded through (Asio's cpp20 timeout example): the
+// workers only mark when they start and stop waiting and when bytes
+// arrive; the watchdog's own coroutine sleeps on one timer and checks.
+// (A consumer's clocks are its session's, driven by the consumer's own
+// timer: consumer.cpp.)
 //
 //   asio::co_spawn(ex, [s]() -> asio::awaitable<void> {
 //     if (co_await s->dog.expired()) s->on_stall();   // holds `s` alive

@@ -24,7 +24,7 @@
 // endpoint keeps the runtime alive until the close ends (bounded by
 // close_linger).
 //
-// Source: UCX examples/ucp_hello_world.c (test_poll_wait), STYLE.md rule 11.
+// Source: UCX examples/ucp_hello_world.c (test_poll_wait).
 #pragma once
 
 #include <array>
