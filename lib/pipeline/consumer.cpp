@@ -373,8 +373,8 @@ asio::awaitable<std::tuple<std::error_code, consumer>> consumer::start(
   // A sender that wrote its whole stream at once, close frame included,
   // without waiting for this reply (pipelined) may have ended it within the
   // hello's read: end() has closed the transport, and the stream's events
-  // are all decoded, so the consumer is returned to yield them, unanswered
-  // (issue 26: it was dropped as "closed").
+  // are all decoded, so the consumer is returned to yield them, unanswered,
+  // rather than failed as "closed".
   if (!s->events.ended) {
     if (auto ec = co_await detail::write_frames(*s->t, s->session.out())) co_return fail(ec);
     s->acker.running = true;  // our hello is out: frames may follow it

@@ -64,7 +64,7 @@ bool tells_sender(std::error_code ec) noexcept;
 inline constexpr std::size_t receive_buffer_bytes = 256u << 10;
 /// The receive buffer until the sender's hello arrived: room for the
 /// largest hello frame, so a connection that never says hello costs no
-/// more than this (issue 26: 1,100 silent connections held 288 MB).
+/// more than this (about 4 KiB, where a full receive buffer is 256 KiB).
 inline constexpr std::size_t hello_receive_bytes = frame_header_size + max_hello_bytes;
 /// A payload with at least this many bytes still to come, and nothing of
 /// it buffered, is read straight into its destination (read_exact).
@@ -74,8 +74,7 @@ inline constexpr std::uint64_t direct_read_bytes = 64u << 10;
 // before decoding more, and what it read and has not decoded waits in the
 // receive buffer, so every other connection on the thread gets its turn
 // first and a peer flooding tiny frames (begin+abort pairs) gets no more of
-// the thread than one sending large ones (issue 26; docs/cluster.md "Fair
-// turns"). Its default for a server's connections: server_turn_work_bytes,
+// the thread than one sending large ones (docs/cluster.md "Fair turns"). Its default for a server's connections: server_turn_work_bytes,
 // one receive buffer.
 static_assert(server_turn_work_bytes == receive_buffer_bytes);
 

@@ -96,9 +96,8 @@ py::object connect_sender(const std::string& url, const py::dict& kw) {
 
 // ---- Listener ----
 //
-// Accepting never waits on one peer's handshake (issue 26: three silent
-// sockets made accept() raise at 10, 20 and 30 s while a good sender
-// queued behind them timed out). While an accept() wants a Consumer, the
+// Accepting never waits on one peer's handshake: silent sockets must not
+// make accept() time out while a good sender queues behind them. While an accept() wants a Consumer, the
 // io thread accepts every connection that comes and runs its handshake on
 // its own; the first to finish goes to the waiting accept(), later ones
 // queue for the next. A handshake that fails is its peer's affair: the

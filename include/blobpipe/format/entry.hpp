@@ -26,25 +26,23 @@
 namespace blobpipe {
 
 /// Dims a shape_t holds inside itself; a shape with more keeps them in one
-/// heap block (8 bytes per dim), as std::vector did.
+/// heap block (8 bytes per dim).
 inline constexpr std::size_t shape_inline_dims = 4;
 
 /// Shape in elements, outermost dimension first.
 ///
-/// Changed in 2026-12 (issue 27, the receive path per small entry): it was
-/// `std::vector<std::int64_t>`, one heap block per shape, copied into the
-/// meta parse, the received entry, its view and the tail's index row.
-/// It is now a `boost::container::small_vector<std::int64_t, 4>` (Boost's
-/// headers, Debian's libboost-dev): up to shape_inline_dims dims inline,
-/// no allocation. Source compatible for what the std::vector offered that
-/// callers use: size, empty, data, begin/end, operator[], front/back,
-/// push_back, emplace_back, assign, resize, reserve, clear, ==, brace
-/// initialisation ({2, 3}) and a (size) constructor; and it converts
-/// implicitly from and to `std::vector<std::int64_t>` (a copy) and to
-/// `std::span<const std::int64_t>`, and compares equal to a vector of the
-/// same dims. Not kept: its capacity() and iterator types differ, and a
-/// `std::vector<std::int64_t>&` cannot bind to it (take the shape by
-/// const reference, as a span, or convert).
+/// A `boost::container::small_vector<std::int64_t, 4>` (Boost's headers,
+/// Debian's libboost-dev): up to shape_inline_dims dims inline, so the
+/// meta parse, a received entry, its view and the tail's index rows hold
+/// a shape without a heap block. It offers what callers use of a
+/// `std::vector<std::int64_t>`: size, empty, data, begin/end, operator[],
+/// front/back, push_back, emplace_back, assign, resize, reserve, clear,
+/// ==, brace initialisation ({2, 3}) and a (size) constructor; it
+/// converts implicitly from and to `std::vector<std::int64_t>` (a copy)
+/// and to `std::span<const std::int64_t>`, and compares equal to a vector
+/// of the same dims. Unlike a std::vector, its capacity() and iterator
+/// types differ, and a `std::vector<std::int64_t>&` cannot bind to it
+/// (take the shape by const reference, as a span, or convert).
 // GCC 12 reports a false -Wstringop-overread ("reading between 33 and
 // 2^63 bytes from a region of size 32") wherever a shape_t moved from its
 // inline dims is inlined: it cannot see that inline dims number at most

@@ -112,7 +112,7 @@ struct options {
   /// When a listen() on one interface's IPv4 address (not 0.0.0.0)
   /// creates the io_context's UCX context: confine UCX's own tcp transport,
   /// whose listening ports forged bytes can abort the process with
-  /// (docs/ucx.md "Foreign bytes", issue 26 item 5), to that interface.
+  /// (docs/ucx.md "Foreign bytes"), to that interface.
   /// blobpipe sets UCX_NET_DEVICES to that interface plus every network
   /// device of UCX's other transports (RDMA ones stay), found through UCT
   /// (uct_md_query_tl_resources). Never when UCX_NET_DEVICES is in the

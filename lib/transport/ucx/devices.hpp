@@ -1,5 +1,5 @@
-// Confining UCX's own tcp transport to the rendezvous's interface (issue 26
-// item 5; docs/ucx.md "Foreign bytes").
+// Confining UCX's own tcp transport to the rendezvous's interface
+// (docs/ucx.md "Foreign bytes").
 //
 // With tcp in UCX_TLS, a UCX worker listens on a port of its own on every
 // network interface UCX's tcp transport finds (each bound to that
