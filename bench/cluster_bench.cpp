@@ -166,9 +166,9 @@ asio::awaitable<raw_sender> raw_sender_start(std::string url, std::uint64_t cred
   co_return raw_sender{std::move(t), *theirs};
 }
 
-/// The bad sender (issue 26): asks for 2^64 - 1 bytes of credit, announces
-/// one entry of 64 MiB (or less, what it was granted) and sends its bytes one at a time
-/// every 10 ms until the server ends it or `stop` is set.
+/// The bad sender: asks for 2^64 - 1 bytes of credit, announces one entry
+/// of 64 MiB (or less, what it was granted) and sends its bytes one at a
+/// time every 10 ms until the server ends it or `stop` is set.
 asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
   using namespace blobpipe;
   auto ex = co_await asio::this_coro::executor;
@@ -201,10 +201,11 @@ asio::awaitable<void> bad_sender(std::string url, const bool& stop) {
   }
 }
 
-/// The begin+abort flood (issue 26: it cut an honest run from 165 to 48
-/// MB/s): on its own thread and io_context, as another process would be,
-/// a hello, then begin+abort pairs of empty blobs, 4,096 to a write
-/// (256 KiB), until the server ends the connection. Counts the pairs.
+/// The begin+abort flood (without fair turns, docs/cluster.md, it cuts an
+/// honest run from 165 to 48 MB/s): on its own thread and io_context, as
+/// another process would be, a hello, then begin+abort pairs of empty
+/// blobs, 4,096 to a write (256 KiB), until the server ends the connection.
+/// Counts the pairs.
 asio::awaitable<void> flood_sender(std::string url, std::uint64_t& pairs) {
   using namespace blobpipe;
   auto [t, theirs] = co_await raw_sender_start(std::move(url), 0);

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# bench/cluster_bench.sh — fan-in across processes and cores (issue 27,
-# item 3): the fan-in server alone in one process, its senders in others
-# (//bench:cluster_bench run again as --send), ROUNDS interleaved rounds
-# (default 5) of
+# bench/cluster_bench.sh — fan-in across processes and cores: the fan-in
+# server alone in one process, its senders in others (//bench:cluster_bench
+# run again as --send), ROUNDS interleaved rounds (default 5) of
 #   1 sender on 1 connection                 (1 receive thread)
 #   SENDERS senders (default 16)             (1 receive thread)
 #   SENDERS senders                          (THREADS receive threads, default 2)

@@ -35,7 +35,8 @@
 //   into its 1 MiB buffer and copies each entry out into memory of its
 //   own, allocated per entry and freed once whole (blobpipe's copy out of
 //   the receive buffer into the entry's block, which the application
-//   drops). Issue 27's RL-sample and consumer-CPU targets are against it.
+//   drops). The RL-sample and consumer-CPU targets (docs/performance.md)
+//   are against it.
 //
 // Each cell is the best of 3 runs (interleaved by column), with the
 // spread (worst/best) in the CSV. Entries/s count entries delivered to the

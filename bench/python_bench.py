@@ -210,7 +210,7 @@ def bench_decode(args, ref) -> None:
             print(f"    {'':28} bare torch.frombuffer(v, dtype=dt).view(shape) "
                   f"{min(bare_t) / n * 1e6:6.3f} µs/call; overhead {over:6.3f} µs/call"
                   f"   target <= 0.3: {verdict(over <= 0.3)}")
-        if hasattr(bf, "decode_entries"):  # blobpipe's batched call (absent before issue 24)
+        if hasattr(bf, "decode_entries"):  # blobpipe's batched call (absent from older builds)
             theirs = None
             if ref is not None:
                 theirs = lambda: [rdec(rblob[e.off: e.off + e.len], e) for e in ref_entries]  # noqa: E731

@@ -10,10 +10,10 @@
 #   ucx_raw_bench                  raw UCP connected as blobpipe is
 #                                  (//bench:ucx_raw_bench: endpoints from
 #                                  worker addresses, RAW_CONNECT=listener:
-#                                  from UCX's sockaddr listener as before
-#                                  issue 17; peer error handling, one
-#                                  active message per frame; no blobpipe,
-#                                  no Asio; polling)
+#                                  from UCX's sockaddr listener, which
+#                                  blobpipe does not use; peer error
+#                                  handling, one active message per
+#                                  frame; no blobpipe, no Asio; polling)
 #   ucx_bench --server / --client  blobpipe (//bench:ucx_bench), as an
 #                                  application runs it (busy_poll 200 us)
 #   ucx_bench ... --busy-poll 1000000  the same, polling like ucx_perftest
@@ -53,7 +53,7 @@
 # ENTRY (bytes per entry in the pipeline column; SIZE: one data frame
 # per entry, like one ucx_perftest message),
 # RAW_CONNECT (address: as blobpipe connects; listener: UCX's sockaddr
-# listener, as blobpipe connected before issue 17),
+# listener, which blobpipe does not use: docs/ucx.md "Connecting"),
 # REPEAT (3), TLS_LIST ("tcp sm,tcp"), PORT (first port used, 13500),
 # PIN (1: receivers on CPU 0, senders on CPU 1, for both tools; 0: off).
 # Reports, never gates on the figures; but every run must produce one: the

@@ -8,9 +8,10 @@
 //
 // Same as blobpipe's transport (lib/transport/ucx): endpoints created from
 // worker addresses exchanged over a TCP socket (--connect address, the
-// default: blobpipe's rendezvous, without its checks), or, as blobpipe did
-// before issue 17, a ucp_listener and an endpoint created from a socket
-// address (--connect listener, UCP_EP_PARAMS_FLAGS_CLIENT_SERVER);
+// default: blobpipe's rendezvous, without its checks), or a ucp_listener
+// and an endpoint created from a socket address (--connect listener,
+// UCP_EP_PARAMS_FLAGS_CLIENT_SERVER; UCX's sockaddr connection manager,
+// which blobpipe does not use: docs/ucx.md "Connecting");
 // UCP_ERR_HANDLING_MODE_PEER on both ends, one active message per frame
 // with a 24-byte header (ucp_am_send_nbx, UCP_AM_SEND_FLAG_REPLY), and the
 // payload of a rendezvous frame landed with ucp_am_recv_data_nbx. Same as

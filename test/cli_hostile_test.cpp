@@ -1,10 +1,10 @@
 // test/cli_hostile_test.cpp — `blobpipe verify` and `inspect` on blobs a
-// hostile writer could make (issue 17): bytes between the index and the
-// footer and entries that overlap or run out of order are refused by verify
-// (exit 2, one line) and reported by inspect --json as findings; a 64 GiB
-// sparse file is read in two small reads, not loaded; keys with control
-// characters reach no terminal raw; running out of memory is exit 2 with
-// the usual line, never an abort.
+// hostile writer could make: bytes between the index and the footer and
+// entries that overlap or run out of order are refused by verify (exit 2,
+// one line) and reported by inspect --json as findings; a 64 GiB sparse
+// file is read in two small reads, not loaded; keys with control characters
+// reach no terminal raw; running out of memory is exit 2 with the usual
+// line, never an abort.
 #define BOOST_TEST_MODULE cli_hostile_test
 #include <fcntl.h>
 #include <unistd.h>
@@ -96,10 +96,10 @@ BOOST_AUTO_TEST_CASE(verify_refuses_overlapping_entries) {
   BOOST_TEST(finding_kinds(path) == std::vector<std::string>{"entries_overlap"});
 }
 
-// Issue 26 review: a sparse file whose index rows overlap made `inspect
-// --digest` read the same bytes once per row (hours for many rows over a
-// large hole). --digest now refuses overlapping rows, as verify does, so
-// what it reads stays within the blob; without --digest they are listed.
+// `inspect --digest` refuses overlapping index rows, as verify does, so
+// what it reads stays within the blob: otherwise a sparse file whose rows
+// overlap makes it read the same bytes once per row (hours for many rows
+// over a large hole). Without --digest they are listed.
 BOOST_AUTO_TEST_CASE(inspect_digest_refuses_overlapping_entries) {
   const auto path = write_blob(
       "digest_overlap.blob", {u8("a", 0, 4096), u8("b", 0, 4096), u8("c", 64, 4032)}, 4096);
@@ -127,9 +127,9 @@ BOOST_AUTO_TEST_CASE(verify_accepts_zero_length_entries_sharing_an_offset) {
 }
 
 // 64 GiB, all of it a hole but the index (one byte, an empty array) and
-// the footer: verify reads those two and stops (it used to read the whole
-// blob into memory and abort). The timeout turns a regression into a
-// failure instead of a very long test.
+// the footer: verify reads those two and stops, rather than reading the
+// whole blob into memory and aborting. The timeout turns a regression into
+// a failure instead of a very long test.
 BOOST_AUTO_TEST_CASE(sparse_64_gib_file_with_an_empty_index_is_refused_at_once,
                      *boost::unit_test::timeout(60)) {
   const std::uint64_t size = std::uint64_t{64} << 30;
@@ -143,8 +143,8 @@ BOOST_AUTO_TEST_CASE(sparse_64_gib_file_with_an_empty_index_is_refused_at_once,
 // A footer claiming a 4 GiB index that the file does not hold: all of it
 // a hole (zeros), or an array header for 4 billion rows and then a hole.
 // The CLI reads the index in pieces and refuses the first piece that
-// cannot begin an array of rows (malformed_index); it used to allocate and
-// read all 4 GiB first (4.2 GB RSS, issue 26). Under a 64 MiB heap limit a
+// cannot begin an array of rows (malformed_index), rather than allocating
+// and reading all 4 GiB first (4.2 GB RSS). Under a 64 MiB heap limit a
 // whole-index read fails as too_large instead.
 BOOST_AUTO_TEST_CASE(sparse_file_claiming_a_4_gib_index_is_refused_from_its_first_piece,
                      *boost::unit_test::timeout(120)) {

@@ -905,12 +905,12 @@ BOOST_AUTO_TEST_CASE(consumer_rejects_garbage_bytes_on_tcp) {
 }
 
 // A sender that writes its whole stream (hello, a blob, close) before the
-// consumer's hello reply, and then hangs up without reading it (issue 26:
-// the stream was dropped as "handshake: closed"). Its bytes are all in the
-// consumer's socket: they are decoded, the blob completes, and the stream
-// ends as the close frame says; the reply that could not be written does
-// not matter to a sender that is gone. With `hang_up` false the sender
-// waits for the consumer to hang up, as a pipelining but polite peer.
+// consumer's hello reply, and then hangs up without reading it. Its bytes
+// are all in the consumer's socket: they are decoded, the blob completes,
+// and the stream ends as the close frame says, not as "handshake: closed";
+// the reply that could not be written does not matter to a sender that is
+// gone. With `hang_up` false the sender waits for the consumer to hang up,
+// as a pipelining but polite peer.
 BOOST_AUTO_TEST_CASE(a_stream_written_before_the_hello_reply_is_decoded) {
   const tag_t tag = [] {
     tag_t t{};

@@ -1,7 +1,7 @@
-// The push decoder's budgets (issue 17 item 3, docs/wire.md "Flow
-// control"), driven with bytes and no io_context: every byte a consumer
-// holds counts against its window, zero-length entries with long keys and
-// tails included, and exceeding it is a protocol_violation naming it.
+// The push decoder's budgets (docs/wire.md "Flow control"), driven with
+// bytes and no io_context: every byte a consumer holds counts against its
+// window, zero-length entries with long keys and tails included, and
+// exceeding it is a protocol_violation naming it.
 #define BOOST_TEST_MODULE decoder_budget
 #include <boost/test/unit_test.hpp>
 
@@ -53,9 +53,10 @@ result<void> feed(const outbox& o, std::uint64_t window, holding_listener& l) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(zero_length_entries_with_long_keys_fill_the_window) {
-  // Issue 17: 4,000 zero-length entries with 64 KiB keys held 260 MB in a
-  // consumer whose window was 64 MiB. Each now costs its key, its meta and
+  // Each zero-length entry costs its key, its meta and
   // entry_overhead_bytes: a 1 MiB window refuses the 17th of ~61 KiB.
+  // Without that cost, 4,000 zero-length entries with 64 KiB keys would
+  // hold 260 MB in a consumer whose window is 64 MiB.
   constexpr std::uint64_t window = 1 << 20;
   outbox o;
   frame_hello(o, sender_hello);
@@ -155,10 +156,11 @@ class releasing_listener final : public decoder_listener {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(an_open_blob_holds_a_constant_whatever_its_entries_announced) {
-  // Issue 26 item 4: each open blob kept its last entry, key included,
-  // and the capacity its pending index rows had grown to: 4,000 open
-  // blobs with 64 KiB keys held 526 MB beside a 64 MiB window. Now an open
-  // blob whose entries completed holds at most decoder::open_blob_bytes.
+  // An open blob whose entries completed holds at most
+  // decoder::open_blob_bytes. An open blob that kept its last entry, key
+  // included, and the capacity its pending index rows had grown to would
+  // let 4,000 open blobs with 64 KiB keys hold 526 MB beside a 64 MiB
+  // window.
   if (!blobpipe::testing::detail::heap_counting()) BLOBPIPE_SKIP("this build cannot count the heap");
   constexpr std::uint64_t blobs = 400;
   const std::string key(60'000, 'k');

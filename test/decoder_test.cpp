@@ -944,11 +944,11 @@ BOOST_AUTO_TEST_CASE(grouped_blobs_and_credit_requests_pass_when_negotiated) {
 // ---- turns of work (consume_some): docs/cluster.md "Fair turns" --------------
 
 BOOST_AUTO_TEST_CASE(a_turn_of_work_completes_64_begin_abort_frames_not_a_buffer_of_them) {
-  // Issue 26: a begin+abort flood. 4,096 pairs of 40- and 24-byte frames
-  // fill a 256 KiB receive buffer; consume() decodes them all at once. A
-  // turn of 256 KiB of work counts each frame as at least 4 KiB, so it
-  // completes 64 frames (32 pairs) and leaves the rest for later turns,
-  // which report the same events as consume() does.
+  // A begin+abort flood: 4,096 pairs of 40- and 24-byte frames fill a
+  // 256 KiB receive buffer; consume() decodes them all at once. A turn of
+  // 256 KiB of work counts each frame as at least 4 KiB, so it completes 64
+  // frames (32 pairs) and leaves the rest for later turns, which report the
+  // same events as consume() does.
   constexpr std::uint64_t pairs = 4096;
   constexpr std::uint64_t turn = 256u << 10;
   static_assert(turn / decoder::frame_work_floor_bytes == 64);

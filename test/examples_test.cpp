@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(rollout_to_trainer_refuses_url_lists_that_do_not_fit) {
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_names_a_different_seq_len) {
   // The workers build 200-token samples, the trainer expects 300: every
   // sample differs, and the trainer names --seq-len, not the connection
-  // counts (it used to blame --workers and --batch).
+  // counts --workers and --batch.
   auto [t, w] = run_two_processes({"--workers", "1", "--batch", "4", "--seq-len", "300",
                                    "--timeout", "15"},
                                   {"--workers", "1", "--batch", "4", "--seq-len", "200"});
@@ -457,12 +457,11 @@ int raw_connect(const std::string& port) {
 }
 
 BOOST_AUTO_TEST_CASE(rollout_to_trainer_counts_only_connections_that_finish_their_handshake) {
-  // Issue 17: the trainer took exactly --workers connections and applied no
-  // handshake timeout, so a silent connection held the one slot of
-  // --workers 1 and the real worker was refused until --timeout. Now a
-  // connection is a worker once its handshake is done: the silent one and
-  // one sending garbage are not counted, and the real worker's batch
-  // arrives.
+  // A connection is a worker once its handshake is done: the silent one
+  // and one sending garbage are not counted, and the real worker's batch
+  // arrives. A trainer that took the first --workers connections, with no
+  // handshake timeout, would give the one slot of --workers 1 to the
+  // silent connection and refuse the real worker until --timeout.
   process trainer(example("rollout_to_trainer"),
                   {"--listen", "0", "--workers", "1", "--batch", "8", "--timeout", "30"});
   const std::string port = listening_port(trainer);
@@ -725,7 +724,7 @@ BOOST_AUTO_TEST_CASE(custom_pipeline_rejects_arguments_but_help) {
   BOOST_TEST(contains(help.out, "exit status"), REPORT(help));
 }
 
-// ---- issue 28: the digest check, the steady-state rate, CPU seconds ----
+// ---- the digest check, the steady-state rate, CPU seconds --------------
 
 // A run of `args` that must fail its check: exit 1, no OK line, and `why`
 // in its output.

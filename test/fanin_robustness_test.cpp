@@ -1,14 +1,14 @@
-// The fan-in server under one hostile connection (issue 26, items 1 and 2;
-// docs/reliability.md "Fan-in under a hostile sender"): each case runs an
-// honest sender in another process (this binary again, TCP loopback) while a
-// hostile peer, speaking the wire protocol by hand on the server's
-// executor, asks for more credit than it may have or holds what it got.
-// Each case checks that the honest sender completes with its data and that
-// the credit committed stays within budget_bytes + the largest item's
-// credit (credit_pool's stated bound). //test:fanin_robustness_threads_test
-// runs every case again with the server's connections on two receive
-// threads (BLOBPIPE_SERVER_THREADS=2: server_options::threads), the
-// hostile and the honest connection on different threads.
+// The fan-in server under one hostile connection (docs/reliability.md
+// "Fan-in under a hostile sender"): each case runs an honest sender in
+// another process (this binary again, TCP loopback) while a hostile peer,
+// speaking the wire protocol by hand on the server's executor, asks for
+// more credit than it may have or holds what it got. Each case checks that
+// the honest sender completes with its data and that the credit committed
+// stays within budget_bytes + the largest item's credit (credit_pool's
+// stated bound). //test:fanin_robustness_threads_test runs every case again
+// with the server's connections on two receive threads
+// (BLOBPIPE_SERVER_THREADS=2: server_options::threads), the hostile and the
+// honest connection on different threads.
 #define BOOST_TEST_MODULE fanin_robustness_test
 #include <boost/test/unit_test.hpp>
 
@@ -152,7 +152,7 @@ std::error_code send_honestly(const std::string& url) {
 }
 
 /// This test binary run again with BLOBPIPE_HONEST_SENDER=URL is the
-/// honest sender (issue 26 item 7: honest senders in other processes):
+/// honest sender, in a process of its own as a cluster's senders are:
 /// before any test case, it sends and exits, 0 when its sender finished
 /// cleanly, else 1 with the error on stderr.
 struct honest_sender_process_main {
@@ -465,8 +465,8 @@ asio::awaitable<void> flood_pairs(hostile& h, std::uint64_t& pairs) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_begin_abort_flood_leaves_the_honest_sender_completing_with_its_data) {
-  // Issue 26 item 5's last case: a begin+abort flood cut an honest run from
-  // 165 to 48 MB/s. The flood's turns on the server's thread are a receive
+  // Without fair turns, a begin+abort flood cuts an honest run from 165
+  // to 48 MB/s. The flood's turns on the server's thread are a receive
   // buffer's worth of work, every frame counted as at least 4 KiB
   // (docs/cluster.md "Fair turns"): the honest sender, in its own process,
   // completes with its data while the flood goes on, and the flood's

@@ -945,8 +945,8 @@ BOOST_AUTO_TEST_CASE(from_meta_rejects_maps_that_are_not_entry_meta) {
 }
 
 BOOST_AUTO_TEST_CASE(from_meta_requires_s_to_be_an_array) {
-  // Found by fuzz/entry_meta_fuzz: {"o":0,"n":12,"k":"t","d":"float32","s":nil}
-  // used to parse with no shape, then meta() wrote "s": [] (a 0-d tensor).
+  // From fuzz/entry_meta_fuzz: {"o":0,"n":12,"k":"t","d":"float32","s":nil}
+  // is refused; parsed with no shape, meta() would write "s": [] (a 0-d tensor).
   const std::uint8_t m[] = {0x85, 0xa1, 'o', 0x00, 0xa1, 'n', 0x0c, 0xa1, 'k', 0xa1, 't',
                             0xa1, 'd', 0xa7, 'f', 'l', 'o', 'a', 't', '3', '2', 0xa1, 's', 0xc0};
   BOOST_TEST((bp::Entry::from_meta("k", std::as_bytes(std::span(m))).code() ==

@@ -1,10 +1,10 @@
-// Safe defaults without configuration (issue 17): a handshake that does not
-// happen cannot hold a consumer or a sender. consumer::start and
-// sender::start are bounded by handshake_timeout (10 s by default, 0: no
-// limit); past it the connection is closed and start() fails with
-// timed_out. The peers here are loopback transports whose other end stays
-// silent (it never writes, and never reads: a loopback write waits for its
-// reader, so the sender's own hello is stuck too).
+// Safe defaults without configuration: a handshake that does not happen
+// cannot hold a consumer or a sender. consumer::start and sender::start are
+// bounded by handshake_timeout (10 s by default, 0: no limit); past it the
+// connection is closed and start() fails with timed_out. The peers here are
+// loopback transports whose other end stays silent (it never writes, and
+// never reads: a loopback write waits for its reader, so the sender's own
+// hello is stuck too).
 #define BOOST_TEST_MODULE handshake_timeout
 #include <boost/test/unit_test.hpp>
 
@@ -253,9 +253,9 @@ BOOST_AUTO_TEST_CASE(zero_handshake_timeout_waits_for_a_late_hello) {
   BOOST_TEST(!sec, sec.message());
 }
 
-// What a resend session says it will try (issue 26: the rollout workers
-// said "about 5 s" and tried for 96.6 s): max_attempts handshake bounds
-// plus the waits between them, as connect_loop runs them.
+// What a resend session says it will try: max_attempts handshake bounds
+// plus the waits between them, as connect_loop runs them. A bound of the
+// waits alone would say "about 5 s" of a session that tries for 96.6 s.
 BOOST_AUTO_TEST_CASE(resend_give_up_bound_counts_every_attempt_and_wait) {
   sender_options o;
   o.resend.max_attempts = 10;

@@ -1,7 +1,7 @@
 // Memory bounds of the parsers, measured with a counting allocator
 // (heap_counter.hpp), not RSS: the index parser stays within the bound
 // parse_index documents (23 x index bytes + 4 KiB) for every shape of
-// index, including the amplification cases of issue 17, and
+// index, including indexes of one-byte rows built to amplify, and
 // Entry::from_meta allocates nothing beyond the Entry's own strings and a
 // shape's dims past the inline ones. Counting works in the sanitizer
 // builds too (their malloc hooks), so these tests run in every phase of
@@ -44,8 +44,8 @@ std::vector<std::byte> repeated_rows(const std::vector<std::uint8_t>& row, std::
   return array32(static_cast<std::uint32_t>(count), body);
 }
 
-// The index of issue 17: one array of one-byte fixints, every size check
-// against the bytes present passes.
+// An index built to amplify: one array of one-byte fixints, every size
+// check against the bytes present passes.
 std::vector<std::byte> fixint_index(std::size_t bytes) {
   return array32(static_cast<std::uint32_t>(bytes - 5), std::vector<std::uint8_t>(bytes - 5, 0));
 }

@@ -196,7 +196,7 @@ BOOST_AUTO_TEST_CASE(resend_delivers_every_blob_once_across_repeated_kills) {
       BOOST_TEST(out.stats.blobs_resent > 0u);
       BOOST_TEST(out.stats.blobs_delivered >= n);
       // Counted once each when emitted, not again when sent or resent
-      // (two entries a blob; they used to count twice).
+      // (two entries a blob).
       BOOST_TEST(out.stats.entries_sent == 2 * n);
       BOOST_TEST(out.stats.blobs_sent == n);
       BOOST_TEST(check.attempts_voided > 0u);  // kills did cut blobs in half

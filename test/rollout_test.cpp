@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(options_reject_unknown_transport_and_both_roles) {
   BOOST_TEST(opt.batch == 32u);
 }
 
-// ---- the trainer loses no exception (issue 17) ----------------------------
+// ---- the trainer loses no exception ---------------------------------------
 
 namespace {
 
@@ -160,9 +160,9 @@ class throwing_check final : public rollout::checker {
 }  // namespace
 
 // An exception that ends a connection's coroutine is reported as a problem
-// of that connection and the trainer ends at once. It used to vanish in a
-// detached co_spawn, leaving a closer pointing at the destroyed consumer:
-// the trainer waited for its timeout, then crashed calling it.
+// of that connection and the trainer ends at once. Lost in a detached
+// co_spawn, it would leave a closer pointing at the destroyed consumer:
+// the trainer would wait for its timeout, then crash calling it.
 BOOST_AUTO_TEST_CASE(trainer_reports_an_exception_in_a_connection_and_ends) {
   asio::io_context ctx;
   auto ex = ctx.get_executor();
@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(trainer_reports_an_exception_in_a_connection_and_ends) {
 
 // A blob_abort reason is the peer's text: a newline in it must not start a
 // line of the trainer's report, so "\n OK: every sample arrived" cannot
-// forge the pass line (issue 26); an escape sequence reaches no terminal.
+// forge the pass line; an escape sequence reaches no terminal.
 BOOST_AUTO_TEST_CASE(abort_reason_cannot_forge_a_report_line) {
   auto builder = std::make_shared<const rollout::sample_builder>(rollout::corpus::embedded());
   auto check = rollout::make_batch_check(builder, 2);

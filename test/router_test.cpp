@@ -463,10 +463,10 @@ BOOST_AUTO_TEST_CASE(resend_destinations_deliver_exactly_once_across_reconnects)
   BOOST_TEST(srv[0].stats().total.reconnects == 2u);
 }
 
-// router_options::group_scope (issue 26 item 4): two jobs sharing a server
-// both number their groups from 7; scoped, they are two groups that
-// complete apart, under the ids scoped_group_id gives (unscoped, the four
-// members made one group of 2 and two late members).
+// router_options::group_scope: two jobs sharing a server both number their
+// groups from 7; scoped, they are two groups that complete apart, under the
+// ids scoped_group_id gives (unscoped, the four members made one group of 2
+// and two late members).
 BOOST_AUTO_TEST_CASE(group_scope_keeps_two_jobs_alike_ids_apart) {
   runner r;
   auto srv = servers(r, "router-scope", 1);

@@ -237,15 +237,14 @@ BOOST_AUTO_TEST_CASE(a_group_open_at_close_is_aborted_closed) {
   BOOST_TEST(tasks_at_end == 0u);
 }
 
-// Issue 26 item 4: open-group slots are charged to the connection whose
-// member opened the group, and one connection may hold at most
-// max_open_groups_per_connection of them. Here 3 slots, 2 per connection:
-// connection A opens groups 1 and 2 and is refused group 3 (too_large,
-// naming its connection), so connection B still opens group 4 and
-// completes it; A's second members then complete 1 and 2. Without the
-// per-connection count A would hold all three slots and B's group would
-// be refused. A slot comes back when its group ends: A then opens and
-// completes group 5.
+// Open-group slots are charged to the connection whose member opened the
+// group, and one connection may hold at most max_open_groups_per_connection
+// of them. Here 3 slots, 2 per connection: connection A opens groups 1 and
+// 2 and is refused group 3 (too_large, naming its connection), so
+// connection B still opens group 4 and completes it; A's second members
+// then complete 1 and 2. Without the per-connection count A would hold all
+// three slots and B's group would be refused. A slot comes back when its
+// group ends: A then opens and completes group 5.
 BOOST_AUTO_TEST_CASE(one_connection_cannot_take_every_open_group_slot) {
   runner r;
   server_options opt;

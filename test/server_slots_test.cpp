@@ -1,10 +1,9 @@
-// blobpipe/cluster/server.hpp max_connections, issue 26 item 2: slots and
-// descriptors taken by peers that never finish their handshake go to
-// honest senders. Here the process runs out of descriptors first: a
-// forked child serves with RLIMIT_NOFILE lowered (its own process, so the
-// limit touches no other test), silent sockets from this process fill its
-// table, and an honest sender from this process must still get in and
-// complete.
+// blobpipe/cluster/server.hpp max_connections: slots and descriptors taken
+// by peers that never finish their handshake go to honest senders. Here the
+// process runs out of descriptors first: a forked child serves with
+// RLIMIT_NOFILE lowered (its own process, so the limit touches no other
+// test), silent sockets from this process fill its table, and an honest
+// sender from this process must still get in and complete.
 //
 // fork() happens before the case creates any Asio object; the child
 // passes its port back through a pipe and reports by its exit status.

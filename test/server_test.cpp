@@ -390,12 +390,12 @@ BOOST_AUTO_TEST_CASE(connections_beyond_the_cap_are_refused) {
   srv.close();
 }
 
-// Issue 26 item 2: silent sockets and a slowloris (a hello's header and a
-// few of its bytes, then nothing) take every slot; honest senders still get
-// in and complete: the oldest connection still in its handshake gives way
-// (no handshake timeout here, so nothing else frees a slot), and nobody is
-// refused. It used to refuse every honest sender ("no rank could be
-// reached").
+// Silent sockets and a slowloris (a hello's header and a few of its
+// bytes, then nothing) take every slot; honest senders still get in and
+// complete: the oldest connection still in its handshake gives way (no
+// handshake timeout here, so nothing else frees a slot), and nobody is
+// refused. A server whose full slots refused newcomers would refuse every
+// honest sender ("no rank could be reached").
 BOOST_AUTO_TEST_CASE(connections_still_in_their_handshake_give_way_to_honest_senders) {
   runner r;
   server_options opt;
@@ -459,10 +459,11 @@ BOOST_AUTO_TEST_CASE(connections_still_in_their_handshake_give_way_to_honest_sen
   BOOST_TEST(all_bytes_ok(events));
 }
 
-// Issue 26 item 2: a connection costs nothing large before its handshake.
-// 32 silent connections held 256 KiB of receive buffer each (1,100 of
-// them: 288 MB); now a hello-sized one (4 KiB), the rest once the hello
-// came. The heap the server holds for them is counted (test/heap_counter).
+// A connection costs nothing large before its handshake: a hello-sized
+// receive buffer (4 KiB), the rest once the hello has come. With a full
+// 256 KiB receive buffer each, 1,100 silent connections would hold
+// 288 MB. The heap the server holds for 32 silent connections is counted
+// (test/heap_counter).
 BOOST_AUTO_TEST_CASE(silent_connections_hold_no_large_buffer) {
   if (!testing::detail::heap_counting()) BLOBPIPE_SKIP("this build cannot count the heap");
   runner r;
@@ -1066,7 +1067,7 @@ BOOST_AUTO_TEST_CASE(a_queue_bound_of_zero_events_is_refused) {
              srv.message());
 }
 
-// ---- fair turns: docs/cluster.md "Fair turns" (issue 26 item 4) ------------
+// ---- fair turns: docs/cluster.md "Fair turns" -----------------------------
 
 namespace {
 
@@ -1172,16 +1173,16 @@ asio::awaitable<void> record_until_steady_closes(server& srv, std::vector<seen>&
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_begin_abort_flood_gets_one_turn_per_turn_of_an_honest_sender) {
-  // Issue 26 item 4: one connection floods begin+abort pairs (64 bytes a
-  // pair, 4,096 to a 256 KiB read) while a steady sender streams 200
-  // small blobs, one write each, both on the server's one thread. A turn
-  // is a receive buffer's worth of work, each frame counted as at least
-  // 4 KiB: at most 64 frames, 32 of the flood's aborts, after which the
-  // connection yields. Between two events of the steady sender the flood
-  // gets the turns that pass while the steady sender's next write arrives
-  // (a few handler runs), never a buffer of 2,048 to 4,096 aborts at once
-  // as when a turn was a read. Counted in events, in the order the server
-  // yields them: no clock.
+  // One connection floods begin+abort pairs (64 bytes a pair, 4,096 to a
+  // 256 KiB read) while a steady sender streams 200 small blobs, one write
+  // each, both on the server's one thread. A turn is a receive buffer's
+  // worth of work, each frame counted as at least 4 KiB: at most 64 frames,
+  // 32 of the flood's aborts, after which the connection yields. Between
+  // two events of the steady sender the flood gets the turns that pass
+  // while the steady sender's next write arrives (a few handler runs),
+  // never a buffer of 2,048 to 4,096 aborts at once as a turn of one whole
+  // read would. Counted in events, in the order the server yields them: no
+  // clock.
   runner r;
   server_options opt;
   opt.threads = 1;  // both connections' turns on one thread, in order

@@ -1,7 +1,7 @@
 // The UCX listener and its rendezvous (lib/transport/ucx/rendezvous.hpp)
-// against foreign bytes and hostile or clumsy peers (issue 17, item 5): no
-// stray byte sequence aborts the process, each is refused by closing that
-// connection, and the listener goes on.
+// against foreign bytes and hostile or clumsy peers: no stray byte sequence
+// aborts the process, each is refused by closing that connection, and the
+// listener goes on.
 //
 // Where UCX itself could abort, the listening side runs in a child process
 // (ucx_listener_peer), so that an abort shows as the child's exit status
@@ -444,10 +444,10 @@ BOOST_AUTO_TEST_CASE(a_peer_that_claims_and_never_verifies_is_closed_at_the_hand
 }
 
 // Connections taken from the OS and not handed over are capped, and
-// silent ones give way (issue 26: 64 pending connections filled the
-// rendezvous): at max_pending the oldest rendezvous still under way is
-// closed for the new connection, which connects; the younger silent one
-// keeps its slot.
+// silent ones give way, so that silent connections cannot fill every
+// pending slot of the rendezvous: at max_pending the oldest rendezvous
+// still under way is closed for the new connection, which connects; the
+// younger silent one keeps its slot.
 BOOST_AUTO_TEST_CASE(a_full_listener_closes_its_oldest_unfinished_rendezvous_for_a_new_one) {
   runner r;
   ucx::options o = ucx_links()[0].opt;

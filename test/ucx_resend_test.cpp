@@ -77,9 +77,9 @@ BOOST_AUTO_TEST_CASE(resend_over_ucx_delivers_every_blob_once_across_kills) {
       BOOST_TEST(!shut, shut.message());
       BOOST_TEST(check.all_once(n), check.first_problem);
       // Kills land on connections 0..7: one reconnect each, and every
-      // reconnect's handshake completes. (It used to stall two or three
-      // times in ten: a new endpoint reusing a just-closed one's address
-      // had its route removed by the old connection's late cleanup.)
+      // reconnect's handshake completes, including a new endpoint reusing a
+      // just-closed one's address, whose route the old connection's late
+      // cleanup must not remove (else two or three runs in ten stall).
       BOOST_TEST(st.reconnects == static_cast<std::uint64_t>(kills));
       BOOST_TEST(l->connections() == kills + 1);
       // Every connection went over the transport the link names.

@@ -1,16 +1,16 @@
-// UCX's own tcp transport ports (issue 26 item 5; docs/ucx.md "Foreign
-// bytes"). UCX 1.13 aborts a process on 24 forged bytes sent to the port
-// its tcp transport listens on, one per interface it finds. A listener
-// bound to one address now confines UCX's tcp to that address's interface
+// UCX's own tcp transport ports (docs/ucx.md "Foreign bytes"). UCX 1.13
+// aborts a process on 24 forged bytes sent to the port its tcp transport
+// listens on, one per interface it finds. A listener bound to one address
+// confines UCX's tcp to that address's interface
 // (options::tcp_on_listen_interface_only; lib/transport/ucx/devices.hpp):
 // while a connection over it is open, every listening socket of this
 // process other than the rendezvous's is on that address, and bytes still
 // cross. The user's own choice stands (UCX_NET_DEVICES in the environment
 // or in options::config, the option false), a listener on 0.0.0.0 changes
-// nothing, and a later listener on another interface of the same
-// io_context is refused. The value blobpipe gives UCX_NET_DEVICES keeps
-// every network device of UCX's other transports (RDMA ports), checked on
-// made-up device lists, since this machine has none.
+// nothing, and a later listener on another interface of the same io_context
+// is refused. The value blobpipe gives UCX_NET_DEVICES keeps every network
+// device of UCX's other transports (RDMA ports), checked on made-up device
+// lists, since this machine has none.
 //
 // Whether there is anything to confine is measured, not assumed: the cases
 // first list UCX's ports with the option off, and skip (saying so) when

@@ -1,7 +1,7 @@
-// blobpipe::value helpers for a C++ user (issue 19 item 6): scalars of
-// shape [], bool tensors from bool spans and std::vector<bool>, bfloat16
-// and float16 from their bit patterns; each written to a blob and read
-// back with the dtype, shape and bytes it claims.
+// blobpipe::value helpers for a C++ user: scalars of shape [], bool tensors
+// from bool spans and std::vector<bool>, bfloat16 and float16 from their
+// bit patterns; each written to a blob and read back with the dtype, shape
+// and bytes it claims.
 #define BOOST_TEST_MODULE value_helpers_test
 #include <boost/test/unit_test.hpp>
 

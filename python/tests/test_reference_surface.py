@@ -1,6 +1,6 @@
-"""blobpipe as a drop-in for the reference module's whole surface (issue 24,
-item 1): every module-level name the reference documents, with its
-signature, returns and built-in exception types; BlobPlan's fields,
+"""blobpipe as a drop-in for the reference module's whole surface: every
+module-level name the reference documents, with its signature, returns
+and built-in exception types; BlobPlan's fields,
 buffers and keepalive; Entry as a frozen dataclass; every dtype the
 reference accepts; and a storage client laying blobs out the way NeMo RL's
 does, byte-identical to ``write``.

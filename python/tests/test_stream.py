@@ -772,12 +772,13 @@ def test_handshake_timeout_closes_a_silent_peer_and_accept_goes_on():
 
 
 def test_silent_peers_in_front_of_a_sender_do_not_hold_up_accept():
-    # Issue 26: handshakes ran one at a time, so sockets that never say
-    # hello, connected first, made accept() wait handshake_timeout (30 s
-    # here) for each; accept(timeout=20) timed out with the good sender
-    # queued behind them. Now they run side by side, at most 64: the 65th
-    # silent socket closes the oldest (which sees its end well before the
-    # 30 s handshake_timeout could close it), and the sender is accepted.
+    # Handshakes run side by side, at most 64: the 65th silent socket
+    # closes the oldest (which sees its end well before the 30 s
+    # handshake_timeout could close it), and the sender is accepted. Run one
+    # at a time, sockets that never say hello, connected first, would make
+    # accept() wait handshake_timeout (30 s here) for each, and
+    # accept(timeout=20) would time out with the good sender queued behind
+    # them.
     with bf.listen("tcp://127.0.0.1:0", handshake_timeout=30) as listener:
         acc = Thread(lambda: listener.accept(timeout=20))
         acc.start()

@@ -161,9 +161,9 @@ def test_emit_of_a_large_tensor_over_numpy_memory_delivers_its_values():
 
 
 # numpy refuses to resize an array others hold only by its reference
-# count, which resize(refcheck=False) skips: the bytes were reallocated
-# under a plan or an emit and write_entry read freed memory (a SIGSEGV,
-# issue 26). blobpipe holds a weak reference to the array that owns the
+# count, which resize(refcheck=False) skips: the bytes could be reallocated
+# under a plan or an emit, and write_entry would read freed memory (a
+# SIGSEGV). blobpipe holds a weak reference to the array that owns the
 # bytes while it may read them, which numpy's resize refuses even with
 # refcheck=False: the caller's resize raises, blobpipe never refuses the
 # array, and the planned values are written.
