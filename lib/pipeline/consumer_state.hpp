@@ -119,14 +119,15 @@ class event_queue {
   ready_event& front() noexcept { return q_[head_]; }
   ready_event& back() noexcept { return q_.back(); }
   ready_event& operator[](std::size_t i) noexcept { return q_[head_ + i]; }
-  void push_back(ready_event r) {
+  /// Appends an empty event and returns it, to be filled in place.
+  ready_event& emplace_back() {
     // A long-lived queue that never drains (reads fenced behind a posted
     // one) moves its live events down instead of growing forever.
     if (head_ >= 64 && 2 * head_ >= q_.size()) {
       q_.erase(q_.begin(), q_.begin() + static_cast<std::ptrdiff_t>(head_));
       head_ = 0;
     }
-    q_.push_back(std::move(r));
+    return q_.emplace_back();
   }
   /// Drops the oldest event (whatever it still holds goes with it).
   void pop_front() noexcept {
@@ -326,7 +327,7 @@ struct consumer_state final : consumer_session_listener,
     ending.timer.cancel();
   }
   /// Queues `ev` behind the posted reads so far.
-  void push(event ev);
+  void push(event&& ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
   /// An end for a fault of the sender's (tells_sender) closes through
   /// close_with, so the sender learns why.
