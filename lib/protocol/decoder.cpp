@@ -537,10 +537,11 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   // The row goes into the blob's keyed digest now, in canonical form, and
   // nothing of it stays with the blob (open_blob_bytes). row_ is the
   // decoder's one scratch buffer, at most one row (max_key_bytes plus
-  // max_meta_bytes bound it).
-  row_.clear();
-  append_index_row(*e, row_);
-  b.rows.update(row_);
+  // max_meta_bytes bound it): grown to the widest row's bound and written
+  // in place, not zeroed for each row.
+  const std::size_t row_bound = detail::index_row_bound(*e);
+  if (row_.size() < row_bound) row_.resize(row_bound);
+  b.rows.update(std::span<const std::byte>(row_).first(detail::write_index_row(*e, row_)));
   b.max_index_bytes += max_row_bytes(*e);
   b.data_end = align_up(e->off + e->len);
   const std::uint64_t len = b.current.len;
