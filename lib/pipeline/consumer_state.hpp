@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -131,7 +132,12 @@ class event_queue {
   }
   /// Drops the oldest event (whatever it still holds goes with it).
   void pop_front() noexcept {
-    q_[head_++] = ready_event{};
+    // Destroyed and made anew in place: assigning a fresh one would build
+    // it, then move and release every field.
+    static_assert(std::is_nothrow_default_constructible_v<ready_event>);
+    ready_event& r = q_[head_++];
+    std::destroy_at(&r);
+    std::construct_at(&r);
     if (head_ != q_.size()) return;
     head_ = 0;
     if (q_.capacity() > max_kept_events) q_ = std::vector<ready_event>();
@@ -309,6 +315,10 @@ struct consumer_state final : consumer_session_listener,
   /// Moves yielded entries still held into the held allowance, oldest
   /// first, while they fit; their credit goes back to the sender.
   void promote_held() noexcept;
+  /// Moves `lease`'s yielded entry into the held allowance if it may move
+  /// now (delivered, where waits are reported) and fits; its credit goes
+  /// back to the sender. False: it stays in the window.
+  bool hold_now(entry_lease& lease, consumer_session::time_point now) noexcept;
 
   /// The time for a session call that may change what its clocks see:
   /// the clock's while they run (a wait open), else none (not read).
