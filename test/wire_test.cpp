@@ -1,11 +1,15 @@
 // Frame codec (blobpipe/protocol/wire.hpp): headers, hello, entry_begin
-// payloads, byte for byte against the layout in docs/wire.md.
+// payloads, byte for byte against the layout in docs/wire.md; the outbox
+// frames are appended to (blobpipe/protocol/framer.hpp).
 #define BOOST_TEST_MODULE wire
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <vector>
 
+#include "blobpipe/protocol/framer.hpp"
 #include "blobpipe/protocol/wire.hpp"
 
 using namespace blobpipe;
@@ -179,4 +183,45 @@ BOOST_AUTO_TEST_CASE(entry_credit_counts_bytes_key_meta_and_bookkeeping) {
 BOOST_AUTO_TEST_CASE(frame_type_names_are_stable) {
   BOOST_TEST(frame_type_name(frame_type::entry_begin) == std::string("entry_begin"));
   BOOST_TEST(frame_type_name(static_cast<frame_type>(77)) == std::string("unknown"));
+}
+
+BOOST_AUTO_TEST_CASE(an_outbox_keeps_its_bytes_as_it_grows_and_moves) {
+  // append() grows its memory without zeroing it: every growth must carry
+  // the bytes queued so far, and a moved-from outbox is empty and usable.
+  outbox o;
+  std::vector<std::byte> expect;
+  for (std::size_t n = 1; n <= 300; ++n) {
+    auto room = o.append(n);
+    BOOST_TEST(room.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+      room[i] = static_cast<std::byte>(n * 7 + i);
+      expect.push_back(room[i]);
+    }
+  }
+  const auto same = [](const outbox& b, std::span<const std::byte> want) {
+    if (b.pieces().size() != 1) return false;
+    const auto got = b.pieces()[0].bytes(b);
+    return std::equal(got.begin(), got.end(), want.begin(), want.end());
+  };
+  BOOST_TEST(o.copied_bytes() == expect.size());
+  BOOST_TEST(o.size() == expect.size());
+  BOOST_TEST(same(o, expect));
+
+  outbox moved(std::move(o));
+  BOOST_TEST(same(moved, expect));
+  BOOST_TEST(o.empty());
+  BOOST_TEST(o.size() == 0u);
+  BOOST_TEST(o.copied_bytes() == 0u);
+  const std::array<std::byte, 3> three{std::byte{1}, std::byte{2}, std::byte{3}};
+  std::memcpy(o.append(3).data(), three.data(), 3);
+  BOOST_TEST(same(o, three));
+
+  o = std::move(moved);
+  BOOST_TEST(same(o, expect));
+  BOOST_TEST(moved.empty());
+  BOOST_TEST(moved.copied_bytes() == 0u);
+  o.clear();
+  BOOST_TEST(o.empty());
+  std::memcpy(o.append(3).data(), three.data(), 3);
+  BOOST_TEST(same(o, three));
 }

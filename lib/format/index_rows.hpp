@@ -1,5 +1,7 @@
-// Reading an index whose rows the caller has checked already (internal;
-// lib/protocol's push decoder). Defined in index.cpp beside parse_index.
+// Reading an index whose rows the caller has checked already, and writing
+// one row into the caller's memory (internal; lib/protocol's push decoder).
+// read_known_rows is defined in index.cpp beside parse_index, the row
+// writer in layout.cpp beside append_index_row.
 #pragma once
 
 #include <cstddef>
@@ -25,5 +27,15 @@ namespace blobpipe::detail {
 /// allocated).
 [[nodiscard]] result<std::vector<Entry>> read_known_rows(std::span<const std::byte> index,
                                                          std::size_t rows);
+
+/// The most bytes write_index_row writes for row `e` (every field at its
+/// widest msgpack form), bytes.
+std::size_t index_row_bound(const Entry& e) noexcept;
+
+/// Writes row `e` at the start of `out` in the canonical form
+/// append_index_row writes, and returns the bytes written. Nothing else of
+/// `out` is touched, so a scratch buffer sized once is not zeroed per row.
+/// REQUIRES: out.size() >= index_row_bound(e).
+std::size_t write_index_row(const Entry& e, std::span<std::byte> out) noexcept;
 
 }  // namespace blobpipe::detail

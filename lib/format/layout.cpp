@@ -304,6 +304,18 @@ std::vector<std::byte> encode_index(std::span<const Entry> entries) {
   return encode_rows(entries, [](const Entry& e) -> const Entry& { return e; }, bound);
 }
 
+namespace detail {
+
+std::size_t index_row_bound(const Entry& e) noexcept { return row_bound(e); }
+
+std::size_t write_index_row(const Entry& e, std::span<std::byte> out) noexcept {
+  canonical_writer w(out.data());
+  write_row(w, e);
+  return static_cast<std::size_t>(w.pos() - out.data());
+}
+
+}  // namespace detail
+
 void append_index_row(const Entry& e, std::vector<std::byte>& out) {
   const std::size_t at = out.size();
   out.resize(at + row_bound(e));

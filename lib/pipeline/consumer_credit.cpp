@@ -140,9 +140,25 @@ void consumer_state::on_yield(const event& ev) {
   // An assembled blob's entries share its region, which only the whole
   // blob frees: they stay in the window.
   if (opt.held_bytes != 0 && !lease.region && !events.ended) {
+    // With none queued before it, it moves now or waits first in line:
+    // what promote_held would do with it alone, without a weak reference
+    // queued and locked again.
+    if (credit.held.unpromoted.empty()) {
+      if (!hold_now(lease, clock_now())) credit.held.queue_unpromoted(ev.entry->storage);
+      return;
+    }
     credit.held.queue_unpromoted(ev.entry->storage);
     promote_held();
   }
+}
+
+bool consumer_state::hold_now(entry_lease& lease, consumer_session::time_point now) noexcept {
+  // A reader's queue is not the application's hands: entries move once
+  // delivered, which happens in yield order.
+  if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) return false;
+  if (!session.hold(lease.credit, now)) return false;  // its credit went back if it moved
+  lease.held = true;
+  return true;
 }
 
 void consumer_state::promote_held() noexcept {
@@ -153,13 +169,8 @@ void consumer_state::promote_held() noexcept {
       credit.held.unpromoted.pop_front();
       continue;
     }
-    entry_lease& lease = lease_of(storage);
-    // A reader's queue is not the application's hands: entries move once
-    // delivered, which happens in yield order.
-    if (opt.waits_reported && !lease.delivered.load(std::memory_order_acquire)) break;
-    if (!session.hold(lease.credit, now)) break;  // its credit went back if it moved
+    if (!hold_now(lease_of(storage), now)) break;
     credit.held.unpromoted.pop_front();
-    lease.held = true;
   }
 }
 

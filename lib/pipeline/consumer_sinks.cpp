@@ -321,10 +321,13 @@ status consumer_state::entry_complete(session_blob& blob) {
   }
   ++stats.entries_received;
   auto ev = blob_event(event_kind::entry_ready, b);
-  ev.entry = cur;
+  // The event takes the entry; an upload (device landing) holds it too.
+  std::shared_ptr<received_entry> upload;
+  if (b.device) upload = cur;
+  ev.entry = std::move(cur);
   push(std::move(ev));
   if (b.device) {
-    events.pending.back().upload = std::move(cur);
+    events.pending.back().upload = std::move(upload);
     events.pending.back().device = std::move(b.device);
   }
   return {};
@@ -380,11 +383,10 @@ void consumer_state::blob_in_group(session_blob& b, const blob_group& g) {
 
 // ---- bookkeeping --------------------------------------------------------------
 
-void consumer_state::push(event ev) {
-  ready_event r;
+void consumer_state::push(event&& ev) {
+  ready_event& r = events.pending.emplace_back();
   r.ev = std::move(ev);
   r.after_read = receive.reads_posted;
-  events.pending.push_back(std::move(r));
 }
 
 void consumer_state::lose_blob(std::uint64_t blob_id, std::error_code ec,

@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -118,18 +119,24 @@ class event_queue {
   ready_event& front() noexcept { return q_[head_]; }
   ready_event& back() noexcept { return q_.back(); }
   ready_event& operator[](std::size_t i) noexcept { return q_[head_ + i]; }
-  void push_back(ready_event r) {
+  /// Appends an empty event and returns it, to be filled in place.
+  ready_event& emplace_back() {
     // A long-lived queue that never drains (reads fenced behind a posted
     // one) moves its live events down instead of growing forever.
     if (head_ >= 64 && 2 * head_ >= q_.size()) {
       q_.erase(q_.begin(), q_.begin() + static_cast<std::ptrdiff_t>(head_));
       head_ = 0;
     }
-    q_.push_back(std::move(r));
+    return q_.emplace_back();
   }
   /// Drops the oldest event (whatever it still holds goes with it).
   void pop_front() noexcept {
-    q_[head_++] = ready_event{};
+    // Destroyed and made anew in place: assigning a fresh one would build
+    // it, then move and release every field.
+    static_assert(std::is_nothrow_default_constructible_v<ready_event>);
+    ready_event& r = q_[head_++];
+    std::destroy_at(&r);
+    std::construct_at(&r);
     if (head_ != q_.size()) return;
     head_ = 0;
     if (q_.capacity() > max_kept_events) q_ = std::vector<ready_event>();
@@ -307,6 +314,10 @@ struct consumer_state final : consumer_session_listener,
   /// Moves yielded entries still held into the held allowance, oldest
   /// first, while they fit; their credit goes back to the sender.
   void promote_held() noexcept;
+  /// Moves `lease`'s yielded entry into the held allowance if it may move
+  /// now (delivered, where waits are reported) and fits; its credit goes
+  /// back to the sender. False: it stays in the window.
+  bool hold_now(entry_lease& lease, consumer_session::time_point now) noexcept;
 
   /// The time for a session call that may change what its clocks see:
   /// the clock's while they run (a wait open), else none (not read).
@@ -325,7 +336,7 @@ struct consumer_state final : consumer_session_listener,
     ending.timer.cancel();
   }
   /// Queues `ev` behind the posted reads so far.
-  void push(event ev);
+  void push(event&& ev);
   /// Ends the stream: open blobs become aborted events, then end_of_stream.
   /// An end for a fault of the sender's (tells_sender) closes through
   /// close_with, so the sender learns why.

@@ -55,8 +55,14 @@ std::uint64_t max_row_bytes(const Entry& e) {
 /// Frees a completed entry's row (its key, dtype and shape): an open blob
 /// keeps no entry it has finished (decoder::open_blob_bytes). Assigning
 /// an empty Entry would not do: a string assigned a short one keeps its
-/// buffer.
-void forget_entry(Entry& e) noexcept { [[maybe_unused]] Entry gone = std::move(e); }
+/// buffer. A key in the string's own buffer holds no heap and is only
+/// cleared; the dtype and shape are destroyed (each frees what it holds).
+void forget_entry(Entry& e) noexcept {
+  if (e.key.capacity() > std::string().capacity()) std::string().swap(e.key);
+  else e.key.clear();
+  e.dtype.reset();
+  e.shape.reset();
+}
 
 /// The row a checked compact entry_begin announces, at offset `off` (the
 /// aligned end of the previous entry): the same Entry Entry::from_meta
@@ -477,8 +483,11 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
     p = p.subspan(timestamp_bytes);
   }
   // Either form gives the row, the inline bytes and the key and meta
-  // bytes the entry's credit counts.
-  result<Entry> e = Entry{};
+  // bytes the entry's credit counts. The row is read straight into the
+  // blob's current entry, empty here (the header check found no entry
+  // open, and a finished one is forgotten): checked there, it needs no
+  // move. A refused row stays there, with the decoder failed.
+  Entry* const e = &b.current;
   std::span<const std::byte> inline_bytes;
   std::uint64_t key_bytes = 0;
   std::uint64_t meta_bytes = 0;
@@ -493,8 +502,9 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   } else {
     auto eb = decode_entry_begin(p, has_inline, limits_.max_key_bytes, limits_.max_meta_bytes);
     if (!eb) return eb.err();
-    e = Entry::from_meta(std::string(eb->key), eb->meta);
-    if (!e) return violation("entry_begin meta: " + e.message());
+    auto row = Entry::from_meta(std::string(eb->key), eb->meta);
+    if (!row) return violation("entry_begin meta: " + row.message());
+    *e = std::move(*row);
     inline_bytes = eb->inline_bytes;
     key_bytes = eb->key.size();
     meta_bytes = eb->meta.size();
@@ -527,13 +537,13 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   // The row goes into the blob's keyed digest now, in canonical form, and
   // nothing of it stays with the blob (open_blob_bytes). row_ is the
   // decoder's one scratch buffer, at most one row (max_key_bytes plus
-  // max_meta_bytes bound it).
-  row_.clear();
-  append_index_row(*e, row_);
-  b.rows.update(row_);
+  // max_meta_bytes bound it): grown to the widest row's bound and written
+  // in place, not zeroed for each row.
+  const std::size_t row_bound = detail::index_row_bound(*e);
+  if (row_.size() < row_bound) row_.resize(row_bound);
+  b.rows.update(std::span<const std::byte>(row_).first(detail::write_index_row(*e, row_)));
   b.max_index_bytes += max_row_bytes(*e);
   b.data_end = align_up(e->off + e->len);
-  b.current = std::move(*e);
   const std::uint64_t len = b.current.len;
   const bool whole = has_inline || len == 0;  // complete once announced
   entry_announcement a{b.id, b.entries++, &b.current, credit, sent_ns};

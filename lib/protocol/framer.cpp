@@ -4,14 +4,43 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "blobpipe/format/dtype.hpp"
 
 namespace blobpipe {
 
+outbox::outbox(outbox&& o) noexcept
+    : bytes_(std::move(o.bytes_)),
+      capacity_(std::exchange(o.capacity_, 0)),
+      used_(std::exchange(o.used_, 0)),
+      pieces_(std::move(o.pieces_)),
+      size_(std::exchange(o.size_, 0)) {
+  o.pieces_.clear();
+}
+
+outbox& outbox::operator=(outbox&& o) noexcept {
+  if (this != &o) {
+    bytes_ = std::move(o.bytes_);
+    capacity_ = std::exchange(o.capacity_, 0);
+    used_ = std::exchange(o.used_, 0);
+    pieces_ = std::move(o.pieces_);
+    o.pieces_.clear();
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
 std::span<std::byte> outbox::append(std::size_t n) {
   const std::size_t at = used_;
-  if (bytes_.size() - at < n) bytes_.resize(std::max(at + n, 2 * bytes_.size()));
+  if (capacity_ - at < n) {
+    // Doubling, as a vector grows; only the queued bytes are copied.
+    const std::size_t cap = std::max(at + n, 2 * capacity_);
+    auto grown = std::make_unique_for_overwrite<std::byte[]>(cap);
+    if (at != 0) std::memcpy(grown.get(), bytes_.get(), at);
+    bytes_ = std::move(grown);
+    capacity_ = cap;
+  }
   used_ = at + n;
   if (!pieces_.empty() && !pieces_.back().external) {
     pieces_.back().size += n;  // extends the run of owned bytes
@@ -19,7 +48,7 @@ std::span<std::byte> outbox::append(std::size_t n) {
     pieces_.push_back(piece{nullptr, at, n, false, -1});
   }
   size_ += n;
-  return std::span(bytes_.data() + at, n);
+  return std::span(bytes_.get() + at, n);
 }
 
 void outbox::append_external(std::span<const std::byte> payload, bool bulk, int device) {

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -47,9 +48,14 @@ class outbox {
     /// transport that accepts device memory (transport::write_bulk_device).
     int device = -1;
     std::span<const std::byte> bytes(const outbox& o) const noexcept {
-      return external ? std::span(external, size) : std::span(o.bytes_.data() + offset, size);
+      return external ? std::span(external, size) : std::span(o.bytes_.get() + offset, size);
     }
   };
+
+  outbox() = default;
+  /// Moves the frames and the memory; `o` is left empty, without memory.
+  outbox(outbox&& o) noexcept;
+  outbox& operator=(outbox&& o) noexcept;
 
   /// Room for `n` copied bytes at the end (valid until the next append).
   /// Not zeroed: the caller writes every byte of it.
@@ -67,10 +73,11 @@ class outbox {
   void clear() noexcept;
 
  private:
-  // bytes_[0, used_) are queued. bytes_ only grows, and clear() keeps it,
-  // so append() zeroes nothing once the outbox has reached its working
-  // size (resizing per frame zeroed every inline entry before its copy).
-  std::vector<std::byte> bytes_;
+  // bytes_[0, used_) are queued, of capacity_ bytes. bytes_ only grows,
+  // and clear() keeps it. Growing copies the queued bytes and zeroes
+  // nothing (every byte append() hands out is written by its caller).
+  std::unique_ptr<std::byte[]> bytes_;
+  std::size_t capacity_ = 0;
   std::size_t used_ = 0;
   std::vector<piece> pieces_;
   std::size_t size_ = 0;
