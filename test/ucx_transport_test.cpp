@@ -359,6 +359,8 @@ BOOST_DATA_TEST_CASE(bulk_header_over_64_bytes_is_invalid_argument, bdata::make(
   r.spawn(send());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((ec == errc::invalid_argument));
+  // transport::last_error(): the failure, in one line, names the limit.
+  BOOST_TEST(a->last_error().find("max 64") != std::string::npos, a->last_error());
   BOOST_TEST(a->is_open());
 }
 
