@@ -359,6 +359,8 @@ BOOST_DATA_TEST_CASE(bulk_header_over_64_bytes_is_invalid_argument, bdata::make(
   r.spawn(send());
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((ec == errc::invalid_argument));
+  // transport::last_error(): the failure, in one line, names the limit.
+  BOOST_TEST(a->last_error().find("max 64") != std::string::npos, a->last_error());
   BOOST_TEST(a->is_open());
 }
 
@@ -492,6 +494,23 @@ BOOST_AUTO_TEST_CASE(listen_rejects_bad_address_and_conflicting_config) {
   // No overrides: the existing context is used as it is.
   auto same = ucx::listen(ctx.get_executor(), 0, "127.0.0.1");
   BOOST_TEST(same.has_value(), same.message());
+}
+
+// ucx::listen's errors: UCX that cannot be initialised is peer_failed, the
+// message naming the call. A value UCX cannot parse in the environment makes
+// ucp_config_read itself fail.
+BOOST_AUTO_TEST_CASE(listen_with_a_bad_ucx_value_in_the_environment_is_peer_failed) {
+  struct scoped_env {
+    scoped_env() { ::setenv("UCX_RNDV_THRESH", "not-a-size", 1); }
+    ~scoped_env() { ::unsetenv("UCX_RNDV_THRESH"); }
+    scoped_env(const scoped_env&) = delete;
+    scoped_env& operator=(const scoped_env&) = delete;
+  } bad_value;
+  asio::io_context ctx;
+  auto l = ucx::listen(ctx.get_executor(), 0, "127.0.0.1");
+  BOOST_TEST_REQUIRE(!l.has_value());
+  BOOST_TEST((l.code() == errc::peer_failed), l.message());
+  BOOST_TEST(l.message().find("ucp_config_read") != std::string::npos, l.message());
 }
 
 // Returns a port of 127.0.0.1 with a connection left in TIME_WAIT on the

@@ -82,6 +82,23 @@ def test_an_emit_many_error_names_a_key_utf8_cannot_spell_by_its_repr():
     assert [ev.key for ev in events if isinstance(ev, bf.EntryReady)] == ["ok"]
 
 
+def test_an_emit_of_a_key_utf8_cannot_spell_raises_and_queues_nothing():
+    # A key is sent as UTF-8 (Blob.emit): one with a lone surrogate raises
+    # the UnicodeEncodeError, whatever the value (an array's encoding calls
+    # nothing that would notice a pending error), and no entry goes out.
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"one")
+        blob.emit("ok", np.arange(4, dtype=np.uint8))
+        for value in (np.arange(4, dtype=np.uint8), b"raw", 7):
+            with pytest.raises(UnicodeEncodeError) as e:
+                blob.emit("\ud800", value)
+            assert e.value.encoding == "utf-8", e.value.args
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [ev.key for ev in events if isinstance(ev, bf.EntryReady)] == ["ok"]
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_send_blob_streams_each_sample_as_a_complete_blob(transport):
     samples = [{f"{i}@input_ids": torch.arange(i, i + 2048),
