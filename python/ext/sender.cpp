@@ -913,7 +913,17 @@ class sender_handle {
       core_->cv.notify_all();
       asio::post(core_->ex, [c = core_] { c->s.close(); });
     }
-    gil_released nogil;
+    {
+      gil_released nogil;
+      close_without_gil();
+    }
+    // 4. Values the io thread let go of (held until sent) go now, with
+    //    the GIL, not when the Sender is collected.
+    drop_released();  // held values: released before close() returns
+  }
+
+  /// close_now's waits, the GIL released.
+  void close_without_gil() {
     // 1. The drain coroutine finishes what is queued: every command fails
     //    at once with `closed`.
     wait_counted_nogil(core_->mu, core_->cv, core_->waiting, [&] { return !core_->draining; });

@@ -12,6 +12,7 @@ import pickle
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -1343,3 +1344,18 @@ def test_a_resend_shutdown_returns_when_no_connection_delivers():
     # The first connection may end before send_blob kept the blob: one
     # dropped while nothing is kept does not count (an idle worker's).
     assert 3 <= len(accepted) <= 4, accepted
+
+
+def test_close_releases_held_values_before_it_returns():
+    # Held values (copy=False) the background thread lets go of when
+    # close() fails their commands are released by close() itself, not
+    # when the Sender is collected (Sender.close's docstring).
+    with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+        t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
+        unheld = sys.getrefcount(t)
+        blob = sender.open_blob(tag=b"h")
+        blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window: t waits
+        blob.emit("t", t, copy=False)
+        assert sys.getrefcount(t) > unheld                 # held by the Sender
+        sender.close()
+        assert sys.getrefcount(t) == unheld
