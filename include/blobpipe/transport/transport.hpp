@@ -64,10 +64,9 @@ struct transport_options {
   /// system's maximum (net.core.wmem_max, net.core.rmem_max) grants this
   /// size whole; otherwise, and at 0, the kernel's autotuning stays (a
   /// fixed buffer it capped would be smaller than autotuning reaches).
-  /// Linux doubles the value for its bookkeeping. At 4 MiB a 256 KiB
-  /// entry's write goes in a few system calls and the receiver wakes less
-  /// often (docs/performance.md "Socket buffers"). Other transports ignore
-  /// it.
+  /// Linux doubles the value for its bookkeeping. What the default
+  /// changed over loopback is in docs/performance.md "Socket buffers".
+  /// Other transports ignore it.
   std::uint32_t socket_buffer_bytes = 4u << 20;
 };
 
