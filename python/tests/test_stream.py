@@ -1359,3 +1359,32 @@ def test_close_releases_held_values_before_it_returns():
         assert sys.getrefcount(t) > unheld                 # held by the Sender
         sender.close()
         assert sys.getrefcount(t) == unheld
+
+
+def test_every_concurrent_close_returns_with_held_values_released():
+    # close() called from two threads at once: the one that waits for the
+    # other's close must not return before the held values are released
+    # either (Sender.close's docstring). Repeated, as which thread closes
+    # and which waits is up to the scheduler.
+    for _ in range(20):
+        with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
+            t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
+            unheld = sys.getrefcount(t)
+            blob = sender.open_blob(tag=b"h")
+            blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window: t waits
+            blob.emit("t", t, copy=False)
+            assert sys.getrefcount(t) > unheld
+            start = threading.Barrier(2)
+            after = []
+
+            def close() -> None:
+                start.wait()
+                sender.close()
+                after.append(sys.getrefcount(t))
+
+            closers = [threading.Thread(target=close) for _ in range(2)]
+            for c in closers:
+                c.start()
+            for c in closers:
+                c.join()
+            assert after == [unheld, unheld]
