@@ -908,7 +908,13 @@ class sender_handle {
     if (generation_ != fork_generation()) return;
     {
       std::unique_lock lk(core_->mu);
-      if (!claim_close(lk, core_->cv, close_started_, user_released_)) return;
+      if (!claim_close(lk, core_->cv, close_started_, user_released_)) {
+        // Closed by another call, which may not have dropped the held
+        // values yet: they are all in `released` once it has closed.
+        if (lk.owns_lock()) lk.unlock();
+        drop_released();  // a waiting close() returns with them released too
+        return;
+      }
       core_->closed = true;
       core_->cv.notify_all();
       asio::post(core_->ex, [c = core_] { c->s.close(); });
