@@ -93,7 +93,12 @@ asio::awaitable<std::error_code> read_consumer(std::shared_ptr<sender_state> s,
       s->take(*in);
       co_return std::error_code{};
     }
-    if (in.code() != errc::protocol_violation) co_return in.code();
+    // Not the consumer's fault (a resend session's kept entry it would
+    // refuse, check_kept): the attempt fails, its message kept as its reason.
+    if (in.code() != errc::protocol_violation) {
+      r->message = in.message();
+      co_return in.code();
+    }
     refused = in.message();
   }
   r->message = std::move(refused);

@@ -353,8 +353,12 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       b->w = blob_writer{};
       break;
   }
-  if (ec && why.empty()) why = ends_stream(ec) ? stream_text(c.s, ec) : ec.message();
-  if (ends_stream(ec) && cmd.what != op::shutdown) c.fail(ec, stream_text(c.s, ec));
+  // The sender's own end, whatever its code (a resend session that gave up
+  // on consumers refusing a kept entry ends with invalid_argument): its
+  // reason, not the code's bare message.
+  const bool ended = ends_stream(ec) || (ec && ec == c.s.error());
+  if (ec && why.empty()) why = ended ? stream_text(c.s, ec) : ec.message();
+  if (ended && cmd.what != op::shutdown) c.fail(ec, stream_text(c.s, ec));
   co_return ec;
 }
 

@@ -1388,3 +1388,56 @@ def test_every_concurrent_close_returns_with_held_values_released():
             for c in closers:
                 c.join()
             assert after == [unheld, unheld]
+
+
+def test_a_resend_session_refused_by_a_consumer_with_smaller_limits_names_the_kept_entry():
+    # A consumer restarted with a max_key_bytes below a kept entry's key is
+    # refused at its hello (docs/wire.md "Delivery"): the session ends after
+    # max_attempts, its message naming the kept blob, the entry and the limit.
+    first = bf.listen("tcp://127.0.0.1:0")
+    port = first.port
+    got = Thread(lambda: first.accept(timeout=20))
+    got.start()
+    s = bf.connect(f"tcp://127.0.0.1:{port}", resend=True, max_attempts=50,
+                   retry_delay=0.01, max_retry_delay=0.05)
+    consumer = got.join_result(30)
+    stop = threading.Event()
+    second = None
+    try:
+        blob = s.open_blob(tag=b"kept")
+        blob.emit("k" * 40, np.zeros(16, np.uint8))      # kept: the blob stays open
+        s.flush()
+        consumer.close()
+        first.close()
+        second = bf.listen(f"tcp://127.0.0.1:{port}", max_key_bytes=16)
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    second.accept(timeout=0.05).close()
+                except bf.StreamError:
+                    pass
+
+        server = Thread(serve)
+        server.start()
+
+        def end() -> str:
+            try:
+                blob.finish()
+                s.shutdown()
+            except bf.Error as e:   # FormatError: the session ends with invalid_argument
+                return str(e)
+            return "no error"
+
+        ended = Thread(end)
+        ended.start()
+        text = ended.join_result(60)
+        assert "max_attempts" in text, text
+        assert "kept blob" in text and "entry 0" in text, text
+        assert "max_key_bytes (16 bytes)" in text, text
+    finally:
+        stop.set()
+        s.close()
+        if second is not None:
+            server.join_result(10)
+            second.close()
