@@ -1,4 +1,4 @@
-// Consumer behaviour (blobpipe/consumer.hpp) end to end over loopback and
+// Consumer behaviour (blobpipe/pipeline/consumer.hpp) end to end over loopback and
 // TCP: early entries, bounded memory, drops, malformed frames, close.
 //
 // Coroutine lambdas are named locals of the (non-coroutine) test body, so

@@ -1,4 +1,4 @@
-// Sender and blob_writer behaviour (blobpipe/producer.hpp) over loopback
+// Sender and blob_writer behaviour (blobpipe/pipeline/producer.hpp) over loopback
 // and TCP: interleaving, assembly, strided values, abort, close.
 #define BOOST_TEST_MODULE producer
 #include <boost/test/unit_test.hpp>

@@ -1,5 +1,5 @@
-// Resend sessions and de-duplication (blobpipe/producer.hpp "Resend
-// sessions", blobpipe/delivery.hpp; docs/reliability.md): every blob a
+// Resend sessions and de-duplication (blobpipe/pipeline/producer.hpp "Resend
+// sessions", blobpipe/pipeline/delivery.hpp; docs/reliability.md): every blob a
 // producer ends reaches the application exactly once and byte-identical,
 // however often the connection dies, and the sender's memory stays within
 // its budget.

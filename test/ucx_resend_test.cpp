@@ -1,4 +1,4 @@
-// Resend sessions over UCX (blobpipe/ucx.hpp): the exactly-once stream of
+// Resend sessions over UCX (blobpipe/transport/ucx.hpp): the exactly-once stream of
 // resend_test with the connection killed repeatedly, over UCX's tcp lane
 // and its shared-memory alias (test/ucx_links.hpp); every connection must
 // have used the named transport (a link this machine cannot offer skips).

@@ -1,4 +1,4 @@
-// The delivery log (blobpipe/delivery.hpp): per session, a FIFO of the
+// The delivery log (blobpipe/pipeline/delivery.hpp): per session, a FIFO of the
 // last `window` tags with a hash set beside it for lookups.
 #include "blobpipe/pipeline/delivery.hpp"
 

@@ -1,11 +1,11 @@
 // blobpipe/format/memory_kind.hpp — where a value's bytes live.
 //
-// A `value` (blobpipe/layout.hpp) says whether its `data` is host memory or
+// A `value` (blobpipe/format/layout.hpp) says whether its `data` is host memory or
 // CUDA device memory, or asks the sender to find out. The format layer only
 // carries the tag: plan() is the same for every kind (dtype, shape and
 // offsets do not depend on where the bytes are), and write()/write_entry()
 // refuse device memory (they copy with the CPU). The streaming sender
-// (blobpipe/producer.hpp) moves device bytes through pinned host buffers,
+// (blobpipe/pipeline/producer.hpp) moves device bytes through pinned host buffers,
 // or hands them to a transport that takes device memory itself
 // (docs/cuda.md).
 //

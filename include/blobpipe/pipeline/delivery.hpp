@@ -1,6 +1,6 @@
 // blobpipe/pipeline/delivery.hpp — remembering which blobs a consumer delivered.
 //
-// A sender in a resend session (blobpipe/producer.hpp, sender::start with a
+// A sender in a resend session (blobpipe/pipeline/producer.hpp, sender::start with a
 // connect function) keeps every blob until the consumer acknowledges its
 // delivery, and sends the unacknowledged ones again after a reconnect. Some
 // of those the consumer may already have delivered: their acknowledgement

@@ -62,7 +62,7 @@
 // (UCS_MEMORY_TYPE_CUDA). Debian's 1.13 has none: they then fail with
 // invalid_argument, as transport.hpp's defaults do.
 //
-// Errors: as every transport (blobpipe/transport.hpp). peer_closed: the peer
+// Errors: as every transport (blobpipe/transport/transport.hpp). peer_closed: the peer
 // closed its transport (an orderly goodbye); peer_failed: the peer's
 // process or link failed (UCX's error handler fired, UCP_ERR_HANDLING_MODE_PEER,
 // or the rendezvous socket ended before a goodbye).

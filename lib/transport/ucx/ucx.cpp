@@ -1,4 +1,4 @@
-// The public UCX transport API (blobpipe/ucx.hpp): listener, listen,
+// The public UCX transport API (blobpipe/transport/ucx.hpp): listener, listen,
 // connect, and the transport object over a connection.
 #include "blobpipe/transport/ucx.hpp"
 
