@@ -4,9 +4,9 @@
 // (no staging copy; the sender combines many frames into one write),
 // read_some() takes what has arrived, read_exact() reads straight into the
 // caller's destination. Sockets run with TCP_NODELAY (a small control
-// frame such as an ack must not wait behind Nagle) and, where the system
-// allows, 4 MiB send and receive buffers
-// (transport_options::socket_buffer_bytes).
+// frame such as an ack must not wait behind Nagle), and with the kernel's
+// buffer autotuning unless transport_options::socket_buffer_bytes asks
+// for fixed buffers.
 //
 //   auto l = blobpipe::tcp::listen(ex, 0).value();     // ephemeral port
 //   // consumer side                   // sender side

@@ -59,15 +59,17 @@ struct transport_options {
   /// inproc (the pair is made at connect) ignore it, so check the
   /// transport's get_executor(). connect functions ignore it.
   asio::any_io_executor executor;
-  /// TCP: the send and the receive buffer each socket asks the kernel for
-  /// (SO_SNDBUF and SO_RCVBUF, socket(7)), bytes. Asked only where the
-  /// system's maximum (net.core.wmem_max, net.core.rmem_max) grants this
-  /// size whole; otherwise, and at 0, the kernel's autotuning stays (a
-  /// fixed buffer it capped would be smaller than autotuning reaches).
-  /// Linux doubles the value for its bookkeeping. What the default
-  /// changed over loopback is in docs/performance.md "Socket buffers".
-  /// Other transports ignore it.
-  std::uint32_t socket_buffer_bytes = 4u << 20;
+  /// TCP: a fixed send and receive buffer each socket asks the kernel for
+  /// (SO_SNDBUF and SO_RCVBUF, socket(7)), bytes; 0 (the default) leaves
+  /// the kernel's autotuning. Asked only where the system's maximum
+  /// (net.core.wmem_max, net.core.rmem_max) grants this size whole, so a
+  /// capped buffer never replaces autotuning. A fixed buffer turns
+  /// autotuning off for that socket: below what autotuning reaches
+  /// (net.ipv4.tcp_wmem, tcp_rmem) it can slow a link with a long round
+  /// trip. Linux doubles the value for its bookkeeping. What 4 MiB changed
+  /// over loopback is in docs/performance.md "Socket buffers". Other
+  /// transports ignore it.
+  std::uint32_t socket_buffer_bytes = 0;
 };
 
 /// A read started by transport::post_read and not yet waited for.

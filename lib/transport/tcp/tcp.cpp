@@ -123,8 +123,8 @@ const buffer_limits& system_buffer_limits() {
 }
 
 /// Asks for `bytes` of send and receive buffer where the system grants it
-/// whole (transport_options::socket_buffer_bytes); leaves autotuning
-/// otherwise. Each direction is decided alone.
+/// whole (transport_options::socket_buffer_bytes); leaves autotuning at 0
+/// and otherwise. Each direction is decided alone.
 void size_buffers(asio::ip::tcp::socket& s, std::uint32_t bytes) {
   if (bytes == 0) return;
   if (bytes > static_cast<std::uint32_t>(std::numeric_limits<int>::max())) return;

@@ -165,7 +165,8 @@ class Sender:
         """Orderly close: sends what is queued and waits until the consumer
         read it all. Raises the connection's StreamError; closed either way."""
     def close(self) -> None:
-        """Closes now (blobs in flight are aborted); never raises."""
+        """Closes now (blobs in flight are aborted; values held with
+        copy=False are released before it returns); never raises."""
     def stats(self) -> Dict[str, int]:
         """Counters: entries_sent, bytes_sent, credit_waits, queue_waits,
         copies_reused, copy_bytes_kept, ..."""
