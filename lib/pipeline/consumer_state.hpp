@@ -75,8 +75,9 @@ inline constexpr std::uint64_t direct_read_bytes = 64u << 10;
 // before decoding more, and what it read and has not decoded waits in the
 // receive buffer, so every other connection on the thread gets its turn
 // first and a peer flooding tiny frames (begin+abort pairs) gets no more of
-// the thread than one sending large ones (docs/cluster.md "Fair turns"). Its default for a server's connections: server_turn_work_bytes,
-// one receive buffer.
+// the thread than one sending large ones (docs/cluster.md "Fair turns").
+// Its default for a server's connections: server_turn_work_bytes, one
+// receive buffer.
 static_assert(server_turn_work_bytes == receive_buffer_bytes);
 
 /// A blob between blob_begin and its end, as the consumer's sinks see it
