@@ -1346,17 +1346,25 @@ def test_a_resend_shutdown_returns_when_no_connection_delivers():
     assert 3 <= len(accepted) <= 4, accepted
 
 
+def held_behind_a_full_window(sender):
+    """A 1 MiB tensor emitted with copy=False behind a filler that takes the
+    whole 1 MiB window, so the Sender holds it unsent; returns it and its
+    reference count before it was held."""
+    t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
+    unheld = sys.getrefcount(t)
+    blob = sender.open_blob(tag=b"h")
+    blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window: t waits
+    blob.emit("t", t, copy=False)
+    assert sys.getrefcount(t) > unheld                 # held by the Sender
+    return t, unheld
+
+
 def test_close_releases_held_values_before_it_returns():
     # Held values (copy=False) the background thread lets go of when
     # close() fails their commands are released by close() itself, not
     # when the Sender is collected (Sender.close's docstring).
     with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
-        t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
-        unheld = sys.getrefcount(t)
-        blob = sender.open_blob(tag=b"h")
-        blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window: t waits
-        blob.emit("t", t, copy=False)
-        assert sys.getrefcount(t) > unheld                 # held by the Sender
+        t, unheld = held_behind_a_full_window(sender)
         sender.close()
         assert sys.getrefcount(t) == unheld
 
@@ -1368,12 +1376,7 @@ def test_every_concurrent_close_returns_with_held_values_released():
     # and which waits is up to the scheduler.
     for _ in range(20):
         with Pair("inproc", consumer_options={"window_bytes": 1 << 20}) as (sender, consumer):
-            t = torch.zeros(1 << 18)                           # 1 MiB, above inline_bytes
-            unheld = sys.getrefcount(t)
-            blob = sender.open_blob(tag=b"h")
-            blob.emit("filler", np.zeros(1 << 20, np.uint8))   # the whole window: t waits
-            blob.emit("t", t, copy=False)
-            assert sys.getrefcount(t) > unheld
+            t, unheld = held_behind_a_full_window(sender)
             start = threading.Barrier(2)
             after = []
 
