@@ -1,4 +1,4 @@
-// sender::shutdown's orderly end (docs/wire.md "Close"): the consumer
+// sender::shutdown's orderly end (docs/wire.md "Closing"): the consumer
 // answers the sender's `close` by closing its end, and the ack reader may
 // see that before the writer has recorded the write that carried the
 // `close` (two threads, two io_contexts: the in-process transport wakes

@@ -308,7 +308,7 @@ def test_write_refuses_read_only_and_short_buffers():
         bf.write_tail(p, bytearray(len(p.index_bytes)))
     assert err.value.category == "buffer_too_small"
     # A read-only or strided `out`, whatever its type, raises
-    # BufferTypeError (README "Codec"), numpy's ValueError for those too.
+    # BufferTypeError (README "Python"), numpy's ValueError for those too.
     from blobpipe._errors import BufferTypeError
     read_only = np.zeros(p.nbytes, np.uint8)
     read_only.flags.writeable = False

@@ -130,7 +130,7 @@ struct server_options {
   /// held allowance (default: connection.window_bytes, 64 MiB): entries the application holds
   /// leave the budget for it, so the entries of all connections take at
   /// most budget_bytes + connections * held_bytes of credit
-  /// (docs/cluster.md "Held entries"); held_timeout counts while next()
+  /// (docs/reliability.md "Held entries"); held_timeout counts while next()
   /// waits. `pool` and `waits_reported` are the server's; `window_bytes`
   /// is not used: a sender that does not offer credit grants (an older
   /// release) is refused at its hello, as its window would be outside the

@@ -1,4 +1,4 @@
-// TCP transport (docs/wire.md "TCP"): a byte stream. One gather write per
+// TCP transport (docs/wire.md "Transport"): a byte stream. One gather write per
 // write() (the sender combines many frames into one), reads of whatever has
 // arrived, and exact reads straight into the caller's destination.
 #include "blobpipe/transport/tcp.hpp"
