@@ -1075,7 +1075,7 @@ BOOST_AUTO_TEST_CASE(a_reconnect_to_a_consumer_that_would_refuse_a_kept_entry_fa
       (void)s.offer(mine, out);
       const fed f = feed_all(s, chunkings(bytes)[0]);
       if (c.refused) {
-        BOOST_TEST((f.ec == errc::invalid_argument), f.message);
+        BOOST_TEST((f.ec == errc::protocol_violation), f.message);
         BOOST_TEST(f.message.find("kept blob " + tag_hex(b->tag()) + ", entry 0") !=
                        std::string::npos, f.message);
         BOOST_TEST(f.message.find(c.what) != std::string::npos, f.message);

@@ -73,8 +73,8 @@ result<void> sender_session::check_kept(const sender_limits& l) const {
     for (std::size_t i = 0; i < b->kept_.size(); ++i) {
       const kept_entry& k = b->kept_[i];
       auto refused = [&](std::string why) -> result<void> {
-        return {errc::invalid_argument, "kept blob " + tag_hex(b->tag_) + ", entry " + num(i) +
-                                            ": " + why + "; it cannot be sent again there"};
+        return {errc::protocol_violation, "kept blob " + tag_hex(b->tag_) + ", entry " + num(i) +
+                                              ": " + why + "; it cannot be sent again there"};
       };
       if (k.entry.key.size() > l.max_key_bytes)
         return refused("its key is " + num(k.entry.key.size()) +

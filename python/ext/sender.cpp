@@ -353,10 +353,9 @@ asio::awaitable<std::error_code> run_one(sender_core& c, send_command& cmd, std:
       b->w = blob_writer{};
       break;
   }
-  // The sender's own end, whatever its code (a resend session that gave up
-  // on consumers refusing a kept entry ends with invalid_argument): its
-  // reason, not the code's bare message.
-  const bool ended = ends_stream(ec) || (ec && ec == c.s.error());
+  // The stream's end (a resend session that gave up included: its last
+  // attempt's code): the sender's reason, not the code's bare message.
+  const bool ended = ends_stream(ec);
   if (ec && why.empty()) why = ended ? stream_text(c.s, ec) : ec.message();
   if (ended && cmd.what != op::shutdown) c.fail(ec, stream_text(c.s, ec));
   co_return ec;
@@ -1332,7 +1331,9 @@ consumer's window: the most bytes in flight).
 Errors (StreamError subclasses): ClosedError after close(), PeerClosedError
 (the consumer went away; the message gives its close reason when it sent
 one, e.g. an entry over its limits), PeerFailedError (reset, I/O error),
-ProtocolViolationError, TimedOutError (stall_timeout). Once the connection
+ProtocolViolationError (bytes that break docs/wire.md, or a consumer's
+hello the session cannot go on with: in a resend session, limits below an
+entry it keeps to send again), TimedOutError (stall_timeout). Once the connection
 has failed, every call raises its error; a resend session (connect(...,
 resend=True)) reconnects instead, and raises once max_attempts connection
 attempts in a row delivered nothing while a blob was kept (the message

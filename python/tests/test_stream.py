@@ -1428,7 +1428,7 @@ def test_a_resend_session_refused_by_a_consumer_with_smaller_limits_names_the_ke
             try:
                 blob.finish()
                 s.shutdown()
-            except bf.Error as e:   # FormatError: the session ends with invalid_argument
+            except bf.ProtocolViolationError as e:   # a hello the session cannot go on with
                 return str(e)
             return "no error"
 

@@ -234,7 +234,7 @@ class sender_session {
   /// the connection, its acks (on_ack); and its close frame (the reason
   /// kept). Errors: protocol_violation (the message names the check or the
   /// frame: "hello: chunk N above the proposal", "ack before the
-  /// handshake ended", the decoder's), check_kept's, or on_ack's; after one, every
+  /// handshake ended", the decoder's, check_kept's), or on_ack's; after one, every
   /// call returns it (the caller ends the connection).
   result<sender_input> consume(std::span<const std::byte> in);
   /// The consumer's hello on the current attempt, once checked.
@@ -254,8 +254,9 @@ class sender_session {
   /// runs it on a resend session's answer, before the attempt can become
   /// the connection: a consumer that would refuse a kept entry mid-stream
   /// is refused at the handshake instead, and the attempt fails (counted
-  /// towards max_attempts). Errors: invalid_argument, naming the blob's
-  /// tag, the entry and the limit.
+  /// towards max_attempts). Errors: protocol_violation (a hello this
+  /// session cannot go on with, as check_answer's), naming the blob's tag,
+  /// the entry and the limit.
   result<void> check_kept(const sender_limits& limits) const;
 
   /// Connections made so far (the current one's number; 0: none).
