@@ -32,10 +32,9 @@
 # dead peer is reported instead of hanging (docs/ucx.md), and UCX 1.13
 # selects lanes differently for such endpoints, also depending on how
 # they were connected. ucx_perftest connects by exchanging worker
-# addresses: with -e its tcp endpoint keeps only the lo rail. blobpipe
-# connects through a listener (the tcp connection manager) and keeps lo
-# and eth0, as ucx_perftest does without -e (UCX_LOG_LEVEL=info prints
-# each endpoint's "ep_cfg"). Over shared memory posix, sysv and cma take
+# addresses, as blobpipe does: with -e its tcp endpoint keeps only the lo
+# rail, as blobpipe's does; without -e, lo and eth0 (UCX_LOG_LEVEL=info
+# prints each endpoint's "ep_cfg"). Over shared memory posix, sysv and cma take
 # part under peer error handling only with MM_ERROR_HANDLING and
 # MEMORY_INVALIDATE, which blobpipe sets and this script sets for
 # ucx_perftest too. No single ucx_perftest mode is blobpipe's twin, so the
