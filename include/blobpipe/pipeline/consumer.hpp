@@ -164,16 +164,16 @@ struct consumer_options {
   /// the next bytes. 1: one at a time. File sinks and device landing
   /// always read one at a time.
   /// It bounds fetches in flight, not memory (window_bytes does): 16 lets
-  /// a consumer fetch a data frame from each of 16 producers at once. Over
-  /// UCX tcp, 1 MiB frames with 8 in flight moved 12% faster with 16 than
-  /// with 4 (docs/ucx.md "Benchmark").
+  /// a consumer fetch a data frame from each of 16 producers at once, and
+  /// over UCX keeps later frames' fetches going while one lands
+  /// (docs/ucx.md "The pipeline over UCX").
   std::size_t payload_window = 16;
   /// Entry buffers kept for later entries once released, bytes (0: none).
   /// Bytes landing in fresh memory cost a page fault and a zeroed page per
   /// 4 KiB, and the C allocator returns buffers of several MiB to the
   /// kernel when they are freed, so without reuse every large entry pays
-  /// that again (docs/ucx.md "The pipeline over UCX": 16 MiB entries over
-  /// UCX tcp, +55%). Buffers of 64 KiB and more are kept, in size classes
+  /// that again (docs/ucx.md "The pipeline over UCX"). Buffers of 64 KiB
+  /// and more are kept, in size classes
   /// (at most 12.5% larger than the entry; that rounding is memory beyond
   /// the window too); once this is exceeded the least recently released
   /// go first, and a buffer larger than this is never kept. Kept buffers
