@@ -35,8 +35,8 @@
 //   into its 1 MiB buffer and copies each entry out into memory of its
 //   own, allocated per entry and freed once whole (blobpipe's copy out of
 //   the receive buffer into the entry's block, which the application
-//   drops). The RL-sample and consumer-CPU targets (docs/performance.md)
-//   are against it.
+//   drops). The RL-sample target (docs/performance.md "Targets")
+//   is against it.
 //
 // Each cell is the best of 3 runs (interleaved by column), with the
 // spread (worst/best) in the CSV. Entries/s count entries delivered to the
@@ -102,7 +102,7 @@ double seconds_since(clock_type::time_point t) {
 /// --cpu: each side's CPU seconds (this thread's, user and system) beside
 /// the run's wall time, printed after every run. CPU time does not depend
 /// on what else runs on the machine, so it shows which side is busy and
-/// which waits even on a loaded one (docs/performance.md "What bounds them").
+/// which waits even on a loaded one (docs/performance.md "Where the time goes").
 bool print_cpu = false;
 
 struct thread_cpu {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/main_job_vs_library.sh — the main job at cluster shape against the
 # library over one connection, in the same run (docs/performance.md
-# "Fan-in across processes and cores"). Each of ROUNDS rounds (default 3):
+# "Fan-in"). Each of ROUNDS rounds (default 3):
 #   1. a fan-in rank, `rollout_to_trainer --listen tcp://127.0.0.1:0
 #      --workers W --batch B --seq-len T`, fed by W workers in another
 #      process (`--connect tcp://127.0.0.1:PORT`, the same W, B and T):

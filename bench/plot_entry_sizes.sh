@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# bench/plot_entry_sizes.sh — docs/performance.md's plot from a CSV that
+# bench/plot_entry_sizes.sh — docs/performance.md "Plot" from a CSV that
 # bench/entry_sizes wrote (--csv): GB/s of entry bytes by entry size, one
 # curve per column (blobpipe's blobs of 1,000 entries, or fewer where the
 # workload has fewer), log-log. The RL sample is not a size and is left out.
 #
-#   bench/plot_entry_sizes.sh docs/perf/entry_sizes_2026-12-01.csv docs/perf/entry_sizes.svg
+#   bench/plot_entry_sizes.sh docs/perf/entry_sizes.csv docs/perf/entry_sizes.svg   (bench/performance.sh runs it)
 #
 # Needs gnuplot (Debian: apt-get install --no-install-recommends gnuplot-nox);
 # it is only for the docs, so bazel/bazelw does not install it.

@@ -1,7 +1,7 @@
 // Heap allocations of the consumer's receive path per small entry
-// (docs/performance.md "Receive path per small entry", "Pooled entry
-// blocks": none of its own once warm), counted with the counting
-// allocator (heap_counter.hpp), not timed. A scripted sender writes blobs of 64-byte inline entries,
+// (docs/performance.md "Per small entry, instructions": none of its own
+// once warm), counted with the counting allocator (heap_counter.hpp),
+// not timed. A scripted sender writes blobs of 64-byte inline entries,
 // framed by the sans-IO sender_session as a sender frames them, over the
 // in-process loopback transport, one blob per write once the consumer has
 // finished the one before; everything runs on one thread, so the count is

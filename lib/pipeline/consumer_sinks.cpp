@@ -29,7 +29,7 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 /// One heap block for a received entry and its lease (a small entry's
 /// bytes inside the lease): one allocation per entry where there were two
-/// (docs/performance.md "Receive path per small entry"). Each of the two
+/// (docs/performance.md "Per small entry, instructions"). Each of the two
 /// keeps its own shared_ptr count, as when they were apart: the entry
 /// holds its storage, and storage may outlive the entry, so one count for
 /// both would keep itself alive. Their control blocks are placed in the

@@ -69,7 +69,7 @@ struct emit_plan {
 /// credit. A plain function, not part of emit's coroutine: their locals
 /// would be in emit's frame, which then passes the 1020 bytes up to which
 /// Asio recycles a coroutine frame, and every emit would allocate one
-/// (docs/performance.md "Receive path per small entry").
+/// (docs/performance.md "Per small entry, instructions").
 emit_plan plan_emit(blob_state& b, std::string& key, value& v) {
   emit_plan p;
   sender_state& s = *b.sender;

@@ -73,7 +73,8 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
     taken_ += back_.size();
     // Producers held back by room() frame into the emptied outbox while
     // this write is in flight. Waking them only once it completed made
-    // them and an in-process reader take turns (docs/performance.md).
+    // them and an in-process reader take turns (docs/performance.md
+    // "In process against TCP").
     if (std::exchange(room_waited_, false)) room_cv_.notify_all();
     const std::uint64_t end = taken_;
     const std::error_code ec = co_await write_out(back_);

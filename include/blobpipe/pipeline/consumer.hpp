@@ -47,7 +47,7 @@
 // consumer is warm (recycle_small_entries), else one allocation; a
 // larger one takes a block of that kind and a buffer of its own (or one kept for
 // reuse, recycle_bytes, or its place in an assembled blob; docs/performance.md
-// "Receive path per small entry").
+// "Per small entry, instructions").
 //
 // Memory: every byte the consumer holds counts against its window, in
 // credit bytes: an entry costs len + 2 * (key + meta) + entry_overhead_bytes
@@ -183,7 +183,7 @@ struct consumer_options {
   /// none). An entry of up to 256 bytes lands in one heap block with its
   /// received_entry and lease (about 1.2 KB; the file comment); a kept
   /// block is reused without operator new or delete, whichever thread
-  /// dropped the entry (docs/performance.md "Pooled entry blocks"). Once
+  /// dropped the entry (docs/performance.md "Per small entry, instructions"). Once
   /// this many are kept, a released block is freed. Kept blocks are
   /// memory on top of the window (consumer_stats::small_entry_kept_bytes):
   /// the default keeps at most about 5 MB.

@@ -29,7 +29,7 @@ constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
 /// failed, with no limit per system call. Asio's own (transfer_all) hands
 /// the socket at most 64 KiB per sendmsg/recvmsg, which made a 16 MiB
 /// entry 256 system calls and 256 reactor round trips on each side
-/// (docs/performance.md "What bounds them").
+/// (docs/performance.md "Large entries").
 constexpr auto all_at_once = [](const std::error_code& ec, std::size_t) -> std::size_t {
   return ec ? 0 : std::size_t{1} << 30;
 };
