@@ -1,6 +1,9 @@
 // examples/stream_minimal.cpp — the smallest streaming program: a server
 // on a free TCP port, one sender that streams a sample, and the entries
 // printed as they arrive. Run: bazel/bazelw run //examples:stream_minimal
+//
+// The lines between "README: begin" and "README: end" are the README's C++
+// example, as written there (//python:test_readme checks that they agree).
 #include <cstdio>
 #include <vector>
 
@@ -15,27 +18,31 @@ int status = 0;  // main's exit status
 
 asio::awaitable<void> produce(blobpipe::server& srv) {
   auto ex = co_await asio::this_coro::executor;
-  auto [ec, s] = co_await blobpipe::sender::start(blobpipe::connector(ex, srv.url()).value());
+  const std::string url = srv.url();
+  std::vector<std::int64_t> ids = {101, 2023, 2003, 1037, 7099, 102};
+  const float reward = 0.5f;
+  // README: begin
+  // A rollout worker: one sample, one blob of two entries. The sender keeps
+  // each blob until the trainer acknowledges it, and reconnects and resends.
+  auto [ec, s] = co_await blobpipe::sender::start(blobpipe::connector(ex, url).value());
+  if (!ec) {
+    auto blob = s.open_blob();
+    ec = co_await blob.emit("0@input_ids", blobpipe::value::tensor(ids));   // [6] int64
+    if (!ec) ec = co_await blob.emit("0@reward", blobpipe::value::scalar(reward));
+    if (!ec) ec = co_await blob.finish();
+    if (!ec) ec = co_await s.shutdown();
+  }
+  // README: end
   if (ec) {
     std::fprintf(stderr, "stream_minimal: %s\n", ec.message().c_str());
     status = 1;
     srv.close();  // ends consume()
-    co_return;
-  }
-  std::vector<std::int64_t> ids = {101, 2023, 2003, 1037, 7099, 102};
-  const float reward = 0.5f;
-  auto blob = s.open_blob();  // a resend session: reconnects, delivers once
-  ec = co_await blob.emit("0@input_ids", blobpipe::value::tensor(ids));
-  if (!ec) ec = co_await blob.emit("0@reward", blobpipe::value::scalar(reward));
-  if (!ec) ec = co_await blob.finish();
-  if (!ec) ec = co_await s.shutdown();
-  if (ec) {
-    std::fprintf(stderr, "stream_minimal: %s\n", ec.message().c_str());
-    status = 1;
   }
 }
 
 asio::awaitable<void> consume(blobpipe::server& srv) {
+  // README: begin
+  // A trainer: each entry the moment its bytes are in, before its blob ends.
   for (;;) {
     auto ev = co_await srv.next();
     if (ev.kind == blobpipe::server_event_kind::entry_ready)
@@ -44,6 +51,7 @@ asio::awaitable<void> consume(blobpipe::server& srv) {
     if (ev.kind == blobpipe::server_event_kind::connection_closed) srv.stop_accepting();
     if (ev.kind == blobpipe::server_event_kind::end_of_stream) co_return;
   }
+  // README: end
 }
 
 int main() {

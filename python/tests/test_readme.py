@@ -1,39 +1,66 @@
-"""The README's "Python" section runs as written: its ``python`` code
-blocks, extracted from README.md (in the runfiles), executed in order.
+"""The README's code runs as written: its ``python`` code blocks,
+extracted from README.md (in the runfiles), executed, and its C++ example
+is the marked lines of examples/stream_minimal.cpp, which //test:examples_test
+runs.
 
-The codec blocks run exactly as written. The streaming block is the two
-halves of a worker and a trainer; here they run in one process, the
-trainer's half on a thread, with the host ``trainer`` and port 5555 (a
-placeholder and a fixed port, which another program may hold) replaced by
-127.0.0.1 and a free port, and ``train_on``/``drop`` (the application's)
-defined to record what they are given."""
+The codec blocks of "Python" run exactly as written. The streaming block
+of "In ten lines" is the two halves of a worker and a trainer; here they
+run in one process, the trainer's half on a thread, with the host
+``trainer`` and port 5555 (a placeholder and a fixed port, which another
+program may hold) replaced by 127.0.0.1 and a free port, and
+``train_on``/``drop`` (the application's) defined to record what they are
+given."""
 
 from __future__ import annotations
 
 import os
 import re
 import socket
+import textwrap
 import threading
 
 import pytest
 
 import blobpipe as bf
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+README = os.path.join(ROOT, "README.md")
+STREAM_MINIMAL = os.path.join(ROOT, "examples", "stream_minimal.cpp")
+
+
+def blocks_of(section: str, language: str) -> list[str]:
+    """The ``language`` code blocks of the README's ``## section``."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    body = text[text.index(f"\n## {section}\n"):]
+    body = body[:body.index("\n## ", 1)]
+    return re.findall(rf"```{language}\n(.*?)```", body, re.S)
 
 
 def python_blocks() -> list[str]:
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index("\n## Python\n"):]
-    section = section[:section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    """The codec blocks of "Python", then the streaming block of "In ten lines"."""
+    return blocks_of("Python", "python") + blocks_of("In ten lines", "python")
 
 
-def test_the_python_section_has_its_codec_and_streaming_blocks():
-    blocks = python_blocks()
-    assert len(blocks) == 3, [b[:40] for b in blocks]
-    assert "bf.plan(" in blocks[0] and "write_tail" in blocks[1] and "bf.connect(" in blocks[2]
+def test_the_readme_has_its_codec_and_streaming_blocks():
+    codec, streaming = blocks_of("Python", "python"), blocks_of("In ten lines", "python")
+    assert len(codec) == 2, [b[:40] for b in codec]
+    assert len(streaming) == 1, [b[:40] for b in streaming]
+    assert "bf.plan(" in codec[0] and "write_tail" in codec[1] and "bf.connect(" in streaming[0]
+
+
+def test_the_cpp_example_is_stream_minimals_marked_lines():
+    # The README's C++ block is the lines between "README: begin" and
+    # "README: end" in examples/stream_minimal.cpp, each region without its
+    # indent, regions apart by a blank line; the program is built and run
+    # by //test:examples_test (stream_minimal_prints_each_entry_as_it_arrives).
+    with open(STREAM_MINIMAL, encoding="utf-8") as f:
+        source = f.read()
+    regions = re.findall(r"\n[ ]*// README: begin\n(.*?)\n[ ]*// README: end\n", source, re.S)
+    assert len(regions) == 2, regions
+    example = "\n\n".join(textwrap.dedent(r) for r in regions) + "\n"
+    (block,) = blocks_of("In ten lines", "cpp")
+    assert block == example
 
 
 def test_the_codec_blocks_run_as_written():
