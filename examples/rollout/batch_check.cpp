@@ -198,7 +198,7 @@ class batch_check final : public checker {
   // Sums the elements of a little-endian tensor of T (NVDP's byte order)
   // with one bounds-free pass over its bytes; entry_view::at would check,
   // look up the dtype and swap per element, which profiled as the
-  // trainer's largest cost (examples/README.md).
+  // trainer's largest cost.
   // Four partial sums in locals: a member as the accumulator would be
   // stored back on every element, and one chain of dependent additions
   // waits out each add's latency (the profile's hottest loop).
