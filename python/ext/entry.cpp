@@ -324,7 +324,8 @@ PyObject* reduce_method(PyObject* self, PyObject*) {
 }
 
 // For pickles whose Entry was made by __new__ alone and then given its
-// fields (pybind11's protocol, blobpipe before this type), and for
+// fields (pybind11's pickle protocol, which pickles of older blobpipe
+// versions use), and for
 // _LooseEntry._make: fills a bare Entry with a row a blob index holds.
 PyObject* setstate_method(PyObject* self, PyObject* state) {
   return guarded([&]() -> py::object {

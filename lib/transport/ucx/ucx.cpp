@@ -165,12 +165,12 @@ std::tuple<std::error_code, std::unique_ptr<transport>> failed(errc e) {
   return {make_error_code(e), nullptr};
 }
 
-// UCX 1.13 could not use an IPv6 connection manager address with its tcp
-// transport: the accepting side's wireup connected to the peer's tcp
-// interface at the IPv6 address, which listens on IPv4 only, was refused,
-// and the worker later aborted in ucp_worker_destroy (free(): invalid
-// pointer, or an assertion in tcp_sockcm_ep.c). The rendezvous no longer
-// hands UCX that address, but UCX's tcp lanes still choose their own
+// UCX 1.13 cannot use an IPv6 connection manager address with its tcp
+// transport: the accepting side's wireup connects to the peer's tcp
+// interface at the IPv6 address, which listens on IPv4 only, is refused,
+// and the worker later aborts in ucp_worker_destroy (free(): invalid
+// pointer, or an assertion in tcp_sockcm_ep.c). The rendezvous does not
+// hand UCX that address, but UCX's tcp lanes still choose their own
 // address family (UCX_TCP_AF_PRIO), untried over IPv6; so blobpipe takes
 // IPv4 only, a v4-mapped IPv6 address as its IPv4 address. Empty when
 // usable; else why not.
