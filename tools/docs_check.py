@@ -19,7 +19,10 @@ file) and fails, printing each finding as ``path:line: what``, when:
 - a relative markdown link ``[text](path#anchor)`` in a markdown file
   names a file that does not exist, or an anchor that no heading of it
   makes (GitHub's rule: lower case, punctuation dropped, spaces to ``-``);
-- a path under ``docs/`` named in a markdown file does not exist;
+- a path in the repository (under ``docs/``, ``include/``, ``lib/``,
+  ``bench/``, ``tools/``, ``examples/``, ``test/``, ``python/`` or ``fuzz/``)
+  named in a markdown file, with a file extension, is neither in the
+  repository nor beside that file;
 - docs/README.md, the index, leaves out a page of docs/ or lists one that
   is not there.
 
@@ -43,7 +46,8 @@ _ISSUE = re.compile(r'\bissues?[ -]#?\d+', re.IGNORECASE)
 _DATE = re.compile(r'\b20\d\d-\d\d-\d\d\b')
 _HEADING = re.compile(r'^(#{1,6})\s+(.*?)\s*#*\s*$')
 _LINK = re.compile(r'\[[^\]\n]*\]\((?P<target>[^)\s]+)\)')
-_DOCS_PATH = re.compile(r'(?<![\w/.-])(?P<path>docs/[A-Za-z0-9_./-]*[A-Za-z0-9_])')
+_REPO_PATH = re.compile(r'(?<![\w/.$-])(?P<path>(?:docs|include|lib|bench|tools|examples|test|python|fuzz)'
+                        r'/[A-Za-z0-9_./-]*[A-Za-z0-9_])(?![\w*<{])')
 _CODE_SUFFIXES = {'.cpp', '.hpp', '.h', '.cc', '.py', '.pyi', '.bazel', '.bzl',
                   '.sh', '.txt', '.in', '.cmake', '.toml', '.cfg', '.json'}
 _CODE_NAMES = {'BUILD', 'WORKSPACE', 'run', '.bazelrc'}
@@ -191,11 +195,11 @@ class Checker:
                     if fragment not in anchors:
                         self.report(path, number, f'links to #{fragment}, which no heading of '
                                     f'{file.relative_to(self.root.resolve())} makes')
-            for m in _DOCS_PATH.finditer(line):
+            for m in _REPO_PATH.finditer(line):
                 named = m.group('path').rstrip('.')
-                if '*' in named or '<' in named:
-                    continue
-                if not (self.root / named).exists():
+                if '.' not in Path(named).name:
+                    continue  # a program (bench/entry_sizes) or a folder made at run time
+                if not ((self.root / named).exists() or (base / named).exists()):
                     self.report(path, number, f'names {named}, which does not exist')
 
     def check_index(self) -> None:

@@ -81,9 +81,13 @@ def test_a_link_to_a_missing_file_or_anchor_is_found(tmp_path):
                      'docs/wire.md:13: links to #nowhere, which no heading of docs/README.md makes']
 
 
-def test_a_docs_path_that_does_not_exist_is_found(tmp_path):
-    found = findings(tmp_path, {'CONTRIBUTING.md': '# c\n\nRaw output in docs/perf/old_run.txt.\n'})
-    assert found == ['CONTRIBUTING.md:3: names docs/perf/old_run.txt, which does not exist']
+def test_a_repository_path_that_does_not_exist_is_found(tmp_path):
+    found = findings(tmp_path, {
+        'CONTRIBUTING.md': '# c\n\nRaw output in docs/perf/old_run.txt; see `include/blobpipe/gone.hpp`.\n',
+        'examples/README.md': '# e\n\n`python/run.py`, `bench/entry_sizes` (a program), `lib/*.cpp`.\n',
+        'examples/python/run.py': ''})
+    assert found == ['CONTRIBUTING.md:3: names docs/perf/old_run.txt, which does not exist',
+                     'CONTRIBUTING.md:3: names include/blobpipe/gone.hpp, which does not exist']
 
 
 def test_the_index_lists_every_page_and_only_pages(tmp_path):

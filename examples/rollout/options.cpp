@@ -89,7 +89,7 @@ over TCP, the way NeMo RL's data plane keys them ({n}@input_ids,
 options, 4 worker coroutines and 2 trainer ranks run in this process over
 127.0.0.1 on ephemeral ports; each GRPO group of 4 samples goes to one
 rank, the ranks gather a batch of 8192 samples of 4096 tokens (53 KB,
-436 MB in all) between them, check every entry against the data the
+437 MB in all) between them, check every entry against the data the
 workers built, and print throughput, the time to first entry, the
 steady-state rate, entry latency, the groups completed and the CPU
 seconds of the checks, of building samples and of the rest.
