@@ -93,12 +93,8 @@ asio::awaitable<std::error_code> read_consumer(std::shared_ptr<sender_state> s,
       s->take(*in);
       co_return std::error_code{};
     }
-    // Not the consumer's fault (a resend session's kept entry it would
-    // refuse, check_kept): the attempt fails, its message kept as its reason.
-    if (in.code() != errc::protocol_violation) {
-      r->message = in.message();
-      co_return in.code();
-    }
+    // Its message (the frame or the check: a bad ack, a hello the session
+    // cannot go on with, check_kept's kept entry) is the attempt's reason.
     refused = in.message();
   }
   r->message = std::move(refused);
