@@ -36,7 +36,11 @@ import re
 import sys
 from dataclasses import dataclass
 
-SIZES = ["64 B", "1 KiB", "16 KiB", "256 KiB", "1 MiB", "16 MiB", "RL sample"]
+# The workloads in the page's order, with their entry bytes ("" for the
+# RL sample, a mix).
+ENTRY_BYTES = {"64 B": 64, "1 KiB": 1 << 10, "16 KiB": 16 << 10, "256 KiB": 256 << 10,
+               "1 MiB": 1 << 20, "16 MiB": 16 << 20, "RL sample": ""}
+SIZES = list(ENTRY_BYTES)
 
 # entry_sizes' column names, in the table's order, and the row each makes.
 ROWS = [
@@ -56,35 +60,48 @@ ZEROMQ = {"zeromq defaults", "zeromq tuned"}
 class Cell:
     entries_per_s: float
     gb_per_s: float | None
-    spread: float | None  # worst time / best time; None when unknown
-    blob: int = 0
 
 
-def merge(cells: dict, key, cell: Cell, best_s: float | None = None, worst_s: float | None = None,
-          times: dict | None = None) -> None:
-    """Keeps the best cell under key; the spread spans every run seen."""
+def keep_best(cells: dict, key, cell: Cell) -> None:
+    """Keeps under `key` the cell with the most entries/s."""
     old = cells.get(key)
-    if times is not None and best_s and worst_s:
-        lo, hi = times.get(key, (best_s, worst_s))
-        times[key] = (min(lo, best_s), max(hi, worst_s))
-        cell.spread = times[key][1] / times[key][0]
     if old is None or cell.entries_per_s > old.entries_per_s:
-        if old is not None and cell.spread is None:
-            cell.spread = old.spread
         cells[key] = cell
-    elif times is not None and key in times:
-        old.spread = times[key][1] / times[key][0]
+
+
+def spread(times: dict, key) -> float | None:
+    """The slowest run's seconds over the fastest's, over every run seen
+    (None when no run time was read: printed output has none)."""
+    if key not in times:
+        return None
+    lo, hi = times[key]
+    return hi / lo
+
+
+class InputError(Exception):
+    """An input file that is not what bench/entry_sizes or
+    bench/python_stream.py writes: the message names the file and line."""
 
 
 def read_csv(path: str, cells: dict, times: dict) -> None:
+    """Reads an `entry_sizes --csv` file into `cells` (best cell per
+    (workload, column, blob)) and `times` (fastest and slowest seconds).
+    Raises InputError for a row without those fields or with a figure that
+    is not a positive number."""
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            col = r["column"].strip()
-            blob = int(r["blob_entries"] or 0)
-            key = (r["workload"], col, blob)
-            best, worst = float(r["seconds_best"]), float(r["seconds_worst"])
-            merge(cells, key, Cell(float(r["entries_per_s"]), float(r["gb_per_s"]), None, blob),
-                  best, worst, times)
+        for line, r in enumerate(csv.DictReader(f), start=2):
+            try:
+                key = (r["workload"], r["column"].strip(), int(r["blob_entries"] or 0))
+                best, worst = float(r["seconds_best"]), float(r["seconds_worst"])
+                cell = Cell(float(r["entries_per_s"]), float(r["gb_per_s"]))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise InputError(f"{path}:{line}: not an entry_sizes --csv row ({e!r})") from None
+            if not 0 < best <= worst:
+                raise InputError(f"{path}:{line}: seconds_best {best} and seconds_worst {worst} "
+                                 "are not 0 < best <= worst")
+            keep_best(cells, key, cell)
+            lo, hi = times.get(key, (best, worst))
+            times[key] = (min(lo, best), max(hi, worst))
 
 
 WORKLOAD = re.compile(r"^\[(?P<w>[^\]]+)\] \d+ entries")
@@ -101,9 +118,8 @@ def read_text(path: str, cells: dict) -> None:
                 continue
             m = RATE.match(line)
             if m and workload:
-                blob = int(m["blob"] or 0)
-                merge(cells, (workload, m["col"].strip(), blob),
-                      Cell(float(m["eps"]), float(m["gbs"]), None, blob))
+                keep_best(cells, (workload, m["col"].strip(), int(m["blob"] or 0)),
+                          Cell(float(m["eps"]), float(m["gbs"])))
 
 
 # python_stream.py's lines: "    64 B      Python emit_many +value   475,210.14 entries/s spread 1.35 ..."
@@ -120,9 +136,10 @@ PY_PAIRS = {
 }
 
 
-def read_python_stream(path: str) -> dict:
-    """{workload: {row: (rate, unit, spread)}}, the best rate of each row."""
-    out: dict = {}
+def read_python_stream(path: str, out: dict) -> None:
+    """Adds to `out`, {workload: {row: (rate, unit, spread)}}, the best
+    rate of each row over every file read, with the largest spread seen
+    by the time that rate was."""
     with open(path) as f:
         for line in f:
             m = PY_LINE.match(line)
@@ -134,7 +151,6 @@ def read_python_stream(path: str) -> dict:
             spread = float(m["spread"])
             if old is None or rate > old[0]:
                 rows[m["what"]] = (rate, m["unit"], max(spread, old[2]) if old else spread)
-    return out
 
 
 def fmt_rate(x: float | None) -> str:
@@ -155,28 +171,28 @@ def fmt_spread(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def table(workload: str, cells: dict, py: dict) -> list[str]:
-    mine = {k: v for k, v in cells.items() if k[0] == workload}
-    if not mine and workload not in py:
-        return []
+def table(workload: str, cells: dict, times: dict, py: dict) -> list[str]:
+    # Per column, its largest blob's key (blobpipe's columns; the others have no blob).
     by_col: dict = {}
-    for (_, col, blob), c in mine.items():
-        # blobpipe: the largest blob measured; the others have no blob.
-        if col not in by_col or blob > by_col[col].blob:
-            by_col[col] = c
-    zmq = [by_col[c].entries_per_s for c in ZEROMQ if c in by_col]
+    for key in cells:
+        if key[0] == workload and (key[1] not in by_col or key[2] > by_col[key[1]][2]):
+            by_col[key[1]] = key
+    if not by_col and workload not in py:
+        return []
+    zmq = [cells[by_col[c]].entries_per_s for c in ZEROMQ if c in by_col]
     best_zmq = max(zmq) if zmq else None
     lines = [f"### {workload}", "",
              "| | entries/s | GB/s | spread | blobpipe / best ZeroMQ |",
              "|---|---:|---:|---:|---:|"]
     for col, name in ROWS:
-        c = by_col.get(col)
-        if c is None:
+        if col not in by_col:
             continue
-        label = f"{name} (blobs of {c.blob:,})" if col in BLOBPIPE and c.blob else name
+        key = by_col[col]
+        c, blob = cells[key], key[2]
+        label = f"{name} (blobs of {blob:,})" if col in BLOBPIPE and blob else name
         ratio = c.entries_per_s / best_zmq if col in BLOBPIPE and best_zmq else None
         lines.append(f"| {label} | {fmt_rate(c.entries_per_s)} | {fmt_gb(c.gb_per_s)} | "
-                     f"{fmt_spread(c.spread)} | {fmt_ratio(ratio)} |")
+                     f"{fmt_spread(spread(times, key))} | {fmt_ratio(ratio)} |")
     rows = py.get(workload, {})
     printed: set = set()
     for ours, theirs in PY_PAIRS.get(workload, []):
@@ -184,7 +200,7 @@ def table(workload: str, cells: dict, py: dict) -> list[str]:
             if what not in rows or what in printed:  # a pyzmq row shared by two pairs: once
                 continue
             printed.add(what)
-            rate, unit, spread = rows[what]
+            rate, unit, row_spread = rows[what]
             eps, gbs = rate, None
             if unit == "GB/s":  # 16 MiB: entries of 2^24 bytes
                 eps, gbs = rate * 1e9 / (16 << 20), rate
@@ -194,7 +210,7 @@ def table(workload: str, cells: dict, py: dict) -> list[str]:
             ratio = None
             if what == ours and theirs in rows:
                 ratio = rate / rows[theirs][0]
-            lines.append(f"| {name} | {fmt_rate(eps)} | {fmt_gb(gbs)} | {fmt_spread(spread)} | "
+            lines.append(f"| {name} | {fmt_rate(eps)} | {fmt_gb(gbs)} | {fmt_spread(row_spread)} | "
                          f"{fmt_ratio(ratio)} |")
     return lines + [""]
 
@@ -203,17 +219,18 @@ def write_merged(path: str, cells: dict, times: dict) -> None:
     """The best cell of each (workload, column, blob), as entry_sizes --csv
     writes it (entry_bytes and entries left empty: the plot reads the
     workload's entry bytes, column, blob and GB/s)."""
-    sizes = {"64 B": 64, "1 KiB": 1 << 10, "16 KiB": 16 << 10, "256 KiB": 256 << 10,
-             "1 MiB": 1 << 20, "16 MiB": 16 << 20, "RL sample": ""}
+    def order(key):
+        return (SIZES.index(key[0]) if key[0] in SIZES else len(SIZES), key[1], key[2])
+
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["workload", "entry_bytes", "entries", "column", "blob_entries", "seconds_best",
                     "seconds_worst", "entries_per_s", "gb_per_s"])
-        for (workload, col, blob), c in sorted(cells.items(), key=lambda kv: (SIZES.index(kv[0][0])
-                                                                             if kv[0][0] in SIZES else 99,
-                                                                             kv[0][1], kv[0][2])):
-            lo, hi = times.get((workload, col, blob), ("", ""))
-            w.writerow([workload, sizes.get(workload, ""), "", col, blob, lo, hi,
+        for key in sorted(cells, key=order):
+            workload, col, blob = key
+            c = cells[key]
+            lo, hi = times.get(key, ("", ""))
+            w.writerow([workload, ENTRY_BYTES.get(workload, ""), "", col, blob, lo, hi,
                         f"{c.entries_per_s:.0f}", f"{c.gb_per_s:.4f}" if c.gb_per_s is not None else ""])
 
 
@@ -227,24 +244,24 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cells: dict = {}
     times: dict = {}
-    for p in a.csv:
-        read_csv(p, cells, times)
+    py: dict = {}
+    try:
+        for p in a.csv:
+            read_csv(p, cells, times)
+    except InputError as e:
+        print(f"performance_tables.py: {e}", file=sys.stderr)
+        return 2
     for p in a.text:
         read_text(p, cells)
-    py: dict = {}
     for p in a.python_stream:
-        for w, rows in read_python_stream(p).items():
-            for what, v in rows.items():
-                old = py.setdefault(w, {}).get(what)
-                if old is None or v[0] > old[0]:
-                    py[w][what] = v
+        read_python_stream(p, py)
     if a.merged_csv:
         write_merged(a.merged_csv, cells, times)
     out = []
     for w in SIZES:
         if a.only and w not in a.only:
             continue
-        out += table(w, cells, py)
+        out += table(w, cells, times, py)
     sys.stdout.write("\n".join(out))
     return 0
 

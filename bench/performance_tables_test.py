@@ -95,3 +95,12 @@ def test_the_merged_csv_keeps_the_best_cell_for_the_plot(tmp_path):
     lines = m.read_text().splitlines()
     assert lines[0] == HEADER.strip()
     assert lines[1].split(",")[3:] == ["raw socket", "0", "0.9", "1.5", "3333", "3.5000"]
+
+
+def test_a_csv_that_is_not_entry_sizes_output_is_refused_naming_the_line(tmp_path, capsys):
+    missing = write(tmp_path, "missing.csv", "workload,column\n64 B,blobpipe tcp\n")
+    assert pt.main(["--csv", missing]) == 2
+    assert f"{missing}:2: not an entry_sizes --csv row" in capsys.readouterr().err
+    zero = write(tmp_path, "zero.csv", HEADER + "64 B,64,1000,raw socket,0,0,0,1000,0.0640\n")
+    assert pt.main(["--csv", zero]) == 2
+    assert f"{zero}:2: seconds_best 0.0 and seconds_worst 0.0 are not 0 < best <= worst" in capsys.readouterr().err
