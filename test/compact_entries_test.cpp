@@ -43,6 +43,7 @@ struct recorder final : decoder_listener {
   std::uint64_t accept = known_features;
   std::vector<Entry> rows;
   std::vector<std::uint64_t> credits;
+  std::vector<const dtype*> types;  // entry_announcement::type
   std::vector<std::vector<std::byte>> bytes;
   int completed = 0;
 
@@ -55,6 +56,7 @@ struct recorder final : decoder_listener {
   result<std::span<std::byte>> on_entry_begin(void*, const entry_announcement& a) override {
     rows.push_back(*a.entry);
     credits.push_back(a.credit);
+    types.push_back(a.type);
     bytes.emplace_back(a.entry->len);
     return std::span<std::byte>(bytes.back());
   }
@@ -127,6 +129,7 @@ BOOST_AUTO_TEST_CASE(the_dtype_table_names_dtypes_that_parse_as_spelled) {
     auto parsed = parse_dtype(d->kind, d->name);
     BOOST_TEST_REQUIRE(parsed.has_value(), d->name);
     BOOST_TEST(parsed->name == d->name);  // the canonical spelling: the row is unchanged
+    BOOST_TEST((format_dtype_of(*d) == *parsed), d->name);  // the decoder's dtype of the code
     BOOST_TEST(compact_dtype_code(d->kind, d->name) == code);
   }
   BOOST_TEST(assigned == 50);
@@ -534,4 +537,40 @@ BOOST_AUTO_TEST_CASE(a_resend_session_keeps_meta_and_charges_each_connections_fo
   BOOST_TEST(s.kept_credit(*b) == entry_credit(8, 1, meta_bytes));
   (void)s.send_kept_entry(*b);
   BOOST_TEST((entry_flags(out2) & frame_flag_compact) == 0);
+}
+
+// entry_announcement::type: the dtype the decoder's check found, handed to
+// the listener so the consumer's view needs no second lookup; a pointer
+// that outlives the call (the format's tables), or null where the decoder
+// has none (a pickle; a numpy row in the msgpack form, whose lookup lives
+// in a per-thread cache only).
+BOOST_AUTO_TEST_CASE(an_announced_row_carries_its_checked_dtype_where_it_lives_on) {
+  std::vector<std::byte> data(24);
+  for (std::uint8_t code : {std::uint8_t{1}, std::uint8_t{74}, std::uint8_t{85}}) {
+    const compact_dtype* d = compact_dtype_of(code);
+    const std::size_t itemsize = format_dtype_of(*d).itemsize;
+    const std::vector<std::int64_t> shape{static_cast<std::int64_t>(24 / itemsize)};
+    consumer_side c;
+    BOOST_TEST_REQUIRE(c.entry_begin(frame_flag_compact | frame_flag_inline,
+                                     encode_compact_entry_begin("x", d->kind, code, 24, shape,
+                                                                data))
+                           .has_value());
+    BOOST_TEST_REQUIRE(c.l.types.size() == 1u);
+    BOOST_TEST_REQUIRE(c.l.types[0] != nullptr, "compact code " << int(code));
+    BOOST_TEST(c.l.types[0] == &format_dtype_of(*d));
+    BOOST_TEST(c.l.types[0]->name == d->name);
+  }
+  // The msgpack form: a torch row gets the torch table's entry, a numpy
+  // row none, a pickle none.
+  auto msgpack_row = [&](Entry e) {
+    consumer_side c(known_features & ~feature_compact_entries);
+    auto p = encode_entry_begin(e.key, e.meta(), data);
+    BOOST_TEST_REQUIRE(c.entry_begin(frame_flag_inline, p).has_value());
+    BOOST_TEST_REQUIRE(c.l.types.size() == 1u);
+    return c.l.types[0];
+  };
+  const dtype* torch_row = msgpack_row({"t", 0, 24, 't', "float32", shape_t{6}});
+  BOOST_TEST(torch_row == lookup_dtype('t', "float32"));
+  BOOST_TEST(msgpack_row({"n", 0, 24, 'n', "<f4", shape_t{6}}) == nullptr);
+  BOOST_TEST(msgpack_row({"p", 0, 24, 'p', std::nullopt, std::nullopt}) == nullptr);
 }

@@ -7,6 +7,7 @@
 #include "blobpipe/format/dtype.hpp"
 #include "checked.hpp"
 #include "entry_codec.hpp"
+#include "index_rows.hpp"
 
 namespace blobpipe {
 namespace detail {
@@ -176,6 +177,14 @@ result<Entry> Entry::from_meta(std::string key, std::span<const std::byte> m) {
 }
 
 result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
+  auto r = detail::validate_row(e, data_end, nullptr);
+  if (!r) return r.err();
+  return {};
+}
+
+namespace detail {
+
+result<const dtype*> validate_row(const Entry& e, std::uint64_t data_end, const dtype* known) {
   auto where = [&] { return "entry " + quote(e.key); };
   if (!is_known_kind(e.kind))
     return make_error(errc::unknown_kind, where() + ": kind " +
@@ -190,12 +199,13 @@ result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
   if (e.off % 64 != 0)
     return make_error(errc::entry_out_of_range,
                       where() + ": offset " + std::to_string(e.off) + " is not 64-byte aligned");
-  if (e.kind == KIND_PICKLE) return {};
+  if (e.kind == KIND_PICKLE) return nullptr;
   // A tensor row with nil dtype means float32 (reference behaviour); an
   // ndarray row must name its dtype.
   if (!e.dtype && e.kind != KIND_TENSOR)
     return make_error(errc::unknown_dtype, where() + ": ndarray row has no dtype");
-  const dtype* dt = lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
+  const dtype* dt =
+      known ? known : lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
   if (!dt) return parse_dtype(e.kind, *e.dtype).err();  // says why
   if (e.shape) {
     auto size = detail::checked_shape_size(*e.shape, dt->itemsize);
@@ -212,7 +222,9 @@ result<void> validate_entry(const Entry& e, std::uint64_t data_end) {
                       where() + ": len " + std::to_string(e.len) +
                           " is not a multiple of the item size");
   }
-  return {};
+  return dt;
 }
+
+}  // namespace detail
 
 }  // namespace blobpipe

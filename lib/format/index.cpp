@@ -337,7 +337,8 @@ result<entry_view> view_entry(const Entry& e, std::span<const std::byte> entry_b
   return view_valid_entry(e, entry_bytes);
 }
 
-entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes) {
+entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes,
+                            const dtype* type) {
   entry_view v;
   v.entry = &e;
   v.bytes = entry_bytes;
@@ -348,7 +349,7 @@ entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_byt
     v.shape = {static_cast<std::int64_t>(e.len)};
     return v;
   }
-  v.type = *lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
+  v.type = type ? *type : *lookup_dtype(e.kind, e.dtype ? std::string_view(*e.dtype) : "float32");
   // Copied straight into the view (a `?:` of the row's shape and a new one
   // made a temporary copy first: two allocations per entry).
   if (e.shape) v.shape = *e.shape;

@@ -1,7 +1,8 @@
-// Reading an index whose rows the caller has checked already, and writing
-// one row into the caller's memory (internal; lib/protocol's push decoder).
-// read_known_rows is defined in index.cpp beside parse_index, the row
-// writer in layout.cpp beside append_index_row.
+// Checking one row and keeping its dtype, reading an index whose rows the
+// caller has checked already, and writing one row into the caller's
+// memory (internal; lib/protocol's push decoder). validate_row is defined
+// in entry.cpp beside validate_entry, read_known_rows in index.cpp beside
+// parse_index, the row writer in layout.cpp beside append_index_row.
 #pragma once
 
 #include <cstddef>
@@ -9,9 +10,21 @@
 #include <vector>
 
 #include "blobpipe/errors.hpp"
+#include "blobpipe/format/dtype.hpp"
 #include "blobpipe/format/entry.hpp"
 
 namespace blobpipe::detail {
+
+/// validate_entry, handing back the row's dtype: lookup_dtype's (the
+/// torch table's, valid for the program's life; a numpy one until this
+/// thread's next lookup_dtype), null for a 'p' row. `known`, when not
+/// null, is taken as the row's dtype instead of a lookup by name: a row
+/// read from a compact dtype code (format_dtype_of). Its shape is checked
+/// against `known`'s item size all the same.
+/// REQUIRES: known is null or is the dtype of e.kind and e.dtype.
+/// Errors: as validate_entry.
+[[nodiscard]] result<const dtype*> validate_row(const Entry& e, std::uint64_t data_end,
+                                                const dtype* known);
 
 /// The rows of an index (the msgpack bytes alone) known to be exactly
 /// `rows` rows that passed validate_entry against the caller's data end:

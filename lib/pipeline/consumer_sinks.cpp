@@ -298,7 +298,7 @@ result<std::span<std::byte>> consumer_state::entry_begin(session_blob& blob,
   else cur.entry = e;
   cur.sent_ns = a.sent_ns;
   // The decoder validated the row: the view needs no second check.
-  cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? len : 0));
+  cur.view = view_valid_entry(cur.entry, std::span<const std::byte>(dest, dest ? len : 0), a.type);
   cur.storage = std::move(owned_lease);
   b.cur = std::move(owned);
   return std::span<std::byte>(dest, dest ? len : 0);

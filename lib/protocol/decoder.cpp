@@ -491,11 +491,13 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   std::span<const std::byte> inline_bytes;
   std::uint64_t key_bytes = 0;
   std::uint64_t meta_bytes = 0;
+  const dtype* known = nullptr;  // a compact row's dtype, from its code
   if (cur_.flags & frame_flag_compact) {  // its feature was checked with the header
     auto cv = decode_compact_entry_begin(p, has_inline, limits_.max_key_bytes,
                                          limits_.max_meta_bytes);
     if (!cv) return cv.err();
     read_compact(*cv, b.data_end, *e);
+    if (cv->dtype) known = &format_dtype_of(*cv->dtype);
     inline_bytes = cv->inline_bytes;
     key_bytes = cv->key.size();
     meta_bytes = compact_meta_bytes(cv->ndim);
@@ -509,8 +511,8 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
     key_bytes = eb->key.size();
     meta_bytes = eb->meta.size();
   }
-  if (auto r = validate_entry(*e, limits_.max_blob_bytes); !r)
-    return violation("entry " + quote(e->key) + ": " + r.message());
+  auto type = detail::validate_row(*e, limits_.max_blob_bytes, known);
+  if (!type) return violation("entry " + quote(e->key) + ": " + type.message());
   if (e->off != b.data_end)
     return violation("entry " + quote(e->key) + ": offset " + num(e->off) + ", expected " +
                      num(b.data_end));
@@ -547,6 +549,8 @@ result<void> decoder::on_entry_begin(std::span<const std::byte> p) {
   const std::uint64_t len = b.current.len;
   const bool whole = has_inline || len == 0;  // complete once announced
   entry_announcement a{b.id, b.entries++, &b.current, credit, sent_ns};
+  // A numpy dtype looked up by name lives in this thread's cache only.
+  if (known || e->kind == KIND_TENSOR) a.type = *type;
   // A complete entry's row is not needed here after the call: the
   // listener may take it instead of copying it.
   if (whole) a.take = &b.current;

@@ -351,6 +351,17 @@ const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept {
   return nullptr;
 }
 
+const dtype& format_dtype_of(const compact_dtype& d) {
+  // Every row parses (wire_features_test checks each against parse_dtype).
+  static const auto parsed = [] {
+    std::array<dtype, compact_dtypes.size()> t;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      t[i] = *parse_dtype(compact_dtypes[i].kind, compact_dtypes[i].name);
+    return t;
+  }();
+  return parsed[static_cast<std::size_t>(&d - compact_dtypes.data())];
+}
+
 std::uint8_t compact_dtype_code(char kind, std::string_view name) noexcept {
   if (name.size() < 2) return 0;  // every name in the table has 3 or more
   const std::uint8_t i = compact_index[compact_slot(kind, name)];

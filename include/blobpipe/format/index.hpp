@@ -147,8 +147,13 @@ struct entry_view {
 /// The view of an entry validate_entry accepted (at its offset or at 0),
 /// over `entry_bytes` (e.len bytes), built without checking again: for
 /// callers that validated the row already (the streaming consumer).
-/// REQUIRES: validate_entry passed for `e`; entry_bytes.size() == e.len.
-entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes);
+/// `type`, when not null, is the row's dtype as that check found it (the
+/// decoder's entry_announcement::type), copied into the view instead of
+/// looked up by name again.
+/// REQUIRES: validate_entry passed for `e`; entry_bytes.size() == e.len;
+/// type is null or is the dtype of e.kind and e.dtype.
+entry_view view_valid_entry(const Entry& e, std::span<const std::byte> entry_bytes,
+                            const dtype* type = nullptr);
 
 /// An owning copy of a decoded entry (bytes copied, 64-byte aligned).
 struct materialized {

@@ -102,6 +102,12 @@ struct entry_announcement {
   /// after on_entry_begin returns: the listener may move the row out of
   /// *take instead of copying it. Null otherwise.
   Entry* take = nullptr;
+  /// The row's dtype as the decoder's check found it, for the listener's
+  /// view (view_valid_entry) without a second lookup by name: for a torch
+  /// row or a compact one, the format's table entry, valid for the
+  /// program's life; null for a 'p' row and a numpy row in the msgpack
+  /// form (look it up then).
+  const dtype* type = nullptr;
 };
 
 /// Receives a decoder's events, in frame order. Every callback may refuse

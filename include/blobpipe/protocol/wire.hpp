@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "blobpipe/errors.hpp"
+#include "blobpipe/format/dtype.hpp"
 
 namespace blobpipe {
 
@@ -329,6 +330,11 @@ struct compact_dtype {
 
 /// The table entry of `code`, or null for code 0 and the reserved codes.
 const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept;
+/// The format's dtype of table entry `d`: parse_dtype(d.kind, d.name),
+/// parsed once and valid for the program's life, so a compact row is
+/// checked and viewed without a lookup by name (decoder,
+/// entry_announcement::type). REQUIRES: `d` is from compact_dtype_of.
+const dtype& format_dtype_of(const compact_dtype& d);
 /// The code of dtype `name` for entry kind `kind`, or 0 when it has none
 /// (only exact spellings: "float32" has one, its alias "float" does not,
 /// so the row the consumer rebuilds is the row the sender wrote).
