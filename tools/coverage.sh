@@ -19,6 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 targets=("$@")
 ((${#targets[@]})) || targets=(//...)
 flags=(--symlink_prefix=/)
+# install_test (tag no_sanitizer) links the installed archive with plain
+# g++ and CMake, which lack the instrumentation's runtime (here gcov's, in
+# .ci/run's sanitizer phases ASan's and TSan's): it runs in the test phase.
+filters=(--test_tag_filters=-no_sanitizer)
 
 # What the coverage is of, for tools/mutate/mutate.py --coverage (a
 # mutant's file changed since is run against its dependent tests instead):
@@ -26,7 +30,7 @@ flags=(--symlink_prefix=/)
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git status --porcelain --untracked-files=all 2>/dev/null | cut -c4- |
           sed 's/.* -> //' | /usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))')
-bazel/bazelw coverage "${flags[@]}" --keep_going "${targets[@]}" 2>&1 | tee /dev/stderr |
+bazel/bazelw coverage "${flags[@]}" "${filters[@]}" --keep_going "${targets[@]}" 2>&1 | tee /dev/stderr |
   grep -oE '^//[^ ]+ +(\(cached\) )?PASSED' | awk '{print $1}' >"${TMPDIR:-/tmp}/coverage-targets.$$"
 rc=${PIPESTATUS[0]}
 testlogs=$(bazel/bazelw info "${flags[@]}" --platform_suffix=gcov bazel-testlogs 2>/dev/null)
