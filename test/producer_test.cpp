@@ -366,6 +366,38 @@ BOOST_AUTO_TEST_CASE(sender_close_fails_waiting_producer) {
   }
 }
 
+// A sender assigned over closes the one it held, as destroying it does
+// (producer.hpp sender: "destroying it, or assigning another sender over
+// it, closes its connection"): the old consumer sees the blob left open
+// aborted and its stream end, not a connection held open by the old
+// sender's tasks until a timeout.
+BOOST_AUTO_TEST_CASE(a_sender_assigned_over_closes_the_one_it_held) {
+  runner r;
+  std::vector<event> events;
+  auto ep = r.await(connect(link_kind::loopback));
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto w = ep.s.open_blob();
+    BLOBPIPE_CO_CHECK(w.emit("x", value::tensor(ramp(10, 0.0f))));
+    BLOBPIPE_CO_CHECK(ep.s.flush());
+    ep.s = sender{};
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      events.push_back(ev);
+      if (ev.kind == event_kind::end_of_stream) break;
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(20)));
+  BOOST_TEST_REQUIRE(!events.empty());
+  BOOST_TEST((events.back().kind == event_kind::end_of_stream));
+  bool aborted = false;
+  for (const event& e : events) aborted |= e.kind == event_kind::blob_aborted && e.blob_id == 1;
+  BOOST_TEST(aborted, "blob 1, left open, is reported aborted");
+}
+
 // A blob the file sink cannot take (file_slot_for fails) is aborted once,
 // naming why, and none of its entries is yielded: its bytes are dropped as
 // they come. The next blob is written as usual.

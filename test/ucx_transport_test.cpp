@@ -439,6 +439,39 @@ BOOST_DATA_TEST_CASE(idle_connection_costs_no_cpu, bdata::make(ucx_links()), lin
   BOOST_TEST_REQUIRE(r.run());
 }
 
+// transport_options (ucx.hpp) busy_poll: after the worker last had events
+// it keeps progressing for busy_poll before it arms and sleeps. With 200 ms
+// of it, the 400 ms after one message cost CPU for part of that time, and
+// then none: not a worker asleep at once, not one polling for good.
+BOOST_DATA_TEST_CASE(the_worker_polls_for_busy_poll_after_its_last_event_then_sleeps,
+                     bdata::make(ucx_links()), link) {
+  BLOBPIPE_SKIP_UNLESS_OFFERED(link);
+  runner r;
+  ucx_link polling = link;
+  polling.opt.busy_poll = std::chrono::milliseconds(200);
+  auto [a, b] = r.await(ucx_pair(polling));
+  BLOBPIPE_REQUIRE_SELECTED(link, a);
+  double used = -1;
+  auto body = [&]() -> asio::awaitable<void> {
+    const std::array<asio::const_buffer, 1> one{asio::buffer("abc", 3)};
+    BLOBPIPE_CO_CHECK(a->write(one));
+    std::array<std::byte, 64> buf;
+    auto [ec, rd] = co_await b->read_some(buf);
+    BOOST_TEST(!ec, ec.message());
+    const double before = cpu_seconds();
+    asio::steady_timer idle(r.ex());
+    idle.expires_after(std::chrono::milliseconds(400));
+    co_await idle.async_wait(asio::use_awaitable);
+    used = cpu_seconds() - before;
+    a->close();
+    b->close();
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(used > 0.02, "CPU seconds in the 400 ms after the last event: " << used);
+  BOOST_TEST(used < 0.35, "CPU seconds in the 400 ms after the last event: " << used);
+}
+
 BOOST_AUTO_TEST_CASE(io_context_runs_out_of_work_once_transports_are_gone) {
   // No stop(): run() must return by itself once the transports, the
   // listener and their closes are done (the worker's fd wait ends with

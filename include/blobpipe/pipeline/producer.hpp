@@ -304,8 +304,9 @@ class blob_writer {
   std::shared_ptr<detail::blob_state> state_;
 };
 
-/// Owns a transport and streams blobs over it. Move-only; destroying it
-/// closes the connection (as close()).
+/// Owns a transport and streams blobs over it. Move-only; destroying it,
+/// or assigning another sender over it, closes its connection (as
+/// close()).
 class sender {
  public:
   sender() = default;
