@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "blobpipe/format/dtype.hpp"
+#include "blobpipe/format/index.hpp"
 #include "blobpipe/format/layout.hpp"
 #include "blobpipe/protocol/decoder.hpp"
 #include "blobpipe/protocol/framer.hpp"
@@ -571,6 +572,29 @@ BOOST_AUTO_TEST_CASE(an_announced_row_carries_its_checked_dtype_where_it_lives_o
   };
   const dtype* torch_row = msgpack_row({"t", 0, 24, 't', "float32", shape_t{6}});
   BOOST_TEST(torch_row == lookup_dtype('t', "float32"));
+  // An alias, the "torch." prefix and no dtype at all are float32 too.
+  BOOST_TEST(msgpack_row({"t", 0, 24, 't', "float", shape_t{6}}) == torch_row);
+  BOOST_TEST(msgpack_row({"t", 0, 24, 't', "torch.float32", shape_t{6}}) == torch_row);
+  BOOST_TEST(msgpack_row({"t", 0, 24, 't', std::nullopt, shape_t{6}}) == torch_row);
   BOOST_TEST(msgpack_row({"n", 0, 24, 'n', "<f4", shape_t{6}}) == nullptr);
   BOOST_TEST(msgpack_row({"p", 0, 24, 'p', std::nullopt, std::nullopt}) == nullptr);
+}
+
+// The view built with the announced dtype is the view built without it.
+BOOST_AUTO_TEST_CASE(a_view_with_the_announced_dtype_equals_one_looked_up) {
+  std::vector<std::byte> data(24);
+  for (std::uint8_t code = 0; code < 255; ++code) {
+    const compact_dtype* d = compact_dtype_of(code);
+    if (!d) continue;
+    const dtype& type = format_dtype_of(*d);
+    if (type.itemsize == 0 || 24 % type.itemsize != 0) continue;
+    const Entry e{"x", 0, 24, d->kind, std::string(d->name),
+                  shape_t{static_cast<std::int64_t>(24 / type.itemsize)}};
+    BOOST_TEST_REQUIRE(validate_entry(e, 24).has_value(), d->name);
+    const entry_view given = view_valid_entry(e, data, &type);
+    const entry_view looked_up = view_valid_entry(e, data);
+    BOOST_TEST((given.type == looked_up.type), d->name);
+    BOOST_TEST((given.shape == looked_up.shape), d->name);
+    BOOST_TEST(given.bytes.data() == looked_up.bytes.data());
+  }
 }

@@ -638,7 +638,7 @@ BOOST_AUTO_TEST_CASE(a_consumers_close_reason_reaches_the_senders_error) {
 // is a refusal (something sent was not taken): shutdown() fails with
 // peer_closed and the reason.
 BOOST_AUTO_TEST_CASE(a_close_with_a_reason_after_the_senders_close_fails_shutdown) {
-  for (const std::string reason : {std::string("blob 1 refused: too many entries"), std::string()}) {
+  for (const std::string& reason : {std::string("blob 1 refused: too many entries"), std::string()}) {
     BOOST_TEST_CONTEXT("reason '" << reason << "'") {
       runner r;
       auto [a, b] = r.await(raw_pair(link_kind::loopback));

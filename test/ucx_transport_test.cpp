@@ -7,7 +7,8 @@
 // rendezvous-sized parts, the close handshake (queued messages, then
 // peer_closed), close() waking a pending rendezvous write, a cancelled
 // read, a bulk payload read with the wrong size, a killed peer
-// (peer_failed), an idle connection costing no CPU, the io_context running
+// (peer_failed), an idle connection costing no CPU, the worker asleep once
+// busy_poll has passed since its last event, the io_context running
 // out of work, listener and configuration errors, device memory, and
 // stats/describe refusing other transports.
 //
@@ -439,11 +440,13 @@ BOOST_DATA_TEST_CASE(idle_connection_costs_no_cpu, bdata::make(ucx_links()), lin
   BOOST_TEST_REQUIRE(r.run());
 }
 
-// transport_options (ucx.hpp) busy_poll: after the worker last had events
-// it keeps progressing for busy_poll before it arms and sleeps. With 200 ms
-// of it, the 400 ms after one message cost CPU for part of that time, and
-// then none: not a worker asleep at once, not one polling for good.
-BOOST_DATA_TEST_CASE(the_worker_polls_for_busy_poll_after_its_last_event_then_sleeps,
+// ucx::options busy_poll: after the worker last had events it keeps
+// progressing for busy_poll, then arms and sleeps. With 200 ms of it, the
+// 300 ms from 250 ms after one message on cost next to none (a worker
+// polling for good would spend them on a core). That it does poll during
+// busy_poll is seen in throughput only (bench/ucx_bench): a worker denied
+// a core for a moment polls no less correctly.
+BOOST_DATA_TEST_CASE(the_worker_sleeps_once_busy_poll_after_its_last_event_has_passed,
                      bdata::make(ucx_links()), link) {
   BLOBPIPE_SKIP_UNLESS_OFFERED(link);
   runner r;
@@ -451,25 +454,27 @@ BOOST_DATA_TEST_CASE(the_worker_polls_for_busy_poll_after_its_last_event_then_sl
   polling.opt.busy_poll = std::chrono::milliseconds(200);
   auto [a, b] = r.await(ucx_pair(polling));
   BLOBPIPE_REQUIRE_SELECTED(link, a);
-  double used = -1;
+  double asleep_cpu = -1;
   auto body = [&]() -> asio::awaitable<void> {
     const std::array<asio::const_buffer, 1> one{asio::buffer("abc", 3)};
     BLOBPIPE_CO_CHECK(a->write(one));
     std::array<std::byte, 64> buf;
     auto [ec, rd] = co_await b->read_some(buf);
     BOOST_TEST(!ec, ec.message());
+    const auto last_event = std::chrono::steady_clock::now();
+    asio::steady_timer t(r.ex());
+    t.expires_at(last_event + std::chrono::milliseconds(250));
+    co_await t.async_wait(asio::use_awaitable);
     const double before = cpu_seconds();
-    asio::steady_timer idle(r.ex());
-    idle.expires_after(std::chrono::milliseconds(400));
-    co_await idle.async_wait(asio::use_awaitable);
-    used = cpu_seconds() - before;
+    t.expires_at(last_event + std::chrono::milliseconds(550));
+    co_await t.async_wait(asio::use_awaitable);
+    asleep_cpu = cpu_seconds() - before;
     a->close();
     b->close();
   };
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run());
-  BOOST_TEST(used > 0.02, "CPU seconds in the 400 ms after the last event: " << used);
-  BOOST_TEST(used < 0.35, "CPU seconds in the 400 ms after the last event: " << used);
+  BOOST_TEST(asleep_cpu < 0.05, "CPU seconds 250 to 550 ms after the last event: " << asleep_cpu);
 }
 
 BOOST_AUTO_TEST_CASE(io_context_runs_out_of_work_once_transports_are_gone) {

@@ -142,6 +142,9 @@ BOOST_AUTO_TEST_CASE(hello_rejects_bad_magic_version_role_chunk_inline_and_reser
               errc::protocol_violation));
   BOOST_TEST((decode_hello(encode_hello({.inline_bytes = max_inline_bytes + 1})).code() ==
               errc::protocol_violation));
+  // Each bound itself is within the limits.
+  BOOST_TEST(decode_hello(encode_hello({.max_chunk_bytes = min_chunk_bytes})).has_value());
+  BOOST_TEST(decode_hello(encode_hello({.inline_bytes = max_inline_bytes})).has_value());
   BOOST_TEST((decode_hello(std::span(p).first(63)).code() == errc::protocol_violation));
   BOOST_TEST((decode_hello(std::span(p).first(4)).code() == errc::protocol_violation));
 }

@@ -19,10 +19,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 targets=("$@")
 ((${#targets[@]})) || targets=(//...)
 flags=(--symlink_prefix=/)
-# install_test (tag no_sanitizer) links the installed archive with plain
-# g++ and CMake, which lack the instrumentation's runtime (here gcov's, in
-# .ci/run's sanitizer phases ASan's and TSan's): it runs in the test phase.
-filters=(--test_tag_filters=-no_sanitizer)
+# install_test (tag no_coverage) links the installed archive with plain
+# g++ and CMake, which lack gcov's runtime: it runs in the test phase.
+filters=(--test_tag_filters=-no_coverage)
 
 # What the coverage is of, for tools/mutate/mutate.py --coverage (a
 # mutant's file changed since is run against its dependent tests instead):

@@ -359,7 +359,10 @@ const dtype& format_dtype_of(const compact_dtype& d) {
       t[i] = *parse_dtype(compact_dtypes[i].kind, compact_dtypes[i].name);
     return t;
   }();
-  return parsed[static_cast<std::size_t>(&d - compact_dtypes.data())];
+  const std::size_t at = d.code <= compact_torch_count
+                            ? d.code - 1u
+                            : compact_torch_count + (d.code - compact_numpy_first);
+  return parsed[at];
 }
 
 std::uint8_t compact_dtype_code(char kind, std::string_view name) noexcept {

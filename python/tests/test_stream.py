@@ -1054,6 +1054,47 @@ def test_wrong_typed_options_raise_type_error(options):
         bf.loopback_pair(**options)
 
 
+@pytest.mark.parametrize("options, error, says", [
+    # Counts and sizes: an int within the option's range, named with it.
+    ({"sender_options": {"chunk_bytes": 63}}, ValueError, "chunk_bytes must be within 64..4294967295, not 63"),
+    ({"sender_options": {"chunk_bytes": -1}}, ValueError, "chunk_bytes must be within 64..4294967295, not -1"),
+    ({"consumer_options": {"window_bytes": 0}}, ValueError, "window_bytes must be within 1.."),
+    ({"consumer_options": {"max_open_blobs": 1 << 32}}, ValueError, "not 4294967296"),
+    ({"consumer_options": {"inline_bytes": (1 << 20) + 1}}, ValueError, "inline_bytes must be within 0..1048576"),
+    ({"consumer_options": {"max_entry_bytes": 1 << 64}}, ValueError, "not 18446744073709551616"),
+    ({"consumer_options": {"window_bytes": True}}, TypeError, "window_bytes must be an int"),
+    # Seconds: finite and not negative.
+    ({"consumer_options": {"idle_timeout": float("nan")}}, ValueError,
+     "idle_timeout must be a finite number of seconds >= 0, not nan"),
+    ({"sender_options": {"stall_timeout": -1}}, ValueError, "stall_timeout must be a finite number"),
+    ({"sender_options": {"stall_timeout": float("inf")}}, ValueError, "not inf"),
+    # Flags: a bool, not a truthy value.
+    ({"sender_options": {"resend": 1}}, TypeError, "resend must be True or False"),
+])
+def test_an_option_out_of_its_range_raises_naming_it_and_the_range(options, error, says):
+    with pytest.raises(error) as e:
+        bf.loopback_pair(**options)
+    assert says in str(e.value), str(e.value)
+
+
+def test_codec_calls_with_the_wrong_arguments_raise_type_error_as_python_does():
+    view = np.arange(3, dtype="<i4").tobytes()
+    entry = bf.Entry("x", 0, 12, "n", "<i4", (3,))
+    assert bf.decode_entry(view, e=entry).tolist() == [0, 1, 2]
+    cases = [
+        (lambda: bf.decode_entry(view, entry, entry), "decode_entry() takes 2 positional arguments but 3 were given"),
+        (lambda: bf.decode_entry(view, entry, e=entry), "decode_entry() got multiple values for argument 'e'"),
+        (lambda: bf.decode_entry(view, entry, nope=1), "decode_entry() got an unexpected keyword argument 'nope'"),
+        (lambda: bf.decode_entry(view), "decode_entry() missing required argument 'e'"),
+        (lambda: bf.read_index(), "read_index() missing required argument 'blob'"),
+        (lambda: bf.decode_entries(view, [entry], allow=True), "unexpected keyword argument 'allow'"),
+    ]
+    for call, says in cases:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert says in str(e.value), str(e.value)
+
+
 def test_wrong_typed_stream_arguments_raise_type_error():
     with Pair("inproc") as (sender, consumer):
         with pytest.raises(TypeError):

@@ -103,10 +103,12 @@ struct entry_announcement {
   /// *take instead of copying it. Null otherwise.
   Entry* take = nullptr;
   /// The row's dtype as the decoder's check found it, for the listener's
-  /// view (view_valid_entry) without a second lookup by name: for a torch
-  /// row or a compact one, the format's table entry, valid for the
-  /// program's life; null for a 'p' row and a numpy row in the msgpack
-  /// form (look it up then).
+  /// view (view_valid_entry) without a second lookup by name, valid for
+  /// the program's life: for a compact row its code's (format_dtype_of),
+  /// for a torch row in the msgpack form lookup_dtype's; null for a 'p'
+  /// row and a numpy row in the msgpack form (look it up then: lookup_dtype
+  /// keeps those in a per-thread cache only). Equal in value to
+  /// parse_dtype(entry->kind, dtype name).
   const dtype* type = nullptr;
 };
 

@@ -333,7 +333,8 @@ const compact_dtype* compact_dtype_of(std::uint8_t code) noexcept;
 /// The format's dtype of table entry `d`: parse_dtype(d.kind, d.name),
 /// parsed once and valid for the program's life, so a compact row is
 /// checked and viewed without a lookup by name (decoder,
-/// entry_announcement::type). REQUIRES: `d` is from compact_dtype_of.
+/// entry_announcement::type). REQUIRES: d.code is a code of the table
+/// (compact_dtype_of(d.code) is not null).
 const dtype& format_dtype_of(const compact_dtype& d);
 /// The code of dtype `name` for entry kind `kind`, or 0 when it has none
 /// (only exact spellings: "float32" has one, its alias "float" does not,
