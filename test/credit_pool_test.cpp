@@ -359,3 +359,19 @@ BOOST_AUTO_TEST_CASE(random_traffic_never_commits_beyond_the_budget_without_an_o
   BOOST_TEST(h.pool.stats().overcommits == 0u);
   BOOST_TEST(h.pool.stats().grants > 100u);
 }
+
+// forget() gives what the member held back to the pool at once: a
+// request waiting for it is granted in the same call, not at the next
+// release or request (credit_pool.hpp forget).
+BOOST_AUTO_TEST_CASE(a_forgotten_members_credit_meets_a_waiting_request_at_once) {
+  harness h(1000, 16);
+  auto& a = h.join(1);
+  auto& b = h.join(2);
+  h.pool.request(a.id, 984);  // all that is free
+  h.use(a, 584);              // 584 buffered, 400 unused
+  h.pool.request(b.id, 300);  // within its share, and nothing is free
+  BOOST_TEST(b.granted == 16u);
+  h.pool.forget(a.id);  // a's consumer is gone with all it held
+  BOOST_TEST(b.allowance() == 300u);
+  BOOST_TEST(h.pool.stats().requests_waiting == 0u);
+}

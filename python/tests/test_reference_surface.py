@@ -534,6 +534,11 @@ def test_blob_plan_built_by_a_caller_writes_the_same_blob():
     bf.write_tail(p, a)
     bf.write_tail(q, b)
     assert a == b == _written(p)[p.index_off:]
+    # A buffer one byte short is refused for either, naming what it needs.
+    for plan in (p, q):
+        with pytest.raises(bf.FormatError) as err:
+            bf.write_tail(plan, bytearray(tail - 1))
+        assert err.value.category == "buffer_too_small", plan
 
 
 def test_assigning_a_plan_field_is_what_write_writes():
