@@ -7,6 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -440,30 +441,26 @@ BOOST_AUTO_TEST_CASE(big_endian_elements_read_in_native_order) {
 }
 
 BOOST_AUTO_TEST_CASE(float8_values_decode) {
-  // 0x38 = 1.0 in e4m3fn; 0x3C = 1.0 in e5m2; 0x7F is e4m3fn's NaN.
-  const std::uint8_t b[] = {0x38, 0xC0, 0x7F};
-  bp::Entry e{"f", 0, 3, 't', std::string("float8_e4m3fn"), bp::shape_t{3}};
-  auto v = bp::view_entry(e, std::as_bytes(std::span(b)));
-  BOOST_TEST(*v->as_double(0) == 1.0);
-  BOOST_TEST(*v->as_double(1) == -2.0);
-  BOOST_TEST(std::isnan(*v->as_double(2)));
-  const std::uint8_t c[] = {0x3C};
-  bp::Entry e2{"g", 0, 1, 't', std::string("float8_e5m2"), bp::shape_t{1}};
-  BOOST_TEST(*bp::view_entry(e2, std::as_bytes(std::span(c)))->as_double(0) == 1.0);
-  // The fnuz forms: exponent bias 8 (e4m3) and 16 (e5m2), so 0x40 is 1.0
-  // in both; 0x80 (negative zero elsewhere) is their one NaN.
-  const std::uint8_t d[] = {0x40, 0xC8, 0x80};
-  bp::Entry e3{"h", 0, 3, 't', std::string("float8_e4m3fnuz"), bp::shape_t{3}};
-  auto v3 = bp::view_entry(e3, std::as_bytes(std::span(d)));
-  BOOST_TEST(*v3->as_double(0) == 1.0);
-  BOOST_TEST(*v3->as_double(1) == -2.0);
-  BOOST_TEST(std::isnan(*v3->as_double(2)));
-  const std::uint8_t g[] = {0x40, 0xC4, 0x80};
-  bp::Entry e4{"k", 0, 3, 't', std::string("float8_e5m2fnuz"), bp::shape_t{3}};
-  auto v4 = bp::view_entry(e4, std::as_bytes(std::span(g)));
-  BOOST_TEST(*v4->as_double(0) == 1.0);
-  BOOST_TEST(*v4->as_double(1) == -2.0);
-  BOOST_TEST(std::isnan(*v4->as_double(2)));
+  // 1.0, -2.0 and a NaN in each format: exponent bias 7 (e4m3fn), 15
+  // (e5m2), 8 (e4m3fnuz), 16 (e5m2fnuz); the fnuz forms' one NaN is 0x80,
+  // negative zero elsewhere.
+  const struct {
+    const char* dtype;
+    std::array<std::uint8_t, 3> bytes;
+  } cases[] = {
+      {"float8_e4m3fn", {0x38, 0xC0, 0x7F}},
+      {"float8_e5m2", {0x3C, 0xC0, 0x7F}},
+      {"float8_e4m3fnuz", {0x40, 0xC8, 0x80}},
+      {"float8_e5m2fnuz", {0x40, 0xC4, 0x80}},
+  };
+  for (const auto& c : cases) {
+    bp::Entry e{"f", 0, 3, 't', std::string(c.dtype), bp::shape_t{3}};
+    auto v = bp::view_entry(e, std::as_bytes(std::span(c.bytes)));
+    BOOST_TEST_REQUIRE(v.has_value(), c.dtype);
+    BOOST_TEST(*v->as_double(0) == 1.0, c.dtype);
+    BOOST_TEST(*v->as_double(1) == -2.0, c.dtype);
+    BOOST_TEST(std::isnan(*v->as_double(2)), c.dtype);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(index_past_the_footer_is_index_out_of_range) {

@@ -22,6 +22,15 @@ namespace {
 
 const std::vector<link_kind> both = all_links();
 
+/// Appends every event `c` yields to `events`, end_of_stream included.
+asio::awaitable<void> every_event(consumer& c, std::vector<event>& events) {
+  for (;;) {
+    auto ev = co_await c.next();
+    events.push_back(ev);
+    if (ev.kind == event_kind::end_of_stream) break;
+  }
+}
+
 /// What blob `p` of producer `k` holds: entries of different sizes, one
 /// larger than several chunks.
 struct blob_spec {
@@ -176,15 +185,8 @@ BOOST_AUTO_TEST_CASE(aborted_and_dropped_blobs_are_reported_aborted) {
     BLOBPIPE_CO_CHECK(ok.finish());
     BLOBPIPE_CO_CHECK(ep.s.shutdown());
   };
-  auto consume = [&]() -> asio::awaitable<void> {
-    for (;;) {
-      auto ev = co_await ep.c.next();
-      events.push_back(ev);
-      if (ev.kind == event_kind::end_of_stream) break;
-    }
-  };
   r.spawn(produce());
-  r.spawn(consume());
+  r.spawn(every_event(ep.c, events));
   BOOST_TEST_REQUIRE(r.run());
   BOOST_TEST((bad_ec == errc::unknown_dtype));
   std::vector<std::pair<std::uint64_t, event_kind>> seen;
@@ -381,15 +383,8 @@ BOOST_AUTO_TEST_CASE(a_sender_assigned_over_closes_the_one_it_held) {
     BLOBPIPE_CO_CHECK(ep.s.flush());
     ep.s = sender{};
   };
-  auto consume = [&]() -> asio::awaitable<void> {
-    for (;;) {
-      auto ev = co_await ep.c.next();
-      events.push_back(ev);
-      if (ev.kind == event_kind::end_of_stream) break;
-    }
-  };
   r.spawn(produce());
-  r.spawn(consume());
+  r.spawn(every_event(ep.c, events));
   BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(20)));
   BOOST_TEST_REQUIRE(!events.empty());
   BOOST_TEST((events.back().kind == event_kind::end_of_stream));
