@@ -152,7 +152,8 @@ class stdout_capture {
     std::string out;
     char buf[4096];
     ::lseek(file_, 0, SEEK_SET);
-    for (ssize_t n; (n = ::read(file_, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = ::read(file_, buf, sizeof buf)) > 0;)
+      out.append(buf, static_cast<std::size_t>(n));
     return out;
   }
 

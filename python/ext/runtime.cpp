@@ -70,8 +70,10 @@ void on_fork_child() noexcept { generation.fetch_add(1, std::memory_order_relaxe
 
 double seconds_of(py::handle seconds, const char* name) {
   // A number (int, float, or anything with __float__ but str and bytes,
-  // which float() would parse): else the caller passed the wrong thing.
+  // which float() would parse, and bool, which is no number of seconds):
+  // else the caller passed the wrong thing.
   if (PyUnicode_Check(seconds.ptr()) || PyBytes_Check(seconds.ptr()) ||
+      PyBool_Check(seconds.ptr()) ||
       !(PyFloat_Check(seconds.ptr()) || PyLong_Check(seconds.ptr()) ||
         PyObject_HasAttrString(seconds.ptr(), "__float__")))
     throw py::type_error(std::string(name) + " must be a number of seconds (int or float) or None, not " +

@@ -9,13 +9,16 @@ namespace py = pybind11;
 
 namespace {
 
-// A non-negative int option within [lo, hi].
+// A non-negative int option within [lo, hi]: an int or any integer
+// (operator.index: numpy's too), not a bool.
 std::uint64_t uint_option(py::handle v, const std::string& name, std::uint64_t lo,
                           std::uint64_t hi) {
-  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr()))
+  if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
     throw py::type_error(name + " must be an int (bytes or a count), not " +
                          std::string(py::str(py::type::handle_of(v).attr("__name__"))));
-  const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+  const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  const unsigned long long x = PyLong_AsUnsignedLongLong(i.ptr());
   if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();  // negative, or above 2**64 - 1
     throw py::value_error(name + " must be within " + std::to_string(lo) + ".." +
@@ -30,6 +33,14 @@ std::uint64_t uint_option(py::handle v, const std::string& name, std::uint64_t l
 template <class T>
 T sized(py::handle v, const std::string& name, std::uint64_t lo = 0) {
   return static_cast<T>(uint_option(v, name, lo, std::numeric_limits<T>::max()));
+}
+
+// An option's name: a dict given as options may hold keys of any type.
+std::string option_name(py::handle k) {
+  if (!PyUnicode_Check(k.ptr()))
+    throw py::type_error("option names are str, not " +
+                         std::string(py::str(py::type::handle_of(k).attr("__name__"))));
+  return py::cast<std::string>(k);
 }
 
 bool flag(py::handle v, const std::string& name) {
@@ -95,7 +106,7 @@ sender_settings sender_settings_from(const py::dict& kw) {
   sender_options& o = s.opt;
   std::string resend_only;  // the first resend session limit given
   for (auto [k, v] : kw) {
-    const std::string name = py::cast<std::string>(k);
+    const std::string name = option_name(k);
     if (name == "chunk_bytes") {
       o.chunk_bytes = sized<std::uint32_t>(v, name, min_chunk_bytes);
     } else if (name == "inline_bytes") {
@@ -147,7 +158,7 @@ consumer_settings consumer_settings_from(const py::dict& kw) {
   // thread's, which reads ahead (consumer.cpp).
   o.waits_reported = true;
   for (auto [k, v] : kw) {
-    const std::string name = py::cast<std::string>(k);
+    const std::string name = option_name(k);
     if (name == "window_bytes") {
       o.window_bytes = sized<std::uint64_t>(v, name, 1);
     } else if (name == "max_chunk_bytes") {

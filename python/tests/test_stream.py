@@ -1068,13 +1068,26 @@ def test_wrong_typed_options_raise_type_error(options):
      "idle_timeout must be a finite number of seconds >= 0, not nan"),
     ({"sender_options": {"stall_timeout": -1}}, ValueError, "stall_timeout must be a finite number"),
     ({"sender_options": {"stall_timeout": float("inf")}}, ValueError, "not inf"),
+    ({"sender_options": {"stall_timeout": True}}, TypeError, "stall_timeout must be a number of seconds"),
     # Flags: a bool, not a truthy value.
     ({"sender_options": {"resend": 1}}, TypeError, "resend must be True or False"),
+    # Names: str, whatever dict the options come in.
+    ({"sender_options": {1: 2}}, TypeError, "option names are str, not int"),
 ])
 def test_an_option_out_of_its_range_raises_naming_it_and_the_range(options, error, says):
     with pytest.raises(error) as e:
         bf.loopback_pair(**options)
     assert says in str(e.value), str(e.value)
+
+
+def test_a_count_may_be_any_integer_and_not_a_bool():
+    # numpy's integers too (operator.index), as a size computed with numpy is.
+    sender, consumer = bf.loopback_pair(consumer_options={"window_bytes": np.int64(1 << 20)},
+                                        sender_options={"chunk_bytes": np.uint32(1 << 16)})
+    sender.close()
+    consumer.close()
+    with pytest.raises(TypeError):
+        bf.loopback_pair(consumer_options={"window_bytes": np.float64(1 << 20)})
 
 
 def test_codec_calls_with_the_wrong_arguments_raise_type_error_as_python_does():

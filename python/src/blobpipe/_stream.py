@@ -63,7 +63,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
         url: ``tcp://host:port``, ``ucx://host:port`` (UCX picks its
             transports from ``UCX_TLS``; docs/ucx.md) or ``inproc://NAME``
             (a Listener of this process).
-        options (keywords):
+        options (keywords): sizes and counts are integers (numpy's
+            too, not bools), seconds are int or float (not bools), flags
+            are True or False.
             chunk_bytes: largest data frame proposed, bytes (default 1 MiB;
                 the consumer may lower it).
             inline_bytes: copy threshold proposed, bytes (default 64 KiB, at
@@ -114,9 +116,10 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
         URLError: a URL that cannot be used (see ``parse_url``), or a host
             that does not resolve ("cannot resolve 'HOST'", ``.part``
             ``"host"``).
-        TypeError, ValueError: an unknown option, a value out of range
-            (``queue_bytes`` 0 or above 64 MiB included), or a resend session limit
-            without ``resend=True`` (the message names the option).
+        TypeError, ValueError: an unknown option or one whose name is not
+            a str, a value of the wrong type or out of range (``queue_bytes``
+            0 or above 64 MiB included), or a resend session limit without
+            ``resend=True`` (the message names the option).
         PeerFailedError: nobody accepted the connection ("is a consumer
             listening there?").
         ProtocolViolationError: the peer is not a blobpipe consumer.
