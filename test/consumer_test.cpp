@@ -1177,3 +1177,39 @@ BOOST_AUTO_TEST_CASE(holding_past_held_allowance_ends_stream_naming_window_and_h
     }
   }
 }
+
+// A consumer's clocks stop with its stream (consumer_state::end): once
+// next() has reported end_of_stream, nothing of the consumer's waits on the
+// io_context, whatever its limits (held_timeout is 30 s by default; the
+// idle and stall limits here are a minute), though the consumer lives on.
+BOOST_AUTO_TEST_CASE(clocks_stop_with_the_stream) {
+  runner r;
+  consumer_options copt;
+  copt.idle_timeout = std::chrono::minutes(1);
+  copt.stall_timeout = std::chrono::minutes(1);
+  auto ep = r.await(connect(link_kind::loopback, copt));
+  const auto a = ramp(100, 1.0f);
+  event end;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    BLOBPIPE_CO_CHECK(blob.emit("a", value::tensor(a)));
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind != event_kind::end_of_stream) continue;
+      end = std::move(ev);
+      break;
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(!end.error, end.error.message() << ": " << end.reason);
+  // The io_context runs out of work long before any limit.
+  r.ctx.restart();
+  r.ctx.run_for(std::chrono::seconds(10));
+  BOOST_TEST(r.ctx.stopped(), "work is left on the io_context after end_of_stream");
+}

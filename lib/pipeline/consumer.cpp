@@ -49,7 +49,8 @@ namespace {
 /// The session's timer: calls on_time() when the session says, and closes
 /// the connection when a clock expires (consumer_options stall_timeout,
 /// idle_timeout, held_timeout, credit pressure), telling the sender why;
-/// next() then reports timed_out. Ends when the clocks stop.
+/// next() then reports timed_out. Ends when the session's clocks stop
+/// (stop_clocks() also cancels the timer, to wake it).
 asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
   constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
   using clock = std::chrono::steady_clock;
@@ -58,7 +59,7 @@ asio::awaitable<void> watch(std::shared_ptr<consumer_state> s) {
     if (!at) co_return;
     s->ending.timer.expires_at(*at);
     const auto [ec] = co_await s->ending.timer.async_wait(use_tuple);
-    if (ec) co_return;  // stop_clocks(), or the consumer's close()
+    if (ec) continue;  // woken by stop_clocks(): next_deadline() ends it
     auto expired = s->session.on_time(clock::now());
     if (!expired) continue;
     s->ending.timeout_reason = std::move(expired->reason);
