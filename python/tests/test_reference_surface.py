@@ -548,11 +548,36 @@ def test_assigning_a_plan_field_is_what_write_writes():
 
 
 def test_a_callers_plan_with_a_wrong_buffer_length_is_refused():
-    p = bf.plan(["a"], [np.arange(3)])
-    q = dataclasses.replace(p, buffers=[memoryview(bytes(5))])
+    p = bf.plan(["a", "b"], [np.arange(3), np.arange(3)])
+    q = dataclasses.replace(p, buffers=[p.buffers[0], memoryview(bytes(5))])
+    out = bytearray(p.nbytes)
     with pytest.raises(bf.FormatError) as err:
-        bf.write(q, bytearray(p.nbytes))
+        bf.write(q, out)
     assert err.value.category == "invalid_argument"
+    assert out == bytearray(p.nbytes)  # not even the entry before it
+
+
+def test_a_callers_plan_that_would_write_a_wrong_blob_is_refused():
+    p = bf.plan(["a", "b"], [np.arange(8), np.arange(8)])
+    a, b = p.entries
+    cases = {
+        "overlap": ([a, dataclasses.replace(b, off=a.off + 8)], p.buffers, "overlap"),
+        "same range": ([a, dataclasses.replace(b, off=a.off)], p.buffers, "overlap"),
+        "overlap listed last first": ([dataclasses.replace(b, off=a.off + 8), a], p.buffers[::-1],
+                                      "overlap"),
+        "a buffer missing": (p.entries, p.buffers[:1], "2 entries and 1 buffers"),
+        "a buffer too many": (p.entries[:1], p.buffers, "1 entries and 2 buffers"),
+    }
+    for case, (entries, buffers, says) in cases.items():
+        q = dataclasses.replace(p, entries=entries, buffers=buffers)
+        out = bytearray(p.nbytes)
+        with pytest.raises(bf.FormatError, match=says) as err:
+            bf.write(q, out)
+        assert err.value.category == "invalid_argument", case
+        assert out == bytearray(p.nbytes), case  # nothing written
+    # Entries apart in any order are written as listed.
+    q = dataclasses.replace(p, entries=[b, a], buffers=p.buffers[::-1])
+    assert _written(q) == _written(p)
 
 
 def test_a_callers_plan_refuses_a_read_only_out_as_write_does():

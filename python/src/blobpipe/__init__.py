@@ -300,8 +300,10 @@ def write(p: BlobPlan, out: _Any) -> None:
             ``p.nbytes``; ``invalid_argument`` when torch reallocated a
             planned tensor's bytes after ``plan`` (``resize_``): nothing of
             it is read; for a caller's plan, ``invalid_argument`` (a buffer
-            that is not its entry's length), ``entry_out_of_range`` (an
-            entry running into the index), ``too_large``.
+            that is not its entry's length, ``entries`` and ``buffers`` of
+            different lengths, entries that overlap), ``entry_out_of_range``
+            (an entry running into the index), ``too_large``; nothing is
+            written then.
         BufferTypeError (a BufferError and a TypeError): ``out`` is
             read-only or not C-contiguous.
         TypeError: ``out`` has no buffer protocol, ``p`` is no plan.

@@ -249,7 +249,10 @@ class BlobPlan:
     fields. A caller's plan (``BlobPlan(keys, buffers, keepalive, entries,
     index_bytes, nbytes, tag)``) is written as the reference writes one:
     ``buffers[i]`` at ``entries[i].off``, the index at ``index_off``, the
-    footer last; blobpipe also zeroes the pads between entries.
+    footer last; blobpipe also zeroes the pads between entries, and refuses
+    (FormatError, ``invalid_argument``) a plan whose ``entries`` and
+    ``buffers`` differ in length or whose entries overlap, where the
+    reference would write a blob that does not hold what its index says.
 
     Source: BlobPlan (Python reference); blobpipe/format/layout.hpp.
     """
@@ -375,6 +378,23 @@ def _write_footer(o: memoryview, at: int, index: bytes, index_off: int, nbytes: 
                      bytes(tag))
 
 
+def _check_ranges(entries: list, index_off: int) -> None:
+    """A caller's plan's entries lie before its index and apart (the
+    reference writes an overlapping one over another: a blob that does not
+    hold what its index says), else FormatError."""
+    spans = sorted(((e.off, e.off + e.len, e.key) for e in entries if e.len),
+                   key=lambda s: s[0])
+    end, last = 0, None
+    for off, stop, key in spans:
+        if off < 0 or stop > index_off:
+            raise FormatError(f"entry {key!r} [{off}, +{stop - off}) runs into the index at "
+                              f"{index_off}", "entry_out_of_range")
+        if off < end:
+            raise FormatError(f"entries {last!r} and {key!r} overlap at byte {off}",
+                              "invalid_argument")
+        end, last = stop, key
+
+
 def _write_fields(p: Any, out: Any) -> None:
     """write() of a caller's plan: from its fields."""
     index, nbytes, tag = _fields_of(p)
@@ -384,17 +404,22 @@ def _write_fields(p: Any, out: Any) -> None:
         raise FormatError(f"buffer has {o.nbytes} bytes, the blob needs {nbytes}",
                           "buffer_too_small")
     index_off = nbytes - FOOTER_SIZE - len(index)
-    cur = 0
-    for e, b in zip(p.entries, p.buffers):
+    entries, buffers = p.entries, p.buffers
+    if len(entries) != len(buffers):
+        raise FormatError(f"the plan has {len(entries)} entries and {len(buffers)} buffers",
+                          "invalid_argument")
+    _check_ranges(entries, index_off)
+    sources = []
+    for e, b in zip(entries, buffers):
         if not e.len:
             continue
         src = memoryview(b).cast("B")
         if src.nbytes != e.len:
             raise FormatError(f"entry {e.key!r}: its buffer has {src.nbytes} bytes, the entry "
                               f"{e.len}", "invalid_argument")
-        if e.off < 0 or e.off + e.len > index_off:
-            raise FormatError(f"entry {e.key!r} [{e.off}, +{e.len}) runs into the index at "
-                              f"{index_off}", "entry_out_of_range")
+        sources.append((e, src))
+    cur = 0
+    for e, src in sources:
         if e.off > cur:
             o[cur:e.off] = bytes(e.off - cur)  # pads zeroed, as write() of a plan() does
         o[e.off:e.off + e.len] = src
