@@ -425,6 +425,37 @@ def test_entry_behaves_like_the_reference_dataclass():
     assert category_of(lambda: bf.Entry.from_meta("x", b"\xc1")) == "malformed_index"
 
 
+def test_from_meta_refuses_what_no_index_row_holds():
+    # A negative offset, a kind of two characters, a dtype that is not
+    # UTF-8 (a msgpack meta map of the five fields, its dtype b"\xff\xfe").
+    assert category_of(lambda: bf.Entry.from_meta("x", {"o": -1, "n": 1, "k": "t"})) \
+        == "malformed_index"
+    with pytest.raises(bf.FormatError, match="kind 'tt' is not t, n or p") as err:
+        bf.Entry.from_meta("x", {"o": 0, "n": 1, "k": "tt"})
+    assert err.value.category == "malformed_index"
+    meta = bytes.fromhex("85" "a16f00" "a16e08" "a16ba16e" "a164a2fffe" "a17390")
+    with pytest.raises(bf.FormatError, match="not valid UTF-8") as err:
+        bf.Entry.from_meta("x", meta)
+    assert err.value.category == "malformed_index"
+    ok = bytes.fromhex("85" "a16f00" "a16e08" "a16ba16e" "a164a33c6638" "a1739101")
+    assert bf.Entry.from_meta("x", ok) == bf.Entry("x", 0, 8, "n", "<f8", (1,))
+
+
+def test_a_numpy_dtype_numpy_cannot_make_arrays_of_comes_back_raw():
+    got = bf.decode_entry(b"", bf.Entry("x", 0, 0, "n", "|V0", (0,)))
+    assert isinstance(got, bf.RawEntry) and (got.dtype, got.shape, got.nbytes) == ("|V0", (0,), 0)
+
+
+def test_a_tensor_whose_shape_raises_passes_the_error_on():
+    class NoShape(torch.Tensor):
+        @property
+        def shape(self):
+            raise ValueError("no shape here")
+
+    with pytest.raises(ValueError, match="no shape here"):
+        bf.plan(["a"], [torch.arange(3.0).as_subclass(NoShape)])
+
+
 def test_read_index_file_errors():
     with pytest.raises(bf.FileError) as err:
         bf.read_index_file("/nonexistent/blob")

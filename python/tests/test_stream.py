@@ -353,8 +353,24 @@ def test_url_errors_are_the_cpp_parsers_own():
                                      "(expected tcp, ucx or inproc)"), str(e.value)
     assert bf.parse_url("tcp://[::1]:5555") == ("tcp", "::1", 5555)
     assert bf.parse_url("tcp://localhost:0", listening=True) == ("tcp", "localhost", 0)
+    # Port 0 is a listener's placeholder: no connect can use it.
+    with pytest.raises(bf.URLError, match="port 0") as e:
+        bf.parse_url("tcp://localhost:0")
+    assert e.value.part == "port"
     with pytest.raises(TypeError):
         bf.parse_url(b"tcp://127.0.0.1:5555")
+
+
+def test_accept_on_a_closed_listener_raises_closed():
+    l = bf.listen("tcp://127.0.0.1:0")
+    l.close()
+    with pytest.raises(bf.ClosedError, match="the Listener is closed"):
+        l.accept(timeout=1)
+
+
+def test_a_loopback_pair_refuses_a_resend_session():
+    with pytest.raises(ValueError, match="resend sessions need connect"):
+        bf.loopback_pair(sender_options={"resend": True})
 
 
 @pytest.mark.parametrize("call", ["connect", "listen"])
@@ -887,6 +903,19 @@ def test_emit_refuses_a_key_over_max_key_bytes_at_once_and_the_blob_goes_on(tran
     kinds = [type(ev).__name__ for ev in events]
     assert kinds == ["EntryReady", "EntryReady", "BlobComplete"], kinds
     assert [ev.key for ev in events[:2]] == ["12345678", "ok"]
+
+
+def test_emit_refuses_a_raw_entry_whose_bytes_its_dtype_and_shape_do_not_fill():
+    with Pair("inproc") as (sender, consumer):
+        blob = sender.open_blob(tag=b"r")
+        with pytest.raises(bf.FormatError, match="has 8 bytes; its dtype and shape need 12") as e:
+            blob.emit("r", bf.RawEntry("n", "<f4", (3,), bytes(8)))
+        assert e.value.category == "invalid_argument"
+        blob.emit("r", bf.RawEntry("n", "<f4", (3,), bytes(12)))  # the blob goes on
+        blob.finish()
+        sender.shutdown()
+        events = list(consumer)
+    assert [type(ev).__name__ for ev in events] == ["EntryReady", "BlobComplete"]
 
 
 def meta_bytes(off: int, shape: tuple) -> int:
