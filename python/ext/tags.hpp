@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "blobpipe/format/footer.hpp"
 
@@ -22,12 +23,21 @@ inline pybind11::bytes tag_bytes(const tag_t& t) {
 /// The reference's bytes(tag)[:16].ljust(16, b"\0"): any bytes-like object
 /// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes;
 /// `given_bytes`, when not null, gets bytes(tag)'s length before the cut.
-/// Raises what bytes(tag) raises (TypeError for a str, say).
+/// Raises what bytes(tag) raises, a TypeError (a str, a float) naming the
+/// tag and the type given.
 inline tag_t tag_from(pybind11::handle tag, std::size_t* given_bytes = nullptr) {
   namespace py = pybind11;
   py::object b = py::reinterpret_borrow<py::object>(tag);
-  if (!PyBytes_Check(tag.ptr()))
-    b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
+  if (!PyBytes_Check(tag.ptr())) {
+    try {
+      b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+      throw py::type_error("tag: expected bytes or a bytes-like object (its first 16 bytes are "
+                           "the tag), not " + std::string(Py_TYPE(tag.ptr())->tp_name) + " (" +
+                           std::string(py::str(e.value())) + ")");
+    }
+  }
   const auto given = static_cast<std::size_t>(PyBytes_GET_SIZE(b.ptr()));
   if (given_bytes != nullptr) *given_bytes = given;
   const auto n = std::min<std::size_t>(given, TAG_SIZE);

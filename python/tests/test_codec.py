@@ -456,6 +456,14 @@ def test_a_tensor_whose_shape_raises_passes_the_error_on():
         bf.plan(["a"], [torch.arange(3.0).as_subclass(NoShape)])
 
 
+def test_plan_names_a_tag_that_is_no_bytes():
+    # bytes(tag) raises TypeError for a str, as in the reference; the
+    # message names the tag and what was given.
+    with pytest.raises(TypeError, match=r"tag: expected bytes .* not str"):
+        bf.plan(["a"], [1], tag="abc")
+    assert bf.plan(["a"], [1], tag=bytearray(b"t")).tag == b"t".ljust(16, b"\0")
+
+
 def test_read_index_file_errors():
     with pytest.raises(bf.FileError) as err:
         bf.read_index_file("/nonexistent/blob")

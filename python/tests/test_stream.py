@@ -373,6 +373,23 @@ def test_a_loopback_pair_refuses_a_resend_session():
         bf.loopback_pair(sender_options={"resend": True})
 
 
+def test_a_loopback_pair_names_an_options_argument_that_is_no_dict():
+    for name, given in (("sender_options", 5), ("consumer_options", [("window_bytes", 1)])):
+        with pytest.raises(TypeError, match=f"{name}: expected a dict .* not (int|list)"):
+            bf.loopback_pair(**{name: given})
+
+
+def test_a_tag_that_is_no_bytes_is_a_type_error_naming_the_tag():
+    s, c = bf.loopback_pair()
+    try:
+        for tag in ("abc", 1.5):
+            with pytest.raises(TypeError, match=r"tag: expected bytes .* not (str|float)"):
+                s.open_blob(tag=tag)
+    finally:
+        s.close()
+        c.close()
+
+
 @pytest.mark.parametrize("call", ["connect", "listen"])
 def test_a_host_that_does_not_resolve_is_a_url_error_saying_so(call):
     url = "tcp://nonexistent.invalid:5630" if call == "connect" else "tcp://nonexistent.invalid:0"

@@ -24,6 +24,7 @@ the question).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Optional, Tuple
 
 from . import _blobpipe
@@ -205,8 +206,24 @@ def loopback_pair(*, sender_options: Optional[dict] = None,
     Args:
         sender_options: keywords as ``connect`` takes them (not ``resend``).
         consumer_options: keywords as ``listen`` takes them.
+
+    Raises:
+        TypeError: an options argument that is not a mapping (naming it),
+            or an option as ``connect`` and ``listen`` raise it.
+        ValueError: ``resend`` in ``sender_options``; an option out of its
+            range.
     """
-    return _blobpipe._loopback_pair(dict(sender_options or {}), dict(consumer_options or {}))
+    return _blobpipe._loopback_pair(_options_dict("sender_options", sender_options),
+                                    _options_dict("consumer_options", consumer_options))
+
+
+def _options_dict(name: str, options: Any) -> dict:
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"{name}: expected a dict of option names to values, "
+                        f"not {type(options).__name__}")
+    return dict(options)
 
 
 # ---- asyncio: Consumer.__anext__ returns _anext(consumer) ----
