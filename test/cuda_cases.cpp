@@ -79,6 +79,17 @@ void no_device_errors(checker& ck, backend) {
   BLOBPIPE_EXPECT(ck, cec == errc::cuda_failure, cec.message());
 }
 
+// version_string() names the runtime in use: the emulated one says so, so
+// that a log of a run on it cannot be read as a run on a device.
+void version_names_the_runtime(checker& ck, backend b) {
+  const std::string v = cuda::version_string();
+  if (b == backend::emulated) {
+    BLOBPIPE_EXPECT(ck, v.find("emulated CUDA") == 0, v);
+  } else {
+    BLOBPIPE_EXPECT(ck, v.find("CUDA runtime") == 0 || v == "built without CUDA", v);
+  }
+}
+
 // ---- cases: host values unaffected ----
 
 void automatic_host_pointer_takes_host_path(checker& ck, backend) {
@@ -133,6 +144,8 @@ const std::vector<test_case>& all() {
     std::vector<test_case> v = {
         {"no_device_gives_cuda_failure_and_blob_stays_usable", {backend::real}, &no_device,
          &no_device_errors},
+        {"version_names_the_runtime", {backend::real, backend::emulated}, &nothing,
+         &version_names_the_runtime},
         {"automatic_on_host_pointer_takes_host_path", {backend::real, backend::emulated},
          &nothing, &automatic_host_pointer_takes_host_path},
         {"write_refuses_declared_device_value", {backend::real}, &nothing,
