@@ -7,7 +7,7 @@
 // holder goes, so the exporter (a bytearray, say) cannot be resized while
 // the span is in use, including while the GIL is released.
 //
-//   held_buffer out(obj, /*writable=*/true);   // TypeError/BufferError if not
+//   held_buffer out(obj, /*writable=*/true);   // TypeError/BufferTypeError if not
 //   std::span<std::byte> s = out.writable_bytes();
 #pragma once
 
@@ -20,14 +20,15 @@ namespace blobpipe::python {
 
 class held_buffer {
  public:
-  /// Raises (error_already_set) as PyObject_GetBuffer does: TypeError for
-  /// an object without the protocol, BufferError for one that is not
-  /// contiguous or, with `writable`, is read-only (numpy's ValueError for
-  /// those is raised as a BufferError with its message).
+  /// Raises (error_already_set) TypeError for an object without the buffer
+  /// protocol, and blobpipe.BufferTypeError (a BufferError and a TypeError,
+  /// what the reference raises for either: docs/python.md) for one that is
+  /// not C-contiguous or, with `writable`, is read-only, with the exporter's
+  /// message (numpy's ValueError for those included).
   held_buffer(pybind11::handle obj, bool writable) {
     const int flags = writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
     if (PyObject_GetBuffer(obj.ptr(), &view_, flags) == 0) return;
-    if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+    if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
       PyObject *type, *value, *trace;
       PyErr_Fetch(&type, &value, &trace);
       PyErr_NormalizeException(&type, &value, &trace);
@@ -36,8 +37,10 @@ class held_buffer {
       Py_XDECREF(value);
       Py_XDECREF(trace);
       if (message == nullptr) throw pybind11::error_already_set();
-      PyErr_SetObject(PyExc_BufferError, message);
-      Py_DECREF(message);
+      const pybind11::object message_owner = pybind11::reinterpret_steal<pybind11::object>(message);
+      const pybind11::object cls =
+          pybind11::module_::import("blobpipe._errors").attr("BufferTypeError");
+      PyErr_SetObject(cls.ptr(), message);
     }
     throw pybind11::error_already_set();
   }

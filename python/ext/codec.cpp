@@ -69,31 +69,14 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
   return p;
 }
 
-// Runs f(); a BufferError it raises (a read-only or non-contiguous
-// buffer: the buffer protocol's error) is raised as BufferTypeError, also
-// the TypeError the reference's memoryview.cast raises.
-template <class F>
-void with_buffer_errors(F&& f) {
-  try {
-    f();
-  } catch (py::error_already_set& e) {
-    if (!e.matches(PyExc_BufferError)) throw;
-    py::object cls = py::module_::import("blobpipe._errors").attr("BufferTypeError");
-    PyErr_SetObject(cls.ptr(), py::str(e.value()).ptr());
-    throw py::error_already_set();
-  }
-}
-
 // f(out's bytes). While it runs (the copy, without the GIL), numpy
 // refuses to resize the array `out` is or views: resizing it would free
 // the bytes being written.
 template <class F>
 void with_out_buffer(py::handle out, F&& f) {
   const py::object pin = numpy_pin(out);
-  with_buffer_errors([&] {
-    held_buffer b(out, true);
-    f(b);
-  });
+  held_buffer b(out, true);
+  f(b);
 }
 
 // BlobPlan.buffers and .keepalive as the reference defines them, in one
@@ -219,9 +202,7 @@ also_builtin reference_index_error(std::span<const std::byte> index) {
 }
 
 py::list read_blob_index(py::handle blob) {
-  std::optional<held_buffer> held;
-  with_buffer_errors([&] { held.emplace(blob, false); });
-  const held_buffer& b = *held;
+  const held_buffer b(blob, false);
   result<blob_index> r = [&] {
     gil_released nogil;
     return read_index(b.bytes());
@@ -317,22 +298,6 @@ bool parse_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, cons
   return allow;
 }
 
-// The bytes of a buffer (C-contiguous), exported for as long as this
-// lives: while a decode runs Python code (a pickle's reduce, a tensor's
-// dealloc), the owner can be neither released (memoryview.release) nor
-// resized (bytearray) under it.
-struct read_buffer {
-  Py_buffer view{};
-  std::span<const std::byte> bytes;
-  explicit read_buffer(PyObject* o) {
-    if (PyObject_GetBuffer(o, &view, PyBUF_C_CONTIGUOUS) != 0) throw py::error_already_set();
-    bytes = {static_cast<const std::byte*>(view.buf), static_cast<std::size_t>(view.len)};
-  }
-  read_buffer(const read_buffer&) = delete;
-  read_buffer& operator=(const read_buffer&) = delete;
-  ~read_buffer() { PyBuffer_Release(&view); }
-};
-
 PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
                             PyObject* kwnames) {
   return guarded([&] {
@@ -340,9 +305,9 @@ PyObject* decode_entry_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs,
     const bool allow = parse_args(args, nargs, kwnames, "decode_entry",
                                   std::array<const char*, 2>{"view", "e"}, a, true);
     const Entry& e = entry_arg(a[1], "decode_entry");
-    read_buffer b(a[0]);
+    held_buffer b(a[0], false);
     python_call decoding;  // torch and pickle may release the GIL (runtime.hpp)
-    return decode_entry_bytes(a[0], b.bytes, e, allow, -1);
+    return decode_entry_bytes(a[0], b.bytes(), e, allow, -1);
   });
 }
 
@@ -360,7 +325,7 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
     std::array<PyObject*, 2> a;
     const bool allow = parse_args(args, nargs, kwnames, "decode_entries",
                                   std::array<const char*, 2>{"blob", "entries"}, a, true);
-    read_buffer b(a[0]);
+    held_buffer b(a[0], false);
     py::object seq = py::reinterpret_steal<py::object>(
         PySequence_Fast(a[1], "decode_entries: entries must be a sequence of Entry"));
     if (!seq) throw py::error_already_set();
@@ -376,8 +341,8 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
     for (Py_ssize_t i = 0; i < n; ++i) {
       const Entry& e = entry_arg(items[i], "decode_entries");
       // Where the bytes are, checked as the format library's decode_entry.
-      if (e.off > b.bytes.size() || e.len > b.bytes.size() - e.off)
-        unwrap(decode_entry(b.bytes, e));  // raises entry_out_of_range
+      if (e.off > b.bytes().size() || e.len > b.bytes().size() - e.off)
+        unwrap(decode_entry(b.bytes(), e));  // raises entry_out_of_range
       es[static_cast<std::size_t>(i)] = &e;
     }
     py::list out(n);
@@ -387,12 +352,12 @@ PyObject* decode_entries_fast(PyObject*, PyObject* const* args, Py_ssize_t nargs
       // stride, as plan() lays out a batch of samples) is one strided array,
       // split into its rows by numpy or torch in C: views as decode_entry
       // gives them, without a call per entry here.
-      if (std::size_t k = decode_run(a[0], b.bytes, es, i, out); k > 0) {
+      if (std::size_t k = decode_run(a[0], b.bytes(), es, i, out); k > 0) {
         i += k;
         continue;
       }
       const Entry& e = *es[i];
-      py::object v = decode_entry_bytes(a[0], b.bytes.subspan(e.off, e.len), e, allow,
+      py::object v = decode_entry_bytes(a[0], b.bytes().subspan(e.off, e.len), e, allow,
                                         static_cast<Py_ssize_t>(e.off));
       PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), v.release().ptr());
       ++i;
@@ -460,6 +425,8 @@ Raises:
         also one: ``FormatRuntimeError`` for tensor bytes that are whole
         elements but not the shape's number (torch's ``view``),
         ``FormatTypeError`` for a numpy dtype string numpy cannot parse.
+    BufferTypeError (a BufferError and a TypeError): ``view`` is not
+        C-contiguous.
     TypeError: ``view`` has no buffer protocol, ``e`` is no ``Entry``.
     Whatever unpickling raises (kind ``p`` with ``allow_pickle``).
 
@@ -513,7 +480,10 @@ Raises:
     FormatError: ``entry_out_of_range`` for an entry that runs past
         ``blob``; otherwise as ``decode_entry``, for the first entry that
         fails (no list is returned then).
-    TypeError: ``entries`` is not a sequence of ``Entry``.
+    BufferTypeError (a BufferError and a TypeError): ``blob`` is not
+        C-contiguous.
+    TypeError: ``blob`` has no buffer protocol; ``entries`` is not a
+        sequence of ``Entry``.
 
 blobpipe's own call (the reference has none).)";
 

@@ -372,6 +372,41 @@ def test_read_index_of_a_non_contiguous_buffer_raises_type_error_as_the_referenc
     assert isinstance(e.value, BufferError)
 
 
+def test_every_codec_function_raises_buffer_type_error_for_a_strided_buffer():
+    # One error for one mistake, and what the reference raises at each call:
+    # a TypeError (memoryview.cast) or a BufferError (decode_entry's view).
+    from blobpipe._errors import BufferTypeError
+    p = bf.plan(["a"], [np.arange(4)])
+    blob = np.zeros(p.nbytes, np.uint8)
+    bf.write(p, blob)
+    (e,) = bf.read_index(blob)
+    # numpy refuses with a ValueError, a memoryview with a BufferError.
+    by_numpy = np.zeros((p.nbytes, 2), np.uint8)[:, 0]
+    by_numpy[:] = blob
+    by_memoryview = memoryview(np.repeat(blob, 2))[::2]
+    for strided in (by_numpy, by_memoryview):
+        _every_codec_call_raises_buffer_type_error(p, e, strided, BufferTypeError)
+
+
+def _every_codec_call_raises_buffer_type_error(p, e, strided, BufferTypeError):
+    meta = e.meta_msgpack()
+    strided_meta = memoryview(bytes(b for c in meta for b in (c, 0)))[::2]
+    calls = {
+        "write": lambda: bf.write(p, strided),
+        "write_tail": lambda: bf.write_tail(p, strided),
+        "read_index": lambda: bf.read_index(strided),
+        "footer_is_valid": lambda: bf.footer_is_valid(strided),
+        "footer_tag": lambda: bf.footer_tag(strided[-bf.FOOTER_SIZE:]),
+        "decode_entry": lambda: bf.decode_entry(strided[e.off:e.off + e.len], e),
+        "decode_entries": lambda: bf.decode_entries(strided, [e]),
+        "Entry.from_meta": lambda: bf.Entry.from_meta("a", strided_meta),
+    }
+    for name, call in calls.items():
+        with pytest.raises(BufferTypeError, match="not C-contiguous") as err:
+            call()
+        assert isinstance(err.value, BufferError) and isinstance(err.value, TypeError), name
+
+
 def test_a_crash_after_import_is_reported_by_pythons_faulthandler_not_ucx():
     # UCX's library constructor installs its own handler of SIGSEGV.
     import os

@@ -373,11 +373,21 @@ materialize = _blobpipe.materialize
 
 def footer_is_valid(blob_tail: _Any) -> bool:
     """True when ``blob_tail`` (a buffer: the blob, or at least its last
-    ``FOOTER_SIZE`` bytes) ends with a valid v3 or v2 footer."""
+    ``FOOTER_SIZE`` bytes) ends with a valid v3 or v2 footer.
+
+    Raises:
+        BufferTypeError (a BufferError and a TypeError): ``blob_tail`` is
+            not C-contiguous.
+        TypeError: ``blob_tail`` has no buffer protocol.
+    """
     return _blobpipe.footer_is_valid(blob_tail)
 
 
 def footer_tag(tail: _Any) -> _Optional[bytes]:
     """The 16-byte tag of the footer that ends ``tail``; ``None`` for an
-    invalid footer, a v2 footer, or ``NO_TAG``."""
+    invalid footer, a v2 footer, or ``NO_TAG``.
+
+    Raises:
+        BufferTypeError, TypeError: as ``footer_is_valid``.
+    """
     return _blobpipe.footer_tag(tail)

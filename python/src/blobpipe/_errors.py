@@ -93,10 +93,15 @@ _FORMAT_ALSO = {"TypeError": FormatTypeError, "KeyError": FormatKeyError,
 
 
 class BufferTypeError(BufferError, TypeError):
-    """``out`` given to ``write``/``write_tail`` is read-only or not
-    C-contiguous, or the blob given to ``read_index`` is not C-contiguous:
-    a BufferError as Python's buffer protocol reports it, and a TypeError
-    as the reference's ``memoryview.cast`` reports it."""
+    """A buffer given to the codec is not C-contiguous, or ``out`` given to
+    ``write``/``write_tail`` is read-only: the one error of every codec
+    function for either (``write``, ``write_tail``, ``read_index``,
+    ``footer_is_valid``, ``footer_tag``, ``decode_entry``,
+    ``decode_entries``, ``Entry.from_meta``). A BufferError as Python's
+    buffer protocol and the reference's ``decode_entry`` report it, and a
+    TypeError as the reference's ``memoryview.cast`` reports it
+    (``read_index``, the footer functions). The message is the exporter's
+    (``ndarray is not C-contiguous``)."""
 
 
 class FileError(Error, OSError):
