@@ -499,6 +499,46 @@ def test_plan_names_a_tag_that_is_no_bytes():
     assert bf.plan(["a"], [1], tag=bytearray(b"t")).tag == b"t".ljust(16, b"\0")
 
 
+class _NoTruth:
+    def __bool__(self):
+        raise ZeroDivisionError("no truth here")
+
+
+def test_a_callers_object_whose_protocol_raises_passes_its_error_on():
+    # Each is a CPython call failing inside the extension: the caller's
+    # own exception comes out, never a SystemError or a crash.
+    p = bf.plan(["a"], [b"xy"])
+    blob = bytearray(p.nbytes)
+    bf.write(p, blob)
+    (e,) = bf.read_index(blob)
+    with pytest.raises(ZeroDivisionError, match="no truth here"):
+        bf.decode_entry(memoryview(blob)[e.off:e.off + e.len], e, allow_pickle=_NoTruth())
+    with pytest.raises(TypeError, match="entries must be a sequence of Entry"):
+        bf.decode_entries(blob, 5)
+    with pytest.raises(TypeError, match="missing required argument 'm'"):
+        bf.Entry.from_meta("k")
+
+    class ContiguityUnknown(torch.Tensor):
+        def is_contiguous(self, *args, **kwargs):
+            return _NoTruth()
+
+    class ShapeOfText(torch.Tensor):
+        @property
+        def shape(self):
+            return ("x",)
+
+    class AddressOfText(torch.Tensor):
+        def data_ptr(self):
+            return "x"
+
+    cases = {ContiguityUnknown: (ZeroDivisionError, "no truth here"),
+             ShapeOfText: (TypeError, "cannot be interpreted as an integer"),
+             AddressOfText: (TypeError, "an integer is required")}
+    for cls, (raised, says) in cases.items():
+        with pytest.raises(raised, match=says):
+            bf.plan(["a"], [torch.arange(3.0).as_subclass(cls)])
+
+
 def test_read_index_file_errors():
     with pytest.raises(bf.FileError) as err:
         bf.read_index_file("/nonexistent/blob")
