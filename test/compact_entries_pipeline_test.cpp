@@ -46,6 +46,12 @@ class counting_transport final : public forwarding_transport {
     for (const auto& b : payload) (void)scan_.feed({static_cast<const std::byte*>(b.data()), b.size()});
     return forwarding_transport::write_bulk(header, payload);
   }
+  payload_receipt post_write_bulk(std::span<const std::byte> header,
+                                  std::span<const asio::const_buffer> payload) override {
+    (void)scan_.feed(header);
+    for (const auto& b : payload) (void)scan_.feed({static_cast<const std::byte*>(b.data()), b.size()});
+    return forwarding_transport::post_write_bulk(header, payload);
+  }
 
  private:
   frame_scanner scan_;

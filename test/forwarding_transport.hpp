@@ -25,6 +25,11 @@ class forwarding_transport : public transport {
                                               std::span<const asio::const_buffer> payload) override {
     return inner_->write_bulk(header, payload);
   }
+  std::size_t write_window() const noexcept override { return inner_->write_window(); }
+  payload_receipt post_write_bulk(std::span<const std::byte> header,
+                                  std::span<const asio::const_buffer> payload) override {
+    return inner_->post_write_bulk(header, payload);
+  }
   std::size_t max_write_bytes() const noexcept override { return inner_->max_write_bytes(); }
   asio::awaitable<std::tuple<std::error_code, read_result>> read_some(
       std::span<std::byte> buf) override {

@@ -92,8 +92,22 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
 asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {
   // Byte streams: everything in one gather write. Message transports
   // (UCX): runs of frames as messages of at most max_write_bytes, and
-  // each bulk payload as a message of its own with its frame header.
+  // each bulk payload as a message of its own with its frame header, up
+  // to write_window() of them in flight; all have ended when this returns
+  // (the outbox and the values it points at are reused after).
+  std::error_code ec = co_await write_pieces(o);
+  while (!bulk_in_flight_.empty()) {
+    const std::error_code ended = co_await bulk_in_flight_.front().wait();
+    if (!ec) ec = ended;
+    bulk_in_flight_.pop_front();
+  }
+  bulk_payloads_.clear();
+  co_return ec;
+}
+
+asio::awaitable<std::error_code> send_queue::write_pieces(const outbox& o) {
   const bool split_bulk = t_->sends_bulk();
+  const std::size_t window = split_bulk ? std::max<std::size_t>(t_->write_window(), 1) : 1;
   const std::size_t max_write = split_bulk ? t_->max_write_bytes() : SIZE_MAX;
   gather_.clear();
   gathered_ = 0;
@@ -122,15 +136,22 @@ asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {
       const auto full = pieces[i].bytes(o);
       const auto header = full.last(frame_header_size);
       const auto payload = pieces[i + 1].bytes(o);
-      const asio::const_buffer data(payload.data(), payload.size());
-      // (Not a ?: of two co_awaits: GCC 12 evaluates them wrongly.)
-      std::error_code ec;
+      const asio::const_buffer& data = bulk_payloads_.emplace_back(payload.data(), payload.size());
       if (pieces[i + 1].device >= 0) {
-        ec = co_await t_->write_bulk_device(header, std::span(&data, 1), pieces[i + 1].device);
+        const std::error_code ec =
+            co_await t_->write_bulk_device(header, std::span(&data, 1), pieces[i + 1].device);
+        if (ec) co_return ec;
       } else {
-        ec = co_await t_->write_bulk(header, std::span(&data, 1));
+        // A full window waits for its oldest: with a window of 1 (a
+        // transport whose write starts in wait()) that is this write, so
+        // nothing written after it can pass it.
+        bulk_in_flight_.push_back(t_->post_write_bulk(header, std::span(&data, 1)));
+        if (bulk_in_flight_.size() >= window) {
+          const std::error_code ec = co_await bulk_in_flight_.front().wait();
+          bulk_in_flight_.pop_front();
+          if (ec) co_return ec;
+        }
       }
-      if (ec) co_return ec;
       ++i;  // the payload went with its header
     }
   }

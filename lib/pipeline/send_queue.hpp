@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <system_error>
@@ -88,6 +89,7 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
  private:
   asio::awaitable<void> run(std::shared_ptr<send_queue> self);
   asio::awaitable<std::error_code> write_out(const outbox& o);
+  asio::awaitable<std::error_code> write_pieces(const outbox& o);  // write_out's loop
   asio::awaitable<std::error_code> flush();  // writes gather_
 
   std::shared_ptr<transport> t_;
@@ -106,6 +108,12 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   bool room_waited_ = false;  // a producer waits on room_cv_
   std::vector<asio::const_buffer> gather_;  // the writer's scratch list
   std::size_t gathered_ = 0;                // bytes in gather_
+  /// The buffer each bulk payload's array points at (a deque: stable),
+  /// and the bulk payloads started by write_out (post_write_bulk) and not
+  /// yet waited for, oldest first, at most the transport's write_window()
+  /// (declared last: destroyed first, before what they point at).
+  std::deque<asio::const_buffer> bulk_payloads_;
+  std::deque<payload_receipt> bulk_in_flight_;
   std::size_t copied_high_water_ = 0;       // copied_high_water()
 };
 

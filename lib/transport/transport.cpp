@@ -49,10 +49,38 @@ class deferred_read final : public payload_receipt::pending {
   bool waited_ = false;
 };
 
+// transport's default post_write_bulk: nothing starts until wait().
+class deferred_write final : public payload_receipt::pending {
+ public:
+  deferred_write(transport& t, std::span<const std::byte> header,
+                 std::span<const asio::const_buffer> payload)
+      : t_(&t), header_(header), payload_(payload) {}
+  // Never waited for: the message was never written, so the stream
+  // cannot go on.
+  ~deferred_write() override {
+    if (!waited_) t_->close();
+  }
+  asio::awaitable<std::error_code> wait() override {
+    waited_ = true;
+    return t_->write_bulk(header_, payload_);
+  }
+
+ private:
+  transport* t_;
+  std::span<const std::byte> header_;
+  std::span<const asio::const_buffer> payload_;
+  bool waited_ = false;
+};
+
 }  // namespace
 
 payload_receipt transport::post_read(std::span<std::byte> dest) {
   return payload_receipt(std::make_unique<deferred_read>(*this, dest));
+}
+
+payload_receipt transport::post_write_bulk(std::span<const std::byte> header,
+                                           std::span<const asio::const_buffer> payload) {
+  return payload_receipt(std::make_unique<deferred_write>(*this, header, payload));
 }
 
 asio::awaitable<std::error_code> transport::write_bulk_device(std::span<const std::byte>,

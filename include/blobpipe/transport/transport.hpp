@@ -72,7 +72,8 @@ struct transport_options {
   std::uint32_t socket_buffer_bytes = 0;
 };
 
-/// A read started by transport::post_read and not yet waited for.
+/// A read started by transport::post_read, or a write started by
+/// transport::post_write_bulk, and not yet waited for.
 /// Move-only; wait() once, and wait for or destroy it before its transport.
 /// Destroying a receipt before its bytes have all arrived closes the
 /// transport (the stream cannot go on without them). Over UCX the transfer
@@ -174,6 +175,24 @@ class transport {
   /// Default: write() of header and payload. REQUIRES: header.size() <= 64.
   virtual asio::awaitable<std::error_code> write_bulk(std::span<const std::byte> header,
                                                       std::span<const asio::const_buffer> payload);
+
+  /// How many messages started by post_write_bulk() may be in flight, not
+  /// yet waited for, while the caller goes on writing. 1 (the default):
+  /// wait() each receipt before writing on. UCX allows 8, so the
+  /// rendezvous of consecutive bulk payloads overlap instead of costing a
+  /// round trip each (docs/performance.md "UCX").
+  virtual std::size_t write_window() const noexcept { return 1; }
+
+  /// Starts write_bulk(header, payload) and returns at once; receipt.wait()
+  /// completes as write_bulk() does. The message goes after every write
+  /// started before this call and before every write started after it.
+  /// `header`, the payload's bytes and the `payload` array must stay valid
+  /// until wait() completes; destroying the receipt before then closes the
+  /// transport. Up to write_window() receipts may be outstanding. Default:
+  /// the write happens inside wait() (write_bulk), so write_window() must
+  /// stay 1. Errors (from wait()): those of write_bulk().
+  virtual payload_receipt post_write_bulk(std::span<const std::byte> header,
+                                          std::span<const asio::const_buffer> payload);
 
   /// The most bytes worth passing to one write(), bytes (a hint for
   /// write combining: UCX sends each write as one eager message).

@@ -78,22 +78,33 @@ asio::awaitable<std::error_code> connection::send(std::span<const std::byte> hea
                                                   std::span<const asio::const_buffer> payload,
                                                   ucs_memory_type_t memory) {
   auto self = shared_from_this();
-  if (closed_by_us_ || link_ != link::open || peer_gone()) co_return gone_code();
+  posted_send ps = post_send(header, payload, memory);
+  co_return co_await wait_send(ps);
+}
+
+connection::posted_send connection::post_send(std::span<const std::byte> header,
+                                              std::span<const asio::const_buffer> payload,
+                                              ucs_memory_type_t memory) {
+  posted_send ps;
+  if (closed_by_us_ || link_ != link::open || peer_gone()) {
+    ps.ec = gone_code();
+    return ps;
+  }
   if (header.size() > max_bulk_header) {
     error_text_ = "write_bulk: header of " + std::to_string(header.size()) + " bytes (max 64)";
-    co_return make_error_code(errc::invalid_argument);
+    ps.ec = make_error_code(errc::invalid_argument);
+    return ps;
   }
   // The payload goes out of the caller's buffers: one buffer as contiguous
   // data, several as an iov (UCX reads header and iov array until
-  // completion, and this coroutine frame keeps both alive till then).
-  std::vector<ucp_dt_iov_t> iov;
-  iov.reserve(payload.size());
+  // completion; `ps` keeps the array, the caller the rest).
+  ps.iov.reserve(payload.size());
   for (const auto& b : payload)
-    if (b.size() > 0) iov.push_back({const_cast<void*>(b.data()), b.size()});
+    if (b.size() > 0) ps.iov.push_back({const_cast<void*>(b.data()), b.size()});
 
-  request_slot slot(rt_->executor(), &inflight_);
+  ps.slot = std::make_unique<request_slot>(rt_->executor(), &inflight_);
   ucp_request_param_t p{};
-  slot.bind_send(p);
+  ps.slot->bind_send(p);
   p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver routes by its reply endpoint
   // Plain bytes (many small frames) go eagerly: the reader copies them out
@@ -105,29 +116,44 @@ asio::awaitable<std::error_code> connection::send(std::span<const std::byte> hea
   }
   const void* buffer = nullptr;
   std::size_t count = 0;
-  if (iov.size() == 1) {
-    buffer = iov[0].buffer;
-    count = iov[0].length;
-  } else if (iov.size() > 1) {
+  if (ps.iov.size() == 1) {
+    buffer = ps.iov[0].buffer;
+    count = ps.iov[0].length;
+  } else if (ps.iov.size() > 1) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     p.datatype = ucp_dt_make_iov();
-    buffer = iov.data();
-    count = iov.size();
+    buffer = ps.iov.data();
+    count = ps.iov.size();
   }
-  slot.start(ucp_am_send_nbx(ep_.get(), am_message, header.empty() ? nullptr : header.data(),
-                             header.size(), buffer, count, &p));
-  // Progress now, from this coroutine (never inside a UCX callback), not
-  // after another trip through the executor: a request UCX can finish at
-  // once then needs no wake-up at all, and even a send done at once may
-  // have left bytes queued inside UCX.
+  ps.slot->start(ucp_am_send_nbx(ep_.get(), am_message, header.empty() ? nullptr : header.data(),
+                                 header.size(), buffer, count, &p));
+  // Progress now, from the caller (never inside a UCX callback), not after
+  // another trip through the executor: a request UCX can finish at once
+  // then needs no wake-up at all, and even a send done at once may have
+  // left bytes queued inside UCX.
   rt_->progress_now();
-  if (slot.pending()) {
+  return ps;
+}
+
+asio::awaitable<std::error_code> connection::wait_send(posted_send& ps) {
+  auto self = shared_from_this();
+  if (!ps.slot) co_return ps.ec;
+  if (ps.slot->pending()) {
     // A message cut off half way cannot be resumed: cancelling closes.
-    if (co_await slot.wait([this] { close(); })) co_return make_error_code(errc::closed);
+    if (co_await ps.slot->wait([this] { close(); })) co_return make_error_code(errc::closed);
   }
-  if (slot.status() != UCS_OK) co_return fail(slot.status(), "send");
+  const ucs_status_t st = ps.slot->status();
+  ps.slot.reset();
+  if (st != UCS_OK) co_return fail(st, "send");
   ++stats_.messages_sent;
   co_return std::error_code{};
+}
+
+void connection::drop_send(posted_send& ps) noexcept {
+  // UCX may still read the caller's buffers: end the send first (close()
+  // forces the endpoint closed while requests are in flight).
+  if (ps.slot && ps.slot->pending()) close();
+  ps.slot.reset();  // abandons the request if still pending
 }
 
 void connection::send_control(unsigned am_id, bool inside_progress) noexcept {

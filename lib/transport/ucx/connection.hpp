@@ -84,6 +84,29 @@ class connection : public std::enable_shared_from_this<connection> {
   asio::awaitable<std::error_code> send(std::span<const std::byte> header,
                                         std::span<const asio::const_buffer> payload,
                                         ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  /// A message started by post_send: ended already (`slot` null, `ec` its
+  /// outcome) or a send UCX still runs, reading the header, the payload
+  /// bytes and `iov` (the payload's buffer list) until it completes.
+  struct posted_send {
+    std::error_code ec;
+    std::unique_ptr<request_slot> slot;
+    std::vector<ucp_dt_iov_t> iov;
+  };
+  /// send() in two halves (transport::post_write_bulk): ucp_am_send_nbx
+  /// now, so the message is ordered after every message started before
+  /// and before every one started after; its end awaited by wait_send.
+  /// `header` and the payload's bytes must stay valid until then.
+  posted_send post_send(std::span<const std::byte> header,
+                        std::span<const asio::const_buffer> payload,
+                        ucs_memory_type_t memory = UCS_MEMORY_TYPE_HOST);
+  asio::awaitable<std::error_code> wait_send(posted_send& ps);
+  /// Whether wait_send(ps) completes at once.
+  static bool send_ready(const posted_send& ps) noexcept {
+    return !ps.slot || !ps.slot->pending();
+  }
+  /// For a posted send nobody will wait for: closes the connection if UCX
+  /// may still read its buffers, then forgets it.
+  void drop_send(posted_send& ps) noexcept;
   asio::awaitable<std::tuple<std::error_code, transport::read_result>> read_some(
       std::span<std::byte> buf);
   asio::awaitable<std::error_code> read_exact(std::span<std::byte> dest,

@@ -1,0 +1,181 @@
+// The sender's bulk payloads over UCX (transport::write_window,
+// post_write_bulk): the chunks of an entry larger than chunk_bytes go up to
+// the window's number in flight at once, never more, so their rendezvous
+// overlap; every entry still arrives byte-identical and in order. A transport with a window of 1 (every
+// other) has one at a time: its write starts only when waited for, so
+// nothing written after it can pass it. Counted on the sender's transport.
+//
+// Coroutine lambdas are named locals of the (non-coroutine) test body.
+#define BOOST_TEST_MODULE send_window
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "test/forwarding_transport.hpp"
+#include "test/pipeline_fixture.hpp"
+
+using namespace blobpipe;
+using namespace blobpipe::testing;
+
+namespace {
+
+/// Bulk payloads in flight on the sender's transport: started by
+/// post_write_bulk, not yet waited for to the end.
+struct in_flight_counts {
+  std::size_t now = 0;
+  std::size_t most = 0;
+  std::size_t posted = 0;
+};
+
+class window_counting_transport final : public forwarding_transport {
+ public:
+  window_counting_transport(std::unique_ptr<transport> inner, in_flight_counts& counts)
+      : forwarding_transport(std::move(inner)), counts_(&counts) {}
+  payload_receipt post_write_bulk(std::span<const std::byte> header,
+                                  std::span<const asio::const_buffer> payload) override {
+    ++counts_->posted;
+    counts_->most = std::max(counts_->most, ++counts_->now);
+    return payload_receipt(std::make_unique<counted>(
+        *counts_, forwarding_transport::post_write_bulk(header, payload)));
+  }
+
+ private:
+  class counted final : public payload_receipt::pending {
+   public:
+    counted(in_flight_counts& counts, payload_receipt inner)
+        : counts_(&counts), inner_(std::move(inner)) {}
+    ~counted() override {
+      if (!waited_) --counts_->now;
+    }
+    asio::awaitable<std::error_code> wait() override {
+      const std::error_code ec = co_await inner_.wait();
+      waited_ = true;
+      --counts_->now;
+      co_return ec;
+    }
+    bool ready() const noexcept override { return inner_.ready(); }
+
+   private:
+    in_flight_counts* counts_;
+    payload_receipt inner_;
+    bool waited_ = false;
+  };
+
+  in_flight_counts* counts_;
+};
+
+/// A transport whose write window is cut to `window`.
+class window_of final : public forwarding_transport {
+ public:
+  window_of(std::unique_ptr<transport> inner, std::size_t window)
+      : forwarding_transport(std::move(inner)), window_(window) {}
+  std::size_t write_window() const noexcept override { return window_; }
+
+ private:
+  std::size_t window_;
+};
+
+/// A started sender (its bulk payloads counted; its write window cut to
+/// `window` unless 0) and consumer over `l`.
+asio::awaitable<endpoints> connect_counting(link_kind l, in_flight_counts& counts,
+                                            std::size_t window) {
+  auto ex = co_await asio::this_coro::executor;
+  auto [a, b] = co_await raw_pair(l);
+  endpoints out;
+  std::error_code cec;
+  bool cdone = false;
+  asio::steady_timer wake(ex, asio::steady_timer::time_point::max());
+  consumer_options copt;
+  copt.window_bytes = 64 << 20;
+  asio::co_spawn(ex, consumer::start(std::move(b), copt), [&](std::exception_ptr, auto r) {
+    cec = std::get<0>(r);
+    out.c = std::move(std::get<1>(r));
+    cdone = true;
+    wake.cancel();
+  });
+  if (window != 0) a = std::make_unique<window_of>(std::move(a), window);
+  auto counted = std::make_unique<window_counting_transport>(std::move(a), counts);
+  sender_options sopt;
+  sopt.chunk_bytes = 256 << 10;
+  auto [sec, s] = co_await sender::start(std::move(counted), sopt);
+  if (!cdone) co_await wake.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  if (sec || cec) throw std::runtime_error("connect: " + sec.message() + " / " + cec.message());
+  out.s = std::move(s);
+  co_return out;
+}
+
+/// Sends `n` entries of 4 MiB in one blob over `l`, in chunks of 256 KiB
+/// (16 bulk payloads each), the sender's write window cut to `window`
+/// unless 0; checks each arrives whole and in order. The counts of the
+/// sender's transport.
+in_flight_counts send_entries(link_kind l, int n, std::size_t window = 0) {
+  in_flight_counts counts;
+  runner r;
+  auto ep = r.await(connect_counting(l, counts, window));
+  std::vector<std::vector<float>> values;
+  for (int i = 0; i < n; ++i) values.push_back(ramp(1 << 20, float(i)));
+  int arrived = 0;
+  bool complete = false;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    for (int i = 0; i < n; ++i) {
+      auto v = value::tensor(values[static_cast<std::size_t>(i)]);
+      BLOBPIPE_CO_CHECK(blob.emit("e" + std::to_string(i), std::move(v)));
+    }
+    BLOBPIPE_CO_CHECK(blob.finish());
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  auto consume = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto ev = co_await ep.c.next();
+      if (ev.kind == event_kind::entry_ready) {
+        const auto i = static_cast<std::size_t>(arrived++);
+        const auto& v = ev.entry->view;
+        BOOST_TEST(v.entry->key == "e" + std::to_string(i));
+        BOOST_TEST((v.bytes.size() == values[i].size() * sizeof(float) &&
+                    std::memcmp(v.bytes.data(), values[i].data(), v.bytes.size()) == 0),
+                   "entry " << i << " arrived changed");
+      } else if (ev.kind == event_kind::blob_complete) {
+        complete = true;
+      } else {
+        BOOST_TEST(ev.kind == event_kind::end_of_stream);
+        BOOST_TEST(!ev.error, ev.error.message() << ": " << ev.reason);
+        break;
+      }
+    }
+  };
+  r.spawn(produce());
+  r.spawn(consume());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(arrived == n);
+  BOOST_TEST(complete);
+  BOOST_TEST(counts.now == 0u, "every bulk payload waited for");
+  return counts;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ucx_keeps_up_to_its_write_window_of_bulk_payloads_in_flight) {
+  for (link_kind l : offered_links({link_kind::ucx_tcp, link_kind::ucx_sm})) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      // 16 chunks of each entry written at once: more than a window's worth.
+      const auto counts = send_entries(l, 2);
+      BOOST_TEST(counts.posted == 32u);
+      BOOST_TEST(counts.most > 1u, "the rendezvous never overlapped");
+      BOOST_TEST(counts.most <= 8u, counts.most << " in flight, past the window of 8");
+    }
+  }
+}
+
+// A window of 1 (the default of transport::write_window) has one bulk
+// payload at a time, and the stream arrives as with any window.
+BOOST_AUTO_TEST_CASE(a_window_of_one_has_one_bulk_payload_at_a_time) {
+  for (link_kind l : offered_links({link_kind::ucx_tcp})) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      const auto counts = send_entries(l, 2, 1);
+      BOOST_TEST(counts.posted == 32u);
+      BOOST_TEST(counts.most == 1u);
+    }
+  }
+}
