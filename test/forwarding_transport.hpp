@@ -25,6 +25,10 @@ class forwarding_transport : public transport {
                                               std::span<const asio::const_buffer> payload) override {
     return inner_->write_bulk(header, payload);
   }
+  // Straight to the inner transport, like post_read: a decorator that
+  // overrides write_bulk() must override post_write_bulk() too (or return
+  // transport::post_write_bulk(), which calls write_bulk() in wait(), and
+  // a write_window() of 1).
   std::size_t write_window() const noexcept override { return inner_->write_window(); }
   payload_receipt post_write_bulk(std::span<const std::byte> header,
                                   std::span<const asio::const_buffer> payload) override {

@@ -23,8 +23,10 @@ namespace blobpipe::detail {
 namespace {
 
 /// Chunks of one entry queued ahead of the one being written: enough to
-/// keep the writer busy, few enough that producers' chunks interleave.
-constexpr std::size_t chunks_ahead = 4;
+/// keep the writer busy and to fill the largest write window (UCX's 8
+/// bulk payloads in flight, transport::write_window), few enough that
+/// producers' chunks interleave.
+constexpr std::size_t chunks_ahead = 8;
 
 }  // namespace
 

@@ -96,6 +96,9 @@ asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {
   // to write_window() of them in flight; all have ended when this returns
   // (the outbox and the values it points at are reused after).
   std::error_code ec = co_await write_pieces(o);
+  // Failed: the sends still in flight end with the transport, not when
+  // the peer gets round to fetching them.
+  if (ec && !bulk_in_flight_.empty()) t_->close();
   while (!bulk_in_flight_.empty()) {
     const std::error_code ended = co_await bulk_in_flight_.front().wait();
     if (!ec) ec = ended;

@@ -32,7 +32,7 @@ inline tag_t tag_from(pybind11::handle tag, std::size_t* given_bytes = nullptr) 
     try {
       b = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBytes_Type))(tag);
     } catch (py::error_already_set& e) {
-      if (!e.matches(PyExc_TypeError)) throw;
+      if (!e.type().is(pybind11::handle(PyExc_TypeError))) throw;  // a subclass is the caller's
       throw py::type_error("tag: expected bytes or a bytes-like object (its first 16 bytes are "
                            "the tag), not " + std::string(Py_TYPE(tag.ptr())->tp_name) + " (" +
                            std::string(py::str(e.value())) + ")");

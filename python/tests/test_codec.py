@@ -386,6 +386,14 @@ def test_every_codec_function_raises_buffer_type_error_for_a_strided_buffer():
     by_memoryview = memoryview(np.repeat(blob, 2))[::2]
     for strided in (by_numpy, by_memoryview):
         _every_codec_call_raises_buffer_type_error(p, e, strided, BufferTypeError)
+    # A buffer refused for another reason keeps its own error: a released
+    # memoryview's ValueError.
+    released = memoryview(bytes(blob))
+    released.release()
+    for call in (bf.read_index, bf.footer_is_valid, lambda b: bf.decode_entries(b, [e])):
+        with pytest.raises(ValueError, match="released") as err:
+            call(released)
+        assert not isinstance(err.value, BufferTypeError)
 
 
 def _every_codec_call_raises_buffer_type_error(p, e, strided, BufferTypeError):
@@ -496,6 +504,17 @@ def test_plan_names_a_tag_that_is_no_bytes():
     # message names the tag and what was given.
     with pytest.raises(TypeError, match=r"tag: expected bytes .* not str"):
         bf.plan(["a"], [1], tag="abc")
+
+    # A tag's own error, a TypeError subclass included, passes on as it is.
+    class Refused(TypeError):
+        pass
+
+    class Tag:
+        def __bytes__(self):
+            raise Refused("no bytes for you")
+
+    with pytest.raises(Refused, match="no bytes for you"):
+        bf.plan(["a"], [1], tag=Tag())
     assert bf.plan(["a"], [1], tag=bytearray(b"t")).tag == b"t".ljust(16, b"\0")
 
 

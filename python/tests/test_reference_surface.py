@@ -575,6 +575,11 @@ def test_a_callers_plan_that_would_write_a_wrong_blob_is_refused():
             bf.write(q, out)
         assert err.value.category == "invalid_argument", case
         assert out == bytearray(p.nbytes), case  # nothing written
+    # A tag bytes() refuses fails before any byte is written too.
+    out = bytearray(p.nbytes)
+    with pytest.raises(TypeError):
+        bf.write(dataclasses.replace(p, tag="not bytes"), out)
+    assert out == bytearray(p.nbytes)
     # Entries apart in any order are written as listed.
     q = dataclasses.replace(p, entries=[b, a], buffers=p.buffers[::-1])
     assert _written(q) == _written(p)

@@ -368,14 +368,17 @@ def _fields_of(p: Any) -> tuple:
         raise TypeError(f"expected a BlobPlan, not {type(p).__name__}") from None
 
 
-def _write_footer(o: memoryview, at: int, index: bytes, index_off: int, nbytes: int,
-                  tag: Any) -> None:
+def _footer_bytes(index: bytes, index_off: int, nbytes: int, tag: Any) -> bytes:
+    """The v3 footer of a caller's plan, checked before any byte is written."""
     if not 0 <= index_off < 2**32 or len(index) >= 2**32:
         raise FormatError(f"index at {index_off} (+{len(index)} bytes) of a {nbytes}-byte blob "
                           "cannot be addressed by the v3 footer", "too_large")
+    return struct.pack(_FOOTER_FMT, MAGIC, VERSION, 0, index_off, len(index), bytes(tag))
+
+
+def _write_footer(o: memoryview, at: int, index: bytes, footer: bytes) -> None:
     o[at:at + len(index)] = index
-    struct.pack_into(_FOOTER_FMT, o, at + len(index), MAGIC, VERSION, 0, index_off, len(index),
-                     bytes(tag))
+    o[at + len(index):at + len(index) + len(footer)] = footer
 
 
 def _check_ranges(entries: list, index_off: int) -> None:
@@ -404,6 +407,7 @@ def _write_fields(p: Any, out: Any) -> None:
         raise FormatError(f"buffer has {o.nbytes} bytes, the blob needs {nbytes}",
                           "buffer_too_small")
     index_off = nbytes - FOOTER_SIZE - len(index)
+    footer = _footer_bytes(index, index_off, nbytes, tag)
     entries, buffers = p.entries, p.buffers
     if len(entries) != len(buffers):
         raise FormatError(f"the plan has {len(entries)} entries and {len(buffers)} buffers",
@@ -426,7 +430,7 @@ def _write_fields(p: Any, out: Any) -> None:
         cur = max(cur, e.off + e.len)
     if index_off > cur:
         o[cur:index_off] = bytes(index_off - cur)
-    _write_footer(o, index_off, index, index_off, nbytes, tag)
+    _write_footer(o, index_off, index, footer)
 
 
 def _write_tail_fields(p: Any, out: Any) -> None:
@@ -438,4 +442,5 @@ def _write_tail_fields(p: Any, out: Any) -> None:
     if o.nbytes < need:
         raise FormatError(f"buffer has {o.nbytes} bytes, index and footer need {need}",
                           "buffer_too_small")
-    _write_footer(o, 0, index, nbytes - FOOTER_SIZE - len(index), nbytes, tag)
+    footer = _footer_bytes(index, nbytes - FOOTER_SIZE - len(index), nbytes, tag)
+    _write_footer(o, 0, index, footer)
