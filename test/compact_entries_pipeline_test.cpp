@@ -60,27 +60,11 @@ class counting_transport final : public forwarding_transport {
 /// A started sender (its writes counted) and consumer over `l`.
 asio::awaitable<endpoints> connect_counted(link_kind l, consumer_options copt,
                                            frame_counts& counts) {
-  auto ex = co_await asio::this_coro::executor;
-  auto [a, b] = co_await raw_pair(l);
-  endpoints out;
-  std::error_code cec;
-  bool cdone = false;
-  asio::steady_timer wake(ex, asio::steady_timer::time_point::max());
-  asio::co_spawn(ex, consumer::start(std::move(b), std::move(copt)),
-                 [&](std::exception_ptr, auto r) {
-                   cec = std::get<0>(r);
-                   out.c = std::move(std::get<1>(r));
-                   cdone = true;
-                   wake.cancel();
-                 });
-  auto counted = std::make_unique<counting_transport>(std::move(a), counts);
   sender_options sopt;
   sopt.chunk_bytes = 256;
-  auto [sec, s] = co_await sender::start(std::move(counted), sopt);
-  if (!cdone) co_await wake.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-  if (sec || cec) throw std::runtime_error("connect: " + sec.message() + " / " + cec.message());
-  out.s = std::move(s);
-  co_return out;
+  co_return co_await connect(l, std::move(copt), sopt, [&counts](std::unique_ptr<transport> t) {
+    return std::unique_ptr<transport>(std::make_unique<counting_transport>(std::move(t), counts));
+  });
 }
 
 /// The values sent: coded dtypes (inline and in data frames, a pickle, a

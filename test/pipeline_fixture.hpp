@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <ostream>
 #include <memory>
 #include <optional>
@@ -160,11 +161,17 @@ struct endpoints {
   consumer c;
 };
 
-/// A started sender and consumer over `l`.
+/// Wraps a sender's transport in a test decorator (forwarding_transport.hpp).
+using transport_wrap = std::function<std::unique_ptr<transport>(std::unique_ptr<transport>)>;
+
+/// A started sender and consumer over `l`; the sender's transport wrapped
+/// by `wrap_sender` when given.
 inline asio::awaitable<endpoints> connect(link_kind l, consumer_options copt = {},
-                                          sender_options sopt = {}) {
+                                          sender_options sopt = {},
+                                          transport_wrap wrap_sender = {}) {
   auto ex = co_await asio::this_coro::executor;
   auto [a, b] = co_await raw_pair(l);
+  if (wrap_sender) a = wrap_sender(std::move(a));
   endpoints out;
   std::error_code cec;
   bool cdone = false;
