@@ -74,8 +74,10 @@ py_plan plan_values(py::handle keys, py::handle values, py::handle tag) {
 // the bytes being written.
 template <class F>
 void with_out_buffer(py::handle out, F&& f) {
-  const py::object pin = numpy_pin(out);
+  // The buffer first: a released memoryview is refused there (ValueError)
+  // before numpy_pin reads its base, which is then gone.
   held_buffer b(out, true);
+  const py::object pin = numpy_pin(out);
   f(b);
 }
 

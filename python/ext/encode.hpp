@@ -59,7 +59,9 @@ encoded encode_value(pybind11::handle obj);
 /// A weak reference to the numpy array that owns the bytes of `obj` (an
 /// ndarray, or a memoryview of one): while it lives, numpy refuses to
 /// resize that array, even with refcheck=False. None (an empty object)
-/// for anything else. REQUIRES: the GIL.
+/// for anything else. REQUIRES: the GIL; a memoryview `obj` exported
+/// (held_buffer) while this runs, so that it is not released (a released
+/// memoryview's base is freed memory).
 pybind11::object numpy_pin(pybind11::handle obj);
 
 /// The key as the reference writes it: str(key), UTF-8.

@@ -364,15 +364,17 @@ Entry entry_from_meta_dict(std::string key, const py::dict& m) {
     if (!m.contains(f))  // the reference's m["o"] raises KeyError
       raise(errc::malformed_index, std::string("entry meta has no field '") + f + "'",
             also_builtin::key_error);
+  Entry row;
+  std::string kind;
   try {
     py::object d = m.contains("d") ? py::object(m["d"]) : py::object(py::none());
     py::object s = m.contains("s") ? py::object(m["s"]) : py::object(py::none());
-    return Entry{std::move(key),
-                 py::cast<std::uint64_t>(py::int_(m["o"])),
-                 py::cast<std::uint64_t>(py::int_(m["n"])),
-                 kind_from(py::cast<std::string>(m["k"])),
-                 d.is_none() ? std::nullopt : std::optional(py::cast<std::string>(d)),
-                 shape_from(py::bool_(s) ? s : py::tuple())};
+    row.key = std::move(key);
+    row.off = py::cast<std::uint64_t>(py::int_(m["o"]));
+    row.len = py::cast<std::uint64_t>(py::int_(m["n"]));
+    kind = py::cast<std::string>(m["k"]);
+    if (!d.is_none()) row.dtype = py::cast<std::string>(d);
+    row.shape = shape_from(py::bool_(s) ? s : py::tuple());
   } catch (py::cast_error& e) {
     raise(errc::malformed_index, std::string("entry meta: ") + e.what());
   } catch (py::error_already_set& e) {  // int() of something that is no number
@@ -382,6 +384,8 @@ Entry entry_from_meta_dict(std::string key, const py::dict& m) {
     raise(errc::malformed_index, std::string("entry meta: ") + e.what(),
           type ? also_builtin::type_error : also_builtin::none);
   }
+  row.kind = kind_from(kind);  // outside the try: unknown_kind is no int() failure
+  return row;
 }
 
 Entry entry_from_meta(std::string key, py::handle m) {

@@ -575,6 +575,18 @@ def test_a_callers_plan_that_would_write_a_wrong_blob_is_refused():
             bf.write(q, out)
         assert err.value.category == "invalid_argument", case
         assert out == bytearray(p.nbytes), case  # nothing written
+    # An offset that is no integer, and a strided buffer, fail before any
+    # byte is written too.
+    from blobpipe._errors import BufferTypeError
+    for q, raised in ((dataclasses.replace(p, entries=[a, dataclasses.replace(b, off=float(b.off))]),
+                       TypeError),
+                      (dataclasses.replace(p, buffers=[p.buffers[0],
+                                                       np.arange(16, dtype=np.int64)[::2]]),
+                       BufferTypeError)):
+        out = bytearray(p.nbytes)
+        with pytest.raises(raised):
+            bf.write(q, out)
+        assert out == bytearray(p.nbytes)
     # A tag bytes() refuses fails before any byte is written too.
     out = bytearray(p.nbytes)
     with pytest.raises(TypeError):

@@ -21,6 +21,7 @@ built by a caller from the seven fields is written from those fields.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import pickle
 import struct
 import sys
@@ -385,8 +386,10 @@ def _check_ranges(entries: list, index_off: int) -> None:
     """A caller's plan's entries lie before its index and apart (the
     reference writes an overlapping one over another: a blob that does not
     hold what its index says), else FormatError."""
-    spans = sorted(((e.off, e.off + e.len, e.key) for e in entries if e.len),
-                   key=lambda s: s[0])
+    # operator.index: an offset or length that is no integer is refused
+    # (TypeError) here, before anything is written.
+    spans = sorted(((operator.index(e.off), operator.index(e.off) + operator.index(e.len), e.key)
+                    for e in entries if e.len), key=lambda s: s[0])
     end, last = 0, None
     for off, stop, key in spans:
         if off < 0 or stop > index_off:
@@ -417,7 +420,10 @@ def _write_fields(p: Any, out: Any) -> None:
     for e, b in zip(entries, buffers):
         if not e.len:
             continue
-        src = memoryview(b).cast("B")
+        mv = memoryview(b)
+        if not mv.c_contiguous:
+            raise BufferTypeError(f"entry {e.key!r}: its buffer is not C-contiguous")
+        src = mv.cast("B")
         if src.nbytes != e.len:
             raise FormatError(f"entry {e.key!r}: its buffer has {src.nbytes} bytes, the entry "
                               f"{e.len}", "invalid_argument")
