@@ -304,9 +304,13 @@ def write(p: BlobPlan, out: _Any) -> None:
             different lengths, entries that overlap), ``entry_out_of_range``
             (an entry running into the index), ``too_large``; nothing is
             written then.
-        BufferTypeError (a BufferError and a TypeError): ``out`` is
-            read-only or not C-contiguous.
-        TypeError: ``out`` has no buffer protocol, ``p`` is no plan.
+        BufferTypeError (a BufferError and a TypeError): ``out``, or a
+            caller's plan's buffer, is read-only (``out``) or not
+            C-contiguous; nothing is written then.
+        TypeError: ``out`` has no buffer protocol, ``p`` is no plan, a
+            caller's plan's entry offset or length is no integer or its tag
+            is refused by ``bytes()`` (nothing is written then).
+        ValueError: ``out`` is a released memoryview.
     """
     native = _native_of(p)
     if native is None:
