@@ -526,6 +526,8 @@ void init_codec(py::module_& m) {
   m.attr("FOOTER_SIZE") = FOOTER_SIZE;
   m.attr("FOOTER_V2_SIZE") = FOOTER_V2_SIZE;
   m.attr("NO_TAG") = tag_bytes(NO_TAG);
+  // A caller's plan's footer (_plan.py) takes its tag as plan() does.
+  m.def("_tag_bytes", [](py::handle tag) { return tag_bytes(tag_from(tag)); }, py::arg("tag"));
   m.attr("KIND_TENSOR") = std::string(1, KIND_TENSOR);
   m.attr("KIND_NUMPY") = std::string(1, KIND_NDARRAY);
   m.attr("KIND_PICKLE") = std::string(1, KIND_PICKLE);

@@ -1,5 +1,6 @@
 // completion, raise_code and the option parsers of stream.hpp.
 #include <limits>
+#include <string_view>
 
 #include "errors.hpp"
 #include "stream.hpp"
@@ -9,11 +10,17 @@ namespace py = pybind11;
 
 namespace {
 
+// numpy's bool scalar: operator.index takes it (deprecated), as no count.
+bool numpy_bool(py::handle v) {
+  const std::string_view type = Py_TYPE(v.ptr())->tp_name;
+  return type == "numpy.bool_" || type == "numpy.bool";
+}
+
 // A non-negative int option within [lo, hi]: an int or any integer
-// (operator.index: numpy's too), not a bool.
+// (operator.index: numpy's too), not a bool (Python's or numpy's).
 std::uint64_t uint_option(py::handle v, const std::string& name, std::uint64_t lo,
                           std::uint64_t hi) {
-  if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()))
+  if (!PyIndex_Check(v.ptr()) || PyBool_Check(v.ptr()) || numpy_bool(v))
     throw py::type_error(name + " must be an int (bytes or a count), not " +
                          std::string(py::str(py::type::handle_of(v).attr("__name__"))));
   const py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));

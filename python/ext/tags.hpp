@@ -23,10 +23,23 @@ inline pybind11::bytes tag_bytes(const tag_t& t) {
 /// The reference's bytes(tag)[:16].ljust(16, b"\0"): any bytes-like object
 /// (and whatever else bytes() accepts), cut or zero-padded to 16 bytes;
 /// `given_bytes`, when not null, gets bytes(tag)'s length before the cut.
-/// Raises what bytes(tag) raises, a TypeError (a str, a float) naming the
-/// tag and the type given.
+/// An integer n (without __bytes__) is bytes(n), n zero bytes: the zero
+/// tag, with n as the length given, and nothing allocated for it.
+/// Raises what bytes(tag) raises: a TypeError (a str, a float) naming the
+/// tag and the type given, ValueError for a negative count, OverflowError
+/// for a count above sys.maxsize.
 inline tag_t tag_from(pybind11::handle tag, std::size_t* given_bytes = nullptr) {
   namespace py = pybind11;
+  // bytes() tries __bytes__ first, then an integer as a count.
+  if (!PyBytes_Check(tag.ptr()) && !PyUnicode_Check(tag.ptr()) && PyIndex_Check(tag.ptr()) &&
+      !py::hasattr(py::type::handle_of(tag), "__bytes__")) {
+    const Py_ssize_t count = PyNumber_AsSsize_t(tag.ptr(), PyExc_OverflowError);
+    if (count == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (count < 0) throw py::value_error("tag: bytes() of a negative count (" +
+                                         std::to_string(count) + ")");
+    if (given_bytes != nullptr) *given_bytes = static_cast<std::size_t>(count);
+    return NO_TAG;
+  }
   py::object b = py::reinterpret_borrow<py::object>(tag);
   if (!PyBytes_Check(tag.ptr())) {
     try {

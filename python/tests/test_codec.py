@@ -268,6 +268,27 @@ def test_tags_are_cut_or_padded_to_16_bytes(tag, expected):
     assert bf.footer_tag(blob) == expected
 
 
+def test_a_count_as_tag_is_the_zero_tag_and_allocates_nothing():
+    # bytes(n) is n zero bytes: the reference's tag is zeros for any count.
+    # A count of 2**40 is that tag too, with no terabyte allocated for it
+    # (bytes(2**40) raises MemoryError here). A negative count is
+    # bytes()'s ValueError, one past sys.maxsize its OverflowError.
+    assert bf.plan(["x"], [1], tag=3).tag == bf.NO_TAG
+    assert bf.plan(["x"], [1], tag=np.int64(2**40)).tag == bf.NO_TAG
+    assert bf.plan(["x"], [1], tag=2**40).tag == bf.NO_TAG
+    with pytest.raises(ValueError, match="negative count"):
+        bf.plan(["x"], [1], tag=-1)
+    with pytest.raises(OverflowError):
+        bf.plan(["x"], [1], tag=2**63)
+
+    # An object with __bytes__ is its bytes, even if it is an integer too.
+    class Tagged(int):
+        def __bytes__(self):
+            return b"sample-7"
+
+    assert bf.plan(["x"], [1], tag=Tagged(2**40)).tag == b"sample-7".ljust(16, b"\0")
+
+
 def test_no_tag_reads_back_as_none():
     p = bf.plan([], [])
     blob = bytearray(p.nbytes)

@@ -587,11 +587,23 @@ def test_a_callers_plan_that_would_write_a_wrong_blob_is_refused():
         with pytest.raises(raised):
             bf.write(q, out)
         assert out == bytearray(p.nbytes)
-    # A tag bytes() refuses fails before any byte is written too.
-    out = bytearray(p.nbytes)
-    with pytest.raises(TypeError):
-        bf.write(dataclasses.replace(p, tag="not bytes"), out)
-    assert out == bytearray(p.nbytes)
+    # A tag bytes() refuses, a size that is no integer and an entry that is
+    # no Entry fail before any byte is written too, each a TypeError naming
+    # what it is.
+    for q, says in ((dataclasses.replace(p, tag="not bytes"), "tag: expected bytes"),
+                    (dataclasses.replace(p, nbytes=float(p.nbytes)), "nbytes must be an integer"),
+                    (dataclasses.replace(p, entries=[a, tuple(dataclasses.astuple(b))]),
+                     r"entries\[1\] must be an Entry, not tuple")):
+        for write in (bf.write, bf.write_tail):
+            out = bytearray(p.nbytes)
+            if write is bf.write_tail and "Entry" in says:
+                continue  # write_tail() reads no entry
+            with pytest.raises(TypeError, match=says):
+                write(q, out)
+            assert out == bytearray(p.nbytes)
+    # A count as tag is the reference's zero tag, with nothing allocated
+    # for it (bytes(2**40) would be a terabyte).
+    assert _written(dataclasses.replace(p, tag=2**40)) == _written(p)
     # Entries apart in any order are written as listed.
     q = dataclasses.replace(p, entries=[b, a], buffers=p.buffers[::-1])
     assert _written(q) == _written(p)

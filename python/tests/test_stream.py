@@ -1134,6 +1134,10 @@ def test_a_count_may_be_any_integer_and_not_a_bool():
     consumer.close()
     with pytest.raises(TypeError):
         bf.loopback_pair(consumer_options={"window_bytes": np.float64(1 << 20)})
+    # numpy's bool is no count either, though operator.index takes it.
+    for flag in (True, np.True_):
+        with pytest.raises(TypeError, match="window_bytes must be an int"):
+            bf.loopback_pair(consumer_options={"window_bytes": flag})
 
 
 def test_codec_calls_with_the_wrong_arguments_raise_type_error_as_python_does():

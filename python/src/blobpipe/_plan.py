@@ -364,9 +364,18 @@ def _out_bytes(out: Any) -> memoryview:
 
 def _fields_of(p: Any) -> tuple:
     try:
-        return p.index_bytes, p.nbytes, p.tag
+        index, nbytes, tag = p.index_bytes, p.nbytes, p.tag
     except AttributeError:
         raise TypeError(f"expected a BlobPlan, not {type(p).__name__}") from None
+    return index, _integer(nbytes, "the plan's nbytes"), tag
+
+
+def _integer(v: Any, what: str) -> int:
+    """operator.index(v), its TypeError naming what v is."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
 
 
 def _footer_bytes(index: bytes, index_off: int, nbytes: int, tag: Any) -> bytes:
@@ -374,7 +383,8 @@ def _footer_bytes(index: bytes, index_off: int, nbytes: int, tag: Any) -> bytes:
     if not 0 <= index_off < 2**32 or len(index) >= 2**32:
         raise FormatError(f"index at {index_off} (+{len(index)} bytes) of a {nbytes}-byte blob "
                           "cannot be addressed by the v3 footer", "too_large")
-    return struct.pack(_FOOTER_FMT, MAGIC, VERSION, 0, index_off, len(index), bytes(tag))
+    return struct.pack(_FOOTER_FMT, MAGIC, VERSION, 0, index_off, len(index),
+                       _blobpipe._tag_bytes(tag))
 
 
 def _write_footer(o: memoryview, at: int, index: bytes, footer: bytes) -> None:
@@ -386,10 +396,17 @@ def _check_ranges(entries: list, index_off: int) -> None:
     """A caller's plan's entries lie before its index and apart (the
     reference writes an overlapping one over another: a blob that does not
     hold what its index says), else FormatError."""
-    # operator.index: an offset or length that is no integer is refused
-    # (TypeError) here, before anything is written.
-    spans = sorted(((operator.index(e.off), operator.index(e.off) + operator.index(e.len), e.key)
-                    for e in entries if e.len), key=lambda s: s[0])
+    # An entry that is no Entry, an offset or length that is no integer, is
+    # refused (TypeError) here, before anything is written.
+    spans = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, _blobpipe.Entry):
+            raise TypeError(f"the plan's entries[{i}] must be an Entry, not {type(e).__name__}")
+        off = _integer(e.off, f"entry {e.key!r}'s off")
+        n = _integer(e.len, f"entry {e.key!r}'s len")
+        if n:
+            spans.append((off, off + n, e.key))
+    spans.sort(key=lambda s: s[0])
     end, last = 0, None
     for off, stop, key in spans:
         if off < 0 or stop > index_off:
