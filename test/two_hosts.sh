@@ -17,7 +17,8 @@
 #        (needs the sch_netem kernel module), with cuts.
 # Needs root, iproute2 and network namespaces; when any is missing it says
 # why and exits 0 (skipped). Each skip, of the whole test or of one run,
-# prints `SKIPPED: <target> <run>: <reason>` (.ci/run counts them).
+# prints `SKIPPED: <target> <run>: <reason>` (.ci/run counts them); a skip
+# of the whole test adds `ALL SKIPPED: <target>: every run`.
 set -uo pipefail
 
 peer=${1:-${BLOBPIPE_TWO_HOST_PEER:-}}
@@ -38,7 +39,11 @@ fi
 
 target=${TEST_TARGET:-two_hosts.sh}
 skipped() { echo "SKIPPED: $target $1: $2"; }    # RUN REASON
-skip() { skipped "(every run)" "$*"; exit 0; }  # REASON: the whole test
+skip() {  # REASON: the whole test, which .ci/run then counts as skipped
+  skipped "(every run)" "$*"
+  echo "ALL SKIPPED: $target: every run"
+  exit 0
+}
 PATH=$PATH:/usr/sbin:/sbin
 [[ $(id -u) -eq 0 ]] || skip "two_hosts needs root (network namespaces); run as root or with sudo"
 command -v ip >/dev/null || skip "iproute2 (ip) is not installed"

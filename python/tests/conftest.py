@@ -6,7 +6,10 @@ built package on PYTHONPATH.
 
 A skipped case prints the repository's skip line into the test log,
 ``SKIPPED: <target> <case>: <reason>``, the same line the other suites print,
-and is counted by pytest as skipped, never as passed.
+and is counted by pytest as skipped, never as passed. When every case
+collected skipped, the run ends with the line by which .ci/run counts the
+target as skipped rather than passed (test/skip.hpp prints the same):
+``ALL SKIPPED: <target>: <n> of <n> cases``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ def _skip_reason(report) -> str:
 
 
 _config = None
+_skipped: set = set()  # the node ids of the cases that skipped
+
+
+def _target() -> str:
+    return os.environ.get("TEST_TARGET", "python-tests")
+
+
+def _print(line: str) -> None:
+    reporter = _config.pluginmanager.get_plugin("terminalreporter") if _config else None
+    if reporter is None:  # -p no:terminal
+        print(line, file=sys.__stdout__, flush=True)
+    else:  # on a line of its own, after the progress dots so far
+        reporter.write(f"\n{line}\n")
 
 
 def pytest_configure(config) -> None:
@@ -31,10 +47,11 @@ def pytest_configure(config) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
-        target = os.environ.get("TEST_TARGET", "python-tests")
-        line = f"SKIPPED: {target} {report.nodeid}: {_skip_reason(report)}"
-        reporter = _config.pluginmanager.get_plugin("terminalreporter") if _config else None
-        if reporter is None:  # -p no:terminal
-            print(line, file=sys.__stdout__, flush=True)
-        else:  # on a line of its own, after the progress dots so far
-            reporter.write(f"\n{line}\n")
+        _skipped.add(report.nodeid)
+        _print(f"SKIPPED: {_target()} {report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    collected = session.testscollected
+    if collected and len(_skipped) >= collected:
+        _print(f"ALL SKIPPED: {_target()}: {len(_skipped)} of {collected} cases")
