@@ -350,7 +350,17 @@ PyObject* setstate_method(PyObject* self, PyObject* state) {
 std::optional<shape_t> shape_from(const py::object& s) {
   if (s.is_none()) return std::nullopt;
   shape_t out;
-  for (py::handle d : s) out.push_back(py::cast<std::int64_t>(d));
+  for (py::handle d : s) {
+    // operator.index first: its own error (not a TypeError or ValueError,
+    // which are a malformed index) passes on as it is.
+    if (PyIndex_Check(d.ptr()) && !PyLong_Check(d.ptr())) {
+      const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(d.ptr()));
+      if (!i) throw py::error_already_set();
+      out.push_back(py::cast<std::int64_t>(i));
+    } else {
+      out.push_back(py::cast<std::int64_t>(d));
+    }
+  }
   return out;
 }
 

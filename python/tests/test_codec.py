@@ -562,6 +562,17 @@ def test_a_callers_object_whose_protocol_raises_passes_its_error_on():
     with pytest.raises(TypeError, match="missing required argument 'm'"):
         bf.Entry.from_meta("k")
 
+    class NoIndex:
+        def __index__(self):
+            raise ZeroDivisionError("no index here")
+
+    with pytest.raises(ZeroDivisionError, match="no index here"):
+        bf.Entry.from_meta("k", {"o": 0, "n": 8, "k": "n", "d": "<i4", "s": [NoIndex()]})
+    # A shape element that is no integer is a malformed index, as before.
+    with pytest.raises(bf.FormatError) as err:
+        bf.Entry.from_meta("k", {"o": 0, "n": 8, "k": "n", "d": "<i4", "s": ["x"]})
+    assert err.value.category == "malformed_index"
+
     class ContiguityUnknown(torch.Tensor):
         def is_contiguous(self, *args, **kwargs):
             return _NoTruth()
