@@ -4,13 +4,23 @@
 // overlap; every entry still arrives byte-identical and in order. A transport with a window of 1 (every
 // other) has one at a time: its write starts only when waited for, so
 // nothing written after it can pass it. Counted on the sender's transport.
+// A producer cancelled with sends in flight returns once they have ended.
 //
 // Coroutine lambdas are named locals of the (non-coroutine) test body.
 #define BOOST_TEST_MODULE send_window
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "test/forwarding_transport.hpp"
 #include "test/pipeline_fixture.hpp"
@@ -63,6 +73,55 @@ class window_counting_transport final : public forwarding_transport {
   };
 
   in_flight_counts* counts_;
+};
+
+/// Bulk payloads whose receipts end only once the test opens the gate:
+/// a peer slow to fetch them, whatever the link does. `now` counts the
+/// receipts not yet ended.
+class gated_transport final : public forwarding_transport {
+ public:
+  gated_transport(std::unique_ptr<transport> inner, in_flight_counts& counts)
+      : forwarding_transport(std::move(inner)), counts_(&counts), gate_(get_executor()) {
+    gate_.expires_at(asio::steady_timer::time_point::max());
+  }
+  void open_gate() {
+    open_ = true;
+    gate_.cancel();
+  }
+  payload_receipt post_write_bulk(std::span<const std::byte> header,
+                                  std::span<const asio::const_buffer> payload) override {
+    ++counts_->posted;
+    counts_->most = std::max(counts_->most, ++counts_->now);
+    return payload_receipt(
+        std::make_unique<gated>(*this, forwarding_transport::post_write_bulk(header, payload)));
+  }
+
+ private:
+  class gated final : public payload_receipt::pending {
+   public:
+    gated(gated_transport& t, payload_receipt inner) : t_(&t), inner_(std::move(inner)) {}
+    ~gated() override {
+      if (!ended_) --t_->counts_->now;
+    }
+    asio::awaitable<std::error_code> wait() override {
+      const std::error_code ec = co_await inner_.wait();
+      while (!t_->open_)
+        (void)co_await t_->gate_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      ended_ = true;
+      --t_->counts_->now;
+      co_return ec;
+    }
+    bool ready() const noexcept override { return t_->open_ && inner_.ready(); }
+
+   private:
+    gated_transport* t_;
+    payload_receipt inner_;
+    bool ended_ = false;
+  };
+
+  in_flight_counts* counts_;
+  asio::steady_timer gate_;
+  bool open_ = false;
 };
 
 /// A transport whose write window is cut to `window`.
@@ -195,4 +254,53 @@ BOOST_AUTO_TEST_CASE(a_bulk_write_that_starts_when_waited_for_keeps_its_place) {
   });
   BOOST_TEST(counts.posted == 32u);
   BOOST_TEST(counts.most == 1u);
+}
+
+// A producer cancelled while its chunks are in flight returns only once no
+// send reads its memory any more: the queue fails, closes the transport,
+// and emit returns `closed` after the sends in flight have ended (they end
+// here when the test opens the gate, 200 ms after the cancellation).
+BOOST_AUTO_TEST_CASE(a_cancelled_producer_returns_once_no_send_reads_its_memory) {
+  for (link_kind l : offered_links({link_kind::ucx_tcp})) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      in_flight_counts counts;
+      gated_transport* gate = nullptr;
+      runner r;
+      consumer_options copt;
+      copt.window_bytes = 64 << 20;
+      sender_options sopt;
+      sopt.chunk_bytes = 256 << 10;
+      auto ep = r.await(connect(l, copt, sopt, [&](std::unique_ptr<transport> t) {
+        auto g = std::make_unique<gated_transport>(std::move(t), counts);
+        gate = g.get();
+        return std::unique_ptr<transport>(std::move(g));
+      }));
+      BOOST_TEST_REQUIRE(gate != nullptr);
+      const auto values = ramp(1 << 20, 1.f);  // 4 MiB: 16 chunks
+      std::optional<std::size_t> in_flight_at_return;
+      std::error_code emitted;
+      auto blob = ep.s.open_blob();
+      auto produce = [&]() -> asio::awaitable<void> {
+        emitted = co_await blob.emit("e", value::tensor(values));
+        in_flight_at_return = counts.now;
+      };
+      asio::cancellation_signal cancel;
+      asio::co_spawn(r.ctx, produce(), asio::bind_cancellation_slot(cancel.slot(), asio::detached));
+      // The window fills (8 chunks in flight, none ended), then the
+      // producer is cancelled.
+      for (int i = 0; i < 600 && counts.now < 8; ++i) r.ctx.run_for(std::chrono::milliseconds(10));
+      BOOST_TEST_REQUIRE(counts.now == 8u, counts.now << " in flight");
+      BOOST_TEST_REQUIRE(!in_flight_at_return);
+      cancel.emit(asio::cancellation_type::terminal);
+      r.ctx.run_for(std::chrono::milliseconds(200));
+      BOOST_TEST(!in_flight_at_return, "emit returned with " << counts.now
+                                                             << " sends reading its memory");
+      gate->open_gate();
+      for (int i = 0; i < 600 && !in_flight_at_return; ++i)
+        r.ctx.run_for(std::chrono::milliseconds(10));
+      BOOST_TEST_REQUIRE(in_flight_at_return.has_value());
+      BOOST_TEST(*in_flight_at_return == 0u);
+      BOOST_TEST(emitted == make_error_code(errc::closed), emitted.message());
+    }
+  }
 }

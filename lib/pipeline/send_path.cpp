@@ -10,6 +10,7 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/error.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
@@ -367,9 +368,14 @@ asio::awaitable<std::error_code> wait_chunks(std::shared_ptr<sender_state> s,
   s->stall_watch.end_wait();
   if (ec == asio::error::operation_aborted) {
     // The producer was cancelled with its bytes still queued: they cannot
-    // be taken back, and its memory may go once it returns.
+    // be taken back, and its memory may go once it returns, so not before
+    // the sends in flight that read it have ended (with the transport the
+    // failed queue closes).
     q->fail(make_error_code(errc::closed));
     if (!s->resend) s->fail(make_error_code(errc::closed));
+    co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
+    co_await q->writes_ended();
+    co_await asio::this_coro::reset_cancellation_state();
     co_return make_error_code(errc::closed);
   }
   if (!ec) s->stall_watch.progress();

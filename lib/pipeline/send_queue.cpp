@@ -51,6 +51,12 @@ asio::awaitable<std::error_code> send_queue::wait_written(std::uint64_t ticket) 
   co_return written_ >= ticket ? std::error_code{} : error_;
 }
 
+asio::awaitable<void> send_queue::writes_ended() {
+  // The writer notifies wrote_cv_ when a write ends, and fail() when it
+  // breaks off after one.
+  while (writing_) (void)co_await wrote_cv_.wait();
+}
+
 asio::awaitable<std::error_code> send_queue::room() {
   while (full() && !error_) {
     room_waited_ = true;
@@ -77,7 +83,9 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
     // "In process against TCP").
     if (std::exchange(room_waited_, false)) room_cv_.notify_all();
     const std::uint64_t end = taken_;
+    writing_ = true;
     const std::error_code ec = co_await write_out(back_);
+    writing_ = false;
     back_.clear();
     if (ec) {
       fail(ec);
@@ -87,6 +95,7 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
     written_ = end;
     wrote_cv_.notify_all();
   }
+  wrote_cv_.notify_all();  // writes_ended(): the last write ended
 }
 
 asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {
