@@ -74,7 +74,11 @@ class ucx_transport final : public transport {
 
   payload_receipt post_write_bulk(std::span<const std::byte> header,
                                   std::span<const asio::const_buffer> payload) override {
-    return payload_receipt(std::make_unique<posted_write>(*this, c_->post_send(header, payload)));
+    // The receipt first: once the send started, nothing may throw before
+    // it is held (dropped, it closes the connection so UCX reads no more).
+    auto w = std::make_unique<posted_write>(*this);
+    w->start(header, payload);
+    return payload_receipt(std::move(w));
   }
 
   // Each write() is one eager message: beyond this, UCX's eager protocol
@@ -104,12 +108,13 @@ class ucx_transport final : public transport {
 
   payload_receipt post_read(std::span<std::byte> dest) override {
     if (!c_->bulk_pending()) return transport::post_read(dest);  // plain bytes: at wait()
-    auto pp = c_->post_payload(dest);
-    if (!pp.slot) {
-      note(pp.ec);
-      return payload_receipt(pp.ec);
+    // The receipt first, as in post_write_bulk.
+    auto r = std::make_unique<posted>(*this);
+    if (auto ec = r->start(dest)) {
+      note(ec);
+      return payload_receipt(ec);
     }
-    return payload_receipt(std::make_unique<posted>(*this, std::move(pp)));
+    return payload_receipt(std::move(r));
   }
 
   void retire(std::shared_ptr<const void> owner) override { rt_->retire(std::move(owner)); }
@@ -146,9 +151,13 @@ class ucx_transport final : public transport {
   // A bulk payload read in flight; the connection outlives it (shared).
   class posted final : public payload_receipt::pending {
    public:
-    posted(ucx_transport& t, connection::posted_payload pp)
-        : t_(&t), c_(t.c_), pp_(std::move(pp)) {}
+    explicit posted(ucx_transport& t) : t_(&t), c_(t.c_) {}
     ~posted() override { c_->drop_payload(pp_); }
+    /// Starts the fetch into `dest`; its error when none started.
+    std::error_code start(std::span<std::byte> dest) {
+      pp_ = c_->post_payload(dest);
+      return pp_.slot ? std::error_code{} : pp_.ec;
+    }
     asio::awaitable<std::error_code> wait() override {
       auto ec = co_await c_->wait_payload(pp_);
       t_->note(ec);
@@ -164,9 +173,11 @@ class ucx_transport final : public transport {
 
   class posted_write final : public payload_receipt::pending {
    public:
-    posted_write(ucx_transport& t, connection::posted_send ps)
-        : t_(&t), c_(t.c_), ps_(std::move(ps)) {}
+    explicit posted_write(ucx_transport& t) : t_(&t), c_(t.c_) {}
     ~posted_write() override { c_->drop_send(ps_); }
+    void start(std::span<const std::byte> header, std::span<const asio::const_buffer> payload) {
+      ps_ = c_->post_send(header, payload);
+    }
     asio::awaitable<std::error_code> wait() override {
       auto ec = co_await c_->wait_send(ps_);
       t_->note(ec);
