@@ -100,7 +100,11 @@ std::variant<options, usage_error> parse_args(int argc, const char* const* argv)
   }
   for (auto a : args) {
     if (a == "--") break;
-    if (a == "--version") return options{.cmd = command::version};
+    if (a == "--version") {
+      options v;
+      v.cmd = command::version;
+      return v;
+    }
   }
   if (args.empty()) return usage_error{"missing command"};
 

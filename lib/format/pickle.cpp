@@ -162,7 +162,7 @@ class writer {
     for (const auto& x : items)
       if (auto ok = save(x, depth + 1); !ok) return ok;
     static constexpr std::uint8_t sized[] = {0, TUPLE1, TUPLE2, TUPLE3};
-    byte(items.size() > 3 ? TUPLE : sized[items.size()]);
+    byte(items.size() > 3 ? std::uint8_t{TUPLE} : sized[items.size()]);
     return {};
   }
 
