@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/install_test.sh INSTALL — installs blobpipe with //:install into a
+# test/install_test.sh INSTALL VERSION_BZL — installs blobpipe with //:install into a
 # scratch PREFIX, then compiles, links and runs a small program against the
 # installed tree twice: with pkg-config (blobpipe.pc) and with CMake
 # (find_package(blobpipe), blobpipe::blobpipe). The program uses the codec,
@@ -12,6 +12,9 @@
 set -uo pipefail
 
 install=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # a path, not a name PATH resolves
+# find_package asks for this MAJOR.MINOR, from the one place it is written.
+version=$(sed -n 's/^BLOBPIPE_VERSION = "\([0-9]*\.[0-9]*\)\..*"$/\1/p' "$2")
+[[ -n $version ]] || { echo "FAILED: no BLOBPIPE_VERSION in $2"; exit 1; }
 target=${TEST_TARGET:-install_test.sh}
 work=${TEST_TMPDIR:-$(mktemp -d)}/install_test
 rm -rf "$work"
@@ -20,7 +23,11 @@ prefix=$work/prefix
 failures=0
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
 
-command -v g++ >/dev/null || { echo "SKIPPED: $target (every part): g++ is not installed"; exit 0; }
+if ! command -v g++ >/dev/null; then
+  echo "SKIPPED: $target (every part): g++ is not installed"
+  echo "ALL SKIPPED: $target: every part"
+  exit 0
+fi
 "$install" "$prefix" || { echo "FAILED: //:install $prefix"; exit 1; }
 for f in include/blobpipe/format.hpp include/blobpipe/cluster/server.hpp lib/libblobpipe.a \
          lib/pkgconfig/blobpipe.pc lib/cmake/blobpipe/blobpipeConfig.cmake; do
@@ -210,10 +217,10 @@ fi
 
 # CMake
 if command -v cmake >/dev/null; then
-  cat >"$work/app/CMakeLists.txt" <<'CMAKE'
+  cat >"$work/app/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.18)
 project(blobpipe_user LANGUAGES CXX)
-find_package(blobpipe 0.1 REQUIRED)
+find_package(blobpipe $version REQUIRED)
 add_executable(by_cmake main.cpp)
 target_link_libraries(by_cmake PRIVATE blobpipe::blobpipe)
 CMAKE
