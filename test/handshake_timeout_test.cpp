@@ -271,6 +271,9 @@ BOOST_AUTO_TEST_CASE(resend_give_up_bound_counts_every_attempt_and_wait) {
   o.resend.retry_delay = 1ms;
   o.handshake_timeout = 50ms;
   BOOST_TEST(resend_give_up_bound(o).count() == 153);  // the session below
+  o.resend.retry_delay = 80ms;  // above max_retry_delay: each wait is that
+  o.resend.max_retry_delay = 20ms;
+  BOOST_TEST(resend_give_up_bound(o).count() == 190);  // 3 x 50 + 2 x 20
   o.handshake_timeout = 0ms;
   o.stall_timeout = 0ms;
   BOOST_TEST(resend_give_up_bound(o).count() == 0);  // no bound at all

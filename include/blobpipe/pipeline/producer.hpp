@@ -116,9 +116,10 @@ struct resend_options {
   /// listening and accepting?" unless one answered and refused the hello.
   /// Each such attempt makes the next one wait (below).
   std::uint32_t max_attempts = 8;
-  /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`.
-  /// The first reconnect after a connection that delivered broke is
-  /// immediate.
+  /// Wait before a retry: `retry_delay`, doubling up to `max_retry_delay`;
+  /// no wait is longer than `max_retry_delay`, so a `retry_delay` above it
+  /// waits `max_retry_delay`. The first reconnect after a connection that
+  /// delivered broke is immediate.
   std::chrono::milliseconds retry_delay{10};
   std::chrono::milliseconds max_retry_delay{1000};
 };

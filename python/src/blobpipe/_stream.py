@@ -98,7 +98,9 @@ def connect(url: str, **options: Any) -> "_blobpipe.Sender":
                 one) or of 16 zero bytes is refused with ValueError.
             unacked_bytes, max_attempts, retry_delay, max_retry_delay:
                 resend session limits (bytes, count, seconds, seconds;
-                defaults 256 MiB, 8, 0.01, 1). ``max_attempts`` counts
+                defaults 256 MiB, 8, 0.01, 1). The wait before a retry is
+                ``retry_delay``, doubling, never above ``max_retry_delay``
+                (a larger ``retry_delay`` waits that). ``max_attempts`` counts
                 connection attempts in a row that deliver nothing: failed
                 connects, and connections that end with no blob delivered
                 while one was kept (a consumer that closes after the
