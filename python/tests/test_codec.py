@@ -611,6 +611,15 @@ def test_read_index_file_errors():
     with pytest.raises(RuntimeError, match="disk on fire"):
         bf.read_index_file(Broken(blob))
     assert category_of(lambda: bf.read_index_file(io.BytesIO(blob), 0, len(blob) + 1)) == "too_small"
+    # off and nbytes: integers (numpy's too) in [0, 2**64), else a
+    # TypeError or ValueError naming the argument.
+    assert bf.read_index_file(io.BytesIO(blob), np.int64(0), np.uint64(len(blob)))
+    for off, nbytes, raised, says in ((object(), 0, TypeError, "off must be an integer"),
+                                      (0, 1.5, TypeError, "nbytes must be an integer"),
+                                      (-1, 0, ValueError, "off must be within"),
+                                      (0, 2**64, ValueError, "nbytes must be within")):
+        with pytest.raises(raised, match=f"read_index_file: {says}"):
+            bf.read_index_file(io.BytesIO(blob), off, nbytes)
 
 
 SMALL_VALID = [c for c in cases(valid=True) if c["nbytes"] <= 4096 and c["footer_version"] == 3]

@@ -74,7 +74,7 @@ from ._raw import RawEntry
 from . import _blobpipe
 from ._blobpipe import (Blob, BlobAborted, BlobComplete, Consumer, Entry, EntryReady, Listener,
                         ReceivedBuffer, Sender)
-from ._plan import (_FOOTER_FMT, _FOOTER_V2_FMT, BlobPlan, _align_up, _entries, _footer,
+from ._plan import (_FOOTER_FMT, _FOOTER_V2_FMT, BlobPlan, _align_up, _entries, _footer, _integer,
                     _native_of, _numpy_bytes, _tensor_bytes, _torch_dtype, _write_fields,
                     _write_tail_fields, encode_value)
 from ._stream import connect, listen, loopback_pair, parse_url
@@ -360,9 +360,19 @@ def read_index_file(f: _Any, off: int = 0, nbytes: int = 0) -> list[Entry]:
             file (a FIFO, a directory); a file object's own exceptions
             propagate as they are.
         TypeError: ``f`` is neither a path nor an object with ``read`` and
-            ``seek`` (``None``, say), or a file object opened in text mode.
+            ``seek`` (``None``, say), or a file object opened in text mode;
+            ``off`` or ``nbytes`` is no integer (``operator.index``).
+        ValueError: ``off`` or ``nbytes`` is negative or not below 2**64.
     """
-    return _blobpipe.read_index_file(f, off, nbytes)
+    return _blobpipe.read_index_file(f, _file_bytes(off, "off"), _file_bytes(nbytes, "nbytes"))
+
+
+def _file_bytes(v: _Any, name: str) -> int:
+    """read_index_file's ``off`` or ``nbytes``: an integer in [0, 2**64)."""
+    n = _integer(v, f"read_index_file: {name}")
+    if not 0 <= n < 2**64:
+        raise ValueError(f"read_index_file: {name} must be within 0..2**64-1 bytes, not {n}")
+    return n
 
 
 #: decode_entry(view, e, *, allow_pickle=True): rebuilds an entry's value
