@@ -38,90 +38,70 @@ struct in_flight_counts {
   std::size_t posted = 0;
 };
 
+/// Receipts that pass it end only once the test opens it: a peer slow to
+/// fetch the payloads, whatever the link does.
+class receipt_gate {
+ public:
+  explicit receipt_gate(asio::any_io_executor ex) : timer_(std::move(ex)) {
+    timer_.expires_at(asio::steady_timer::time_point::max());
+  }
+  void open() {
+    open_ = true;
+    timer_.cancel();
+  }
+  bool is_open() const noexcept { return open_; }
+  asio::awaitable<void> pass() {
+    while (!open_)
+      (void)co_await timer_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+
+ private:
+  asio::steady_timer timer_;
+  bool open_ = false;
+};
+
 class window_counting_transport final : public forwarding_transport {
  public:
-  window_counting_transport(std::unique_ptr<transport> inner, in_flight_counts& counts)
-      : forwarding_transport(std::move(inner)), counts_(&counts) {}
+  /// `gate`, when given, holds back the end of every receipt.
+  window_counting_transport(std::unique_ptr<transport> inner, in_flight_counts& counts,
+                            receipt_gate* gate = nullptr)
+      : forwarding_transport(std::move(inner)), counts_(&counts), gate_(gate) {}
   payload_receipt post_write_bulk(std::span<const std::byte> header,
                                   std::span<const asio::const_buffer> payload) override {
     ++counts_->posted;
     counts_->most = std::max(counts_->most, ++counts_->now);
     return payload_receipt(std::make_unique<counted>(
-        *counts_, forwarding_transport::post_write_bulk(header, payload)));
+        *counts_, gate_, forwarding_transport::post_write_bulk(header, payload)));
   }
 
  private:
   class counted final : public payload_receipt::pending {
    public:
-    counted(in_flight_counts& counts, payload_receipt inner)
-        : counts_(&counts), inner_(std::move(inner)) {}
+    counted(in_flight_counts& counts, receipt_gate* gate, payload_receipt inner)
+        : counts_(&counts), gate_(gate), inner_(std::move(inner)) {}
     ~counted() override {
       if (!waited_) --counts_->now;
     }
     asio::awaitable<std::error_code> wait() override {
       const std::error_code ec = co_await inner_.wait();
+      if (gate_) co_await gate_->pass();
       waited_ = true;
       --counts_->now;
       co_return ec;
     }
-    bool ready() const noexcept override { return inner_.ready(); }
+    bool ready() const noexcept override {
+      return (!gate_ || gate_->is_open()) && inner_.ready();
+    }
 
    private:
     in_flight_counts* counts_;
+    receipt_gate* gate_;
     payload_receipt inner_;
     bool waited_ = false;
   };
 
   in_flight_counts* counts_;
-};
-
-/// Bulk payloads whose receipts end only once the test opens the gate:
-/// a peer slow to fetch them, whatever the link does. `now` counts the
-/// receipts not yet ended.
-class gated_transport final : public forwarding_transport {
- public:
-  gated_transport(std::unique_ptr<transport> inner, in_flight_counts& counts)
-      : forwarding_transport(std::move(inner)), counts_(&counts), gate_(get_executor()) {
-    gate_.expires_at(asio::steady_timer::time_point::max());
-  }
-  void open_gate() {
-    open_ = true;
-    gate_.cancel();
-  }
-  payload_receipt post_write_bulk(std::span<const std::byte> header,
-                                  std::span<const asio::const_buffer> payload) override {
-    ++counts_->posted;
-    counts_->most = std::max(counts_->most, ++counts_->now);
-    return payload_receipt(
-        std::make_unique<gated>(*this, forwarding_transport::post_write_bulk(header, payload)));
-  }
-
- private:
-  class gated final : public payload_receipt::pending {
-   public:
-    gated(gated_transport& t, payload_receipt inner) : t_(&t), inner_(std::move(inner)) {}
-    ~gated() override {
-      if (!ended_) --t_->counts_->now;
-    }
-    asio::awaitable<std::error_code> wait() override {
-      const std::error_code ec = co_await inner_.wait();
-      while (!t_->open_)
-        (void)co_await t_->gate_.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-      ended_ = true;
-      --t_->counts_->now;
-      co_return ec;
-    }
-    bool ready() const noexcept override { return t_->open_ && inner_.ready(); }
-
-   private:
-    gated_transport* t_;
-    payload_receipt inner_;
-    bool ended_ = false;
-  };
-
-  in_flight_counts* counts_;
-  asio::steady_timer gate_;
-  bool open_ = false;
+  receipt_gate* gate_;
 };
 
 /// A transport whose write window is cut to `window`.
@@ -150,17 +130,18 @@ class bulk_in_wait final : public forwarding_transport {
 };
 
 /// A started sender (its transport wrapped by `wrap` when given, then its
-/// bulk payloads counted) and consumer over `l`.
+/// bulk payloads counted, their ends held by `gate` when given) and
+/// consumer over `l`.
 asio::awaitable<endpoints> connect_counting(link_kind l, in_flight_counts& counts,
-                                            transport_wrap wrap) {
+                                            transport_wrap wrap, receipt_gate* gate = nullptr) {
   consumer_options copt;
   copt.window_bytes = 64 << 20;
   sender_options sopt;
   sopt.chunk_bytes = 256 << 10;
-  co_return co_await connect(l, copt, sopt, [&counts, wrap](std::unique_ptr<transport> t) {
+  co_return co_await connect(l, copt, sopt, [&counts, wrap, gate](std::unique_ptr<transport> t) {
     if (wrap) t = wrap(std::move(t));
     return std::unique_ptr<transport>(
-        std::make_unique<window_counting_transport>(std::move(t), counts));
+        std::make_unique<window_counting_transport>(std::move(t), counts, gate));
   });
 }
 
@@ -264,18 +245,9 @@ BOOST_AUTO_TEST_CASE(a_cancelled_producer_returns_once_no_send_reads_its_memory)
   for (link_kind l : offered_links({link_kind::ucx_tcp})) {
     BOOST_TEST_CONTEXT(link_name(l)) {
       in_flight_counts counts;
-      gated_transport* gate = nullptr;
       runner r;
-      consumer_options copt;
-      copt.window_bytes = 64 << 20;
-      sender_options sopt;
-      sopt.chunk_bytes = 256 << 10;
-      auto ep = r.await(connect(l, copt, sopt, [&](std::unique_ptr<transport> t) {
-        auto g = std::make_unique<gated_transport>(std::move(t), counts);
-        gate = g.get();
-        return std::unique_ptr<transport>(std::move(g));
-      }));
-      BOOST_TEST_REQUIRE(gate != nullptr);
+      receipt_gate gate(r.ex());
+      auto ep = r.await(connect_counting(l, counts, {}, &gate));
       const auto values = ramp(1 << 20, 1.f);  // 4 MiB: 16 chunks
       std::optional<std::size_t> in_flight_at_return;
       std::error_code emitted;
@@ -295,7 +267,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_producer_returns_once_no_send_reads_its_memory)
       r.ctx.run_for(std::chrono::milliseconds(200));
       BOOST_TEST(!in_flight_at_return, "emit returned with " << counts.now
                                                              << " sends reading its memory");
-      gate->open_gate();
+      gate.open();
       for (int i = 0; i < 600 && !in_flight_at_return; ++i)
         r.ctx.run_for(std::chrono::milliseconds(10));
       BOOST_TEST_REQUIRE(in_flight_at_return.has_value());
