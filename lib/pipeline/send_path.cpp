@@ -368,14 +368,9 @@ asio::awaitable<std::error_code> wait_chunks(std::shared_ptr<sender_state> s,
   s->stall_watch.end_wait();
   if (ec == asio::error::operation_aborted) {
     // The producer was cancelled with its bytes still queued: they cannot
-    // be taken back, and its memory may go once it returns, so not before
-    // the sends in flight that read it have ended (with the transport the
-    // failed queue closes).
+    // be taken back (send_chunks waits for the sends reading them).
     q->fail(make_error_code(errc::closed));
     if (!s->resend) s->fail(make_error_code(errc::closed));
-    co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
-    co_await q->writes_ended();
-    co_await asio::this_coro::reset_cancellation_state();
     co_return make_error_code(errc::closed);
   }
   if (!ec) s->stall_watch.progress();
@@ -390,23 +385,46 @@ asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
   if (q->error()) co_return q->error();  // (its transport may be released)
   const bool bulk = q->link().sends_bulk();
   std::array<std::uint64_t, chunks_ahead> ahead{};  // chunk k's ticket at k % chunks_ahead
-  std::size_t k = 0;
+  std::size_t queued = 0;                           // chunks framed
   std::uint64_t last = q->ticket();
-  for (std::size_t pos = 0; pos < bytes.size(); ++k) {
-    if (q->error()) co_return q->error();
+  std::error_code ec;
+  for (std::size_t pos = 0; pos < bytes.size(); ++queued) {
+    if (q->error()) {
+      ec = q->error();
+      break;
+    }
     // The connection was replaced while we waited: these frames are not its.
-    if (q != s->queue) co_return make_error_code(errc::closed);
+    if (q != s->queue) {
+      ec = make_error_code(errc::closed);
+      break;
+    }
     const std::size_t n = s->session.add_chunk(b, bytes.subspan(pos), bulk, device);
-    if (n == 0) co_return make_error_code(errc::closed);  // the entry needs no more
+    if (n == 0) {  // the entry needs no more
+      ec = make_error_code(errc::closed);
+      break;
+    }
     q->kick();
     pos += n;
-    if (k >= chunks_ahead) {
-      const std::error_code ec = co_await wait_chunks(s, q, ahead[k % chunks_ahead]);
-      if (ec) co_return ec;
+    if (queued >= chunks_ahead) {
+      ec = co_await wait_chunks(s, q, ahead[queued % chunks_ahead]);
+      if (ec) break;
     }
-    last = ahead[k % chunks_ahead] = q->ticket();
+    last = ahead[queued % chunks_ahead] = q->ticket();
   }
-  co_return co_await wait_chunks(s, q, last);
+  if (!ec) ec = co_await wait_chunks(s, q, last);
+  if (ec && queued > 0) {
+    // Stopped (cancelled, the sender closed, the queue replaced) with
+    // chunks queued: `bytes` may go once this returns, so not before the
+    // sends in flight that read them have ended, with the transport the
+    // failed queue closes. A cancellation neither ends this wait nor is
+    // lost (the caller's next co_await throws): an awaitable co_awaited
+    // in a cancelled coroutine throws, so throw_if_cancelled is off here.
+    const bool throws = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    co_await q->writes_ended();
+    co_await asio::this_coro::throw_if_cancelled(throws);
+  }
+  co_return ec;
 }
 
 }  // namespace blobpipe::detail

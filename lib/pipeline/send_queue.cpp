@@ -1,6 +1,7 @@
 #include "lib/pipeline/send_queue.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include <asio/error.hpp>
@@ -54,7 +55,7 @@ asio::awaitable<std::error_code> send_queue::wait_written(std::uint64_t ticket) 
 asio::awaitable<void> send_queue::writes_ended() {
   // The writer notifies wrote_cv_ when a write ends, and fail() when it
   // breaks off after one.
-  while (writing_) (void)co_await wrote_cv_.wait();
+  while (writing_) co_await wrote_cv_.wait_ignoring_cancellation();
 }
 
 asio::awaitable<std::error_code> send_queue::room() {
@@ -68,6 +69,19 @@ asio::awaitable<std::error_code> send_queue::room() {
 
 // `self` keeps the queue alive for as long as the writer runs.
 asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queue> self) {
+  // The writer ends when the queue failed, having cleared writing_ and
+  // notified wrote_cv_ after its last write. Should a write throw
+  // (bad_alloc), the same holds: the queue fails, so a producer in
+  // writes_ended() or wait_written() goes on.
+  struct on_throw {
+    send_queue& q;
+    ~on_throw() {
+      if (std::uncaught_exceptions() == 0) return;
+      q.writing_ = false;
+      if (!q.error_) q.fail(make_error_code(errc::closed));
+      q.wrote_cv_.notify_all();
+    }
+  } ended{*this};
   for (;;) {
     if (error_) break;
     if (front_.empty()) {
@@ -95,7 +109,6 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
     written_ = end;
     wrote_cv_.notify_all();
   }
-  wrote_cv_.notify_all();  // writes_ended(): the last write ended
 }
 
 asio::awaitable<std::error_code> send_queue::write_out(const outbox& o) {

@@ -56,8 +56,10 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   /// Completes once no write is in flight: no byte of a frame queued so
   /// far is read any more. After fail() the sends still in flight end
   /// with the closed transport, so this is bounded by the transport's
-  /// close. A producer cancelled in wait_written waits here, its
-  /// cancellation masked, before its memory may go.
+  /// close. A producer whose chunks are queued waits here, whatever ended
+  /// its wait (the queue failed, it was cancelled), before its memory may
+  /// go. The caller's cancellation does not end the wait.
+  /// REQUIRES: asio::this_coro::throw_if_cancelled is off.
   asio::awaitable<void> writes_ended();
   /// Whether room() would wait.
   bool full() const noexcept { return front_.copied_bytes() > max_queued_bytes_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/error.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -49,6 +50,11 @@ asio::awaitable<bool> async_condition::wait_for(std::chrono::milliseconds d) {
   co_await timer_.async_wait(use_tuple);
   timer_.expires_at(asio::steady_timer::time_point::max());
   co_return is_cancelled(cs);
+}
+
+asio::awaitable<void> async_condition::wait_ignoring_cancellation() {
+  // An empty slot: the coroutine's cancellation does not reach the timer.
+  co_await timer_.async_wait(asio::bind_cancellation_slot(asio::cancellation_slot(), use_tuple));
 }
 
 void async_condition::notify_all() noexcept { timer_.cancel(); }

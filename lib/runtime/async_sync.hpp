@@ -44,6 +44,10 @@ class async_condition {
   /// As wait(), for at most `d`: a poll that a notify_all() cuts short (the
   /// waiter re-checks what it waits for either way). One waiter at a time.
   asio::awaitable<bool> wait_for(std::chrono::milliseconds d);
+  /// As wait(), but the awaiting coroutine's cancellation neither ends nor
+  /// skips it. REQUIRES: the caller turned asio::this_coro::
+  /// throw_if_cancelled off (else a cancelled caller throws at the wait).
+  asio::awaitable<void> wait_ignoring_cancellation();
   void notify_all() noexcept;
 
  private:
