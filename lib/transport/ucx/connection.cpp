@@ -130,8 +130,14 @@ connection::posted_send connection::post_send(std::span<const std::byte> header,
   // Progress now, from the caller (never inside a UCX callback), not after
   // another trip through the executor: a request UCX can finish at once
   // then needs no wake-up at all, and even a send done at once may have
-  // left bytes queued inside UCX.
-  rt_->progress_now();
+  // left bytes queued inside UCX. Should it throw (bad_alloc), the send
+  // ends first: UCX reads `ps.iov` until then.
+  try {
+    rt_->progress_now();
+  } catch (...) {
+    drop_send(ps);
+    throw;
+  }
   return ps;
 }
 
@@ -329,7 +335,14 @@ connection::posted_payload connection::post_payload(std::span<std::byte> dest,
                                        dest.data(), dest.size(), &p));
   // As in send(): a fetch UCX completes in this pass (a cma read does)
   // needs no wake-up.
-  if (out.slot->pending()) rt_->progress_now();
+  if (out.slot->pending()) {
+    try {
+      rt_->progress_now();
+    } catch (...) {
+      drop_payload(out);  // as in post_send: the fetch ends before `out`
+      throw;
+    }
+  }
   if (!out.slot->pending()) finish_payload(out);
   return out;
 }

@@ -108,11 +108,12 @@ class ucx_transport final : public transport {
 
   payload_receipt post_read(std::span<std::byte> dest) override {
     if (!c_->bulk_pending()) return transport::post_read(dest);  // plain bytes: at wait()
-    // The receipt first, as in post_write_bulk.
+    // The receipt first, as in post_write_bulk; one done at once (an eager
+    // copy, or a failure) needs none.
     auto r = std::make_unique<posted>(*this);
-    if (auto ec = r->start(dest)) {
-      note(ec);
-      return payload_receipt(ec);
+    if (!r->start(dest)) {
+      note(r->error());
+      return payload_receipt(r->error());
     }
     return payload_receipt(std::move(r));
   }
@@ -153,11 +154,13 @@ class ucx_transport final : public transport {
    public:
     explicit posted(ucx_transport& t) : t_(&t), c_(t.c_) {}
     ~posted() override { c_->drop_payload(pp_); }
-    /// Starts the fetch into `dest`; its error when none started.
-    std::error_code start(std::span<std::byte> dest) {
+    /// Starts the copy or fetch into `dest`: whether it is still in
+    /// flight (else it ended, with error()).
+    bool start(std::span<std::byte> dest) {
       pp_ = c_->post_payload(dest);
-      return pp_.slot ? std::error_code{} : pp_.ec;
+      return pp_.slot != nullptr;
     }
+    std::error_code error() const noexcept { return pp_.ec; }
     asio::awaitable<std::error_code> wait() override {
       auto ec = co_await c_->wait_payload(pp_);
       t_->note(ec);
