@@ -11,7 +11,8 @@ work=${TEST_TMPDIR:-$(mktemp -d)}/ci
 rm -rf "$work"
 mkdir -p "$work/repo/.ci" "$work/repo/bazel" "$work/logs/test"/{all_skipped,some_skipped,failed}
 cp "$ci_run" "$work/repo/.ci/run"
-printf 'SKIPPED: //test:all_skipped a: why\nSKIPPED: //test:all_skipped b: why\nALL SKIPPED: //test:all_skipped: 2 of 2 cases\n' \
+# Two lines for one target (a log of two runs, say) count it once.
+printf 'SKIPPED: //test:all_skipped a: why\nSKIPPED: //test:all_skipped b: why\nALL SKIPPED: //test:all_skipped: 2 of 2 cases\nALL SKIPPED: //test:all_skipped: every part\n' \
   >"$work/logs/test/all_skipped/test.log"
 printf 'SKIPPED: //test:some_skipped a: why\n' >"$work/logs/test/some_skipped/test.log"
 printf 'ALL SKIPPED: //test:failed: 1 of 1 cases\n' >"$work/logs/test/failed/test.log"

@@ -47,7 +47,8 @@ def pytest_configure(config) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
-        _skipped.add(report.nodeid)
+        if report.when != "teardown":  # skipped in teardown, the case ran
+            _skipped.add(report.nodeid)
         _print(f"SKIPPED: {_target()} {report.nodeid}: {_skip_reason(report)}")
 
 
