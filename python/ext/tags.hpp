@@ -30,15 +30,21 @@ inline pybind11::bytes tag_bytes(const tag_t& t) {
 /// for a count above sys.maxsize.
 inline tag_t tag_from(pybind11::handle tag, std::size_t* given_bytes = nullptr) {
   namespace py = pybind11;
-  // bytes() tries __bytes__ first, then an integer as a count.
+  // bytes() tries __bytes__ first, then an integer as a count; an object
+  // whose __index__ raises TypeError (a numpy array of several bytes) goes
+  // on to the buffer protocol, as in bytes().
   if (!PyBytes_Check(tag.ptr()) && !PyUnicode_Check(tag.ptr()) && PyIndex_Check(tag.ptr()) &&
       !py::hasattr(py::type::handle_of(tag), "__bytes__")) {
     const Py_ssize_t count = PyNumber_AsSsize_t(tag.ptr(), PyExc_OverflowError);
-    if (count == -1 && PyErr_Occurred()) throw py::error_already_set();
-    if (count < 0) throw py::value_error("tag: bytes() of a negative count (" +
-                                         std::to_string(count) + ")");
-    if (given_bytes != nullptr) *given_bytes = static_cast<std::size_t>(count);
-    return NO_TAG;
+    if (count == -1 && PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+      PyErr_Clear();
+    } else if (count < 0) {
+      throw py::value_error("tag: bytes() of a negative count (" + std::to_string(count) + ")");
+    } else {
+      if (given_bytes != nullptr) *given_bytes = static_cast<std::size_t>(count);
+      return NO_TAG;
+    }
   }
   py::object b = py::reinterpret_borrow<py::object>(tag);
   if (!PyBytes_Check(tag.ptr())) {

@@ -287,6 +287,12 @@ def test_a_count_as_tag_is_the_zero_tag_and_allocates_nothing():
             return b"sample-7"
 
     assert bf.plan(["x"], [1], tag=Tagged(2**40)).tag == b"sample-7".ljust(16, b"\0")
+    # An object whose __index__ raises TypeError (a numpy array of one or
+    # more dims) is its buffer, as in bytes(); a 0-d integer array is a count.
+    digest = bytes(range(1, 21))
+    assert bf.plan(["x"], [1], tag=np.frombuffer(digest, np.uint8)).tag == digest[:16]
+    assert bf.plan(["x"], [1], tag=np.array([3])).tag == bytes(np.array([3])).ljust(16, b"\0")
+    assert bf.plan(["x"], [1], tag=np.array(3)).tag == bf.NO_TAG
 
 
 def test_no_tag_reads_back_as_none():
@@ -616,6 +622,8 @@ def test_read_index_file_errors():
     assert bf.read_index_file(io.BytesIO(blob), np.int64(0), np.uint64(len(blob)))
     for off, nbytes, raised, says in ((object(), 0, TypeError, "off must be an integer"),
                                       (0, 1.5, TypeError, "nbytes must be an integer"),
+                                      (True, 0, TypeError, "off must be an integer"),
+                                      (0, np.True_, TypeError, "nbytes must be an integer"),
                                       (-1, 0, ValueError, "off must be within"),
                                       (0, 2**64, ValueError, "nbytes must be within")):
         with pytest.raises(raised, match=f"read_index_file: {says}"):

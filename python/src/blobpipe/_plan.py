@@ -371,7 +371,10 @@ def _fields_of(p: Any) -> tuple:
 
 
 def _integer(v: Any, what: str) -> int:
-    """operator.index(v), its TypeError naming what v is."""
+    """operator.index(v), its TypeError naming what v is; a bool (Python's
+    or numpy's) is no integer here."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
     try:
         return operator.index(v)
     except TypeError:
@@ -421,7 +424,7 @@ def _check_ranges(entries: list, index_off: int) -> None:
 def _write_fields(p: Any, out: Any) -> None:
     """write() of a caller's plan: from its fields."""
     index, nbytes, tag = _fields_of(p)
-    index = bytes(index)
+    index = bytes(memoryview(index))  # a buffer: bytes(n) would allocate n
     o = _out_bytes(out)
     if o.nbytes < nbytes:
         raise FormatError(f"buffer has {o.nbytes} bytes, the blob needs {nbytes}",
@@ -459,7 +462,7 @@ def _write_fields(p: Any, out: Any) -> None:
 def _write_tail_fields(p: Any, out: Any) -> None:
     """write_tail() of a caller's plan: from its fields."""
     index, nbytes, tag = _fields_of(p)
-    index = bytes(index)
+    index = bytes(memoryview(index))  # a buffer: bytes(n) would allocate n
     o = _out_bytes(out)
     need = len(index) + FOOTER_SIZE
     if o.nbytes < need:
