@@ -487,7 +487,8 @@ struct fruitless_run {
 /// delivers nothing, so shutdown() must end with the session's error.
 fruitless_run against_fruitless_consumer(std::function<consumer_play(int)> play,
                                          const std::string& reason,
-                                         std::chrono::milliseconds stall = {}) {
+                                         std::chrono::milliseconds stall = {},
+                                         std::function<void(sender_options&)> tune = {}) {
   runner r;
   loopback_link l(r.ex());
   auto server = [&]() -> asio::awaitable<void> {
@@ -501,6 +502,7 @@ fruitless_run against_fruitless_consumer(std::function<consumer_play(int)> play,
   auto opt = fast_retry();
   opt.resend.max_attempts = 3;
   opt.stall_timeout = stall;
+  if (tune) tune(opt);
   auto snd = r.await(start_resend(l, opt));
   fruitless_run out;
   auto produce = [&]() -> asio::awaitable<void> {
@@ -705,6 +707,18 @@ BOOST_AUTO_TEST_CASE(a_resend_session_gives_up_on_connections_that_deliver_nothi
   BOOST_TEST((out.error == errc::peer_closed), out.error.message());
   BOOST_TEST(has(out.reason, "no blob delivered on 3 connection attempts in a row (max_attempts 3)"),
              out.reason);
+  BOOST_TEST(out.connections == 3);
+}
+
+// No wait before a retry is longer than max_retry_delay: a retry_delay of
+// an hour waits 4 ms, and the session gives up within the run's 30 s.
+BOOST_AUTO_TEST_CASE(a_retry_delay_above_max_retry_delay_waits_max_retry_delay) {
+  auto out = against_fruitless_consumer([](int) { return consumer_play::close; }, "", {},
+                                        [](sender_options& o) {
+                                          o.resend.retry_delay = std::chrono::hours(1);
+                                          o.resend.max_retry_delay = std::chrono::milliseconds(4);
+                                        });
+  BOOST_TEST((out.error == errc::peer_closed), out.error.message());
   BOOST_TEST(out.connections == 3);
 }
 
