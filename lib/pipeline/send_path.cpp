@@ -414,14 +414,15 @@ asio::awaitable<std::error_code> send_chunks(std::shared_ptr<sender_state> s,
   if (!ec) ec = co_await wait_chunks(s, q, last);
   if (ec && queued > 0) {
     // Stopped (cancelled, the sender closed, the queue replaced) with
-    // chunks queued: `bytes` may go once this returns, so not before the
-    // sends in flight that read them have ended, with the transport the
-    // failed queue closes. A cancellation neither ends this wait nor is
+    // chunks queued: `bytes` may go once this returns, so not before no
+    // frame queued so far is read: written, or its queue failed and the
+    // sends in flight ended with the transport it closed. A cancellation neither ends this wait nor is
     // lost (the caller's next co_await throws): an awaitable co_awaited
     // in a cancelled coroutine throws, so throw_if_cancelled is off here.
+    const std::uint64_t framed = q->ticket();
     const bool throws = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
-    co_await q->writes_ended();
+    co_await q->frames_released(framed);
     co_await asio::this_coro::throw_if_cancelled(throws);
   }
   co_return ec;

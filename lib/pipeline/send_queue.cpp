@@ -52,10 +52,11 @@ asio::awaitable<std::error_code> send_queue::wait_written(std::uint64_t ticket) 
   co_return written_ >= ticket ? std::error_code{} : error_;
 }
 
-asio::awaitable<void> send_queue::writes_ended() {
-  // The writer notifies wrote_cv_ when a write ends, and fail() when it
-  // breaks off after one.
-  while (writing_) co_await wrote_cv_.wait_ignoring_cancellation();
+asio::awaitable<void> send_queue::frames_released(std::uint64_t ticket) {
+  // The writer notifies wrote_cv_ when written_ advances, and fail() when
+  // the queue fails and when a write ends after that.
+  while (written_ < ticket && (!error_ || writing_))
+    co_await wrote_cv_.wait_ignoring_cancellation();
 }
 
 asio::awaitable<std::error_code> send_queue::room() {
@@ -72,7 +73,7 @@ asio::awaitable<void> send_queue::run([[maybe_unused]] std::shared_ptr<send_queu
   // The writer ends when the queue failed, having cleared writing_ and
   // notified wrote_cv_ after its last write. Should a write throw
   // (bad_alloc), the same holds: the queue fails, so a producer in
-  // writes_ended() or wait_written() goes on.
+  // frames_released() or wait_written() goes on.
   struct on_throw {
     send_queue& q;
     ~on_throw() {

@@ -53,14 +53,15 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   /// Errors: the connection's error; operation_aborted when the awaiting
   /// coroutine was cancelled (the frames stay queued).
   asio::awaitable<std::error_code> wait_written(std::uint64_t ticket);
-  /// Completes once no write is in flight: no byte of a frame queued so
-  /// far is read any more. After fail() the sends still in flight end
-  /// with the closed transport, so this is bounded by the transport's
-  /// close. A producer whose chunks are queued waits here, whatever ended
-  /// its wait (the queue failed, it was cancelled), before its memory may
-  /// go. The caller's cancellation does not end the wait.
+  /// Completes once no byte of the frames up to `ticket` is read any
+  /// more: the transport took them, or the queue failed and no write is in
+  /// flight (a failed queue writes nothing more, and the sends it had in
+  /// flight end with the transport it closed). A producer whose chunks
+  /// are queued waits here, whatever ended its wait (the queue failed, it
+  /// was cancelled), before its memory may go. The caller's cancellation
+  /// does not end the wait.
   /// REQUIRES: asio::this_coro::throw_if_cancelled is off.
-  asio::awaitable<void> writes_ended();
+  asio::awaitable<void> frames_released(std::uint64_t ticket);
   /// Whether room() would wait.
   bool full() const noexcept { return front_.copied_bytes() > max_queued_bytes_; }
   /// The most copied bytes held at once (framed and not yet written: the
@@ -108,7 +109,7 @@ class send_queue : public std::enable_shared_from_this<send_queue> {
   std::uint64_t taken_ = 0;    // bytes the writer has taken from front_
   std::uint64_t written_ = 0;  // bytes the transport has taken
   bool writer_idle_ = false;
-  bool writing_ = false;  // the writer is in write_out (writes_ended)
+  bool writing_ = false;  // the writer is in write_out (frames_released)
   std::error_code error_;
   async_condition work_cv_;   // the writer waits for frames
   async_condition wrote_cv_;  // written_ advanced, or the queue failed
