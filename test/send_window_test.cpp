@@ -4,7 +4,8 @@
 // overlap; every entry still arrives byte-identical and in order. A transport with a window of 1 (every
 // other) has one at a time: its write starts only when waited for, so
 // nothing written after it can pass it. Counted on the sender's transport.
-// A producer cancelled with sends in flight returns once they have ended.
+// A producer cancelled with sends in flight returns once they have ended;
+// a resend session's, once its kept entry is sent whole, still cancelled.
 //
 // Coroutine lambdas are named locals of the (non-coroutine) test body.
 #define BOOST_TEST_MODULE send_window
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -293,6 +295,95 @@ BOOST_AUTO_TEST_CASE(a_stopped_producer_ends_once_no_send_reads_its_memory) {
         BOOST_TEST(emitted == make_error_code(errc::closed), emitted.message());
         BOOST_TEST(still_cancelled == cancelled);
       }
+    }
+  }
+}
+
+// A resend session's producer cancelled while its kept entry is on the
+// wire: the entry is sent whole (half an entry on a live connection would
+// break it), the emit returns once it is, and the producer is still
+// cancelled afterwards, its cancellation neither lost nor ending the send
+// early (docs/reliability.md "producer cancelled mid-blob").
+BOOST_AUTO_TEST_CASE(a_cancelled_resend_producer_sends_its_kept_entry_whole_and_stays_cancelled) {
+  for (link_kind l : offered_links({link_kind::ucx_tcp})) {
+    BOOST_TEST_CONTEXT(link_name(l)) {
+      in_flight_counts counts;
+      runner r;
+      receipt_gate gate(r.ex());
+      consumer_options copt;
+      copt.window_bytes = 64 << 20;
+      copt.delivered = std::make_shared<delivery_log>();
+      sender_options sopt;
+      sopt.chunk_bytes = 256 << 10;
+      sopt.resend.unacked_bytes = 64 << 20;
+      std::optional<consumer> c;
+      connect_fn connect_once = [&]()
+          -> asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> {
+        auto [a, b] = co_await raw_pair(l);
+        asio::co_spawn(r.ctx, consumer::start(std::move(b), copt),
+                       [&](std::exception_ptr, auto started) {
+                         if (!std::get<0>(started)) c = std::move(std::get<1>(started));
+                       });
+        co_return std::tuple{std::error_code{},
+                             std::unique_ptr<transport>(std::make_unique<window_counting_transport>(
+                                 std::move(a), counts, &gate))};
+      };
+      auto [sec, s] = r.await(sender::start(connect_once, sopt));
+      BOOST_TEST_REQUIRE(!sec, sec.message());
+      for (int i = 0; i < 600 && !c; ++i) r.ctx.run_for(std::chrono::milliseconds(10));
+      BOOST_TEST_REQUIRE(c.has_value());
+      const auto values = ramp(1 << 20, 2.f);  // 4 MiB: 16 chunks
+      bool ended = false;
+      std::error_code emitted;
+      std::error_code thrown;
+      bool still_cancelled = false;
+      auto blob = s.open_blob();
+      auto produce = [&]() -> asio::awaitable<void> {
+        emitted = co_await blob.emit("e", value::tensor(values));
+        const auto cs = co_await asio::this_coro::cancellation_state;
+        still_cancelled = cs.cancelled() != asio::cancellation_type::none;
+      };
+      asio::cancellation_signal cancel;
+      asio::co_spawn(r.ctx, produce(),
+                     asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) {
+                       ended = true;
+                       if (!e) return;
+                       try {
+                         std::rethrow_exception(e);
+                       } catch (const std::system_error& x) {
+                         thrown = x.code();
+                       }
+                     }));
+      for (int i = 0; i < 600 && counts.now < 8; ++i) r.ctx.run_for(std::chrono::milliseconds(10));
+      BOOST_TEST_REQUIRE(counts.now == 8u, counts.now << " in flight");
+      cancel.emit(asio::cancellation_type::terminal);
+      r.ctx.run_for(std::chrono::milliseconds(200));
+      BOOST_TEST(!ended, "emit ended with the entry half sent");
+      gate.open();
+      bool arrived_whole = false;
+      // Reads on, as a trainer does (a UCX send ends once the consumer's
+      // worker has answered the fetch), until the stream ends.
+      auto consume = [&]() -> asio::awaitable<void> {
+        for (;;) {
+          auto ev = co_await c->next();
+          if (ev.kind == event_kind::entry_ready) {
+            const auto& v = ev.entry->view;
+            arrived_whole = v.bytes.size() == values.size() * sizeof(float) &&
+                            std::memcmp(v.bytes.data(), values.data(), v.bytes.size()) == 0;
+          }
+          if (ev.kind == event_kind::end_of_stream) co_return;
+        }
+      };
+      r.spawn(consume());
+      for (int i = 0; i < 600 && !(ended && arrived_whole); ++i)
+        r.ctx.run_for(std::chrono::milliseconds(10));
+      BOOST_TEST_REQUIRE(ended, "emit still waiting: " << counts.now << " in flight, entry "
+                                                        << (arrived_whole ? "arrived" : "not arrived"));
+      BOOST_TEST(!thrown, thrown.message());
+      BOOST_TEST(!emitted, emitted.message());
+      BOOST_TEST(arrived_whole, "the kept entry arrived whole");
+      BOOST_TEST(still_cancelled, "the producer's cancellation was lost");
+      BOOST_TEST(counts.now == 0u);
     }
   }
 }

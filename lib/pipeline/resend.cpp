@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <utility>
 
@@ -150,11 +151,25 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
 
 /// sync() for a producer: its entry is kept already, so a cancellation of
 /// the producer must not leave the entry half sent on a live connection.
+/// sync runs as a task of its own that the producer's cancellation does
+/// not reach (an empty slot), and the producer's cancellation state is not
+/// touched: a producer cancelled meanwhile is still cancelled once the
+/// entry is sent, its next co_await throwing operation_aborted.
 asio::awaitable<void> sync_shielded(std::shared_ptr<sender_state> s,
                                     std::shared_ptr<kept_blob> kb) {
-  co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
-  co_await sync(s, std::move(kb), false);
-  co_await asio::this_coro::reset_cancellation_state();
+  auto ex = co_await asio::this_coro::executor;
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  std::exception_ptr failed;
+  try {
+    co_await asio::co_spawn(ex, sync(std::move(s), std::move(kb), false),
+                            asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                         asio::use_awaitable));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  if (failed) std::rethrow_exception(failed);
 }
 
 /// Re-sends every kept blob on connection number `conn`, oldest first,
