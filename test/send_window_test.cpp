@@ -317,8 +317,11 @@ BOOST_AUTO_TEST_CASE(a_cancelled_resend_producer_sends_its_kept_entry_whole_and_
       sopt.chunk_bytes = 256 << 10;
       sopt.resend.unacked_bytes = 64 << 20;
       std::optional<consumer> c;
+      int connects = 0;  // a second would mean the entry was cut short
       connect_fn connect_once = [&]()
           -> asio::awaitable<std::tuple<std::error_code, std::unique_ptr<transport>>> {
+        if (connects++ > 0)
+          co_return std::tuple{make_error_code(errc::peer_failed), std::unique_ptr<transport>()};
         auto [a, b] = co_await raw_pair(l);
         asio::co_spawn(r.ctx, consumer::start(std::move(b), copt),
                        [&](std::exception_ptr, auto started) {
@@ -383,6 +386,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_resend_producer_sends_its_kept_entry_whole_and_
       BOOST_TEST(!emitted, emitted.message());
       BOOST_TEST(arrived_whole, "the kept entry arrived whole");
       BOOST_TEST(still_cancelled, "the producer's cancellation was lost");
+      BOOST_TEST(connects == 1, "the connection broke: " << connects << " connects");
       BOOST_TEST(counts.now == 0u);
     }
   }
