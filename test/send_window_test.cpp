@@ -147,6 +147,40 @@ asio::awaitable<endpoints> connect_counting(link_kind l, in_flight_counts& count
   });
 }
 
+/// One emit of `values` as entry "e" of `blob`, spawned on `r` with a
+/// cancellation signal of its own (`cancel`): what it returned or threw,
+/// whether its coroutine was still cancelled after it, and the sends in
+/// flight (`counts`) when it ended. Lives until the spawned emit ends.
+struct cancellable_emit {
+  asio::cancellation_signal cancel;
+  std::optional<std::size_t> in_flight_at_end;  // set when it ended
+  std::error_code emitted;
+  std::error_code thrown;
+  bool still_cancelled = false;
+
+  void spawn(runner& r, blob_writer& blob, const std::vector<float>& values,
+             const in_flight_counts& counts) {
+    asio::co_spawn(r.ctx, produce(this, &blob, &values),
+                   asio::bind_cancellation_slot(cancel.slot(), [this, &counts](std::exception_ptr e) {
+                     in_flight_at_end = counts.now;
+                     if (!e) return;
+                     try {
+                       std::rethrow_exception(e);
+                     } catch (const std::system_error& x) {
+                       thrown = x.code();
+                     }
+                   }));
+  }
+
+ private:
+  static asio::awaitable<void> produce(cancellable_emit* self, blob_writer* blob,
+                                       const std::vector<float>* values) {
+    self->emitted = co_await blob->emit("e", value::tensor(*values));
+    const auto cs = co_await asio::this_coro::cancellation_state;
+    self->still_cancelled = cs.cancelled() != asio::cancellation_type::none;
+  }
+};
+
 /// Sends `n` entries of 4 MiB in one blob over `l`, in chunks of 256 KiB
 /// (16 bulk payloads each), the sender's transport wrapped by `wrap`;
 /// checks each arrives whole and in order. The counts of the sender's
@@ -254,46 +288,28 @@ BOOST_AUTO_TEST_CASE(a_stopped_producer_ends_once_no_send_reads_its_memory) {
         receipt_gate gate(r.ex());
         auto ep = r.await(connect_counting(l, counts, {}, &gate));
         const auto values = ramp(1 << 20, 1.f);  // 4 MiB: 16 chunks
-        std::optional<std::size_t> in_flight_at_end;
-        std::error_code emitted;
-        std::error_code thrown;
-        bool still_cancelled = false;
         auto blob = ep.s.open_blob();
-        auto produce = [&]() -> asio::awaitable<void> {
-          emitted = co_await blob.emit("e", value::tensor(values));
-          const auto cs = co_await asio::this_coro::cancellation_state;
-          still_cancelled = cs.cancelled() != asio::cancellation_type::none;
-        };
-        asio::cancellation_signal cancel;
-        asio::co_spawn(r.ctx, produce(),
-                       asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) {
-                         in_flight_at_end = counts.now;
-                         if (!e) return;
-                         try {
-                           std::rethrow_exception(e);
-                         } catch (const std::system_error& x) {
-                           thrown = x.code();
-                         }
-                       }));
+        cancellable_emit e;
+        e.spawn(r, blob, values, counts);
         // The window fills (8 chunks in flight, none ended), then the
         // producer is stopped.
         for (int i = 0; i < 600 && counts.now < 8; ++i)
           r.ctx.run_for(std::chrono::milliseconds(10));
         BOOST_TEST_REQUIRE(counts.now == 8u, counts.now << " in flight");
-        BOOST_TEST_REQUIRE(!in_flight_at_end);
-        if (cancelled) cancel.emit(asio::cancellation_type::terminal);
+        BOOST_TEST_REQUIRE(!e.in_flight_at_end);
+        if (cancelled) e.cancel.emit(asio::cancellation_type::terminal);
         else ep.s.close();
         r.ctx.run_for(std::chrono::milliseconds(200));
-        BOOST_TEST(!in_flight_at_end, "emit ended with " << counts.now
+        BOOST_TEST(!e.in_flight_at_end, "emit ended with " << counts.now
                                                          << " sends reading its memory");
         gate.open();
-        for (int i = 0; i < 600 && !in_flight_at_end; ++i)
+        for (int i = 0; i < 600 && !e.in_flight_at_end; ++i)
           r.ctx.run_for(std::chrono::milliseconds(10));
-        BOOST_TEST_REQUIRE(in_flight_at_end.has_value());
-        BOOST_TEST(*in_flight_at_end == 0u);
-        BOOST_TEST(!thrown, thrown.message());
-        BOOST_TEST(emitted == make_error_code(errc::closed), emitted.message());
-        BOOST_TEST(still_cancelled == cancelled);
+        BOOST_TEST_REQUIRE(e.in_flight_at_end.has_value());
+        BOOST_TEST(counts.now == 0u, "every bulk payload waited for");
+        BOOST_TEST(!e.thrown, e.thrown.message());
+        BOOST_TEST(e.emitted == make_error_code(errc::closed), e.emitted.message());
+        BOOST_TEST(e.still_cancelled == cancelled);
       }
     }
   }
@@ -336,32 +352,14 @@ BOOST_AUTO_TEST_CASE(a_cancelled_resend_producer_sends_its_kept_entry_whole_and_
       for (int i = 0; i < 600 && !c; ++i) r.ctx.run_for(std::chrono::milliseconds(10));
       BOOST_TEST_REQUIRE(c.has_value());
       const auto values = ramp(1 << 20, 2.f);  // 4 MiB: 16 chunks
-      bool ended = false;
-      std::error_code emitted;
-      std::error_code thrown;
-      bool still_cancelled = false;
       auto blob = s.open_blob();
-      auto produce = [&]() -> asio::awaitable<void> {
-        emitted = co_await blob.emit("e", value::tensor(values));
-        const auto cs = co_await asio::this_coro::cancellation_state;
-        still_cancelled = cs.cancelled() != asio::cancellation_type::none;
-      };
-      asio::cancellation_signal cancel;
-      asio::co_spawn(r.ctx, produce(),
-                     asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) {
-                       ended = true;
-                       if (!e) return;
-                       try {
-                         std::rethrow_exception(e);
-                       } catch (const std::system_error& x) {
-                         thrown = x.code();
-                       }
-                     }));
+      cancellable_emit e;
+      e.spawn(r, blob, values, counts);
       for (int i = 0; i < 600 && counts.now < 8; ++i) r.ctx.run_for(std::chrono::milliseconds(10));
       BOOST_TEST_REQUIRE(counts.now == 8u, counts.now << " in flight");
-      cancel.emit(asio::cancellation_type::terminal);
+      e.cancel.emit(asio::cancellation_type::terminal);
       r.ctx.run_for(std::chrono::milliseconds(200));
-      BOOST_TEST(!ended, "emit ended with the entry half sent");
+      BOOST_TEST(!e.in_flight_at_end, "emit ended with the entry half sent");
       gate.open();
       bool arrived_whole = false;
       // Reads on, as a trainer does (a UCX send ends once the consumer's
@@ -378,16 +376,17 @@ BOOST_AUTO_TEST_CASE(a_cancelled_resend_producer_sends_its_kept_entry_whole_and_
         }
       };
       r.spawn(consume());
-      for (int i = 0; i < 600 && !(ended && arrived_whole); ++i)
+      for (int i = 0; i < 600 && !(e.in_flight_at_end && arrived_whole); ++i)
         r.ctx.run_for(std::chrono::milliseconds(10));
-      BOOST_TEST_REQUIRE(ended, "emit still waiting: " << counts.now << " in flight, entry "
-                                                        << (arrived_whole ? "arrived" : "not arrived"));
-      BOOST_TEST(!thrown, thrown.message());
-      BOOST_TEST(!emitted, emitted.message());
+      BOOST_TEST_REQUIRE(e.in_flight_at_end.has_value(),
+                         "emit still waiting: " << counts.now << " in flight, entry "
+                                                << (arrived_whole ? "arrived" : "not arrived"));
+      BOOST_TEST(!e.thrown, e.thrown.message());
+      BOOST_TEST(!e.emitted, e.emitted.message());
       BOOST_TEST(arrived_whole, "the kept entry arrived whole");
-      BOOST_TEST(still_cancelled, "the producer's cancellation was lost");
+      BOOST_TEST(e.still_cancelled, "the producer's cancellation was lost");
       BOOST_TEST(connects == 1, "the connection broke: " << connects << " connects");
-      BOOST_TEST(counts.now == 0u);
+      BOOST_TEST(counts.now == 0u, "every bulk payload waited for");
     }
   }
 }
