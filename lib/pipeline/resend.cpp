@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <exception>
 #include <random>
 #include <utility>
 
@@ -151,25 +150,23 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
 
 /// sync() for a producer: its entry is kept already, so a cancellation of
 /// the producer must not leave the entry half sent on a live connection.
-/// sync runs as a task of its own that the producer's cancellation does
-/// not reach (an empty slot), and the producer's cancellation state is not
-/// touched: a producer cancelled meanwhile is still cancelled once the
-/// entry is sent, its next co_await throwing operation_aborted.
+/// A producer that can be cancelled (its coroutine has a connected slot)
+/// runs sync as a task of its own that the cancellation does not reach (an
+/// empty slot); its own cancellation state is not touched, so a producer
+/// cancelled meanwhile is still cancelled once the entry is sent, its next
+/// co_await throwing operation_aborted. One cancelled before this point
+/// threw at the co_await of this function already.
 asio::awaitable<void> sync_shielded(std::shared_ptr<sender_state> s,
                                     std::shared_ptr<kept_blob> kb) {
-  auto ex = co_await asio::this_coro::executor;
-  const bool throws = co_await asio::this_coro::throw_if_cancelled();
-  co_await asio::this_coro::throw_if_cancelled(false);
-  std::exception_ptr failed;
-  try {
-    co_await asio::co_spawn(ex, sync(std::move(s), std::move(kb), false),
-                            asio::bind_cancellation_slot(asio::cancellation_slot(),
-                                                         asio::use_awaitable));
-  } catch (...) {
-    failed = std::current_exception();
+  const auto cs = co_await asio::this_coro::cancellation_state;
+  if (!cs.slot().is_connected()) {  // nothing can cancel this producer
+    co_await sync(std::move(s), std::move(kb), false);
+    co_return;
   }
-  co_await asio::this_coro::throw_if_cancelled(throws);
-  if (failed) std::rethrow_exception(failed);
+  co_await asio::co_spawn(co_await asio::this_coro::executor,
+                          sync(std::move(s), std::move(kb), false),
+                          asio::bind_cancellation_slot(asio::cancellation_slot(),
+                                                       asio::use_awaitable));
 }
 
 /// Re-sends every kept blob on connection number `conn`, oldest first,
