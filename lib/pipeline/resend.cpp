@@ -155,7 +155,8 @@ asio::awaitable<void> sync(std::shared_ptr<sender_state> s, std::shared_ptr<kept
 /// empty slot); its own cancellation state is not touched, so a producer
 /// cancelled meanwhile is still cancelled once the entry is sent, its next
 /// co_await throwing operation_aborted. One cancelled before this point
-/// threw at the co_await of this function already.
+/// threw at the co_await of this function already (one that turned
+/// throw_if_cancelled off sends the entry all the same).
 asio::awaitable<void> sync_shielded(std::shared_ptr<sender_state> s,
                                     std::shared_ptr<kept_blob> kb) {
   const auto cs = co_await asio::this_coro::cancellation_state;
