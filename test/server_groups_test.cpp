@@ -8,6 +8,7 @@
 #define BOOST_TEST_MODULE server_groups_test
 #include <boost/test/unit_test.hpp>
 
+#include "lib/cluster/group_tracker.hpp"
 #include "test/cluster_fixture.hpp"
 
 using namespace blobpipe;
@@ -300,4 +301,27 @@ BOOST_AUTO_TEST_CASE(one_connection_cannot_take_every_open_group_slot) {
   const auto st = srv.stats();
   BOOST_TEST(st.groups_complete == 4u);
   BOOST_TEST(st.groups_aborted == 1u);
+}
+
+// The tracker remembers the ids of the last `remembered` ended groups and
+// no more, so its memory stays bounded: a member of a group it forgot
+// opens that group again; one of a group it remembers counts as late.
+BOOST_AUTO_TEST_CASE(a_group_tracker_forgets_the_oldest_ended_group_beyond_its_memory) {
+  detail::group_tracker::limits lim;
+  lim.remembered = 2;
+  detail::group_tracker t(lim);
+  const auto now = detail::group_tracker::clock::now();
+  auto member = [](std::uint64_t id) {
+    event ev;
+    ev.kind = event_kind::blob_complete;
+    ev.group = blob_group{id, 1};
+    return ev;
+  };
+  for (std::uint64_t id : {1u, 2u, 3u})
+    BOOST_TEST_REQUIRE(t.observe(member(id), now).size() == 1u, "group " << id << " completes");
+  BOOST_TEST(t.observe(member(3), now).empty(), "a member of a remembered group is late");
+  BOOST_TEST(t.late_members() == 1u);
+  const auto again = t.observe(member(1), now);
+  BOOST_TEST(again.size() == 1u, "a member of a forgotten group opens it again");
+  BOOST_TEST(t.late_members() == 1u);
 }
