@@ -539,6 +539,15 @@ def test_blob_plan_built_by_a_caller_writes_the_same_blob():
         with pytest.raises(bf.FormatError) as err:
             bf.write_tail(plan, bytearray(tail - 1))
         assert err.value.category == "buffer_too_small", plan
+    # A strided `out` raises BufferTypeError naming it for either, a
+    # read-only one for the caller's plan too (README "Python").
+    from blobpipe._errors import BufferTypeError
+    strided = memoryview(bytearray(2 * p.nbytes))[::2]
+    for plan in (p, q):
+        with pytest.raises(BufferTypeError, match="not C-contiguous"):
+            bf.write(plan, strided)
+    with pytest.raises(BufferTypeError, match="read-only"):
+        bf.write(q, bytes(p.nbytes))
 
 
 def test_assigning_a_plan_field_is_what_write_writes():
