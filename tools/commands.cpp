@@ -228,7 +228,7 @@ std::vector<std::string> text_row(const blob_session& s, const std::vector<diges
     r.push_back("key");
     return r;
   }
-  const Entry& e = s.index.entries[i];
+  const Entry& e = s.index.entries.at(i);  // a row past the index is a bug: thrown, not read
   r = {std::to_string(i), std::to_string(e.off), std::to_string(e.len), std::string(1, e.kind),
        e.dtype ? *e.dtype : "-", shape_text(e.shape)};
   if (!digests.empty()) r.push_back(hex(digests[i]));
