@@ -202,9 +202,13 @@ def shared_env(repo, environ):
 
 
 def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
-    """Runs the targets' tests; returns (status, seconds)."""
+    """Runs the targets' tests; returns (status, seconds). The first test
+    that fails ends the run (--notest_keep_going): one failure is a kill,
+    and the other tests need not run. A build failure still lets every
+    target build (--keep_going), so it is told apart from a kill."""
     start = time.monotonic()
-    cmd = ["bazel/bazelw", "test", "--keep_going", "--test_output=errors", *flags, *targets]
+    cmd = ["bazel/bazelw", "test", "--keep_going", "--notest_keep_going",
+           "--test_output=errors", *flags, *targets]
     with open(log_path, "w", encoding="utf-8") as log:
         try:
             r = subprocess.run(cmd, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
@@ -212,22 +216,31 @@ def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
         except subprocess.TimeoutExpired:
             return "timeout", time.monotonic() - start
     took = time.monotonic() - start
-    # Bazel's exit codes: 0 all passed, 3 a test failed, 1 a build failed,
-    # 4 no test ran.
     with open(log_path, encoding="utf-8", errors="replace") as log:
         text = log.read()
+    return test_verdict(r.returncode, text), took
+
+
+def test_verdict(returncode, text):
+    """The verdict on a mutant from `bazel test`'s exit code and output:
+    "passed", "failed" (a test failed: killed), "unbuildable" or "bazel
+    exit N". Bazel's exit codes: 0 all passed, 3 a test failed, 1 a build
+    failed, 4 no test ran."""
     # A target that failed to build is the mutant's fault, not a kill.
-    if re.search(r"^//\S+\s+(FAILED TO BUILD|NO STATUS)", text, re.M):
-        return "unbuildable", took
-    if r.returncode == 0:
-        return "passed", took
-    if r.returncode == 3:
-        return "failed", took
-    if r.returncode == 1 and re.search(r"^//\S+\s+(\(cached\) )?(FAILED in|TIMEOUT in)", text, re.M):
-        return "failed", took
-    if r.returncode == 1:
-        return "unbuildable", took
-    return f"bazel exit {r.returncode}", took
+    if re.search(r"^//\S+\s+FAILED TO BUILD", text, re.M):
+        return "unbuildable"
+    if returncode == 0:
+        return "passed"
+    # A failing test stops the run: the tests it cut short say NO STATUS.
+    if re.search(r"^//\S+\s+(\(cached\) )?(FAILED in|TIMEOUT in)", text, re.M):
+        return "failed"
+    if re.search(r"^//\S+\s+NO STATUS", text, re.M):
+        return "unbuildable"
+    if returncode == 3:
+        return "failed"
+    if returncode == 1:
+        return "unbuildable"
+    return f"bazel exit {returncode}"
 
 
 def main():
