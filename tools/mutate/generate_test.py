@@ -313,3 +313,42 @@ def test_the_run_passes_the_golden_blobs_and_the_reference_beside_the_repository
     lone = tmp_path / "lone" / "blobpipe"
     lone.mkdir(parents=True)
     assert mutate.shared_env(str(lone), {}) == {}
+
+
+# ---------------------------------------------------------------- a run's verdict
+
+def summary(*rows):
+    return "".join(f"//test:{name:<60} {status}\n" for name, status in rows)
+
+
+def test_a_failing_test_is_a_kill_though_it_cut_the_others_short():
+    import mutate
+    # --notest_keep_going: the failure aborts the run (exit 1), and the
+    # tests it stopped say NO STATUS.
+    text = ("ERROR: test/BUILD.bazel:247:8: Testing //test:decoder_test failed: "
+            "Test failed: aborting\n" +
+            summary(("wire_vectors_test", "PASSED in 0.1s"),
+                    ("decoder_test", "FAILED in 0.1s"),
+                    ("server_test", "NO STATUS")) +
+            "FAILED: Build did NOT complete successfully\n")
+    assert mutate.test_verdict(1, text) == "failed"
+    assert mutate.test_verdict(3, text) == "failed"
+    timeout = summary(("decoder_test", "TIMEOUT in 60.0s"), ("server_test", "NO STATUS"))
+    assert mutate.test_verdict(1, timeout) == "failed"
+
+
+def test_a_target_that_does_not_build_is_never_a_kill():
+    import mutate
+    text = summary(("decoder_test", "FAILED TO BUILD"), ("wire_test", "FAILED in 0.1s"))
+    assert mutate.test_verdict(1, text) == "unbuildable"
+    # Nothing failed, yet tests never ran: the build stopped them.
+    assert mutate.test_verdict(1, summary(("decoder_test", "NO STATUS"))) == "unbuildable"
+    assert mutate.test_verdict(1, "ERROR: compile failed\n") == "unbuildable"
+
+
+def test_passes_and_odd_exits_are_told_apart():
+    import mutate
+    assert mutate.test_verdict(0, summary(("decoder_test", "PASSED in 0.1s"))) == "passed"
+    assert mutate.test_verdict(0, summary(("decoder_test", "(cached) PASSED in 0.1s"))) == "passed"
+    assert mutate.test_verdict(3, "") == "failed"
+    assert mutate.test_verdict(4, "") == "bazel exit 4"
