@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "lib/cuda/staging.hpp"
 #include "lib/cuda/testing.hpp"
@@ -445,6 +446,30 @@ struct held_copies {
   ~held_copies() { cuda::testing::hold_copies(false); }
 };
 
+/// A staging ring waits for its stream before it frees its slots: a copy
+/// into a slot may still be queued (staging.hpp ~staging_ring). The copy is
+/// held at the emulator's gate while the ring is destroyed on a thread of
+/// its own; the emulator counts pinned memory freed under a queued copy.
+void a_destroyed_ring_frees_its_slots_after_their_copies(checker& ck, backend) {
+  const std::size_t frees_before = cuda::testing::pinned_frees_under_copies();
+  auto ring = cuda::staging_ring::create(0, 4096, 2).value();
+  const auto host = pattern(4096, 3);
+  {
+    held_copies held(0);
+    BLOBPIPE_EXPECT(ck, ring->get_stream().copy_async(ring->slot(0), host.data(), host.size()),
+                    "copy queued");
+    std::thread destroy([&] { ring.reset(); });
+    // Time for a ring that does not wait to free its slots; one that waits
+    // is blocked until the copy is let through.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cuda::testing::release_copies(1);
+    destroy.join();
+  }
+  BLOBPIPE_EXPECT(ck, cuda::testing::pinned_frees_under_copies() == frees_before,
+                  "a slot was freed while its copy was still queued");
+  BLOBPIPE_EXPECT(ck, cuda::testing::copies_in_flight() == 0, "copies left in flight");
+}
+
 /// The overlap of copy and network, counted rather than timed: every
 /// device-to-host copy waits at the emulator's gate, and one is let through
 /// per data frame sent (and one to begin). While chunk k is handed to the
@@ -666,6 +691,8 @@ std::vector<test_case> device_cases() {
        &staging_keeps_copies_in_flight_while_sending},
       {"staging_waits_for_the_legacy_default_stream", emulated, &emulator_only,
        &staging_waits_for_the_legacy_default_stream},
+      {"a_destroyed_ring_frees_its_slots_after_their_copies", emulated, &emulator_only,
+       &a_destroyed_ring_frees_its_slots_after_their_copies},
   };
 }
 

@@ -425,6 +425,35 @@ BOOST_DATA_TEST_CASE(bulk_payload_read_with_the_wrong_size_is_protocol_violation
   BOOST_TEST((writer_after == errc::peer_closed), writer_after.message());
 }
 
+BOOST_DATA_TEST_CASE(a_bulk_payload_read_after_our_own_close_is_closed, bdata::make(ucx_links()),
+                     link) {
+  BLOBPIPE_SKIP_UNLESS_OFFERED(link);
+  runner r;
+  auto [a, b] = r.await(ucx_pair(link));
+  BLOBPIPE_REQUIRE_SELECTED(link, a);
+  std::size_t announced = 0;
+  std::error_code seen;
+  auto send = [&]() -> asio::awaitable<void> {
+    auto bytes = pattern(16, 1);
+    BLOBPIPE_CO_CHECK(write_bulk_message(*a, 1, bytes));
+  };
+  auto receive = [&]() -> asio::awaitable<void> {
+    std::array<std::byte, 64> buf;
+    auto [ec, rd] = co_await b->read_some(buf);
+    BOOST_TEST_REQUIRE(!ec);
+    announced = rd.bulk_bytes;
+    b->close();
+    std::vector<std::byte> payload(rd.bulk_bytes);
+    seen = co_await b->read_exact(payload);
+  };
+  r.spawn(send());
+  r.spawn(receive());
+  BOOST_TEST_REQUIRE(r.run());
+  BOOST_TEST(announced == 16u);
+  // Our own close, not a misuse: the payload it dropped is not "pending".
+  BOOST_TEST((seen == errc::closed), seen.message());
+}
+
 BOOST_DATA_TEST_CASE(bulk_header_over_64_bytes_is_invalid_argument, bdata::make(ucx_links()),
                      link) {
   BLOBPIPE_SKIP_UNLESS_OFFERED(link);
@@ -779,6 +808,25 @@ BOOST_AUTO_TEST_CASE(environment_settings_ucx_does_not_read_leave_cma_on) {
   r.spawn(body());
   BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
   BOOST_TEST(uses_cma, why);
+}
+
+// UCX_TLS "^cma" means every transport but cma. The shared-memory
+// defaults (MM_ERROR_HANDLING, handles.cpp) apply to such a list as to
+// "all": without them posix and sysv could not serve a peer-error
+// endpoint, and UCX would fall back to tcp.
+BOOST_AUTO_TEST_CASE(an_exclusion_list_keeps_shared_memory_in_use) {
+  const ucx_link all_but_cma{"^cma", {{{"TLS", "^cma"}}}, "/memory"};
+  BLOBPIPE_SKIP_UNLESS_OFFERED(all_but_cma);
+  runner r;
+  std::string why;
+  bool uses_memory = false;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto [a, b] = co_await ucx_pair(all_but_cma);
+    uses_memory = selected(all_but_cma, *a, why);
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
+  BOOST_TEST(uses_memory, why);
 }
 
 BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {

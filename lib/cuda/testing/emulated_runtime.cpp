@@ -15,6 +15,9 @@
 //   that touches one faults here as it would on a GPU machine. Only the
 //   emulator's copies (and emulated kernels, through kernel_view) reach the
 //   bytes, which live in a separate host block.
+// - Pinned host memory freed while a queued copy still reads or writes it
+//   (on a GPU, a copy into freed memory) is counted
+//   (pinned_frees_under_copies) and really freed only after that copy.
 // - Copies can be held at a gate (hold_copies) and let through one at a
 //   time, so a test decides when each copy runs and can count the copies
 //   in flight at a given moment without any timing.
@@ -27,9 +30,11 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -276,9 +281,17 @@ class emulated_runtime_impl final : public runtime {
   }
   void free_host(void* p) noexcept override {
     if (p == nullptr) return;
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
     {
       std::lock_guard l(m_);
-      pinned_.erase(reinterpret_cast<std::uintptr_t>(p));
+      pinned_.erase(a);
+      if (auto it = copies_using_.find(a); it != copies_using_.end()) {
+        // A GPU would go on copying into freed memory: counted, and freed
+        // once the last copy that uses it is gone.
+        ++frees_under_copies_;
+        freed_under_copies_.insert(a);
+        return;
+      }
     }
     std::free(p);
   }
@@ -309,7 +322,11 @@ class emulated_runtime_impl final : public runtime {
     // In flight until the operation is gone: run, or dropped by a failed
     // stream (the worker destroys it before it counts it done).
     ++copies_pending;
-    std::shared_ptr<void> in_flight(nullptr, [](void*) { --copies_pending; });
+    std::vector<std::uintptr_t> pinned = mark_pinned_in_use({dst, src});
+    std::shared_ptr<void> in_flight(nullptr, [this, pinned](void*) {
+      --copies_pending;
+      unmark_pinned_in_use(pinned);
+    });
     enqueue(s, [this, dst, src, n, fail, in_flight]() -> std::string {
       gate.enter();
       if (fail) return injected_error;
@@ -390,6 +407,11 @@ class emulated_runtime_impl final : public runtime {
     return device_.size();
   }
 
+  std::size_t frees_under_copies() {
+    std::lock_guard l(m_);
+    return frees_under_copies_;
+  }
+
  private:
   struct block {
     std::size_t size = 0;      // bytes usable
@@ -415,6 +437,31 @@ class emulated_runtime_impl final : public runtime {
     const std::size_t off = a - it->first;
     if (n > it->second.size - off) return nullptr;
     return it->second.bytes + off;
+  }
+
+  /// The pinned blocks among `ends` (a copy's source and destination),
+  /// each counted as used by one more queued copy.
+  std::vector<std::uintptr_t> mark_pinned_in_use(std::initializer_list<const void*> ends) {
+    std::vector<std::uintptr_t> used;
+    std::lock_guard l(m_);
+    for (const void* p : ends) {
+      auto it = find(pinned_, reinterpret_cast<std::uintptr_t>(p));
+      if (it == pinned_.end()) continue;
+      ++copies_using_[it->first];
+      used.push_back(it->first);
+    }
+    return used;
+  }
+
+  /// A copy is gone: a block freed under it goes once no copy uses it.
+  void unmark_pinned_in_use(const std::vector<std::uintptr_t>& used) noexcept {
+    std::lock_guard l(m_);
+    for (auto a : used) {
+      auto it = copies_using_.find(a);
+      if (--it->second != 0) continue;
+      copies_using_.erase(it);
+      if (freed_under_copies_.erase(a) != 0) std::free(reinterpret_cast<void*>(a));
+    }
   }
 
   /// A copy as the copy engine does it: device memory through its block.
@@ -444,6 +491,9 @@ class emulated_runtime_impl final : public runtime {
   std::mutex m_;  // the tables
   table device_;
   table pinned_;
+  std::map<std::uintptr_t, std::size_t> copies_using_;  // pinned block -> queued copies
+  std::set<std::uintptr_t> freed_under_copies_;          // freed, awaiting those copies
+  std::size_t frees_under_copies_ = 0;
   // Streams: the legacy default stream, the blocking streams (weak: a
   // destroyed stream has finished its work), and the handles given out.
   std::vector<std::weak_ptr<stream_state>> blocking_;
@@ -480,6 +530,10 @@ void hold_copies(bool on) noexcept { detail::gate.hold(on); }
 void release_copies(std::size_t n) noexcept { detail::gate.release(n); }
 
 std::size_t copies_in_flight() noexcept { return detail::copies_pending.load(); }
+
+std::size_t pinned_frees_under_copies() noexcept {
+  return detail::the_emulator().frees_under_copies();
+}
 
 void launch_on_default_stream(std::function<void()> kernel) {
   detail::the_emulator().launch_on_legacy(std::move(kernel));
