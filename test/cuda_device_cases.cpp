@@ -446,6 +446,46 @@ struct held_copies {
   ~held_copies() { cuda::testing::hold_copies(false); }
 };
 
+/// A device entry whose copy fails after its connection failed reports
+/// the connection's error, not the copy's (producer_device.cpp): the blob
+/// cannot be aborted on a connection that is gone. The first copy is held
+/// while the consumer closes; once the sender has seen that, the copy is
+/// let through and fails.
+void a_device_entry_failing_after_its_connection_reports_the_connection(checker& ck, backend) {
+  const auto host = pattern(40000, 5);
+  auto dev = on_device(host);
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback, {},
+                            sender_opts(1024, {.pinned_chunk_bytes = 4096, .pool_depth = 2})));
+  const value v = device_value(dev, u8, {40000});
+  std::error_code emitted, connection;
+  std::string why;
+  held_copies held(0);
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto blob = ep.s.open_blob();
+    emitted = co_await blob.emit("x", v);
+    why = blob.last_error();
+  };
+  auto break_connection = [&]() -> asio::awaitable<void> {
+    ep.c.close();
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 500 && !ep.s.error(); ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    connection = ep.s.error();
+    cuda::testing::fail_copy_after(0);
+    cuda::testing::release_copies(1000);
+  };
+  r.spawn(produce());
+  r.spawn(break_connection());
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, connection && connection != errc::cuda_failure,
+                  "the sender saw the consumer close: " + connection.message());
+  BLOBPIPE_EXPECT(ck, emitted == connection,
+                  "emit: " + emitted.message() + " (" + why + "), want " + connection.message());
+}
+
 /// A staging ring waits for its stream before it frees its slots: a copy
 /// into a slot may still be queued (staging.hpp ~staging_ring). The copy is
 /// held at the emulator's gate while the ring is destroyed on a thread of
@@ -693,6 +733,8 @@ std::vector<test_case> device_cases() {
        &staging_waits_for_the_legacy_default_stream},
       {"a_destroyed_ring_frees_its_slots_after_their_copies", emulated, &emulator_only,
        &a_destroyed_ring_frees_its_slots_after_their_copies},
+      {"a_device_entry_failing_after_its_connection_reports_the_connection", emulated,
+       &emulator_only, &a_device_entry_failing_after_its_connection_reports_the_connection},
   };
 }
 
