@@ -448,9 +448,9 @@ struct held_copies {
 
 /// A device entry whose copy fails after its connection failed reports
 /// the connection's error, not the copy's (producer_device.cpp): the blob
-/// cannot be aborted on a connection that is gone. The first copy is held
-/// while the consumer closes; once the sender has seen that, the copy is
-/// let through and fails.
+/// cannot be aborted on a connection that is gone. The first copy, set to
+/// fail, is held while the consumer closes; once the sender has seen that,
+/// the copy is let through.
 void a_device_entry_failing_after_its_connection_reports_the_connection(checker& ck, backend) {
   const auto host = pattern(40000, 5);
   auto dev = on_device(host);
@@ -461,6 +461,7 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
   std::error_code emitted, connection;
   std::string why;
   held_copies held(0);
+  cuda::testing::fail_copy_after(0);  // decided as each copy is issued
   auto produce = [&]() -> asio::awaitable<void> {
     auto blob = ep.s.open_blob();
     emitted = co_await blob.emit("x", v);
@@ -474,7 +475,6 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
       co_await t.async_wait(asio::use_awaitable);
     }
     connection = ep.s.error();
-    cuda::testing::fail_copy_after(0);
     cuda::testing::release_copies(1000);
   };
   r.spawn(produce());
