@@ -275,17 +275,23 @@ std::error_code give_up(sender_state& s) {
   return s.error;
 }
 
+/// The wait before retry number `retries` (1: the first): retry_delay,
+/// doubling with each retry, never above max_retry_delay
+/// (producer.hpp resend_options).
+std::chrono::milliseconds backoff_delay(const resend_options& o, std::uint32_t retries) {
+  auto delay = o.retry_delay;
+  for (std::uint32_t i = 1; i < retries && delay < o.max_retry_delay; ++i) delay *= 2;
+  return std::min(delay, o.max_retry_delay);
+}
+
 /// Connects until it works or max_attempts attempts in a row delivered
 /// nothing (failed, or connections that ended with no delivery ack).
 asio::awaitable<std::error_code> connect_loop(std::shared_ptr<sender_state> s) {
   auto& rs = *s->resend;
   while (!s->error) {
     if (rs.failures >= s->opt.resend.max_attempts) co_return give_up(*s);
-    if (rs.retries > 0) {  // back off: retry_delay, doubling, capped
-      auto delay = s->opt.resend.retry_delay;
-      for (std::uint32_t i = 1; i < rs.retries && delay < s->opt.resend.max_retry_delay; ++i)
-        delay *= 2;
-      (void)co_await rs.retry_wait.wait_for(std::min(delay, s->opt.resend.max_retry_delay));
+    if (rs.retries > 0) {
+      (void)co_await rs.retry_wait.wait_for(backoff_delay(s->opt.resend, rs.retries));
       if (s->error) break;
     }
     auto r = co_await attempt(s);
@@ -464,12 +470,9 @@ std::chrono::milliseconds resend_give_up_bound(const sender_options& o) {
   if (attempt.count() <= 0) return milliseconds{0};
   const std::uint32_t attempts = std::max<std::uint32_t>(o.resend.max_attempts, 1);
   milliseconds total = attempt * attempts;
-  // The waits before attempts 2 .. attempts, as connect_loop computes them.
-  for (std::uint32_t failures = 1; failures < attempts; ++failures) {
-    auto delay = o.resend.retry_delay;
-    for (std::uint32_t i = 1; i < failures && delay < o.resend.max_retry_delay; ++i) delay *= 2;
-    total += std::min(delay, o.resend.max_retry_delay);
-  }
+  // The waits before attempts 2 .. attempts, as connect_loop waits them.
+  for (std::uint32_t retries = 1; retries < attempts; ++retries)
+    total += detail::backoff_delay(o.resend, retries);
   return total;
 }
 
