@@ -879,6 +879,8 @@ BOOST_AUTO_TEST_CASE(sender_and_server_count_the_same_entries_blobs_and_aborts) 
   const auto got_st = srv.stats();
   const auto sent_m = metrics_of(sent);
   BOOST_TEST(sent_m.entries == 7u);
+  BOOST_TEST(sent_m.bytes == sent.bytes_sent);
+  BOOST_TEST(sent.bytes_sent >= 7u * 1000u);  // seven entries of 1,000 bytes, and the tails
   BOOST_TEST(sent_m.blobs == 3u);
   BOOST_TEST(sent_m.aborts == 1u);
   BOOST_TEST(!sent_m.first_entry_s.has_value());  // no start time given
