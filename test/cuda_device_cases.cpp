@@ -486,6 +486,47 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
                   "emit: " + emitted.message() + " (" + why + "), want " + connection.message());
 }
 
+/// A device value emitted once the connection has failed reports the
+/// connection's error and starts nothing: no staging copy, no device entry
+/// counted (its transport may already be released).
+void a_device_value_after_the_connection_failed_starts_nothing(checker& ck, backend) {
+  const auto host = pattern(40000, 5);
+  auto dev = on_device(host);
+  runner r;
+  auto ep = r.await(connect(link_kind::loopback, {},
+                            sender_opts(1024, {.pinned_chunk_bytes = 4096, .pool_depth = 2})));
+  const value v = device_value(dev, u8, {40000});
+  std::error_code emitted, connection;
+  auto produce = [&]() -> asio::awaitable<void> {
+    ep.c.close();
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 500 && !ep.s.error(); ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    connection = ep.s.error();
+    auto blob = ep.s.open_blob();
+    emitted = co_await blob.emit("x", v);
+  };
+  r.spawn(produce());
+  BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, connection, "the sender saw the consumer close");
+  BLOBPIPE_EXPECT(ck, emitted == connection,
+                  "emit: " + emitted.message() + ", want " + connection.message());
+  BLOBPIPE_EXPECT(ck, ep.s.stats().device_entries == 0,
+                  std::to_string(ep.s.stats().device_entries) + " device entries started");
+}
+
+/// staging.hpp staging_ring::create: zero slot bytes or zero slots are
+/// invalid_argument, not a ring with nothing to stage in.
+void a_staging_ring_of_no_bytes_or_no_slots_is_invalid(checker& ck, backend) {
+  BLOBPIPE_EXPECT(ck, cuda::staging_ring::create(0, 0, 2).code() == errc::invalid_argument,
+                  "slot_bytes 0");
+  BLOBPIPE_EXPECT(ck, cuda::staging_ring::create(0, 4096, 0).code() == errc::invalid_argument,
+                  "depth 0");
+  BLOBPIPE_EXPECT(ck, cuda::staging_ring::create(0, 1, 1).has_value(), "the smallest ring");
+}
+
 /// A staging ring waits for its stream before it frees its slots: a copy
 /// into a slot may still be queued (staging.hpp ~staging_ring). The copy is
 /// held at the emulator's gate while the ring is destroyed on a thread of
@@ -733,6 +774,10 @@ std::vector<test_case> device_cases() {
        &staging_waits_for_the_legacy_default_stream},
       {"a_destroyed_ring_frees_its_slots_after_their_copies", emulated, &emulator_only,
        &a_destroyed_ring_frees_its_slots_after_their_copies},
+      {"a_device_value_after_the_connection_failed_starts_nothing", emulated, &emulator_only,
+       &a_device_value_after_the_connection_failed_starts_nothing},
+      {"a_staging_ring_of_no_bytes_or_no_slots_is_invalid", emulated, &emulator_only,
+       &a_staging_ring_of_no_bytes_or_no_slots_is_invalid},
       {"a_device_entry_failing_after_its_connection_reports_the_connection", emulated,
        &emulator_only, &a_device_entry_failing_after_its_connection_reports_the_connection},
   };
