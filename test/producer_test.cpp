@@ -393,6 +393,33 @@ BOOST_AUTO_TEST_CASE(a_sender_assigned_over_closes_the_one_it_held) {
   BOOST_TEST(aborted, "blob 1, left open, is reported aborted");
 }
 
+// A value's owner (value::owner) is let go once its blob is finished: the
+// sender keeps the finished blob's emptied entry storage for the next blob
+// (send_alloc_test), never the values planned in it.
+BOOST_AUTO_TEST_CASE(a_finished_blob_lets_go_of_its_values_owners) {
+  runner r;
+  std::vector<event> events;
+  auto ep = r.await(connect(link_kind::loopback));
+  auto floats = std::make_shared<std::vector<float>>(ramp(64, 1.0f));
+  const std::weak_ptr<std::vector<float>> watch = floats;
+  bool held_after_finish = true;
+  auto produce = [&]() -> asio::awaitable<void> {
+    {
+      value v = value::tensor(*floats);
+      v.owner = std::move(floats);
+      auto blob = ep.s.open_blob();
+      BLOBPIPE_CO_CHECK(blob.emit("x", std::move(v)));
+      BLOBPIPE_CO_CHECK(blob.finish());
+    }
+    held_after_finish = !watch.expired();
+    BLOBPIPE_CO_CHECK(ep.s.shutdown());
+  };
+  r.spawn(produce());
+  r.spawn(every_event(ep.c, events));
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(20)));
+  BOOST_TEST(!held_after_finish, "the sender still holds the value's owner after finish");
+}
+
 // A blob the file sink cannot take (file_slot_for fails) is aborted once,
 // naming why, and none of its entries is yielded: its bytes are dropped as
 // they come. The next blob is written as usual.
