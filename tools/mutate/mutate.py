@@ -203,11 +203,10 @@ def shared_env(repo, environ):
 
 def bazel_test(scratch, targets, timeout, log_path, env, flags=()):
     """Runs the targets' tests; returns (status, seconds). The first test
-    that fails ends the run (--notest_keep_going): one failure is a kill,
-    and the other tests need not run. A build failure still lets every
-    target build (--keep_going), so it is told apart from a kill."""
+    that fails ends the run (--notest_keep_going, which --keep_going would
+    override): one failure is a kill, and the other tests need not run."""
     start = time.monotonic()
-    cmd = ["bazel/bazelw", "test", "--keep_going", "--notest_keep_going",
+    cmd = ["bazel/bazelw", "test", "--notest_keep_going",
            "--test_output=errors", *flags, *targets]
     with open(log_path, "w", encoding="utf-8") as log:
         try:
