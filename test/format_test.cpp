@@ -55,6 +55,44 @@ std::vector<std::byte> blob_with_index(std::vector<std::uint8_t> index, std::siz
 
 BOOST_AUTO_TEST_SUITE(footer_tests)
 
+// errors.hpp errc_name: each code's short, stable name is its enumerator's
+// spelling (the CLI prints it, the golden manifest's error categories use
+// it); a code of another category, or none of ours, is "unknown".
+BOOST_AUTO_TEST_CASE(every_code_has_its_short_name) {
+  const std::pair<bp::errc, std::string_view> names[] = {
+      {bp::errc::too_small, "too_small"},
+      {bp::errc::bad_footer, "bad_footer"},
+      {bp::errc::index_out_of_range, "index_out_of_range"},
+      {bp::errc::malformed_index, "malformed_index"},
+      {bp::errc::entry_out_of_range, "entry_out_of_range"},
+      {bp::errc::shape_mismatch, "shape_mismatch"},
+      {bp::errc::unknown_kind, "unknown_kind"},
+      {bp::errc::unknown_dtype, "unknown_dtype"},
+      {bp::errc::too_large, "too_large"},
+      {bp::errc::buffer_too_small, "buffer_too_small"},
+      {bp::errc::invalid_argument, "invalid_argument"},
+      {bp::errc::closed, "closed"},
+      {bp::errc::peer_closed, "peer_closed"},
+      {bp::errc::peer_failed, "peer_failed"},
+      {bp::errc::protocol_violation, "protocol_violation"},
+      {bp::errc::timed_out, "timed_out"},
+      {bp::errc::aborted, "aborted"},
+      {bp::errc::cuda_failure, "cuda_failure"},
+      {bp::errc::io, "io"},
+  };
+  // The table covers every code: they are numbered 1 .. io without gaps.
+  BOOST_TEST(std::size(names) == static_cast<std::size_t>(bp::errc::io));
+  for (const auto& [code, name] : names) {
+    const char* got = bp::errc_name(code);
+    BOOST_TEST_REQUIRE(got != nullptr, name);
+    BOOST_TEST(std::string_view(got) == name);
+    BOOST_TEST(std::string_view(bp::errc_name(make_error_code(code))) == name);
+  }
+  BOOST_TEST(std::string_view(bp::errc_name(std::make_error_code(std::errc::io_error))) ==
+             "unknown");
+  BOOST_TEST(std::string_view(bp::errc_name(static_cast<bp::errc>(0))) == "unknown");
+}
+
 BOOST_AUTO_TEST_CASE(read_footer_rejects_fewer_than_16_bytes_as_too_small) {
   std::vector<std::byte> b(15);
   BOOST_TEST((bp::read_footer(b).code() == bp::errc::too_small));
