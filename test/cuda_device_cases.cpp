@@ -45,6 +45,17 @@ void device_buffer_round_trip(checker& ck, backend) {
   BLOBPIPE_EXPECT(ck, empty.data() == nullptr && empty.size() == 0, "empty buffer");
 }
 
+/// cuda.hpp describe_device: a device number from 0 to device_count() - 1
+/// is described; one past the last, or negative, is invalid_argument.
+void describe_device_takes_only_devices_that_exist(checker& ck, backend) {
+  const int n = cuda::device_count().value();
+  BLOBPIPE_EXPECT(ck, cuda::describe_device(n - 1).has_value(), "the last device");
+  auto past = cuda::describe_device(n);
+  BLOBPIPE_EXPECT(ck, past.code() == errc::invalid_argument, "device " + std::to_string(n));
+  auto negative = cuda::describe_device(-1);
+  BLOBPIPE_EXPECT(ck, negative.code() == errc::invalid_argument, "device -1");
+}
+
 void staging_pool_reuses_rings(checker& ck, backend) {
   cuda::staging_pool pool;
   {
@@ -751,6 +762,8 @@ std::vector<test_case> device_cases() {
   return {
       {"device_buffer_round_trip", both, &a_device, &device_buffer_round_trip},
       {"staging_pool_reuses_rings", both, &a_device, &staging_pool_reuses_rings},
+      {"describe_device_takes_only_devices_that_exist", both, &a_device,
+       &describe_device_takes_only_devices_that_exist},
       {"device_values_arrive_byte_identical", both, &a_device,
        &device_values_arrive_byte_identical},
       {"device_values_arrive_through_a_resend_session", both, &a_device,

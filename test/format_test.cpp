@@ -12,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
+#include <utility>
 
 #include <msgpack.hpp>
 

@@ -498,6 +498,27 @@ BOOST_AUTO_TEST_CASE(silent_connections_hold_no_large_buffer) {
   srv.close();
 }
 
+// server.hpp next(): a server that holds none (default-constructed, or
+// moved from) yields end_of_stream with closed at once.
+BOOST_AUTO_TEST_CASE(next_of_a_server_that_holds_none_is_closed) {
+  runner r;
+  auto listening = server::listen(r.ex(), "inproc://server-test-moved-from").value();
+  server taken = std::move(listening);
+  server_event from_moved, from_default;
+  auto body = [&]() -> asio::awaitable<void> {
+    from_moved = co_await listening.next();
+    server none;
+    from_default = co_await none.next();
+    taken.close();
+  };
+  r.spawn(body());
+  BOOST_TEST_REQUIRE(r.run());
+  for (const server_event* ev : {&from_moved, &from_default}) {
+    BOOST_TEST((ev->ev.kind == event_kind::end_of_stream));
+    BOOST_TEST((ev->ev.error == errc::closed), ev->ev.error.message());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_silent_connection_is_closed_at_the_handshake_timeout) {
   runner r;
   server_options opt;

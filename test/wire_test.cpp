@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "blobpipe/protocol/framer.hpp"
@@ -184,7 +186,17 @@ BOOST_AUTO_TEST_CASE(entry_credit_counts_bytes_key_meta_and_bookkeeping) {
 }
 
 BOOST_AUTO_TEST_CASE(frame_type_names_are_stable) {
-  BOOST_TEST(frame_type_name(frame_type::entry_begin) == std::string("entry_begin"));
+  const std::pair<frame_type, std::string_view> names[] = {
+      {frame_type::hello, "hello"},         {frame_type::blob_begin, "blob_begin"},
+      {frame_type::entry_begin, "entry_begin"}, {frame_type::data, "data"},
+      {frame_type::tail, "tail"},           {frame_type::blob_abort, "blob_abort"},
+      {frame_type::ack, "ack"},             {frame_type::close, "close"},
+  };
+  for (const auto& [type, name] : names) {
+    const char* got = frame_type_name(type);
+    BOOST_TEST_REQUIRE(got != nullptr, name);
+    BOOST_TEST(std::string_view(got) == name);
+  }
   BOOST_TEST(frame_type_name(static_cast<frame_type>(77)) == std::string("unknown"));
 }
 

@@ -256,6 +256,8 @@ class server {
   /// coroutines have ended (server_stats::tasks_running).
   /// Cancelling the awaiting coroutine yields end_of_stream with
   /// operation_aborted (the server goes on; next() may be called again).
+  /// A server that holds none (default-constructed, or moved from) yields
+  /// end_of_stream with `closed` at once.
   /// REQUIRES: no other next() pending.
   asio::awaitable<server_event> next();
 
