@@ -13,6 +13,12 @@
 #include <cstdlib>
 #include <functional>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
 #include "test/fault_proxy.hpp"
 #include "test/reliability_fixture.hpp"
 
@@ -524,6 +530,58 @@ bool has(const std::string& text, std::string_view part) {
 }
 
 }  // namespace
+
+// A producer cancelled while its entry waits for room in unacked_bytes
+// (the consumer delivers nothing, so the kept bytes never go) stops
+// waiting: its emit returns operation_aborted at once, the entry not kept.
+BOOST_AUTO_TEST_CASE(a_producer_cancelled_waiting_for_the_unacked_budget_stops_waiting) {
+  runner r;
+  loopback_link l(r.ex());
+  auto server = [&]() -> asio::awaitable<void> {
+    for (;;) {
+      auto [aec, t] = co_await l.accept();
+      if (aec) break;
+      co_await play_consumer(std::move(t), consumer_play::silent, "");
+    }
+  };
+  r.spawn(server());
+  auto snd = r.await(start_resend(l, fast_retry(1024)));
+  const std::vector<float> first(256, 1.0f), second(256, 2.0f);  // 1 KiB each
+  std::error_code kept, emitted;
+  bool returned = false;
+  std::uint64_t waits_before = 0;
+  asio::cancellation_signal cancel;
+  auto wait_for_budget = [&]() -> asio::awaitable<void> {
+    auto b = snd.open_blob(tag_of(2));
+    emitted = co_await b.emit("a", value::tensor(second));
+    returned = true;
+  };
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto a = snd.open_blob(tag_of(1));
+    kept = co_await a.emit("a", value::tensor(first));  // the oldest: admitted alone
+    waits_before = snd.stats().budget_waits;
+    asio::co_spawn(r.ctx, wait_for_budget(), asio::bind_cancellation_slot(cancel.slot(),
+                                                                         asio::detached));
+    asio::steady_timer t(r.ctx);
+    for (int i = 0; i < 500 && snd.stats().budget_waits == waits_before; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    BOOST_TEST(snd.stats().budget_waits == waits_before + 1, "the second entry waits for room");
+    cancel.emit(asio::cancellation_type::terminal);
+    for (int i = 0; i < 100 && !returned; ++i) {
+      t.expires_after(std::chrono::milliseconds(10));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    snd.close();
+    l.close();
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
+  BOOST_TEST(!kept, kept.message());
+  BOOST_TEST(returned, "the cancelled emit returned within 1 s");
+  BOOST_TEST((emitted == asio::error::operation_aborted), emitted.message());
+}
 
 // Only a connection that delivers nothing counts: here every connection's
 // consumer delivers (acknowledges) one blob and dies before its second
