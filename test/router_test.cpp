@@ -93,6 +93,35 @@ BOOST_AUTO_TEST_CASE(round_robin_spreads_blobs_and_by_rank_sends_each_to_its_ran
   }
 }
 
+// A router assigned over closes the one it held, as its destructor does:
+// the blob left open on its destination is reported aborted and the
+// connection ends.
+BOOST_AUTO_TEST_CASE(a_router_assigned_over_closes_the_one_it_held) {
+  runner r;
+  auto srv = servers(r, "router-assigned-over", 1);
+  std::vector<seen> got;
+  r.spawn(collect_into(srv[0], 1, got));
+  std::error_code emitted, started;
+  auto produce = [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    auto [ec, rt] = co_await router::start(ex, urls(srv), {});
+    started = ec;
+    if (ec) co_return;
+    auto b = rt.open_blob({.tag = numbered_tag(0, 1), .group = {}, .rank = {}});
+    if (!b) co_return;
+    const auto x = fixture_bytes(0, 1, 0, 100);
+    emitted = co_await b->blob.emit("e0", value::tensor(x));
+    BLOBPIPE_CO_CHECK(rt.at(0).flush());  // the open blob is on the destination
+    rt = router{};
+  };
+  r.spawn(produce());
+  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(20)));
+  BOOST_TEST(!started, started.message());
+  BOOST_TEST(!emitted, emitted.message());
+  BOOST_TEST(count(got, server_event_kind::blob_aborted) == 1u);
+  BOOST_TEST(count(got, server_event_kind::connection_closed) == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(by_rank_without_a_rank_is_refused) {
   runner r;
   auto srv = servers(r, "router-norank", 1);
