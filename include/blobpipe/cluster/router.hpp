@@ -117,6 +117,7 @@ class router {
  public:
   router() = default;
   router(router&&) noexcept = default;
+  /// close() of the router held, then takes `o`'s destinations.
   router& operator=(router&&) noexcept;
   /// close().
   ~router();
