@@ -494,6 +494,7 @@ BOOST_AUTO_TEST_CASE(connections_past_max_pending_of_finished_ones_are_closed_at
   second.join();
   BOOST_TEST(second_closed);
   BOOST_TEST(lis.counters().reclaimed == 0u);
+  BOOST_TEST(lis.last_refusal() == "over max_pending (1)", lis.last_refusal());
   auto [aec, u] = r.await(lis.accept());
   BOOST_TEST(!aec);
 }

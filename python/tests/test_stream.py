@@ -12,6 +12,7 @@ import pickle
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -555,6 +556,25 @@ def test_objects_made_before_fork_raise_forked_error_in_the_child():
         send_blobs(sender, {"y": torch.ones(1)})
         assert [type(ev).__name__ for ev in consumer] == \
             ["BlobComplete", "EntryReady", "BlobComplete", "EntryReady", "BlobAborted"]
+
+
+def test_untagged_blobs_of_two_processes_get_different_tags():
+    """open_blob() without a tag draws a random uuid4 seeded in each process
+    (and each forked child): two processes never start the same sequence."""
+    code = ("import blobpipe as bf\n"
+            "s, c = bf.loopback_pair()\n"
+            "with c, s:\n"
+            "    with s.open_blob() as b:\n"
+            "        print(b.tag.hex())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    tags = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        tags.append(bytes.fromhex(done.stdout.strip()))
+    assert all(len(t) == 16 and t[6] >> 4 == 4 for t in tags), tags  # uuid4
+    assert tags[0] != tags[1]
 
 
 def test_stubs_declare_every_public_streaming_member():
