@@ -478,10 +478,12 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
     emitted = co_await blob.emit("x", v);
     why = blob.last_error();
   };
+  std::size_t copies_held = 0;
   auto break_connection = [&]() -> asio::awaitable<void> {
+    copies_held = cuda::testing::copies_in_flight();  // the emit is at its first copy
     ep.c.close();
     asio::steady_timer t(co_await asio::this_coro::executor);
-    for (int i = 0; i < 500 && !ep.s.error(); ++i) {
+    while (!ep.s.error()) {  // the runner's limit bounds the wait
       t.expires_after(std::chrono::milliseconds(10));
       co_await t.async_wait(asio::use_awaitable);
     }
@@ -491,6 +493,7 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
   r.spawn(produce());
   r.spawn(break_connection());
   BLOBPIPE_EXPECT(ck, r.run(), "finished");
+  BLOBPIPE_EXPECT(ck, copies_held > 0, "no copy issued before the consumer closed");
   BLOBPIPE_EXPECT(ck, connection && connection != errc::cuda_failure,
                   "the sender saw the consumer close: " + connection.message());
   BLOBPIPE_EXPECT(ck, emitted == connection,
@@ -508,22 +511,25 @@ void a_device_value_after_the_connection_failed_starts_nothing(checker& ck, back
                             sender_opts(1024, {.pinned_chunk_bytes = 4096, .pool_depth = 2})));
   const value v = device_value(dev, u8, {40000});
   std::error_code emitted, connection;
+  std::size_t copies_after = 0;
   auto produce = [&]() -> asio::awaitable<void> {
     ep.c.close();
     asio::steady_timer t(co_await asio::this_coro::executor);
-    for (int i = 0; i < 500 && !ep.s.error(); ++i) {
+    while (!ep.s.error()) {  // the runner's limit bounds the wait
       t.expires_after(std::chrono::milliseconds(10));
       co_await t.async_wait(asio::use_awaitable);
     }
     connection = ep.s.error();
     auto blob = ep.s.open_blob();
     emitted = co_await blob.emit("x", v);
+    copies_after = cuda::testing::copies_in_flight();
   };
   r.spawn(produce());
   BLOBPIPE_EXPECT(ck, r.run(), "finished");
   BLOBPIPE_EXPECT(ck, connection, "the sender saw the consumer close");
   BLOBPIPE_EXPECT(ck, emitted == connection,
                   "emit: " + emitted.message() + ", want " + connection.message());
+  BLOBPIPE_EXPECT(ck, copies_after == 0, std::to_string(copies_after) + " staging copies issued");
   BLOBPIPE_EXPECT(ck, ep.s.stats().device_entries == 0,
                   std::to_string(ep.s.stats().device_entries) + " device entries started");
 }
@@ -546,10 +552,17 @@ void a_destroyed_ring_frees_its_slots_after_their_copies(checker& ck, backend) {
   const std::size_t frees_before = cuda::testing::pinned_frees_under_copies();
   auto ring = cuda::staging_ring::create(0, 4096, 2).value();
   const auto host = pattern(4096, 3);
+  // Ours must be the one copy at the gate, or release_copies(1) may let
+  // another through and leave the ring's destructor waiting.
+  if (cuda::testing::copies_in_flight() != 0) {
+    BLOBPIPE_EXPECT(ck, false, "copies left in flight by an earlier case");
+    return;
+  }
   {
     held_copies held(0);
     BLOBPIPE_EXPECT(ck, ring->get_stream().copy_async(ring->slot(0), host.data(), host.size()),
                     "copy queued");
+    BLOBPIPE_EXPECT(ck, cuda::testing::copies_in_flight() == 1, "one copy held");
     std::thread destroy([&] { ring.reset(); });
     // Time for a ring that does not wait to free its slots; one that waits
     // is blocked until the copy is let through.

@@ -549,7 +549,7 @@ BOOST_AUTO_TEST_CASE(a_producer_cancelled_waiting_for_the_unacked_budget_stops_w
   const std::vector<float> first(256, 1.0f), second(256, 2.0f);  // 1 KiB each
   std::error_code kept, emitted;
   bool returned = false;
-  std::uint64_t waits_before = 0;
+  std::uint64_t waits_before = 0, kept_before = 0, kept_after = 0;
   asio::cancellation_signal cancel;
   auto wait_for_budget = [&]() -> asio::awaitable<void> {
     auto b = snd.open_blob(tag_of(2));
@@ -560,10 +560,11 @@ BOOST_AUTO_TEST_CASE(a_producer_cancelled_waiting_for_the_unacked_budget_stops_w
     auto a = snd.open_blob(tag_of(1));
     kept = co_await a.emit("a", value::tensor(first));  // the oldest: admitted alone
     waits_before = snd.stats().budget_waits;
+    kept_before = snd.unacked_bytes();
     asio::co_spawn(r.ctx, wait_for_budget(), asio::bind_cancellation_slot(cancel.slot(),
                                                                          asio::detached));
     asio::steady_timer t(r.ctx);
-    for (int i = 0; i < 500 && snd.stats().budget_waits == waits_before; ++i) {
+    while (snd.stats().budget_waits == waits_before) {  // the runner's limit bounds it
       t.expires_after(std::chrono::milliseconds(10));
       co_await t.async_wait(asio::use_awaitable);
     }
@@ -573,12 +574,14 @@ BOOST_AUTO_TEST_CASE(a_producer_cancelled_waiting_for_the_unacked_budget_stops_w
       t.expires_after(std::chrono::milliseconds(10));
       co_await t.async_wait(asio::use_awaitable);
     }
+    kept_after = snd.unacked_bytes();
     snd.close();
     l.close();
   };
   r.spawn(produce());
   BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(30)));
   BOOST_TEST(!kept, kept.message());
+  BOOST_TEST(kept_after == kept_before, "the cancelled entry was kept");
   BOOST_TEST(returned, "the cancelled emit returned within 1 s");
   BOOST_TEST((emitted == asio::error::operation_aborted), emitted.message());
 }

@@ -54,7 +54,8 @@ void release_copies(std::size_t n) noexcept;
 /// Stream copies issued (memcpy_async returned) and not finished.
 std::size_t copies_in_flight() noexcept;
 /// Emulator only: how many times pinned host memory was freed while a
-/// queued stream copy still read or wrote it (a use after free on a GPU).
+/// queued stream copy still read or wrote it (a use after free: CUDA does
+/// not promise the copy has finished).
 std::size_t pinned_frees_under_copies() noexcept;
 
 /// Emulator only: `kernel` runs as a kernel launched on the legacy default

@@ -16,8 +16,8 @@
 //   emulator's copies (and emulated kernels, through kernel_view) reach the
 //   bytes, which live in a separate host block.
 // - Pinned host memory freed while a queued copy still reads or writes it
-//   (on a GPU, a copy into freed memory) is counted
-//   (pinned_frees_under_copies) and really freed only after that copy.
+//   (CUDA does not promise that copy has finished) is counted as a use
+//   after free (pinned_frees_under_copies) and freed only after that copy.
 // - Copies can be held at a gate (hold_copies) and let through one at a
 //   time, so a test decides when each copy runs and can count the copies
 //   in flight at a given moment without any timing.
@@ -286,7 +286,7 @@ class emulated_runtime_impl final : public runtime {
       std::lock_guard l(m_);
       pinned_.erase(a);
       if (auto it = copies_using_.find(a); it != copies_using_.end()) {
-        // A GPU would go on copying into freed memory: counted, and freed
+        // A use after free unless CUDA happens to wait: counted, and freed
         // once the last copy that uses it is gone.
         ++frees_under_copies_;
         freed_under_copies_.insert(a);
