@@ -457,6 +457,18 @@ struct held_copies {
   ~held_copies() { cuda::testing::hold_copies(false); }
 };
 
+/// Closes `ep`'s consumer and waits until the sender has seen it (the
+/// runner's limit bounds the wait); the sender's error.
+asio::awaitable<std::error_code> close_consumer_and_wait(endpoints& ep) {
+  ep.c.close();
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  while (!ep.s.error()) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  co_return ep.s.error();
+}
+
 /// A device entry whose copy fails after its connection failed reports
 /// the connection's error, not the copy's (producer_device.cpp): the blob
 /// cannot be aborted on a connection that is gone. The first copy, set to
@@ -481,13 +493,7 @@ void a_device_entry_failing_after_its_connection_reports_the_connection(checker&
   std::size_t copies_held = 0;
   auto break_connection = [&]() -> asio::awaitable<void> {
     copies_held = cuda::testing::copies_in_flight();  // the emit is at its first copy
-    ep.c.close();
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    while (!ep.s.error()) {  // the runner's limit bounds the wait
-      t.expires_after(std::chrono::milliseconds(10));
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    connection = ep.s.error();
+    connection = co_await close_consumer_and_wait(ep);
     cuda::testing::release_copies(1000);
   };
   r.spawn(produce());
@@ -513,13 +519,7 @@ void a_device_value_after_the_connection_failed_starts_nothing(checker& ck, back
   std::error_code emitted, connection;
   std::size_t copies_after = 0;
   auto produce = [&]() -> asio::awaitable<void> {
-    ep.c.close();
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    while (!ep.s.error()) {  // the runner's limit bounds the wait
-      t.expires_after(std::chrono::milliseconds(10));
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    connection = ep.s.error();
+    connection = co_await close_consumer_and_wait(ep);
     auto blob = ep.s.open_blob();
     emitted = co_await blob.emit("x", v);
     copies_after = cuda::testing::copies_in_flight();

@@ -783,6 +783,25 @@ BOOST_AUTO_TEST_CASE(unknown_ucx_setting_is_invalid_argument) {
   BOOST_TEST((l.code() == errc::invalid_argument), l.message());
 }
 
+namespace {
+
+/// Connects a pair over `l` and says whether UCX selected its lane (else
+/// `why` says what it selected); false too when the pair did not connect
+/// within 25 s.
+bool connects_over(const ucx_link& l, std::string& why) {
+  runner r;
+  bool uses = false;
+  auto body = [&]() -> asio::awaitable<void> {
+    auto [a, b] = co_await ucx_pair(l);
+    uses = selected(l, *a, why);
+  };
+  r.spawn(body());
+  if (!r.run(std::chrono::seconds(25))) why = "no connection within 25 s";
+  return uses;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(environment_settings_ucx_does_not_read_leave_cma_on) {
   // UCX 1.13 reads UCX_CMA_MEMORY_INVALIDATE, not UCX_MEMORY_INVALIDATE
   // (it warns that one is unused). Taking the latter as the user's choice
@@ -798,16 +817,8 @@ BOOST_AUTO_TEST_CASE(environment_settings_ucx_does_not_read_leave_cma_on) {
   scoped_env quiet("UCX_WARN_UNUSED_ENV_VARS", "n");
   const ucx_link cma{"cma", {{{"TLS", "cma,tcp"}}}, "cma/memory"};
   BLOBPIPE_SKIP_UNLESS_OFFERED(cma);
-  runner r;
   std::string why;
-  bool uses_cma = false;
-  auto body = [&]() -> asio::awaitable<void> {
-    auto [a, b] = co_await ucx_pair(cma);
-    uses_cma = selected(cma, *a, why);
-  };
-  r.spawn(body());
-  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
-  BOOST_TEST(uses_cma, why);
+  BOOST_TEST(connects_over(cma, why), why);
 }
 
 // UCX_TLS "^cma" means every transport but cma. The shared-memory
@@ -817,16 +828,8 @@ BOOST_AUTO_TEST_CASE(environment_settings_ucx_does_not_read_leave_cma_on) {
 BOOST_AUTO_TEST_CASE(an_exclusion_list_keeps_shared_memory_in_use) {
   const ucx_link all_but_cma{"^cma", {{{"TLS", "^cma"}}}, "/memory"};
   BLOBPIPE_SKIP_UNLESS_OFFERED(all_but_cma);
-  runner r;
   std::string why;
-  bool uses_memory = false;
-  auto body = [&]() -> asio::awaitable<void> {
-    auto [a, b] = co_await ucx_pair(all_but_cma);
-    uses_memory = selected(all_but_cma, *a, why);
-  };
-  r.spawn(body());
-  BOOST_TEST_REQUIRE(r.run(std::chrono::seconds(25)));
-  BOOST_TEST(uses_memory, why);
+  BOOST_TEST(connects_over(all_but_cma, why), why);
 }
 
 BOOST_AUTO_TEST_CASE(device_memory_follows_what_ucx_was_built_with) {
